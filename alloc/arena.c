@@ -1,0 +1,74 @@
+/* arena.c - fixed-capacity bump allocator; see arena.h. */
+#include "arena.h"
+
+#include <string.h>
+
+size_t dcp_size_add(size_t a, size_t b) { return (a > SIZE_MAX - b) ? SIZE_MAX : a + b; }
+
+size_t dcp_size_mul(size_t a, size_t b)
+{
+    if (a != 0 && b > SIZE_MAX / a) return SIZE_MAX;
+    return a * b;
+}
+
+size_t dcp_arena_bytes(size_t size, size_t count)
+{
+    size_t bytes = dcp_size_mul(size, count);
+    if (bytes > SIZE_MAX - (DCP_ARENA_ALIGN - 1)) return SIZE_MAX;
+    return (bytes + DCP_ARENA_ALIGN - 1) & ~(size_t)(DCP_ARENA_ALIGN - 1);
+}
+
+void dcp_arena_init(dcp_arena *arena, void *memory, size_t capacity)
+{
+    /* Align the start so that every allocation is 64-byte aligned in memory too. */
+    uintptr_t start = (uintptr_t)memory;
+    uintptr_t aligned = (start + DCP_ARENA_ALIGN - 1) & ~(uintptr_t)(DCP_ARENA_ALIGN - 1);
+    size_t lost = (size_t)(aligned - start);
+    arena->base = (unsigned char *)memory + lost;
+    arena->capacity = (capacity > lost ? capacity - lost : 0) & ~(size_t)(DCP_ARENA_ALIGN - 1);
+    arena->used = 0;
+    arena->high_water = 0;
+}
+
+void dcp_arena_init_measure(dcp_arena *arena)
+{
+    arena->base = NULL;
+    arena->capacity = SIZE_MAX;
+    arena->used = 0;
+    arena->high_water = 0;
+}
+
+void *dcp_arena_alloc(dcp_arena *arena, size_t size, size_t count)
+{
+    size_t bytes = dcp_arena_bytes(size, count);
+    if (bytes == SIZE_MAX || bytes > arena->capacity - arena->used) return NULL;
+    void *p = arena->base ? (void *)(arena->base + arena->used) : (void *)(uintptr_t)DCP_ARENA_ALIGN;
+    arena->used += bytes;
+    if (arena->used > arena->high_water) arena->high_water = arena->used;
+    return p;
+}
+
+void *dcp_arena_calloc(dcp_arena *arena, size_t size, size_t count)
+{
+    void *p = dcp_arena_alloc(arena, size, count);
+    if (p && arena->base) memset(p, 0, size * count);
+    return p;
+}
+
+size_t dcp_arena_remaining(const dcp_arena *arena) { return arena->capacity - arena->used; }
+
+void dcp_arena_reset(dcp_arena *arena, size_t mark)
+{
+    if (mark <= arena->used) arena->used = mark;
+}
+
+int dcp_arena_split(dcp_arena *parent, size_t capacity, dcp_arena *child)
+{
+    void *p = dcp_arena_alloc(parent, 1, capacity);
+    if (!p) return -1;
+    child->base = parent->base ? (unsigned char *)p : NULL;
+    child->capacity = dcp_arena_bytes(1, capacity);
+    child->used = 0;
+    child->high_water = 0;
+    return 0;
+}

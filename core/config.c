@@ -1,0 +1,183 @@
+/* config.c - configuration defaults and validation, scheduler names, the cost model. */
+#include "dcpack.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Ranks beyond this are rejected: per-rank tables are sized by it. */
+#define DCP_MAX_RANKS (1 << 20)
+
+void dcp_cost_model_default(dcp_cost_model *model)
+{
+    if (!model) return;
+    memset(model, 0, sizeof *model);
+    model->quadratic = 1;
+    model->linear = 12 * 4096;
+    for (int k = 0; k <= DCP_MAX_LOG2_CP; k++) model->kv[k] = (k <= 3) ? 492 : 3934; /* cp <= 8: one node */
+    model->round_latency = 491520;
+    model->microbatch_overhead = 819200;
+}
+
+static int64_t saturate(__int128 v)
+{
+    if (v > (__int128)INT64_MAX) return INT64_MAX;
+    if (v < 0) return 0;
+    return (int64_t)v;
+}
+
+static int log2_exact(int32_t v)
+{
+    int k = 0;
+    while ((1 << k) < v && k < 31) k++;
+    return k;
+}
+
+int64_t dcp_cost(const dcp_cost_model *model, int64_t length, int32_t cp)
+{
+    if (!model || length <= 0 || cp <= 0) return 0;
+    __int128 s = length;
+    __int128 quad = (__int128)model->quadratic * s * s;
+    __int128 work = quad + (__int128)model->linear * s;
+    __int128 fixed = 0;
+    if (cp > 1) {
+        int k = log2_exact(cp);
+        if (k > DCP_MAX_LOG2_CP) k = DCP_MAX_LOG2_CP;
+        /* KV traffic the attention compute does not hide. */
+        __int128 exposed = (__int128)model->kv[k] * s * (cp - 1) - quad;
+        if (exposed > 0) work += exposed;
+        fixed = (__int128)model->round_latency * (cp - 1);
+    }
+    return saturate(work / cp + fixed);
+}
+
+const char *dcp_scheduler_name(dcp_scheduler scheduler)
+{
+    switch (scheduler) {
+    case DCP_SCHEDULER_DP_BALANCED: return "dp_balanced";
+    case DCP_SCHEDULER_DYNAMIC_CP: return "dynamic_cp";
+    case DCP_SCHEDULER_BALANCED: return "balanced";
+    }
+    return "unknown";
+}
+
+dcp_status dcp_scheduler_from_name(const char *name, dcp_scheduler *out)
+{
+    if (!name || !out) return DCP_ERR_NULL_POINTER;
+    for (int s = DCP_SCHEDULER_DP_BALANCED; s <= DCP_SCHEDULER_BALANCED; s++) {
+        if (strcmp(name, dcp_scheduler_name((dcp_scheduler)s)) == 0) {
+            *out = (dcp_scheduler)s;
+            return DCP_OK;
+        }
+    }
+    return DCP_ERR_INVALID_ARGUMENT;
+}
+
+void dcp_config_default(dcp_config *config)
+{
+    if (!config) return;
+    memset(config, 0, sizeof *config);
+    config->data_parallel_size = 1;
+    config->context_parallel_size = 1;
+    config->tensor_parallel_size = 1;
+    config->pipeline_parallel_size = 1;
+    config->virtual_pipeline_size = 1;
+    config->scheduler = DCP_SCHEDULER_DYNAMIC_CP;
+    config->max_sequences = 4096;
+    config->max_seqlen_per_rank = 4096;
+    config->min_cp_size = 1;
+    config->fields = DCP_FIELD_ALL;
+    dcp_cost_model_default(&config->cost);
+}
+
+int32_t dcp_config_num_ranks(const dcp_config *config)
+{
+    if (!config) return 0;
+    int64_t n = (int64_t)config->data_parallel_size * config->context_parallel_size;
+    return (n >= 1 && n <= DCP_MAX_RANKS) ? (int32_t)n : 0;
+}
+
+static int is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
+
+#define REJECT(status, ...)                                                                        \
+    do {                                                                                           \
+        if (message && message_size) snprintf(message, message_size, __VA_ARGS__);               \
+        return (status);                                                                           \
+    } while (0)
+
+dcp_status dcp_config_validate(const dcp_config *c, char *message, size_t message_size)
+{
+    if (message && message_size) message[0] = '\0';
+    if (!c) REJECT(DCP_ERR_NULL_POINTER, "config is NULL");
+
+    const struct { const char *name; int32_t value; } sizes[] = {
+        {"data_parallel_size", c->data_parallel_size},
+        {"context_parallel_size", c->context_parallel_size},
+        {"tensor_parallel_size", c->tensor_parallel_size},
+        {"pipeline_parallel_size", c->pipeline_parallel_size},
+        {"virtual_pipeline_size", c->virtual_pipeline_size},
+        {"max_sequences", c->max_sequences},
+        {"max_seqlen_per_rank", c->max_seqlen_per_rank},
+        {"min_cp_size", c->min_cp_size},
+    };
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
+        if (sizes[i].value < 1)
+            REJECT(DCP_ERR_INVALID_CONFIG, "%s must be >= 1, got %d", sizes[i].name, sizes[i].value);
+
+    const struct { const char *name; int64_t value; } counts[] = {
+        {"world_size", c->world_size},
+        {"microbatch_group_size_per_vp_stage", c->microbatch_group_size_per_vp_stage},
+        {"max_sequences_per_microbatch", c->max_sequences_per_microbatch},
+        {"max_tokens_per_rank", c->max_tokens_per_rank},
+        {"max_microbatches", c->max_microbatches},
+        {"pad_alignment", c->pad_alignment},
+        {"cost.quadratic", c->cost.quadratic},
+        {"cost.linear", c->cost.linear},
+        {"cost.round_latency", c->cost.round_latency},
+        {"cost.microbatch_overhead", c->cost.microbatch_overhead},
+    };
+    for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
+        if (counts[i].value < 0)
+            REJECT(DCP_ERR_INVALID_CONFIG, "%s must be >= 0, got %lld", counts[i].name,
+                   (long long)counts[i].value);
+    for (int k = 0; k <= DCP_MAX_LOG2_CP; k++)
+        if (c->cost.kv[k] < 0)
+            REJECT(DCP_ERR_INVALID_CONFIG, "cost.kv[%d] must be >= 0, got %lld", k, (long long)c->cost.kv[k]);
+
+    if ((int)c->scheduler < DCP_SCHEDULER_DP_BALANCED || (int)c->scheduler > DCP_SCHEDULER_BALANCED)
+        REJECT(DCP_ERR_INVALID_CONFIG, "scheduler %d is not one of dp_balanced(0), dynamic_cp(1), balanced(2)",
+               (int)c->scheduler);
+    if (c->fields & ~(uint32_t)DCP_FIELD_ALL)
+        REJECT(DCP_ERR_INVALID_CONFIG, "fields 0x%x has bits outside DCP_FIELD_ALL (0x%x)", c->fields,
+               (unsigned)DCP_FIELD_ALL);
+
+    int64_t ranks = (int64_t)c->data_parallel_size * c->context_parallel_size;
+    if (ranks > DCP_MAX_RANKS)
+        REJECT(DCP_ERR_OVERFLOW, "data_parallel_size * context_parallel_size = %lld exceeds %d ranks",
+               (long long)ranks, DCP_MAX_RANKS);
+    __int128 world = (__int128)ranks * c->tensor_parallel_size * c->pipeline_parallel_size;
+    if (world > INT32_MAX)
+        REJECT(DCP_ERR_OVERFLOW, "DP*CP*TP*PP overflows int32 (%d*%d*%d*%d)", c->data_parallel_size,
+               c->context_parallel_size, c->tensor_parallel_size, c->pipeline_parallel_size);
+    if (c->world_size != 0 && c->world_size != (int32_t)world)
+        REJECT(DCP_ERR_INVALID_CONFIG,
+               "world_size %d does not match DP*CP*TP*PP = %d*%d*%d*%d = %lld", c->world_size,
+               c->data_parallel_size, c->context_parallel_size, c->tensor_parallel_size,
+               c->pipeline_parallel_size, (long long)world);
+    if (!is_pow2(c->min_cp_size))
+        REJECT(DCP_ERR_INVALID_CONFIG, "min_cp_size must be a power of two, got %d", c->min_cp_size);
+    if (c->min_cp_size > ranks)
+        REJECT(DCP_ERR_INVALID_CONFIG, "min_cp_size %d exceeds the %lld DPxCP ranks", c->min_cp_size,
+               (long long)ranks);
+    if (c->virtual_pipeline_size > 1 && c->pipeline_parallel_size < 2)
+        REJECT(DCP_ERR_INVALID_CONFIG, "virtual_pipeline_size %d needs pipeline_parallel_size >= 2",
+               c->virtual_pipeline_size);
+
+    /* Token totals of a full batch must fit int64: sequences * (N * M). */
+    __int128 batch_tokens = (__int128)c->max_sequences * ranks * c->max_seqlen_per_rank;
+    if (batch_tokens > INT64_MAX)
+        REJECT(DCP_ERR_OVERFLOW, "max_sequences * ranks * max_seqlen_per_rank = %d * %lld * %d overflows int64",
+               c->max_sequences, (long long)ranks, c->max_seqlen_per_rank);
+    if (c->max_tokens_per_rank > 0 && c->max_tokens_per_rank > ((int64_t)1 << 40))
+        REJECT(DCP_ERR_OVERFLOW, "max_tokens_per_rank %lld exceeds 2^40", (long long)c->max_tokens_per_rank);
+    return DCP_OK;
+}

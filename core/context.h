@@ -1,0 +1,61 @@
+/*
+ * context.h - what a dcp_context holds.  Internal.
+ *
+ * The context lives at the start of its own workspace; everything after it is
+ * one arena.  dcp_context_layout() lays out the persistent buffers (the plan,
+ * the gathered lengths, the bucket outputs), then the rest is scratch that
+ * each stage bump-allocates from and releases by resetting to scratch_mark.
+ * The same layout function, run on a measuring arena, gives
+ * dcp_workspace_size() exactly.
+ */
+#ifndef DCP_CONTEXT_H
+#define DCP_CONTEXT_H
+
+#include "dcpack.h"
+#include "error.h"
+#include "../alloc/arena.h"
+
+struct dcp_context {
+    dcp_config config;
+    int32_t num_ranks;        /* DPxCP */
+    int32_t max_microbatches; /* resolved capacity */
+
+    dcp_arena arena;          /* the workspace after this struct */
+    size_t scratch_mark;      /* arena mark where scratch starts */
+    size_t scratch_bytes;     /* scratch capacity reserved by the layout */
+
+    /* plan output */
+    dcp_plan plan;
+
+    /* gather output */
+    int32_t *global_lengths;  /* [max_sequences] */
+    int32_t *rank_offsets;    /* [data_parallel_size + 1] */
+    int32_t num_global;
+
+    /* bucket output */
+    int32_t *sorted_ids;      /* [max_sequences]: ids by length descending, stable */
+    int32_t *min_cp;          /* [max_sequences]: minimal CP size per id */
+
+    dcp_error last_error;
+
+    /* ownership of the workspace */
+    void *owned_memory;       /* non-NULL when dcp_context_create() allocated it */
+    size_t owned_size;
+    unsigned jemalloc_arena;  /* the jemalloc arena index, when used */
+    int uses_jemalloc;
+};
+
+/* Lay out the persistent buffers on `arena` and return the scratch capacity reserved. */
+dcp_status dcp_context_layout(dcp_context *ctx, dcp_arena *arena, const dcp_config *config);
+
+/* A fresh scratch arena for one stage call: everything past scratch_mark is free. */
+static inline dcp_arena *dcp_context_scratch(dcp_context *ctx)
+{
+    dcp_arena_reset(&ctx->arena, ctx->scratch_mark);
+    return &ctx->arena;
+}
+
+/* Record a failure in the context's last-error text and return the status. */
+dcp_status dcp_context_fail(dcp_context *ctx, dcp_status status, const dcp_error *err);
+
+#endif

@@ -1,0 +1,35 @@
+/*
+ * error.h - how stages report failures.
+ *
+ * A stage returns a dcp_status and, on failure, fills a dcp_error with a
+ * message naming the offending value.  The context copies it into its
+ * last-error text.  dcp_fail() formats and returns the status, so a failure
+ * site is one line:  return dcp_fail(err, DCP_ERR_BAD_LENGTH, "length %d ...", s);
+ */
+#ifndef DCP_ERROR_H
+#define DCP_ERROR_H
+
+#include "dcpack.h"
+
+#define DCP_ERROR_MESSAGE_SIZE 256
+
+typedef struct dcp_error {
+    char message[DCP_ERROR_MESSAGE_SIZE];
+} dcp_error;
+
+#if defined(__GNUC__) || defined(__clang__)
+#define DCP_PRINTF(fmt, args) __attribute__((format(printf, fmt, args)))
+#else
+#define DCP_PRINTF(fmt, args)
+#endif
+
+/* Record a message (may be NULL err) and return `status`. */
+dcp_status dcp_fail(dcp_error *err, dcp_status status, const char *format, ...) DCP_PRINTF(3, 4);
+
+/* Clear the message. */
+static inline void dcp_error_clear(dcp_error *err)
+{
+    if (err) err->message[0] = '\0';
+}
+
+#endif

@@ -1,0 +1,42 @@
+/* status.c - status names and error messages. */
+#include "error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+
+const char *dcp_status_str(dcp_status status)
+{
+    switch (status) {
+    case DCP_OK: return "DCP_OK";
+    case DCP_ERR_NULL_POINTER: return "DCP_ERR_NULL_POINTER";
+    case DCP_ERR_INVALID_ARGUMENT: return "DCP_ERR_INVALID_ARGUMENT";
+    case DCP_ERR_INVALID_CONFIG: return "DCP_ERR_INVALID_CONFIG";
+    case DCP_ERR_OVERFLOW: return "DCP_ERR_OVERFLOW";
+    case DCP_ERR_WORKSPACE_TOO_SMALL: return "DCP_ERR_WORKSPACE_TOO_SMALL";
+    case DCP_ERR_CAPACITY: return "DCP_ERR_CAPACITY";
+    case DCP_ERR_BAD_LENGTH: return "DCP_ERR_BAD_LENGTH";
+    case DCP_ERR_INFEASIBLE: return "DCP_ERR_INFEASIBLE";
+    case DCP_ERR_INVALID_PLAN: return "DCP_ERR_INVALID_PLAN";
+    case DCP_ERR_CORRUPT_INPUT: return "DCP_ERR_CORRUPT_INPUT";
+    case DCP_ERR_FIELD_MISMATCH: return "DCP_ERR_FIELD_MISMATCH";
+    case DCP_ERR_COMM: return "DCP_ERR_COMM";
+    case DCP_ERR_TIMEOUT: return "DCP_ERR_TIMEOUT";
+    case DCP_ERR_PEER: return "DCP_ERR_PEER";
+    case DCP_ERR_ALLOC: return "DCP_ERR_ALLOC";
+    case DCP_ERR_CUDA: return "DCP_ERR_CUDA";
+    case DCP_ERR_NCCL: return "DCP_ERR_NCCL";
+    case DCP_ERR_UNSUPPORTED: return "DCP_ERR_UNSUPPORTED";
+    }
+    return "DCP_ERR_UNKNOWN";
+}
+
+dcp_status dcp_fail(dcp_error *err, dcp_status status, const char *format, ...)
+{
+    if (err) {
+        va_list args;
+        va_start(args, format);
+        vsnprintf(err->message, sizeof err->message, format, args);
+        va_end(args);
+    }
+    return status;
+}

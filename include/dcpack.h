@@ -1,0 +1,395 @@
+/*
+ * dcpack.h - plan and move variable-length LLM training data across GPUs.
+ *
+ * dcpack takes the sequence lengths of one global batch, computes on every
+ * rank the same plan (microbatch -> DPxCP rank -> sequence ids, with a
+ * power-of-two context-parallel group per sequence), checks it, and packs the
+ * data into THD buffers.  Everything a training step needs is sized once from
+ * a dcp_config; after dcp_context_init*() no step allocates.
+ *
+ * Conventions used throughout this header:
+ *  - Every fallible function returns a dcp_status.  DCP_OK is 0; every error
+ *    is negative.  dcp_status_str() names a status; dcp_context_last_error()
+ *    returns the message of the context's last failure, with the offending
+ *    value in it.
+ *  - A failing call leaves the context usable: the next call works as if the
+ *    failed one had not been made.  Nothing is written to caller memory on
+ *    failure unless the function says otherwise.
+ *  - "Allocation-free" means no malloc/free, no cudaMalloc/cudaHostAlloc.
+ *  - Lengths are int32, token counts and offsets int64, costs int64.  The
+ *    planning path uses integer arithmetic only, so every rank, compiler and
+ *    optimisation level computes the same plan bit for bit.
+ *  - Pointers a function hands back point into the context's workspace and
+ *    stay valid until the next call that says it replaces them, or until the
+ *    context is destroyed.
+ */
+#ifndef DCPACK_H
+#define DCPACK_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define DCP_VERSION_MAJOR 0
+#define DCP_VERSION_MINOR 1
+#define DCP_VERSION_PATCH 0
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                             */
+/* ------------------------------------------------------------------------ */
+
+typedef enum dcp_status {
+    DCP_OK = 0,
+    DCP_ERR_NULL_POINTER = -1,      /* a required pointer argument was NULL */
+    DCP_ERR_INVALID_ARGUMENT = -2,  /* an argument is out of its documented range */
+    DCP_ERR_INVALID_CONFIG = -3,    /* dcp_config_validate() rejected the configuration */
+    DCP_ERR_OVERFLOW = -4,          /* a size computed from the configuration overflows int64 */
+    DCP_ERR_WORKSPACE_TOO_SMALL = -5, /* caller memory smaller than dcp_workspace_size() */
+    DCP_ERR_CAPACITY = -6,          /* input exceeds a capacity fixed at init */
+    DCP_ERR_BAD_LENGTH = -7,        /* a sequence length is zero, negative or too large */
+    DCP_ERR_INFEASIBLE = -8,        /* no plan satisfies the invariants (e.g. VPP alignment) */
+    DCP_ERR_INVALID_PLAN = -9,      /* dcp_plan_validate() found a broken invariant */
+    DCP_ERR_CORRUPT_INPUT = -10,    /* a caller buffer is inconsistent (cu_seqlens, sizes) */
+    DCP_ERR_FIELD_MISMATCH = -11,   /* ranks disagree on the set of fields */
+    DCP_ERR_COMM = -12,             /* the communicator failed */
+    DCP_ERR_TIMEOUT = -13,          /* a peer did not arrive in time */
+    DCP_ERR_PEER = -14,             /* another rank of the step failed; see the message */
+    DCP_ERR_ALLOC = -15,            /* init could not obtain its memory */
+    DCP_ERR_CUDA = -16,             /* a CUDA runtime call failed */
+    DCP_ERR_NCCL = -17,             /* an NCCL call failed */
+    DCP_ERR_UNSUPPORTED = -18       /* built without the feature (e.g. CUDA) */
+} dcp_status;
+
+/* Static name of a status, e.g. "DCP_ERR_CAPACITY".  Never NULL. */
+const char *dcp_status_str(dcp_status status);
+
+/* ------------------------------------------------------------------------ */
+/* Configuration                                                            */
+/* ------------------------------------------------------------------------ */
+
+typedef enum dcp_scheduler {
+    DCP_SCHEDULER_DP_BALANCED = 0, /* reference DpBalancedScheduler: static CP size */
+    DCP_SCHEDULER_DYNAMIC_CP = 1,  /* reference DefaultDynamicCPScheduler */
+    DCP_SCHEDULER_BALANCED = 2     /* dcpack's own: minimises the step cost model */
+} dcp_scheduler;
+
+/* Name ("dp_balanced", "dynamic_cp", "balanced") <-> enum. */
+const char *dcp_scheduler_name(dcp_scheduler scheduler);
+dcp_status dcp_scheduler_from_name(const char *name, dcp_scheduler *out);
+
+/* Largest supported log2(CP size): CP groups of up to 65536 ranks. */
+#define DCP_MAX_LOG2_CP 16
+
+/*
+ * The step cost model (COSTMODEL.md).  For a sequence of s tokens on cp
+ * ranks, each of those ranks spends
+ *
+ *   cost(s, cp) = (quadratic * s^2 + linear * s) / cp
+ *               + [cp > 1] * ( max(0, kv[log2 cp] * s * (cp-1)/cp - quadratic * s^2/cp)
+ *                              + round_latency * (cp - 1) )
+ *
+ * and a microbatch costs its slowest rank plus microbatch_overhead.  All terms
+ * are integers in "attention token pair" units; divisions round down.  The
+ * result saturates at INT64_MAX instead of overflowing.
+ */
+typedef struct dcp_cost_model {
+    int64_t quadratic;                    /* s^2 coefficient (default 1) */
+    int64_t linear;                       /* s coefficient: 12 * hidden (default 49152) */
+    int64_t kv[DCP_MAX_LOG2_CP + 1];      /* exposed-KV coefficient per log2(cp) (492 up to cp 8, 3934 above) */
+    int64_t round_latency;                /* per ring round (default 491520) */
+    int64_t microbatch_overhead;          /* per microbatch (default 819200) */
+} dcp_cost_model;
+
+/* Fill a cost model with COSTMODEL.md's defaults (H = 4096, 8 GPUs a node). */
+void dcp_cost_model_default(dcp_cost_model *model);
+
+/* Per-rank cost of a sequence of `length` tokens on `cp` ranks (cp a power of two). */
+int64_t dcp_cost(const dcp_cost_model *model, int64_t length, int32_t cp);
+
+/* Fields a sample can carry (bit set). */
+enum {
+    DCP_FIELD_TOKENS = 1u << 0,       /* int64 */
+    DCP_FIELD_LABELS = 1u << 1,       /* int64 */
+    DCP_FIELD_LOSS_MASK = 1u << 2,    /* float32 */
+    DCP_FIELD_POSITION_IDS = 1u << 3, /* int64 */
+    DCP_FIELD_ALL = 0xFu
+};
+
+/*
+ * Everything that fixes the size of a context.  Start from
+ * dcp_config_default() and set what differs; dcp_config_validate() says what
+ * is wrong with a configuration, in the message.
+ *
+ * Ranks: the DPxCP group has data_parallel_size * context_parallel_size
+ * ranks ("num_ranks" in the planner).  With the dynamic schedulers the whole
+ * DPxCP group is one pool of ranks and context_parallel_size only fixes the
+ * group's size; with dp_balanced it is the static CP size.
+ */
+typedef struct dcp_config {
+    int32_t world_size;                   /* all ranks = DP*CP*TP*PP; 0 = derive it */
+    int32_t data_parallel_size;           /* >= 1 */
+    int32_t context_parallel_size;        /* >= 1 */
+    int32_t tensor_parallel_size;         /* >= 1 */
+    int32_t pipeline_parallel_size;       /* >= 1 */
+    int32_t virtual_pipeline_size;        /* >= 1; 1 = no VPP */
+    int32_t microbatch_group_size_per_vp_stage; /* 0 or 1: no alignment; else microbatch count is a multiple */
+    dcp_scheduler scheduler;
+    int32_t max_sequences;                /* capacity: sequences per global batch */
+    int32_t max_seqlen_per_rank;          /* M: tokens one DPxCP rank can hold in a microbatch */
+    int32_t min_cp_size;                  /* >= 1, a power of two */
+    int32_t max_sequences_per_microbatch; /* per rank per microbatch (thd_max_packed_sequences); 0 = unlimited */
+    int64_t max_tokens_per_rank;          /* capacity of per-rank token buffers (data plane); 0 = derived */
+    int32_t max_microbatches;             /* capacity; 0 = max_sequences */
+    int32_t pad_alignment;                /* THD padding of each rank's tensors; 0 = none */
+    uint32_t fields;                      /* DCP_FIELD_* set the trainer provides */
+    dcp_cost_model cost;                  /* used by DCP_SCHEDULER_BALANCED and by plan statistics */
+} dcp_config;
+
+/* Defaults: 1 rank of each kind, dynamic_cp, 4096 sequences, M = 4096, all fields. */
+void dcp_config_default(dcp_config *config);
+
+/* DCP_OK or DCP_ERR_INVALID_CONFIG / DCP_ERR_OVERFLOW with a message in buf (may be NULL). */
+dcp_status dcp_config_validate(const dcp_config *config, char *message, size_t message_size);
+
+/* Number of DPxCP ranks the planner distributes over. */
+int32_t dcp_config_num_ranks(const dcp_config *config);
+
+/* ------------------------------------------------------------------------ */
+/* Context and memory                                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef struct dcp_context dcp_context;
+
+/*
+ * Exact number of bytes dcp_context_init_static() needs for `config`.
+ * Returns DCP_ERR_INVALID_CONFIG or DCP_ERR_OVERFLOW (and writes nothing to
+ * *size) when the configuration is invalid or its sizes do not fit in size_t.
+ */
+dcp_status dcp_workspace_size(const dcp_config *config, size_t *size);
+
+/*
+ * Build a context inside caller memory (at least dcp_workspace_size() bytes,
+ * any alignment).  dcpack never frees it; the caller owns it and may release
+ * it after dcp_context_destroy().  Allocation-free.
+ */
+dcp_status dcp_context_init_static(void *memory, size_t size, const dcp_config *config,
+                                   dcp_context **context);
+
+/*
+ * Build a context whose workspace comes from a jemalloc arena of its own
+ * (thread cache off).  When built without jemalloc the workspace comes from
+ * aligned_alloc.  This is the only call that allocates.
+ */
+dcp_status dcp_context_create(const dcp_config *config, dcp_context **context);
+
+/* Release a context (frees its memory only if dcp_context_create() took it). NULL is a no-op. */
+void dcp_context_destroy(dcp_context *context);
+
+/* The configuration the context was built with. */
+const dcp_config *dcp_context_config(const dcp_context *context);
+
+/* Message of the last failed call on this context ("" if none).  Valid until the next call. */
+const char *dcp_context_last_error(const dcp_context *context);
+
+/* Bytes of workspace in use and the high-water mark of scratch use, for sizing reports. */
+size_t dcp_context_workspace_bytes(const dcp_context *context);
+size_t dcp_context_scratch_high_water(const dcp_context *context);
+
+/* ------------------------------------------------------------------------ */
+/* The plan                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A plan for one global batch, as structure-of-arrays group tables.
+ *
+ * Microbatch m owns groups [microbatch_first_group[m], microbatch_first_group[m+1]),
+ * sorted by first rank.  Group g runs its sequences on ranks
+ * [group_first_rank[g], group_first_rank[g] + group_cp_size[g]); every one of
+ * those ranks holds the same ids, in the same order:
+ * ids[group_first_id[g] .. group_first_id[g+1]).  Ids are 0-based global ids
+ * (the order of the gathered lengths).
+ *
+ * The arrays point into the owner's workspace.  The plan returned by
+ * dcp_plan_compute() stays valid until the next dcp_plan_compute() or
+ * dcp_step() on the same context.
+ */
+typedef struct dcp_plan {
+    int32_t num_ranks;
+    int32_t num_microbatches;
+    int32_t num_groups;
+    int32_t num_ids;
+    int32_t *microbatch_first_group; /* [num_microbatches + 1] */
+    int32_t *group_first_rank;       /* [num_groups] */
+    int32_t *group_cp_size;          /* [num_groups] */
+    int32_t *group_first_id;         /* [num_groups + 1] */
+    int32_t *ids;                    /* [num_ids] */
+    /* capacities of the arrays above, fixed at init */
+    int32_t max_microbatches;
+    int32_t max_groups;
+    int32_t max_ids;
+} dcp_plan;
+
+/* Group of `rank` in microbatch `microbatch`, or -1 if the rank holds nothing. O(log groups). */
+int32_t dcp_plan_group_of_rank(const dcp_plan *plan, int32_t microbatch, int32_t rank);
+
+/* Step-model statistics of a plan (COSTMODEL.md), all integer. */
+typedef struct dcp_plan_stats {
+    int32_t num_microbatches;
+    int64_t makespan;          /* sum over microbatches of (slowest rank + overhead) */
+    int64_t lower_bound;       /* COSTMODEL.md lower bound */
+    int64_t quad_makespan;     /* the reference's model: per rank sum of s^2/cp, summed over microbatch maxima */
+    int64_t busy_sum;          /* sum over microbatches and ranks of rank cost (for imbalance) */
+    int64_t max_rank_sum;      /* sum over microbatches of the slowest rank */
+    int64_t cp_size_sum;       /* sum over sequences of their CP size */
+    int64_t total_tokens;
+} dcp_plan_stats;
+
+/*
+ * Statistics of a plan under the cost model and lengths it was computed for.
+ * Allocation-free; needs scratch from the context (num_ranks int64 loads).
+ */
+dcp_status dcp_plan_stats_compute(dcp_context *context, const dcp_plan *plan, const int32_t *lengths,
+                                  int32_t num_lengths, dcp_plan_stats *stats);
+
+/* Which invariant of a plan broke (COSTMODEL.md numbering). */
+typedef enum dcp_invariant {
+    DCP_INVARIANT_NONE = 0,
+    DCP_INVARIANT_EACH_ID_ONCE = 1,    /* every id in exactly one microbatch, once */
+    DCP_INVARIANT_BLOCK_SHAPE = 2,     /* groups are disjoint power-of-two (or full) rank blocks */
+    DCP_INVARIANT_SAME_IDS = 3,        /* ranks of a block hold the same ids (rank-list form) */
+    DCP_INVARIANT_TOKEN_CAPACITY = 4,  /* sum s / cp <= max_seqlen_per_rank on every rank */
+    DCP_INVARIANT_NO_EMPTY_RANK = 5,   /* every rank holds something in every microbatch */
+    DCP_INVARIANT_VPP_MULTIPLE = 6,    /* microbatch count a multiple of the VPP group */
+    DCP_INVARIANT_STRUCTURE = 7,       /* array offsets inconsistent or out of range */
+    DCP_INVARIANT_SEQUENCE_CAP = 8     /* more sequences on a rank than max_sequences_per_microbatch */
+} dcp_invariant;
+
+/* Where a plan broke an invariant. */
+typedef struct dcp_plan_violation {
+    dcp_invariant invariant;
+    int32_t microbatch; /* -1 when not applicable */
+    int32_t rank;       /* -1 when not applicable */
+    int32_t id;         /* -1 when not applicable */
+    char message[160];
+} dcp_plan_violation;
+
+/* ------------------------------------------------------------------------ */
+/* Communicator                                                              */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The small interface dcpack moves data through.  A communicator covers one
+ * group of ranks (the DP group, the TP group, ...).  Every operation is
+ * collective: all `size` ranks call it with matching sizes.  Buffers are
+ * caller-owned; operations never allocate.  Two backends ship with dcpack:
+ * in-process (N ranks as threads, for tests and CPU-only runs) and NCCL.
+ */
+typedef struct dcp_comm dcp_comm;
+
+typedef struct dcp_comm_ops {
+    /* recv[r*bytes .. (r+1)*bytes) = rank r's send buffer. */
+    dcp_status (*allgather)(dcp_comm *comm, const void *send, size_t bytes, void *recv);
+    /* Rank r's send_bytes land at recv + recv_offsets[r]; recv_bytes[r] must equal what r sends. */
+    dcp_status (*allgatherv)(dcp_comm *comm, const void *send, size_t send_bytes, void *recv,
+                             const size_t *recv_bytes, const size_t *recv_offsets);
+    /* Send send_bytes[p] from send + send_offsets[p] to peer p; receive recv_bytes[p] at recv + recv_offsets[p]. */
+    dcp_status (*alltoallv)(dcp_comm *comm, const void *send, const size_t *send_bytes,
+                            const size_t *send_offsets, void *recv, const size_t *recv_bytes,
+                            const size_t *recv_offsets);
+    /* Root's buffer is copied into every other rank's buffer. */
+    dcp_status (*broadcast)(dcp_comm *comm, void *buffer, size_t bytes, int32_t root);
+    /*
+     * Error agreement: every rank passes its local status; every rank gets the
+     * same result: DCP_OK if all were OK, otherwise the status of the
+     * lowest-numbered failing rank, in *agreed, and that rank in *failed_rank.
+     * Returns DCP_OK when the agreement itself completed.
+     */
+    dcp_status (*agree)(dcp_comm *comm, dcp_status local, dcp_status *agreed, int32_t *failed_rank);
+} dcp_comm_ops;
+
+struct dcp_comm {
+    const dcp_comm_ops *ops;
+    int32_t rank;
+    int32_t size;
+    void *impl; /* backend state */
+};
+
+/* In-process backend: one "world" of n ranks that are threads of this process. */
+typedef struct dcp_inproc_world dcp_inproc_world;
+
+/*
+ * Create a world of `size` ranks (allocates; not a step operation).  A
+ * collective that waits longer than timeout_ms for a peer returns
+ * DCP_ERR_TIMEOUT on the ranks that arrived; 0 means wait forever.
+ */
+dcp_status dcp_inproc_world_create(int32_t size, int32_t timeout_ms, dcp_inproc_world **world);
+void dcp_inproc_world_destroy(dcp_inproc_world *world);
+/* The communicator handle of one rank of the world; `comm` is caller storage. */
+dcp_status dcp_inproc_comm(dcp_inproc_world *world, int32_t rank, dcp_comm *comm);
+
+/* Fault injection for tests (in-process backend only). */
+typedef enum dcp_inproc_fault {
+    DCP_FAULT_NONE = 0,
+    DCP_FAULT_RETURN_ERROR = 1, /* the rank's next collective fails locally with DCP_ERR_COMM */
+    DCP_FAULT_NEVER_ARRIVE = 2, /* the rank's next collective returns DCP_ERR_COMM without joining */
+    DCP_FAULT_TRUNCATE = 3      /* the rank's next collective sends half the bytes it announced */
+} dcp_inproc_fault;
+dcp_status dcp_inproc_inject_fault(dcp_inproc_world *world, int32_t rank, dcp_inproc_fault fault);
+
+/* ------------------------------------------------------------------------ */
+/* Planning                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Gather: this rank's sequence lengths -> the global list over the DP group.
+ * `local_lengths` are one per sample; zero-length entries are dropped (as the
+ * reference drops empty sub-samples); negative lengths are DCP_ERR_BAD_LENGTH.
+ * On success *global_lengths (count *num_global) and *rank_offsets
+ * (comm->size + 1 entries: the first global id of each DP rank) point into the
+ * context and stay valid until the next dcp_gather()/dcp_step().
+ * Allocation-free.  Errors are agreed over `comm`, so every rank returns the
+ * same status.
+ */
+dcp_status dcp_gather(dcp_context *context, dcp_comm *comm, const int32_t *local_lengths,
+                      int32_t num_local, const int32_t **global_lengths, int32_t *num_global,
+                      const int32_t **rank_offsets);
+
+/*
+ * Same as dcp_gather(), from pre-packed samples: cu_seqlens of one packed
+ * sample (num_cu_seqlens entries, starting at 0, non-decreasing, the last at
+ * most total_tokens).  Sub-samples of length 0 are dropped.
+ */
+dcp_status dcp_gather_packed(dcp_context *context, dcp_comm *comm, const int32_t *cu_seqlens,
+                             int32_t num_cu_seqlens, int64_t total_tokens,
+                             const int32_t **global_lengths, int32_t *num_global,
+                             const int32_t **rank_offsets);
+
+/*
+ * Plan one global batch from its gathered lengths (the same on every rank),
+ * with the context's scheduler, and validate it.  A pure function of the
+ * lengths and the configuration: every rank gets a bit-identical plan.
+ * Allocation-free.  Errors: DCP_ERR_NULL_POINTER, DCP_ERR_CAPACITY (more
+ * sequences than config.max_sequences, or more microbatches than
+ * max_microbatches), DCP_ERR_BAD_LENGTH (a length <= 0 or longer than all
+ * ranks together hold), DCP_ERR_INFEASIBLE, DCP_ERR_INVALID_PLAN (a bug: the
+ * validator rejected the scheduler's output).
+ */
+dcp_status dcp_plan_compute(dcp_context *context, const int32_t *lengths, int32_t num_lengths,
+                            const dcp_plan **plan);
+
+/*
+ * Check every invariant of `plan` for these lengths and configuration.
+ * DCP_OK, or DCP_ERR_INVALID_PLAN with the first violation found in *violation
+ * (may be NULL).  Allocation-free: uses the context's scratch.
+ */
+dcp_status dcp_plan_validate(dcp_context *context, const dcp_plan *plan, const int32_t *lengths,
+                             int32_t num_lengths, dcp_plan_violation *violation);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* DCPACK_H */

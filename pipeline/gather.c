@@ -1,0 +1,170 @@
+/*
+ * gather.c - every DP rank's sequence lengths -> one global list, the same on
+ * every rank.  Global id = the DP rank's offset (exclusive prefix sum of the
+ * counts) + the local index, as in the reference.
+ *
+ * Local problems (a negative length, corrupt cu_seqlens, too many sequences)
+ * go through the communicator's agreement step first, so every rank of the DP
+ * group returns the same status instead of some ranks waiting forever in the
+ * all-gather.
+ */
+#include "stages.h"
+#include "../core/context.h"
+
+#include <string.h>
+
+size_t dcp_gather_scratch_size(const dcp_config *config)
+{
+    size_t dp = (size_t)config->data_parallel_size;
+    size_t s = DCP_ARENA_BYTES(int32_t, config->max_sequences); /* compacted local lengths */
+    s = dcp_size_add(s, DCP_ARENA_BYTES(int32_t, dp));           /* counts */
+    s = dcp_size_add(s, DCP_ARENA_BYTES(size_t, dp));            /* byte counts */
+    s = dcp_size_add(s, DCP_ARENA_BYTES(size_t, dp));            /* byte offsets */
+    return s;
+}
+
+/* Agree on `local` over the group; on failure fill err for this rank's view. */
+static dcp_status agree(dcp_comm *comm, dcp_status local, dcp_error *err)
+{
+    dcp_status agreed = DCP_OK;
+    int32_t failed_rank = -1;
+    dcp_status st = comm->ops->agree(comm, local, &agreed, &failed_rank);
+    if (st != DCP_OK) return dcp_fail(err, st, "gather: error agreement failed on rank %d: %s", comm->rank,
+                                      dcp_status_str(st));
+    if (agreed != DCP_OK && local == DCP_OK)
+        return dcp_fail(err, agreed, "gather: rank %d of the DP group failed with %s", failed_rank,
+                        dcp_status_str(agreed));
+    return agreed;
+}
+
+/* Shared tail: `local` holds this rank's compacted lengths (or an error in local_status). */
+static dcp_status gather_lengths(dcp_context *ctx, dcp_comm *comm, const int32_t *local, int32_t count,
+                                 dcp_status local_status, dcp_arena *scratch, dcp_error *err)
+{
+    dcp_status st = agree(comm, local_status, err);
+    if (st != DCP_OK) return st;
+
+    const int32_t dp = comm->size;
+    int32_t *counts = DCP_ARENA_NEW(scratch, int32_t, dp);
+    size_t *bytes = DCP_ARENA_NEW(scratch, size_t, dp);
+    size_t *offsets = DCP_ARENA_NEW(scratch, size_t, dp);
+    if (!counts || !bytes || !offsets)
+        return dcp_fail(err, DCP_ERR_CAPACITY, "gather scratch too small for %d DP ranks", dp);
+    st = comm->ops->allgather(comm, &count, sizeof count, counts);
+    if (st != DCP_OK) return dcp_fail(err, st, "gather: all-gather of counts failed: %s", dcp_status_str(st));
+
+    /* every rank sees the same counts, so every rank takes the same branch below */
+    int64_t total = 0;
+    for (int32_t r = 0; r < dp; r++) {
+        if (counts[r] < 0)
+            return dcp_fail(err, DCP_ERR_CORRUPT_INPUT, "gather: DP rank %d reported %d sequences", r, counts[r]);
+        ctx->rank_offsets[r] = (int32_t)(total < INT32_MAX ? total : INT32_MAX);
+        offsets[r] = (size_t)total * sizeof(int32_t);
+        bytes[r] = (size_t)counts[r] * sizeof(int32_t);
+        total += counts[r];
+    }
+    if (total > ctx->config.max_sequences)
+        return dcp_fail(err, DCP_ERR_CAPACITY, "gather: %lld sequences over the DP group exceed max_sequences = %d",
+                        (long long)total, ctx->config.max_sequences);
+    ctx->rank_offsets[dp] = (int32_t)total;
+    st = comm->ops->allgatherv(comm, local, (size_t)count * sizeof(int32_t), ctx->global_lengths, bytes, offsets);
+    if (st != DCP_OK) return dcp_fail(err, st, "gather: all-gather of lengths failed: %s", dcp_status_str(st));
+    ctx->num_global = (int32_t)total;
+    return DCP_OK;
+}
+
+static dcp_status check_args(dcp_context *ctx, dcp_comm *comm, const void *data, int32_t n,
+                             const int32_t **global_lengths, int32_t *num_global, const int32_t **rank_offsets,
+                             dcp_error *err)
+{
+    if (!comm || !comm->ops || !global_lengths || !num_global || !rank_offsets || (!data && n > 0))
+        return dcp_fail(err, DCP_ERR_NULL_POINTER, "gather: a required pointer is NULL");
+    if (comm->size != ctx->config.data_parallel_size)
+        return dcp_fail(err, DCP_ERR_INVALID_ARGUMENT, "gather: communicator has %d ranks, data_parallel_size is %d",
+                        comm->size, ctx->config.data_parallel_size);
+    return DCP_OK;
+}
+
+static dcp_status finish(dcp_context *ctx, dcp_status st, dcp_error *err, const int32_t **global_lengths,
+                         int32_t *num_global, const int32_t **rank_offsets)
+{
+    dcp_arena_reset(&ctx->arena, ctx->scratch_mark);
+    if (st != DCP_OK) {
+        ctx->num_global = 0;
+        return dcp_context_fail(ctx, st, err);
+    }
+    *global_lengths = ctx->global_lengths;
+    *num_global = ctx->num_global;
+    *rank_offsets = ctx->rank_offsets;
+    return DCP_OK;
+}
+
+dcp_status dcp_gather(dcp_context *ctx, dcp_comm *comm, const int32_t *local_lengths, int32_t num_local,
+                      const int32_t **global_lengths, int32_t *num_global, const int32_t **rank_offsets)
+{
+    if (!ctx) return DCP_ERR_NULL_POINTER;
+    dcp_error err;
+    dcp_error_clear(&err);
+    dcp_status st = check_args(ctx, comm, local_lengths, num_local, global_lengths, num_global, rank_offsets, &err);
+    if (st != DCP_OK) return dcp_context_fail(ctx, st, &err); /* argument errors are local: no peer can be told */
+
+    dcp_arena *scratch = dcp_context_scratch(ctx);
+    int32_t *local = DCP_ARENA_NEW(scratch, int32_t, ctx->config.max_sequences);
+    int32_t count = 0;
+    dcp_status local_status = DCP_OK;
+    if (num_local < 0)
+        local_status = dcp_fail(&err, DCP_ERR_INVALID_ARGUMENT, "gather: num_local %d is negative", num_local);
+    for (int32_t i = 0; i < num_local && local_status == DCP_OK; i++) {
+        int32_t s = local_lengths[i];
+        if (s < 0)
+            local_status = dcp_fail(&err, DCP_ERR_BAD_LENGTH, "gather: DP rank %d sample %d has length %d", comm->rank,
+                                    i, s);
+        else if (s > 0 && count >= ctx->config.max_sequences)
+            local_status = dcp_fail(&err, DCP_ERR_CAPACITY, "gather: DP rank %d has more than max_sequences = %d",
+                                    comm->rank, ctx->config.max_sequences);
+        else if (s > 0)
+            local[count++] = s;
+    }
+    if (local_status != DCP_OK) count = 0;
+    st = gather_lengths(ctx, comm, local, count, local_status, scratch, &err);
+    return finish(ctx, st, &err, global_lengths, num_global, rank_offsets);
+}
+
+dcp_status dcp_gather_packed(dcp_context *ctx, dcp_comm *comm, const int32_t *cu_seqlens, int32_t num_cu_seqlens,
+                             int64_t total_tokens, const int32_t **global_lengths, int32_t *num_global,
+                             const int32_t **rank_offsets)
+{
+    if (!ctx) return DCP_ERR_NULL_POINTER;
+    dcp_error err;
+    dcp_error_clear(&err);
+    dcp_status st =
+        check_args(ctx, comm, cu_seqlens, num_cu_seqlens, global_lengths, num_global, rank_offsets, &err);
+    if (st != DCP_OK) return dcp_context_fail(ctx, st, &err);
+
+    dcp_arena *scratch = dcp_context_scratch(ctx);
+    int32_t *local = DCP_ARENA_NEW(scratch, int32_t, ctx->config.max_sequences);
+    int32_t count = 0;
+    dcp_status local_status = DCP_OK;
+    if (num_cu_seqlens < 1 || total_tokens < 0)
+        local_status = dcp_fail(&err, DCP_ERR_CORRUPT_INPUT, "gather: %d cu_seqlens entries for %lld tokens",
+                                num_cu_seqlens, (long long)total_tokens);
+    else if (cu_seqlens[0] != 0)
+        local_status = dcp_fail(&err, DCP_ERR_CORRUPT_INPUT, "gather: cu_seqlens[0] is %d, not 0", cu_seqlens[0]);
+    for (int32_t i = 1; i < num_cu_seqlens && local_status == DCP_OK; i++) {
+        int64_t s = (int64_t)cu_seqlens[i] - cu_seqlens[i - 1];
+        if (s < 0)
+            local_status = dcp_fail(&err, DCP_ERR_CORRUPT_INPUT, "gather: cu_seqlens decreases at %d (%d -> %d)", i,
+                                    cu_seqlens[i - 1], cu_seqlens[i]);
+        else if (cu_seqlens[i] > total_tokens)
+            local_status = dcp_fail(&err, DCP_ERR_CORRUPT_INPUT, "gather: cu_seqlens[%d] = %d is past the %lld tokens",
+                                    i, cu_seqlens[i], (long long)total_tokens);
+        else if (s > 0 && count >= ctx->config.max_sequences)
+            local_status = dcp_fail(&err, DCP_ERR_CAPACITY, "gather: DP rank %d has more than max_sequences = %d",
+                                    comm->rank, ctx->config.max_sequences);
+        else if (s > 0)
+            local[count++] = (int32_t)s; /* empty sub-samples are dropped, as the reference does */
+    }
+    if (local_status != DCP_OK) count = 0;
+    st = gather_lengths(ctx, comm, local, count, local_status, scratch, &err);
+    return finish(ctx, st, &err, global_lengths, num_global, rank_offsets);
+}

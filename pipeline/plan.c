@@ -1,0 +1,77 @@
+/*
+ * plan.c - the planning driver: bucket -> assign -> validate, from gathered
+ * lengths, into the context's plan.  Every stage's scratch is released when
+ * the call returns, successful or not.
+ */
+#include "stages.h"
+#include "../core/context.h"
+#include "../core/plan.h"
+
+dcp_status dcp_plan_compute(dcp_context *ctx, const int32_t *lengths, int32_t num_lengths, const dcp_plan **plan)
+{
+    if (!ctx) return DCP_ERR_NULL_POINTER;
+    dcp_error err;
+    dcp_error_clear(&err);
+    if (!plan || (!lengths && num_lengths > 0))
+        return dcp_context_fail(ctx, dcp_fail(&err, DCP_ERR_NULL_POINTER, "dcp_plan_compute: %s is NULL",
+                                              plan ? "lengths" : "plan"), &err);
+    if (num_lengths < 0)
+        return dcp_context_fail(ctx, dcp_fail(&err, DCP_ERR_INVALID_ARGUMENT, "num_lengths %d is negative",
+                                              num_lengths), &err);
+    if (num_lengths == 0)
+        return dcp_context_fail(ctx, dcp_fail(&err, DCP_ERR_INVALID_ARGUMENT, "empty batch: no sequences to plan"),
+                                &err);
+    const dcp_config *config = &ctx->config;
+    dcp_status st = dcp_bucket(lengths, num_lengths, config, ctx->sorted_ids, ctx->min_cp, dcp_context_scratch(ctx),
+                               &err);
+    if (st != DCP_OK) goto done;
+
+    dcp_schedule_input in = {
+        .lengths = lengths,
+        .num_sequences = num_lengths,
+        .sorted_ids = ctx->sorted_ids,
+        .min_cp = ctx->min_cp,
+        .num_ranks = ctx->num_ranks,
+        .config = config,
+    };
+    st = dcp_assign(&in, &ctx->plan, dcp_context_scratch(ctx), &err);
+    if (st != DCP_OK) goto done;
+
+    dcp_plan_violation violation;
+    st = dcp_plan_check(&ctx->plan, config, lengths, num_lengths, dcp_context_scratch(ctx), &violation);
+    if (st != DCP_OK) {
+        dcp_fail(&err, st, "%s scheduler produced an invalid plan (invariant %d): %s",
+                 dcp_scheduler_name(config->scheduler), (int)violation.invariant, violation.message);
+        goto done;
+    }
+    *plan = &ctx->plan;
+done:
+    dcp_arena_reset(&ctx->arena, ctx->scratch_mark);
+    if (st != DCP_OK) {
+        dcp_plan_clear(&ctx->plan, ctx->num_ranks); /* never hand out a half-built plan */
+        return dcp_context_fail(ctx, st, &err);
+    }
+    return DCP_OK;
+}
+
+dcp_status dcp_plan_validate(dcp_context *ctx, const dcp_plan *plan, const int32_t *lengths, int32_t num_lengths,
+                             dcp_plan_violation *violation)
+{
+    if (!ctx) return DCP_ERR_NULL_POINTER;
+    dcp_error err;
+    if (!plan || (!lengths && num_lengths > 0))
+        return dcp_context_fail(ctx, dcp_fail(&err, DCP_ERR_NULL_POINTER, "dcp_plan_validate: %s is NULL",
+                                              plan ? "lengths" : "plan"), &err);
+    if (num_lengths < 0 || num_lengths > ctx->config.max_sequences)
+        return dcp_context_fail(ctx, dcp_fail(&err, DCP_ERR_CAPACITY, "num_lengths %d outside [0, max_sequences %d]",
+                                              num_lengths, ctx->config.max_sequences), &err);
+    dcp_plan_violation local;
+    dcp_plan_violation *v = violation ? violation : &local;
+    dcp_status st = dcp_plan_check(plan, &ctx->config, lengths, num_lengths, dcp_context_scratch(ctx), v);
+    dcp_arena_reset(&ctx->arena, ctx->scratch_mark);
+    if (st != DCP_OK) {
+        dcp_fail(&err, st, "invariant %d: %s", (int)v->invariant, v->message);
+        return dcp_context_fail(ctx, st, &err);
+    }
+    return DCP_OK;
+}

@@ -1,0 +1,71 @@
+/*
+ * stages.h - the planning stages, each a pure function over SoA arrays.
+ *
+ *   gather   -> global lengths, per-DP-rank offsets   (pipeline/gather.c)
+ *   bucket   -> ids sorted by length, minimal CP size  (pipeline/bucket.c)
+ *   assign   -> the plan, by the configured scheduler  (pipeline/assign*.c)
+ *   validate -> every invariant                        (core/validate.c)
+ *
+ * Every stage takes its scratch from an arena it may fill and never frees:
+ * the caller resets the arena to a mark afterwards.  Each stage's
+ * *_scratch_size() is an upper bound of what it takes for the largest input
+ * the configuration allows; dcp_workspace_size() reserves the maximum.
+ */
+#ifndef DCP_STAGES_H
+#define DCP_STAGES_H
+
+#include "dcpack.h"
+#include "../core/error.h"
+#include "../alloc/arena.h"
+
+/* ---- bucket ---- */
+
+/*
+ * Minimal CP size of a sequence: the smallest power of two >= ceil(s / M),
+ * at least min_cp_size; num_ranks itself when that power of two exceeds a
+ * num_ranks that is not a power of two (the reference's full-group fallback).
+ * Returns 0 when s does not fit on `limit_ranks` ranks at all.
+ */
+int32_t dcp_min_cp_size(int64_t length, int32_t max_seqlen_per_rank, int32_t min_cp_size, int32_t num_ranks);
+
+/*
+ * Check lengths (1 <= s <= what the largest allowed group holds), sort ids by
+ * length descending (stable: equal lengths keep id order) and compute each
+ * id's minimal CP size.  With dp_balanced the largest group is the static CP
+ * size; otherwise all DPxCP ranks.
+ */
+dcp_status dcp_bucket(const int32_t *lengths, int32_t num_sequences, const dcp_config *config,
+                      int32_t *sorted_ids, int32_t *min_cp, dcp_arena *scratch, dcp_error *err);
+size_t dcp_bucket_scratch_size(const dcp_config *config);
+
+/* ---- assign ---- */
+
+typedef struct dcp_schedule_input {
+    const int32_t *lengths;    /* [num_sequences], by global id; all validated by dcp_bucket */
+    int32_t num_sequences;
+    const int32_t *sorted_ids; /* [num_sequences], by length descending, stable */
+    const int32_t *min_cp;     /* [num_sequences], by global id */
+    int32_t num_ranks;         /* DPxCP */
+    const dcp_config *config;
+} dcp_schedule_input;
+
+/* Dispatch on config->scheduler.  The plan is cleared first; on error its contents are unspecified. */
+dcp_status dcp_assign(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err);
+size_t dcp_assign_scratch_size(const dcp_config *config);
+
+dcp_status dcp_assign_dp_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch,
+                                  dcp_error *err);
+size_t dcp_assign_dp_balanced_scratch_size(const dcp_config *config);
+
+dcp_status dcp_assign_dynamic_cp(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch,
+                                 dcp_error *err);
+size_t dcp_assign_dynamic_cp_scratch_size(const dcp_config *config);
+
+dcp_status dcp_assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch,
+                               dcp_error *err);
+size_t dcp_assign_balanced_scratch_size(const dcp_config *config);
+
+/* ---- gather ---- */
+size_t dcp_gather_scratch_size(const dcp_config *config);
+
+#endif
