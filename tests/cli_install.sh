@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Install dcpack into a temporary prefix, then build a consumer two ways:
+# with find_package(dcpack) and with pkg-config.  Proves the installed header,
+# library, CMake package and .pc file work for a user.
+set -euo pipefail
+dcpack_bin="$1"; src="$2"
+build_dir="$(dirname "$dcpack_bin")"
+tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build_dir" --prefix "$tmp/prefix" >/dev/null
+test -f "$tmp/prefix/include/dcpack.h"
+lib=$(find "$tmp/prefix" -name libdcpack.a | head -1); test -n "$lib"
+pc=$(find "$tmp/prefix" -name dcpack.pc | head -1); test -n "$pc"
+
+mkdir -p "$tmp/consumer"
+cat > "$tmp/consumer/main.c" <<'C'
+#include <dcpack.h>
+#include <stdio.h>
+int main(void) {
+    dcp_config c; dcp_config_default(&c);
+    c.data_parallel_size = 4; c.max_sequences = 16; c.scheduler = DCP_SCHEDULER_DP_BALANCED;
+    dcp_context *ctx;
+    if (dcp_context_create(&c, &ctx) != DCP_OK) return 1;
+    const int32_t lengths[] = {1000, 3000, 2000, 500, 4000, 100, 100, 200};
+    const dcp_plan *plan;
+    dcp_status st = dcp_plan_compute(ctx, lengths, 8, &plan);
+    printf("%s %d\n", dcp_status_str(st), st == DCP_OK ? plan->num_microbatches : -1);
+    dcp_context_destroy(ctx);
+    return st == DCP_OK ? 0 : 1;
+}
+C
+cat > "$tmp/consumer/CMakeLists.txt" <<'CM'
+cmake_minimum_required(VERSION 3.20)
+project(consumer C)
+find_package(dcpack REQUIRED)
+add_executable(consumer main.c)
+target_link_libraries(consumer PRIVATE dcpack::dcpack)
+CM
+cmake -S "$tmp/consumer" -B "$tmp/consumer/build" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+cmake --build "$tmp/consumer/build" >/dev/null
+out=$("$tmp/consumer/build/consumer")
+echo "find_package consumer: $out"
+[ "$out" = "DCP_OK 1" ] || { echo "unexpected output from the find_package consumer: $out"; exit 1; }
+
+export PKG_CONFIG_PATH="$(dirname "$pc")"
+if command -v pkg-config >/dev/null; then
+  cc "$tmp/consumer/main.c" -o "$tmp/consumer/pc" $(pkg-config --cflags --static --libs dcpack) $(pkg-config --variable=libdir dcpack | sed 's/^/-L/') 
+  out=$("$tmp/consumer/pc")
+  echo "pkg-config consumer: $out"
+  [ "$out" = "DCP_OK 1" ] || { echo "unexpected output from the pkg-config consumer: $out"; exit 1; }
+else
+  grep -q -- "-ldcpack" "$pc"
+  echo "pkg-config not installed; checked dcpack.pc names -ldcpack"
+fi
