@@ -28,24 +28,39 @@ static int64_t saturate(__int128 v)
 static int log2_exact(int32_t v)
 {
     int k = 0;
-    while ((1 << k) < v && k < 31) k++;
+    while (k < 31 && ((int64_t)1 << k) < v) k++;
     return k;
+}
+
+/*
+ * Products in dcp_cost are capped at 2^100: any term that large already makes
+ * the result (divided by cp < 2^31) exceed INT64_MAX, so capping changes
+ * nothing but keeps s^2 * quadratic (up to 2^189) inside __int128.  Negative
+ * coefficients (which dcp_config_validate rejects) count as 0.
+ */
+#define COST_CAP ((__int128)1 << 100)
+
+static __int128 mul_capped(__int128 a, __int128 b)
+{
+    if (a <= 0 || b <= 0) return 0;
+    if (a > COST_CAP / b) return COST_CAP;
+    return a * b;
 }
 
 int64_t dcp_cost(const dcp_cost_model *model, int64_t length, int32_t cp)
 {
     if (!model || length <= 0 || cp <= 0) return 0;
     __int128 s = length;
-    __int128 quad = (__int128)model->quadratic * s * s;
-    __int128 work = quad + (__int128)model->linear * s;
+    __int128 quad = mul_capped(mul_capped(model->quadratic, s), s);
+    __int128 work = quad + mul_capped(model->linear, s);
     __int128 fixed = 0;
     if (cp > 1) {
         int k = log2_exact(cp);
         if (k > DCP_MAX_LOG2_CP) k = DCP_MAX_LOG2_CP;
-        /* KV traffic the attention compute does not hide. */
-        __int128 exposed = (__int128)model->kv[k] * s * (cp - 1) - quad;
+        /* KV traffic the attention compute does not hide; once capped, work is past INT64_MAX * cp anyway */
+        __int128 exposed = mul_capped(mul_capped(model->kv[k], s), cp - 1) - quad;
         if (exposed > 0) work += exposed;
-        fixed = (__int128)model->round_latency * (cp - 1);
+        fixed = mul_capped(model->round_latency, cp - 1);
     }
     return saturate(work / cp + fixed);
 }

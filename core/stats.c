@@ -4,6 +4,7 @@
  * same cost, so this walks groups, not ranks.
  */
 #include "plan.h"
+#include "context.h"
 
 static int64_t sat_add(int64_t a, int64_t b) { return (a > INT64_MAX - b) ? INT64_MAX : a + b; }
 
@@ -35,6 +36,18 @@ dcp_status dcp_plan_stats_compute(dcp_context *context, const dcp_plan *plan, co
 {
     if (!context || !plan || !lengths || !stats) return DCP_ERR_NULL_POINTER;
     const dcp_config *config = dcp_context_config(context);
+    /* the walk below trusts the plan's offsets: check them (and every invariant) first */
+    dcp_error err;
+    if (num_lengths < 0 || num_lengths > config->max_sequences)
+        return dcp_context_fail(context, dcp_fail(&err, DCP_ERR_CAPACITY,
+                                                  "plan stats: num_lengths %d outside [0, max_sequences %d]",
+                                                  num_lengths, config->max_sequences), &err);
+    dcp_plan_violation v;
+    dcp_status checked = dcp_plan_check(plan, config, lengths, num_lengths, dcp_context_scratch(context), &v);
+    dcp_arena_reset(&context->arena, context->scratch_mark);
+    if (checked != DCP_OK)
+        return dcp_context_fail(context, dcp_fail(&err, checked, "plan stats: invalid plan (invariant %d): %s",
+                                                  (int)v.invariant, v.message), &err);
     const dcp_cost_model *model = &config->cost;
     dcp_plan_stats st = {0};
     st.num_microbatches = plan->num_microbatches;

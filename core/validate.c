@@ -65,6 +65,7 @@ dcp_status dcp_plan_check(const dcp_plan *plan, const dcp_config *config, const 
 
     const int64_t per_rank = config->max_seqlen_per_rank;
     const int32_t seq_cap = config->max_sequences_per_microbatch;
+    const int32_t static_cp = config->context_parallel_size;
     for (int32_t m = 0; m < nmb; m++) {
         int32_t g0 = plan->microbatch_first_group[m], g1 = plan->microbatch_first_group[m + 1];
         if (g1 < g0 || g1 > plan->num_groups)
@@ -81,10 +82,12 @@ dcp_status dcp_plan_check(const dcp_plan *plan, const dcp_config *config, const 
             if (cp < 1 || first < 0 || (int64_t)first + cp > n)
                 return violation_at(v, DCP_INVARIANT_BLOCK_SHAPE, m, first, -1,
                                     "microbatch %d: group at rank %d of size %d leaves ranks [0,%d)", m, first, cp, n);
-            if (!is_pow2(cp) && cp != n)
+            /* a static CP group (dp_balanced with a CP size that is not a power of two) is a block too */
+            int static_group = cp == static_cp && first % static_cp == 0;
+            if (!is_pow2(cp) && cp != n && !static_group)
                 return violation_at(v, DCP_INVARIANT_BLOCK_SHAPE, m, first, -1,
-                                    "microbatch %d: group at rank %d has size %d, not a power of two or %d", m, first,
-                                    cp, n);
+                                    "microbatch %d: group at rank %d has size %d, not a power of two, %d, or a CP "
+                                    "group of %d", m, first, cp, n, static_cp);
             if (first < next_free)
                 return violation_at(v, DCP_INVARIANT_BLOCK_SHAPE, m, first, -1,
                                     "microbatch %d: group at rank %d overlaps or precedes the previous group", m,

@@ -93,7 +93,9 @@ dcp_status dcp_scheduler_from_name(const char *name, dcp_scheduler *out);
  *
  * and a microbatch costs its slowest rank plus microbatch_overhead.  All terms
  * are integers in "attention token pair" units; divisions round down.  The
- * result saturates at INT64_MAX instead of overflowing.
+ * result saturates at INT64_MAX instead of overflowing, for any length and
+ * coefficients (intermediate products are capped, never wrapped); negative
+ * coefficients, which dcp_config_validate() rejects, count as 0.
  */
 typedef struct dcp_cost_model {
     int64_t quadratic;                    /* s^2 coefficient (default 1) */
@@ -249,7 +251,10 @@ typedef struct dcp_plan_stats {
 
 /*
  * Statistics of a plan under the cost model and lengths it was computed for.
- * Allocation-free; needs scratch from the context (num_ranks int64 loads).
+ * The plan is validated first (a hand-made or stale plan is never walked past
+ * its arrays): DCP_ERR_INVALID_PLAN when it breaks an invariant for these
+ * lengths, DCP_ERR_CAPACITY when num_lengths exceeds max_sequences.
+ * Allocation-free; needs scratch from the context.
  */
 dcp_status dcp_plan_stats_compute(dcp_context *context, const dcp_plan *plan, const int32_t *lengths,
                                   int32_t num_lengths, dcp_plan_stats *stats);
@@ -258,7 +263,7 @@ dcp_status dcp_plan_stats_compute(dcp_context *context, const dcp_plan *plan, co
 typedef enum dcp_invariant {
     DCP_INVARIANT_NONE = 0,
     DCP_INVARIANT_EACH_ID_ONCE = 1,    /* every id in exactly one microbatch, once */
-    DCP_INVARIANT_BLOCK_SHAPE = 2,     /* groups are disjoint power-of-two (or full) rank blocks */
+    DCP_INVARIANT_BLOCK_SHAPE = 2,     /* groups are disjoint power-of-two, full or static-CP rank blocks */
     DCP_INVARIANT_SAME_IDS = 3,        /* ranks of a block hold the same ids (rank-list form) */
     DCP_INVARIANT_TOKEN_CAPACITY = 4,  /* sum s / cp <= max_seqlen_per_rank on every rank */
     DCP_INVARIANT_NO_EMPTY_RANK = 5,   /* every rank holds something in every microbatch */
