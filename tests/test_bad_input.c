@@ -1,0 +1,434 @@
+/*
+ * test_bad_input.c - every kind of bad input the planning API can receive:
+ * the status it gets, the message naming the offending value, nothing written
+ * to the caller's outputs, and a context that works afterwards exactly as a
+ * fresh one does (same status and plan hash for a good batch).
+ *
+ * The README's bad-input table points at these cases (and at the narrower
+ * ones in test_config.c, test_validate.c, test_bucket.c).
+ */
+#include "dcp_test.h"
+#include "../core/plan.h"
+
+#include <stdlib.h>
+
+/* ---- a one-rank communicator: collectives are local copies ---- */
+
+static dcp_status solo_allgather(dcp_comm *comm, const void *send, size_t bytes, void *recv)
+{
+    (void)comm;
+    if (bytes) memmove(recv, send, bytes);
+    return DCP_OK;
+}
+
+static dcp_status solo_allgatherv(dcp_comm *comm, const void *send, size_t send_bytes, void *recv,
+                                  const size_t *recv_bytes, const size_t *recv_offsets)
+{
+    (void)comm;
+    (void)recv_bytes;
+    if (send_bytes) memmove((char *)recv + recv_offsets[0], send, send_bytes);
+    return DCP_OK;
+}
+
+static dcp_status solo_alltoallv(dcp_comm *comm, const void *send, const size_t *send_bytes,
+                                 const size_t *send_offsets, void *recv, const size_t *recv_bytes,
+                                 const size_t *recv_offsets)
+{
+    (void)comm;
+    (void)recv_bytes;
+    if (send_bytes[0]) memmove((char *)recv + recv_offsets[0], (const char *)send + send_offsets[0], send_bytes[0]);
+    return DCP_OK;
+}
+
+static dcp_status solo_broadcast(dcp_comm *comm, void *buffer, size_t bytes, int32_t root)
+{
+    (void)comm;
+    (void)buffer;
+    (void)bytes;
+    (void)root;
+    return DCP_OK;
+}
+
+static dcp_status solo_agree(dcp_comm *comm, dcp_status local, dcp_status *agreed, int32_t *failed_rank)
+{
+    (void)comm;
+    *agreed = local;
+    *failed_rank = local == DCP_OK ? -1 : 0;
+    return DCP_OK;
+}
+
+static const dcp_comm_ops solo_ops = {solo_allgather, solo_allgatherv, solo_alltoallv, solo_broadcast, solo_agree};
+
+static dcp_comm solo_comm(void)
+{
+    dcp_comm comm = {&solo_ops, 0, 1, NULL};
+    return comm;
+}
+
+/* ---- helpers ---- */
+
+static const int32_t good_lengths[8] = {700, 100, 300, 900, 50, 20, 400, 1000};
+
+static dcp_config small_config(dcp_scheduler scheduler)
+{
+    dcp_config c;
+    dcp_config_default(&c);
+    c.scheduler = scheduler;
+    c.data_parallel_size = 2;
+    c.context_parallel_size = 2;
+    c.max_sequences = 8;
+    c.max_seqlen_per_rank = 1000;
+    return c;
+}
+
+static int scheduler_built(dcp_scheduler scheduler)
+{
+    dcp_config c = small_config(scheduler);
+    dcp_context *ctx = NULL;
+    if (dcp_context_create(&c, &ctx) != DCP_OK) return 0;
+    const dcp_plan *plan;
+    int built = dcp_plan_compute(ctx, good_lengths, 8, &plan) != DCP_ERR_UNSUPPORTED;
+    dcp_context_destroy(ctx);
+    if (!built) printf("note: scheduler %s is not built; not checked\n", dcp_scheduler_name(scheduler));
+    return built;
+}
+
+/* Status and hash of the good batch on `ctx`. */
+static dcp_status good_plan(dcp_context *ctx, uint64_t *hash)
+{
+    const dcp_plan *plan = NULL;
+    dcp_status st = dcp_plan_compute(ctx, good_lengths, 8, &plan);
+    *hash = st == DCP_OK ? dcp_plan_hash(plan) : 0;
+    return st;
+}
+
+/* The context plans the good batch exactly as a fresh context with its configuration does. */
+static void check_usable(dcp_context *ctx, const char *after, int line)
+{
+    dcp_context *fresh = NULL;
+    if (dcp_context_create(dcp_context_config(ctx), &fresh) != DCP_OK) {
+        dcp_test_fail(__FILE__, line, "fresh context failed");
+        return;
+    }
+    uint64_t h_fresh, h_used;
+    dcp_status s_fresh = good_plan(fresh, &h_fresh), s_used = good_plan(ctx, &h_used);
+    if (s_fresh != DCP_OK || s_used != s_fresh || h_used != h_fresh)
+        dcp_test_fail(__FILE__, line, "after %s: good batch gives %s (hash %llx), fresh context %s (hash %llx)", after,
+                      dcp_status_str(s_used), (unsigned long long)h_used, dcp_status_str(s_fresh),
+                      (unsigned long long)h_fresh);
+    dcp_context_destroy(fresh);
+}
+
+/* Expect `got` == `want`, the message to name `part`, and the context to stay usable. */
+static void expect_error(dcp_context *ctx, dcp_status got, dcp_status want, const char *part, const char *what,
+                         int line)
+{
+    if (got != want)
+        dcp_test_fail(__FILE__, line, "%s: got %s, expected %s (%s)", what, dcp_status_str(got), dcp_status_str(want),
+                      dcp_context_last_error(ctx));
+    if (!strstr(dcp_context_last_error(ctx), part))
+        dcp_test_fail(__FILE__, line, "%s: message \"%s\" does not name \"%s\"", what, dcp_context_last_error(ctx),
+                      part);
+    check_usable(ctx, what, line);
+}
+
+/* ---- dcp_plan_compute ---- */
+
+DCP_TEST(plan_compute_bad_inputs)
+{
+    const dcp_plan *sentinel = (const dcp_plan *)&good_lengths; /* never a plan: must stay untouched */
+    for (int s = DCP_SCHEDULER_DP_BALANCED; s <= DCP_SCHEDULER_BALANCED; s++) {
+        if (!scheduler_built((dcp_scheduler)s)) continue;
+        dcp_config c = small_config((dcp_scheduler)s);
+        dcp_context *ctx = NULL;
+        DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+        const dcp_plan *plan = sentinel;
+        const int32_t nine[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+        const int32_t zero[3] = {5, 0, 5}, negative[3] = {5, -3, 5}, minimum[2] = {INT32_MIN, 1};
+        /* longer than the largest group: 2 static CP ranks (dp_balanced) or all 4 ranks, of 1000 tokens */
+        const int32_t too_long[2] = {1, s == DCP_SCHEDULER_DP_BALANCED ? 2001 : 4001};
+
+        DCP_CHECK_STATUS(dcp_plan_compute(NULL, good_lengths, 8, &plan), DCP_ERR_NULL_POINTER);
+        expect_error(ctx, dcp_plan_compute(ctx, good_lengths, 8, NULL), DCP_ERR_NULL_POINTER, "plan is NULL",
+                     "NULL plan", __LINE__);
+        expect_error(ctx, dcp_plan_compute(ctx, NULL, 3, &plan), DCP_ERR_NULL_POINTER, "lengths is NULL",
+                     "NULL lengths", __LINE__);
+        expect_error(ctx, dcp_plan_compute(ctx, good_lengths, -1, &plan), DCP_ERR_INVALID_ARGUMENT, "-1",
+                     "negative count", __LINE__);
+        expect_error(ctx, dcp_plan_compute(ctx, good_lengths, 0, &plan), DCP_ERR_INVALID_ARGUMENT, "empty batch",
+                     "empty batch", __LINE__);
+        expect_error(ctx, dcp_plan_compute(ctx, nine, 9, &plan), DCP_ERR_CAPACITY, "max_sequences = 8",
+                     "more sequences than max_sequences", __LINE__);
+        expect_error(ctx, dcp_plan_compute(ctx, zero, 3, &plan), DCP_ERR_BAD_LENGTH, "sequence 1 has length 0",
+                     "zero length", __LINE__);
+        expect_error(ctx, dcp_plan_compute(ctx, negative, 3, &plan), DCP_ERR_BAD_LENGTH, "length -3",
+                     "negative length", __LINE__);
+        expect_error(ctx, dcp_plan_compute(ctx, minimum, 2, &plan), DCP_ERR_BAD_LENGTH, "-2147483648",
+                     "INT32_MIN length", __LINE__);
+        expect_error(ctx, dcp_plan_compute(ctx, too_long, 2, &plan), DCP_ERR_BAD_LENGTH,
+                     s == DCP_SCHEDULER_DP_BALANCED ? "2001" : "4001", "length beyond the largest group", __LINE__);
+        DCP_CHECK(plan == sentinel); /* no failure wrote the output */
+        dcp_context_destroy(ctx);
+
+        /* more microbatches than max_microbatches: a capacity error, not a write past the tables */
+        c.max_microbatches = 1;
+        DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+        const int32_t full[8] = {1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000}; /* 2 per rank: 2 microbatches */
+        expect_error(ctx, dcp_plan_compute(ctx, full, 8, &plan), DCP_ERR_CAPACITY, "max_microbatches",
+                     "more microbatches than max_microbatches", __LINE__);
+        DCP_CHECK(plan == sentinel);
+        dcp_context_destroy(ctx);
+    }
+}
+
+DCP_TEST(plan_compute_infeasible_vpp)
+{
+    /* dp_balanced, DP 2 x VPP group 4: 3 sequences cannot make 8 packs */
+    dcp_config c = small_config(DCP_SCHEDULER_DP_BALANCED);
+    c.pipeline_parallel_size = 2;
+    c.virtual_pipeline_size = 2;
+    c.microbatch_group_size_per_vp_stage = 4;
+    dcp_context *ctx = NULL;
+    DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+    const dcp_plan *plan = NULL;
+    const int32_t three[3] = {10, 20, 30};
+    expect_error(ctx, dcp_plan_compute(ctx, three, 3, &plan), DCP_ERR_INFEASIBLE, "3 sequences", "VPP infeasible",
+                 __LINE__);
+    DCP_CHECK(plan == NULL);
+    dcp_context_destroy(ctx);
+}
+
+/* ---- dcp_plan_validate and dcp_plan_stats_compute on hand-made plans ---- */
+
+typedef struct {
+    int32_t mb[4], first_rank[8], cp[8], first_id[9], ids[8];
+    dcp_plan plan;
+} hand_plan;
+
+/* A valid plan of the good batch on 4 ranks: mb 0 = {3} on [0,2), {7} on [2,4); mb 1 = the rest on all 4. */
+static void hand_plan_init(hand_plan *h)
+{
+    memset(h, 0, sizeof *h);
+    h->plan = (dcp_plan){.num_ranks = 4, .microbatch_first_group = h->mb, .group_first_rank = h->first_rank,
+                         .group_cp_size = h->cp, .group_first_id = h->first_id, .ids = h->ids,
+                         .max_microbatches = 3, .max_groups = 8, .max_ids = 8};
+    dcp_plan_clear(&h->plan, 4);
+    dcp_plan_open_microbatch(&h->plan, NULL);
+    dcp_plan_push_group(&h->plan, 0, 2, (int32_t[]){3}, 1, NULL);
+    dcp_plan_push_group(&h->plan, 2, 2, (int32_t[]){7}, 1, NULL);
+    dcp_plan_close_microbatch(&h->plan);
+    dcp_plan_open_microbatch(&h->plan, NULL);
+    dcp_plan_push_group(&h->plan, 0, 4, (int32_t[]){0, 1, 2, 4, 5, 6}, 6, NULL);
+    dcp_plan_close_microbatch(&h->plan);
+}
+
+DCP_TEST(validate_and_stats_bad_inputs)
+{
+    dcp_config c = small_config(DCP_SCHEDULER_DP_BALANCED);
+    dcp_context *ctx = NULL;
+    DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+    hand_plan h;
+    hand_plan_init(&h);
+    dcp_plan_stats stats, untouched;
+    memset(&untouched, 0x5A, sizeof untouched);
+    stats = untouched;
+    DCP_REQUIRE_OK(dcp_plan_validate(ctx, &h.plan, good_lengths, 8, NULL));
+    DCP_REQUIRE_OK(dcp_plan_stats_compute(ctx, &h.plan, good_lengths, 8, &stats));
+    DCP_CHECK_EQ_INT(stats.total_tokens, 3470);
+
+    DCP_CHECK_STATUS(dcp_plan_validate(NULL, &h.plan, good_lengths, 8, NULL), DCP_ERR_NULL_POINTER);
+    expect_error(ctx, dcp_plan_validate(ctx, NULL, good_lengths, 8, NULL), DCP_ERR_NULL_POINTER, "plan is NULL",
+                 "validate NULL plan", __LINE__);
+    expect_error(ctx, dcp_plan_validate(ctx, &h.plan, NULL, 8, NULL), DCP_ERR_NULL_POINTER, "lengths is NULL",
+                 "validate NULL lengths", __LINE__);
+    expect_error(ctx, dcp_plan_validate(ctx, &h.plan, good_lengths, -2, NULL), DCP_ERR_CAPACITY, "-2",
+                 "validate negative count", __LINE__);
+    expect_error(ctx, dcp_plan_validate(ctx, &h.plan, good_lengths, 9, NULL), DCP_ERR_CAPACITY, "9",
+                 "validate count over max_sequences", __LINE__);
+
+    /* garbage counts and offsets are caught before any array is read past its capacity */
+    const struct { int32_t *field; int32_t value; const char *part; } corruptions[] = {
+        {&h.plan.num_microbatches, -1, "capacity"},
+        {&h.plan.num_microbatches, INT32_MAX, "capacity"},
+        {&h.plan.num_groups, 1000, "capacity"},
+        {&h.plan.num_ids, -5, "capacity"},
+        {&h.plan.num_ranks, 0, "plan has 0 ranks"},
+        {&h.mb[1], 7, "invalid"},
+        {&h.mb[1], -1, "invalid"},
+        {&h.first_id[1], 9, "invalid"},
+        {&h.first_id[2], -4, "invalid"},
+        {&h.first_rank[1], INT32_MAX, "leaves ranks"},
+        {&h.cp[2], INT32_MIN, "leaves ranks"},
+        {&h.ids[7], INT32_MAX, "out of range"},
+    };
+    for (size_t i = 0; i < sizeof corruptions / sizeof corruptions[0]; i++) {
+        hand_plan_init(&h);
+        *corruptions[i].field = corruptions[i].value;
+        dcp_plan_violation v;
+        char what[64];
+        snprintf(what, sizeof what, "corruption %zu", i);
+        expect_error(ctx, dcp_plan_validate(ctx, &h.plan, good_lengths, 8, &v), DCP_ERR_INVALID_PLAN,
+                     corruptions[i].part, what, __LINE__);
+        /* statistics refuse the same plan instead of walking it */
+        stats = untouched;
+        expect_error(ctx, dcp_plan_stats_compute(ctx, &h.plan, good_lengths, 8, &stats), DCP_ERR_INVALID_PLAN,
+                     corruptions[i].part, what, __LINE__);
+        DCP_CHECK(memcmp(&stats, &untouched, sizeof stats) == 0);
+    }
+
+    /* a stale plan: computed for another batch */
+    hand_plan_init(&h);
+    const int32_t other[6] = {1, 2, 3, 4, 5, 6};
+    expect_error(ctx, dcp_plan_stats_compute(ctx, &h.plan, other, 6, &stats), DCP_ERR_INVALID_PLAN,
+                 "8 ids for 6 sequences", "stats of a stale plan", __LINE__);
+    expect_error(ctx, dcp_plan_stats_compute(ctx, &h.plan, good_lengths, 100, &stats), DCP_ERR_CAPACITY,
+                 "num_lengths 100", "stats count over max_sequences", __LINE__);
+    DCP_CHECK_STATUS(dcp_plan_stats_compute(NULL, &h.plan, good_lengths, 8, &stats), DCP_ERR_NULL_POINTER);
+    DCP_CHECK_STATUS(dcp_plan_stats_compute(ctx, NULL, good_lengths, 8, &stats), DCP_ERR_NULL_POINTER);
+    DCP_CHECK_STATUS(dcp_plan_stats_compute(ctx, &h.plan, NULL, 8, &stats), DCP_ERR_NULL_POINTER);
+    DCP_CHECK_STATUS(dcp_plan_stats_compute(ctx, &h.plan, good_lengths, 8, NULL), DCP_ERR_NULL_POINTER);
+
+    /* plan queries with out-of-range arguments answer "none" */
+    hand_plan_init(&h);
+    DCP_CHECK_EQ_INT(dcp_plan_group_of_rank(NULL, 0, 0), -1);
+    DCP_CHECK_EQ_INT(dcp_plan_group_of_rank(&h.plan, -1, 0), -1);
+    DCP_CHECK_EQ_INT(dcp_plan_group_of_rank(&h.plan, 2, 0), -1);
+    DCP_CHECK_EQ_INT(dcp_plan_group_of_rank(&h.plan, INT32_MAX, 0), -1);
+    DCP_CHECK_EQ_INT(dcp_plan_group_of_rank(&h.plan, 0, -1), -1);
+    DCP_CHECK_EQ_INT(dcp_plan_group_of_rank(&h.plan, 0, 4), -1);
+    DCP_CHECK_EQ_INT(dcp_plan_group_of_rank(&h.plan, 0, INT32_MAX), -1);
+    DCP_CHECK_EQ_INT(dcp_plan_group_of_rank(&h.plan, 1, 3), 2);
+    dcp_context_destroy(ctx);
+}
+
+/* ---- dcp_gather and dcp_gather_packed ---- */
+
+static void check_gather_usable(dcp_context *ctx, dcp_comm *comm, int line)
+{
+    const int32_t *lengths = NULL, *offsets = NULL;
+    int32_t n = -1;
+    dcp_status st = dcp_gather(ctx, comm, good_lengths, 8, &lengths, &n, &offsets);
+    if (st != DCP_OK || n != 8 || memcmp(lengths, good_lengths, sizeof good_lengths) != 0 || offsets[1] != 8)
+        dcp_test_fail(__FILE__, line, "good gather after a failure: %s, %d sequences", dcp_status_str(st), n);
+    check_usable(ctx, "gather", line);
+}
+
+DCP_TEST(gather_bad_inputs)
+{
+    dcp_config c = small_config(DCP_SCHEDULER_DP_BALANCED);
+    c.data_parallel_size = 1;
+    c.context_parallel_size = 4;
+    dcp_context *ctx = NULL;
+    DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+    dcp_comm comm = solo_comm();
+    const int32_t *lengths = NULL, *offsets = NULL;
+    int32_t n = -1;
+#define GATHER_FAILS(call, want, part)                                                                         \
+    do {                                                                                                       \
+        lengths = NULL;                                                                                        \
+        offsets = NULL;                                                                                        \
+        n = -1;                                                                                                \
+        expect_error(ctx, (call), (want), (part), #call, __LINE__);                                            \
+        DCP_CHECK(lengths == NULL && offsets == NULL && n == -1);                                              \
+        check_gather_usable(ctx, &comm, __LINE__);                                                             \
+    } while (0)
+
+    DCP_CHECK_STATUS(dcp_gather(NULL, &comm, good_lengths, 8, &lengths, &n, &offsets), DCP_ERR_NULL_POINTER);
+    GATHER_FAILS(dcp_gather(ctx, NULL, good_lengths, 8, &lengths, &n, &offsets), DCP_ERR_NULL_POINTER, "NULL");
+    dcp_comm no_ops = comm;
+    no_ops.ops = NULL;
+    GATHER_FAILS(dcp_gather(ctx, &no_ops, good_lengths, 8, &lengths, &n, &offsets), DCP_ERR_NULL_POINTER, "NULL");
+    GATHER_FAILS(dcp_gather(ctx, &comm, NULL, 8, &lengths, &n, &offsets), DCP_ERR_NULL_POINTER, "NULL");
+    GATHER_FAILS(dcp_gather(ctx, &comm, good_lengths, 8, NULL, &n, &offsets), DCP_ERR_NULL_POINTER, "NULL");
+    GATHER_FAILS(dcp_gather(ctx, &comm, good_lengths, 8, &lengths, NULL, &offsets), DCP_ERR_NULL_POINTER, "NULL");
+    GATHER_FAILS(dcp_gather(ctx, &comm, good_lengths, 8, &lengths, &n, NULL), DCP_ERR_NULL_POINTER, "NULL");
+    dcp_comm two = comm;
+    two.size = 2;
+    GATHER_FAILS(dcp_gather(ctx, &two, good_lengths, 8, &lengths, &n, &offsets), DCP_ERR_INVALID_ARGUMENT,
+                 "communicator has 2 ranks, data_parallel_size is 1");
+    GATHER_FAILS(dcp_gather(ctx, &comm, good_lengths, -1, &lengths, &n, &offsets), DCP_ERR_INVALID_ARGUMENT,
+                 "num_local -1");
+    const int32_t negative[3] = {4, -9, 4};
+    GATHER_FAILS(dcp_gather(ctx, &comm, negative, 3, &lengths, &n, &offsets), DCP_ERR_BAD_LENGTH, "length -9");
+    const int32_t nine[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    GATHER_FAILS(dcp_gather(ctx, &comm, nine, 9, &lengths, &n, &offsets), DCP_ERR_CAPACITY, "max_sequences = 8");
+    /* zero-length samples are dropped, so nine with one empty fit */
+    const int32_t nine_one_empty[9] = {1, 1, 1, 0, 1, 1, 1, 1, 1};
+    DCP_CHECK_STATUS(dcp_gather(ctx, &comm, nine_one_empty, 9, &lengths, &n, &offsets), DCP_OK);
+    DCP_CHECK_EQ_INT(n, 8);
+
+    /* pre-packed: cu_seqlens must start at 0, never decrease, and stay within total_tokens */
+    const int32_t cu_good[4] = {0, 7, 7, 12};
+    const int32_t cu_start[3] = {1, 7, 12}, cu_down[4] = {0, 7, 5, 12}, cu_wrap[3] = {0, INT32_MAX, INT32_MIN};
+    GATHER_FAILS(dcp_gather_packed(ctx, &comm, NULL, 4, 12, &lengths, &n, &offsets), DCP_ERR_NULL_POINTER, "NULL");
+    GATHER_FAILS(dcp_gather_packed(ctx, &comm, cu_good, 0, 12, &lengths, &n, &offsets), DCP_ERR_CORRUPT_INPUT,
+                 "0 cu_seqlens entries");
+    GATHER_FAILS(dcp_gather_packed(ctx, &comm, cu_good, -3, 12, &lengths, &n, &offsets), DCP_ERR_CORRUPT_INPUT,
+                 "-3 cu_seqlens entries");
+    GATHER_FAILS(dcp_gather_packed(ctx, &comm, cu_good, 4, -1, &lengths, &n, &offsets), DCP_ERR_CORRUPT_INPUT,
+                 "-1 tokens");
+    GATHER_FAILS(dcp_gather_packed(ctx, &comm, cu_start, 3, 12, &lengths, &n, &offsets), DCP_ERR_CORRUPT_INPUT,
+                 "cu_seqlens[0] is 1");
+    GATHER_FAILS(dcp_gather_packed(ctx, &comm, cu_down, 4, 12, &lengths, &n, &offsets), DCP_ERR_CORRUPT_INPUT,
+                 "decreases at 2");
+    GATHER_FAILS(dcp_gather_packed(ctx, &comm, cu_good, 4, 11, &lengths, &n, &offsets), DCP_ERR_CORRUPT_INPUT,
+                 "cu_seqlens[3] = 12 is past the 11 tokens");
+    GATHER_FAILS(dcp_gather_packed(ctx, &comm, cu_wrap, 3, INT64_MAX, &lengths, &n, &offsets),
+                 DCP_ERR_CORRUPT_INPUT, "decreases at 2");
+    int32_t cu_many[11];
+    for (int i = 0; i < 11; i++) cu_many[i] = 3 * i;
+    GATHER_FAILS(dcp_gather_packed(ctx, &comm, cu_many, 11, 30, &lengths, &n, &offsets), DCP_ERR_CAPACITY,
+                 "max_sequences = 8");
+    /* a lone 0 is a packed sample with no sub-samples: nothing to gather, not an error */
+    DCP_CHECK_STATUS(dcp_gather_packed(ctx, &comm, cu_good, 1, 0, &lengths, &n, &offsets), DCP_OK);
+    DCP_CHECK_EQ_INT(n, 0);
+    DCP_CHECK_STATUS(dcp_gather_packed(ctx, &comm, cu_good, 4, 12, &lengths, &n, &offsets), DCP_OK);
+    DCP_CHECK_EQ_INT(n, 2);
+    DCP_CHECK(lengths[0] == 7 && lengths[1] == 5);
+#undef GATHER_FAILS
+    dcp_context_destroy(ctx);
+}
+
+/* ---- contexts ---- */
+
+DCP_TEST(context_bad_inputs)
+{
+    dcp_config c = small_config(DCP_SCHEDULER_DP_BALANCED);
+    size_t need = 0;
+    DCP_REQUIRE_OK(dcp_workspace_size(&c, &need));
+    unsigned char *memory = malloc(need + 64);
+    DCP_REQUIRE(memory);
+    dcp_context *ctx = NULL;
+    /* every size below the exact need, at an odd address, fails without touching *context */
+    const size_t shorts[] = {0, 1, 63, 64, need / 2, need - 64, need - 1};
+    for (size_t i = 0; i < sizeof shorts / sizeof shorts[0]; i++) {
+        ctx = NULL;
+        DCP_CHECK_STATUS(dcp_context_init_static(memory + 1, shorts[i], &c, &ctx), DCP_ERR_WORKSPACE_TOO_SMALL);
+        DCP_CHECK(ctx == NULL);
+    }
+    DCP_REQUIRE_OK(dcp_context_init_static(memory + 1, need, &c, &ctx));
+    /* the context keeps its own copy of the configuration */
+    c.max_sequences = 1;
+    DCP_CHECK_EQ_INT(dcp_context_config(ctx)->max_sequences, 8);
+    check_usable(ctx, "caller changed the configuration", __LINE__);
+    dcp_context_destroy(ctx);
+    free(memory);
+
+    DCP_CHECK_EQ_INT(dcp_context_workspace_bytes(NULL), 0);
+    DCP_CHECK_EQ_INT(dcp_context_scratch_high_water(NULL), 0);
+    dcp_scheduler s = DCP_SCHEDULER_BALANCED;
+    DCP_CHECK_STATUS(dcp_scheduler_from_name(NULL, &s), DCP_ERR_NULL_POINTER);
+    DCP_CHECK_STATUS(dcp_scheduler_from_name("dp_balanced", NULL), DCP_ERR_NULL_POINTER);
+    DCP_CHECK_STATUS(dcp_scheduler_from_name("", &s), DCP_ERR_INVALID_ARGUMENT);
+    DCP_CHECK_STATUS(dcp_scheduler_from_name("DP_BALANCED", &s), DCP_ERR_INVALID_ARGUMENT);
+    DCP_CHECK_EQ_INT(s, DCP_SCHEDULER_BALANCED); /* untouched on failure */
+    DCP_CHECK(strcmp(dcp_scheduler_name((dcp_scheduler)42), "unknown") == 0);
+    dcp_config_default(NULL);
+    dcp_cost_model_default(NULL);
+    DCP_CHECK_EQ_INT(dcp_config_num_ranks(NULL), 0);
+    char tiny[4];
+    c.data_parallel_size = -1;
+    DCP_CHECK_STATUS(dcp_config_validate(&c, tiny, sizeof tiny), DCP_ERR_INVALID_CONFIG);
+    DCP_CHECK(strlen(tiny) == 3); /* truncated, terminated */
+    DCP_CHECK_STATUS(dcp_config_validate(&c, tiny, 0), DCP_ERR_INVALID_CONFIG);
+}
