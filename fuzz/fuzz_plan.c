@@ -19,7 +19,7 @@
  * built yet and is skipped; once it plans the witness, UNSUPPORTED is a bug.
  *
  * Input layout (fuzz/make_corpus.py writes seeds in it):
- *   [0] dp-1 (5 bits)  [1] cp-1 (3 bits)  [2..3] M-1 (u16)  [4] log2 min_cp (4 bits)
+ *   [0] dp-1 (5 bits)  [1] cp-1 (3 bits), bit 7: M = INT32_MAX - u16  [2..3] M-1 (u16)  [4] log2 min_cp (4 bits)
  *   [5] VPP group (3 bits) | cap (5 bits) [6] max_microbatches (0 = default)
  *   [7] capacity slack   [8..11] validator mutation   [12..] lengths, 3 bytes each
  */
@@ -73,8 +73,11 @@ static void decode(const uint8_t *data, size_t size, fuzz_case *fc)
     dcp_config *c = &fc->config;
     dcp_config_default(c);
     c->data_parallel_size = 1 + (fuzz_u8(&r) & 31);
-    c->context_parallel_size = 1 + (fuzz_u8(&r) & 7);
-    c->max_seqlen_per_rank = 1 + fuzz_u16(&r);
+    const uint8_t cp_byte = fuzz_u8(&r);
+    c->context_parallel_size = 1 + (cp_byte & 7);
+    const uint16_t m = fuzz_u16(&r);
+    /* bit 7 of the CP byte: M just under INT32_MAX, for lengths and token sums at the int32 edge */
+    c->max_seqlen_per_rank = (cp_byte & 0x80) ? INT32_MAX - m : 1 + m;
     const int32_t ranks = c->data_parallel_size * c->context_parallel_size;
     int32_t min_cp = 1 << (fuzz_u8(&r) & 15);
     while (min_cp > ranks) min_cp >>= 1;
@@ -203,7 +206,11 @@ static void check_mutated(dcp_context *ctx, const dcp_plan *plan, const fuzz_cas
     case 9: p.num_groups += delta; break;
     case 10: p.num_ids += delta; break;
     case 11: p.num_ranks += delta; break;
-    case 12: copy_lengths[a % (uint32_t)(fc->n > 0 ? fc->n : 1)] += delta * (int32_t)(b * b + 1); break;
+    case 12: {
+        int32_t *s = &copy_lengths[a % (uint32_t)(fc->n > 0 ? fc->n : 1)];
+        *s = clamp32((int64_t)*s + (int64_t)delta * (b * b + 1));
+        break;
+    }
     case 13: { /* move a group boundary by one id: same ids, different grouping */
         int32_t g = 1 + (int32_t)(a % (uint32_t)ng);
         if (g < p.num_groups) copy_first_id[g] += delta < 0 ? -1 : 1;
