@@ -217,9 +217,21 @@ static void check_mutated(dcp_context *ctx, const dcp_plan *plan, const fuzz_cas
         break;
     }
     case 14: p.max_microbatches = p.num_microbatches - 1 + (delta > 0); break;
+    case 15: { /* fill a group to exactly its token capacity, or one token past it */
+        if (p.num_groups < 1 || fc->n < 1) return;
+        int32_t g = (int32_t)(a % (uint32_t)p.num_groups);
+        int64_t tokens = 0;
+        for (int32_t i = copy_first_id[g]; i < copy_first_id[g + 1]; i++) tokens += copy_lengths[copy_ids[i]];
+        int32_t *s = &copy_lengths[copy_ids[copy_first_id[g]]];
+        int64_t grown = (int64_t)*s + (int64_t)fc->config.max_seqlen_per_rank * copy_cp[g] - tokens + (b & 1);
+        if (grown > INT32_MAX) return;
+        *s = (int32_t)grown;
+        break;
+    }
     default: return;
     }
-    if (fc->n > 0 && copy_lengths[a % (uint32_t)fc->n] <= 0) return; /* lengths stay valid */
+    for (int32_t i = 0; i < fc->n; i++)
+        if (copy_lengths[i] <= 0) return; /* lengths stay valid */
     dcp_plan_violation v;
     dcp_status st = dcp_plan_validate(ctx, &p, copy_lengths, fc->n, &v);
     DCP_FUZZ_ASSERT(st == DCP_OK || st == DCP_ERR_INVALID_PLAN, "validate returned %s", dcp_status_str(st));
