@@ -70,6 +70,30 @@ static inline int fuzz_is_input_error(dcp_status st)
 }
 
 /*
+ * Whether a scheduler is built: a placeholder answers DCP_ERR_UNSUPPORTED even
+ * for a trivial batch.  Targets tolerate UNSUPPORTED only from those.
+ */
+static inline int fuzz_scheduler_built(dcp_scheduler scheduler)
+{
+    dcp_config c;
+    dcp_config_default(&c);
+    c.scheduler = scheduler;
+    c.data_parallel_size = 2;
+    c.max_sequences = 16;
+    c.max_seqlen_per_rank = 16;
+    dcp_context *ctx = NULL;
+    if (dcp_context_create(&c, &ctx) != DCP_OK) return 0;
+    const int32_t lengths[4] = {3, 5, 7, 9};
+    const dcp_plan *plan;
+    int built = dcp_plan_compute(ctx, lengths, 4, &plan) != DCP_ERR_UNSUPPORTED;
+    if (!built)
+        fprintf(stderr, "fuzz: scheduler %s not built yet (%s); skipped\n", dcp_scheduler_name(scheduler),
+                dcp_context_last_error(ctx));
+    dcp_context_destroy(ctx);
+    return built;
+}
+
+/*
  * A one-rank communicator: every collective is a local copy and the error
  * agreement returns the rank's own status.  Enough to drive the gather entry
  * points with data_parallel_size = 1 without threads.

@@ -350,25 +350,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     (void)argc;
     (void)argv;
     for (size_t i = 0; i < sizeof witness_lengths / sizeof witness_lengths[0]; i++) witness_lengths[i] = 1;
-    /* which schedulers exist: plan a trivial batch with each */
-    for (int s = 0; s < SCHEDULERS; s++) {
-        dcp_config c;
-        dcp_config_default(&c);
-        c.scheduler = (dcp_scheduler)s;
-        c.data_parallel_size = 2;
-        c.max_sequences = 16;
-        c.max_seqlen_per_rank = 16;
-        dcp_context *ctx = NULL;
-        if (dcp_context_create(&c, &ctx) != DCP_OK) abort();
-        const int32_t lengths[4] = {3, 5, 7, 9};
-        const dcp_plan *plan;
-        dcp_status st = dcp_plan_compute(ctx, lengths, 4, &plan);
-        scheduler_built[s] = st != DCP_ERR_UNSUPPORTED;
-        if (!scheduler_built[s])
-            fprintf(stderr, "fuzz_plan: scheduler %s not built yet (%s); skipped\n", dcp_scheduler_name(c.scheduler),
-                    dcp_context_last_error(ctx));
-        dcp_context_destroy(ctx);
-    }
+    for (int s = 0; s < SCHEDULERS; s++) scheduler_built[s] = fuzz_scheduler_built((dcp_scheduler)s);
     return 0;
 }
 

@@ -47,6 +47,12 @@ def gather_input(lengths):
     return bytes([0]) + struct.pack('<q', cu[-1]) + b''.join(struct.pack('<i', v) for v in cu)
 
 
+def config_input(lengths, selectors=b''):
+    """22 field selectors (0 = keep the default), then up to 64 lengths as u16 (length - 1)."""
+    header = (selectors + bytes(22))[:22]
+    return header + b''.join(struct.pack('<H', min(s, 65536) - 1) for s in lengths[:64])
+
+
 def write(out_dir, target, name, data):
     if data is None:
         return
@@ -76,6 +82,10 @@ def main():
                   plan_input(lengths, dp, cp, m, min_cp, vpp))
         if count == 256:
             write(out_dir, 'gather', stem, gather_input(lengths))
+            write(out_dir, 'config', stem, config_input(lengths))
+            # DP 8 (selector 3: small value, 8 + 8), scheduler dp_balanced (3, 0 + 8)
+            write(out_dir, 'config', stem + '_dp8_dp_balanced',
+                  config_input(lengths, bytes([0, 3, 16, 0, 0, 0, 0, 0, 3, 8])))
 
 
 if __name__ == '__main__':
