@@ -11,6 +11,13 @@
  *
  * Packs are ranges of consecutive ids (the popped singletons too), so a pack
  * is (first id, count) and the ids are read from an identity table.
+ *
+ * The reference computes the pack of rank j as int(i*dp + j/cp) in floats:
+ * floor(j/cp), exactly, at these sizes.  A sequence longer than M*cp makes it
+ * emit an empty pack (when it comes first) and an over-full one; dcp_bucket
+ * rejects such lengths before this stage runs.  Running out of packs to split
+ * is the reference's "Not enough samples to move" assertion:
+ * DCP_ERR_INFEASIBLE here.
  */
 #include "stages.h"
 #include "../core/plan.h"
