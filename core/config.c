@@ -165,6 +165,14 @@ dcp_status dcp_config_validate(const dcp_config *c, char *message, size_t messag
         REJECT(DCP_ERR_INVALID_CONFIG, "fields 0x%x has bits outside DCP_FIELD_ALL (0x%x)", c->fields,
                (unsigned)DCP_FIELD_ALL);
 
+    if (c->pad_to_max_seqlen != 0 && c->pad_to_max_seqlen != 1)
+        REJECT(DCP_ERR_INVALID_CONFIG, "pad_to_max_seqlen must be 0 or 1, got %d", c->pad_to_max_seqlen);
+    if ((int)c->thd_tail_policy != DCP_THD_TAIL_APPEND_DUMMY && (int)c->thd_tail_policy != DCP_THD_TAIL_EXTEND_LAST)
+        REJECT(DCP_ERR_INVALID_CONFIG, "thd_tail_policy %d is not append_dummy(0) or extend_last(1)",
+               (int)c->thd_tail_policy);
+    if ((int)c->cp_partition != DCP_CP_ZIGZAG && (int)c->cp_partition != DCP_CP_CONTIGUOUS)
+        REJECT(DCP_ERR_INVALID_CONFIG, "cp_partition %d is not zigzag(0) or contiguous(1)", (int)c->cp_partition);
+
     int64_t ranks = (int64_t)c->data_parallel_size * c->context_parallel_size;
     if (ranks > DCP_MAX_RANKS)
         REJECT(DCP_ERR_OVERFLOW, "data_parallel_size * context_parallel_size = %lld exceeds %d ranks",

@@ -120,6 +120,18 @@ enum {
     DCP_FIELD_ALL = 0xFu
 };
 
+/* How a sequence's padded span is cut over the ranks of its CP group (SPEC.md section 4). */
+typedef enum dcp_cp_partition {
+    DCP_CP_ZIGZAG = 0,    /* 2*cp equal chunks per sequence; rank r takes chunks r and 2*cp-1-r */
+    DCP_CP_CONTIGUOUS = 1 /* the packed microbatch in cp equal slices; rank r takes slice r */
+} dcp_cp_partition;
+
+/* Where THD tail padding goes (the reference's thd_tail_padding_policy). */
+typedef enum dcp_thd_tail {
+    DCP_THD_TAIL_APPEND_DUMMY = 0, /* the padding becomes one more (dummy) sequence */
+    DCP_THD_TAIL_EXTEND_LAST = 1   /* the last real sequence's padded end moves to the target */
+} dcp_thd_tail;
+
 /*
  * Everything that fixes the size of a context.  Start from
  * dcp_config_default() and set what differs; dcp_config_validate() says what
@@ -143,10 +155,24 @@ typedef struct dcp_config {
     int32_t max_seqlen_per_rank;          /* M: tokens one DPxCP rank can hold in a microbatch */
     int32_t min_cp_size;                  /* >= 1, a power of two */
     int32_t max_sequences_per_microbatch; /* per rank per microbatch (thd_max_packed_sequences); 0 = unlimited */
-    int64_t max_tokens_per_rank;          /* capacity of per-rank token buffers (data plane); 0 = derived */
+    int64_t max_tokens_per_rank;          /* data plane: tokens one rank brings into a step and holds out of
+                                             it (all its microbatches, THD padding included); 0 = planning only */
     int32_t max_microbatches;             /* capacity; 0 = max_sequences */
     int32_t pad_alignment;                /* THD padding of each rank's tensors; 0 = none */
     uint32_t fields;                      /* DCP_FIELD_* set the trainer provides */
+    /*
+     * Data plane (dcp_step).  THD padding is on when pad_alignment > 0 or
+     * pad_to_max_seqlen is set: each rank's tensors of a microbatch are padded
+     * to a multiple of pad_alignment, or to max_seqlen_per_rank exactly
+     * (the reference's pad_packed_seq_alignment "max", and CUDA graphs).
+     * With padding on and max_sequences_per_microbatch = K > 0, cu_seqlens and
+     * cu_seqlens_padded have a fixed K+2 entries under append_dummy (K real
+     * sequences and the dummy: the reference's thd_max_packed_sequences = K+1,
+     * whose dp_balanced scheduler then packs K) and K+1 under extend_last.
+     */
+    int32_t pad_to_max_seqlen;            /* 0 or 1; wins over pad_alignment */
+    dcp_thd_tail thd_tail_policy;         /* default append_dummy */
+    dcp_cp_partition cp_partition;        /* default zigzag */
     dcp_cost_model cost;                  /* used by DCP_SCHEDULER_BALANCED and by plan statistics */
 } dcp_config;
 
