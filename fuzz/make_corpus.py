@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Write the seed corpora of the fuzz targets from workload traces.
 
-usage: make_corpus.py <workloads-dir> [<out-dir>]   (out-dir defaults to fuzz/corpus)
+usage: make_corpus.py [<workloads-dir> [<out-dir>]]
+       (defaults: tests/data/workloads, fuzz/corpus)
 
 Each trace (one length per line) becomes inputs in each target's byte layout
 (see the comment at the top of each fuzz/fuzz_<target>.c), with the
@@ -63,11 +64,11 @@ def write(out_dir, target, name, data):
 
 
 def main():
-    if len(sys.argv) < 2:
+    here = os.path.dirname(os.path.abspath(__file__))
+    workloads = sys.argv[1] if len(sys.argv) > 1 else os.path.join(here, '..', 'tests', 'data', 'workloads')
+    out_dir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(here, 'corpus')
+    if not os.path.isdir(workloads):
         sys.exit(__doc__)
-    workloads = sys.argv[1]
-    out_dir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                                  'corpus')
     for trace in sorted(os.listdir(workloads)):
         if not trace.endswith('.txt'):
             continue
