@@ -84,6 +84,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     c.max_microbatches = pick32(&r, c.max_microbatches);
     c.pad_alignment = pick32(&r, c.pad_alignment);
     c.fields = (uint32_t)pick32(&r, (int32_t)c.fields);
+    c.pad_to_max_seqlen = pick32(&r, c.pad_to_max_seqlen);
+    c.thd_tail_policy = (dcp_thd_tail)pick32(&r, (int32_t)c.thd_tail_policy);
+    c.cp_partition = (dcp_cp_partition)pick32(&r, (int32_t)c.cp_partition);
     c.cost.quadratic = pick64(&r, c.cost.quadratic);
     c.cost.linear = pick64(&r, c.cost.linear);
     const int k = fuzz_u8(&r) % (DCP_MAX_LOG2_CP + 1);

@@ -49,9 +49,28 @@ def gather_input(lengths):
 
 
 def config_input(lengths, selectors=b''):
-    """22 field selectors (0 = keep the default), then up to 64 lengths as u16 (length - 1)."""
-    header = (selectors + bytes(22))[:22]
+    """25 field selectors (0 = keep the default), then up to 64 lengths as u16 (length - 1)."""
+    header = (selectors + bytes(25))[:25]
     return header + b''.join(struct.pack('<H', min(s, 65536) - 1) for s in lengths[:64])
+
+
+# (log2 cp, flags, alignment, target, capacity): flags as in fuzz_thd.c
+THD_CONFIGS = [
+    (0, 0b0000_0000, 0, 0, 0),       # cp 1, no padding
+    (1, 0b0001_0100, 8, 0, 0),       # cp 2 zigzag, spans of 2*cp, alignment 8, append_dummy
+    (2, 0b0001_1010, 0, 8192, 0),    # cp 4 zigzag, spans of 2*cp, target 8192, extend_last
+    (1, 0b0000_0101, 64, 0, 0),      # cp 2 contiguous, alignment 64
+    (3, 0b0000_1001, 0, 4096, 17),   # cp 8 contiguous, target 4096, fixed capacity 16 (+ dummy)
+]
+
+
+def thd_input(lengths, log2_cp, flags, alignment, target, capacity):
+    unit = 2 << log2_cp if flags & 0x10 else 1
+    body = b''
+    for i, s in enumerate(lengths[:16]):
+        pv = min((s + unit - 1) // unit, 0xFFFE)
+        body += struct.pack('<H', pv) + bytes([254 if i % 3 else 200])
+    return bytes([log2_cp, 0, flags]) + struct.pack('<HH', alignment, target) + bytes([capacity]) + body
 
 
 def write(out_dir, target, name, data):
@@ -84,6 +103,8 @@ def main():
         if count == 256:
             write(out_dir, 'gather', stem, gather_input(lengths))
             write(out_dir, 'config', stem, config_input(lengths))
+            for i, (log2_cp, flags, alignment, target, capacity) in enumerate(THD_CONFIGS):
+                write(out_dir, 'thd', f'{stem}_{i}', thd_input(lengths, log2_cp, flags, alignment, target, capacity))
             # DP 8 (selector 3: small value, 8 + 8), scheduler dp_balanced (3, 0 + 8)
             write(out_dir, 'config', stem + '_dp8_dp_balanced',
                   config_input(lengths, bytes([0, 3, 16, 0, 0, 0, 0, 0, 3, 8])))
