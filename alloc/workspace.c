@@ -10,6 +10,7 @@
 #include "../core/context.h"
 #include "../core/plan.h"
 #include "../pipeline/stages.h"
+#include "../pipeline/step.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +30,7 @@ static size_t scratch_size(const dcp_config *c)
     s = max_size(s, dcp_bucket_scratch_size(c));
     s = max_size(s, dcp_assign_scratch_size(c));
     s = max_size(s, dcp_validate_scratch_size(c));
+    s = max_size(s, dcp_step_scratch_size(c));
     return s;
 }
 
@@ -49,6 +51,9 @@ dcp_status dcp_context_layout(dcp_context *ctx, dcp_arena *arena, const dcp_conf
     ctx->min_cp = DCP_ARENA_NEW(arena, int32_t, max_seq);
     if (!ctx->global_lengths || !ctx->rank_offsets || !ctx->sorted_ids || !ctx->min_cp)
         return DCP_ERR_WORKSPACE_TOO_SMALL;
+
+    st = dcp_step_layout(ctx, arena, config); /* data-plane buffers (none when max_tokens_per_rank is 0) */
+    if (st != DCP_OK) return st;
 
     ctx->scratch_bytes = scratch_size(config);
     if (ctx->scratch_bytes == SIZE_MAX) return DCP_ERR_OVERFLOW;

@@ -36,6 +36,9 @@ struct dcp_context {
     int32_t *sorted_ids;      /* [max_sequences]: ids by length descending, stable */
     int32_t *min_cp;          /* [max_sequences]: minimal CP size per id */
 
+    /* data plane (pipeline/step.h); NULL when max_tokens_per_rank is 0 */
+    struct dcp_step_state *step;
+
     dcp_error last_error;
 
     /* ownership of the workspace */

@@ -419,6 +419,142 @@ dcp_status dcp_plan_compute(dcp_context *context, const int32_t *lengths, int32_
 dcp_status dcp_plan_validate(dcp_context *context, const dcp_plan *plan, const int32_t *lengths,
                              int32_t num_lengths, dcp_plan_violation *violation);
 
+/* ------------------------------------------------------------------------ */
+/* Data plane: one step                                                      */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * One sample of a rank's input, as the trainer's loader produced it.  The
+ * buffers are the caller's: dcp_step() only reads them, during the call.
+ * Two shapes (SPEC.md section 1, step 2):
+ *  - pre-packed: cu_seqlens != NULL cuts the buffers into sub-samples
+ *    (num_cu_seqlens entries, starting at 0, non-decreasing, the last at most
+ *    num_tokens); each non-empty sub-sample is one sequence whose original and
+ *    padded lengths are its length; empty ones are dropped;
+ *  - one sequence: cu_seqlens == NULL; padded_length must equal num_tokens
+ *    (0 drops the sample) and original_length, in [0, padded_length], counts
+ *    the real tokens at its start; the slots after them are padding.
+ */
+typedef struct dcp_sample {
+    const int64_t *tokens;       /* [num_tokens] when the input carries DCP_FIELD_TOKENS */
+    const int64_t *labels;       /* [num_tokens] when DCP_FIELD_LABELS */
+    const float *loss_mask;      /* [num_tokens] when DCP_FIELD_LOSS_MASK */
+    const int64_t *position_ids; /* [num_tokens] when DCP_FIELD_POSITION_IDS */
+    int64_t num_tokens;
+    const int32_t *cu_seqlens;
+    int32_t num_cu_seqlens;
+    int32_t padded_length;
+    int32_t original_length;
+} dcp_sample;
+
+/* A rank's input for one step.  CP siblings (the ranks of one DP rank) hold identical inputs. */
+typedef struct dcp_step_input {
+    const dcp_sample *samples;
+    int32_t num_samples;
+    uint32_t fields; /* DCP_FIELD_* every sample carries; the same on every rank, within config.fields */
+} dcp_step_input;
+
+/*
+ * Where this rank sits and how it talks.  Communicators are the caller's and
+ * must outlive the call.
+ *  - world: every rank of the step (DPxCPxTPxPP); errors are agreed over it,
+ *    so every rank returns the same status.
+ *  - data_context_parallel: this rank's DPxCP group, rank = dp_rank * CP + cp_rank
+ *    (the ranks a plan numbers); lengths are gathered and tokens exchanged over it.
+ *    Needed on the ranks that hold data.
+ *  - tensor_parallel: this rank's TP group; its rank 0 holds the data and
+ *    broadcasts the step's outputs to the others.  NULL when TP is 1 or every
+ *    TP rank holds the data.
+ */
+typedef struct dcp_step_args {
+    dcp_comm *world;
+    dcp_comm *data_context_parallel;
+    dcp_comm *tensor_parallel;
+    int32_t pipeline_rank;       /* this rank's PP stage, 0 .. pipeline_parallel_size-1 */
+    uint32_t mtp_virtual_stages; /* bit v: virtual stage v of this PP stage holds MTP layers (bit 0 without VPP) */
+    int32_t tp_ranks_hold_data;  /* 1: every TP rank holds the batch (RL trainers): each runs the step over its
+                                    own DPxCP group and nothing is broadcast; 0: only TP rank 0 does */
+} dcp_step_args;
+
+/*
+ * One microbatch as one rank computes on it: exactly what the reference's
+ * get_batch_on_this_rank_for_sequence_packing gives that rank (SPEC.md
+ * sections 1 and 4), as flat arrays.  Fields a (virtual) stage does not need
+ * are NULL: tokens and position_ids on the first stage and MTP stages,
+ * labels and loss_mask on the last stage and MTP stages.  Padding slots hold
+ * 0 in every field and 1 in padding_mask.
+ */
+typedef struct dcp_microbatch {
+    const int64_t *tokens;             /* [num_tokens] or NULL */
+    const int64_t *labels;             /* [num_tokens] or NULL */
+    const float *loss_mask;            /* [num_tokens] or NULL */
+    const int64_t *position_ids;       /* [num_tokens] or NULL */
+    const uint8_t *padding_mask;       /* [num_tokens]: 1 where the slot holds no real token */
+    const int32_t *cu_seqlens;         /* [num_cu_seqlens]: boundaries of real tokens, whole sequences */
+    const int32_t *cu_seqlens_padded;  /* [num_cu_seqlens]: boundaries of the padded spans (before CP slicing) */
+    int64_t num_tokens;                /* this rank's slots: its CP slice plus THD tail padding */
+    int32_t num_cu_seqlens;
+    int32_t num_sequences;             /* real sequences (no dummy) */
+    int32_t max_seqlen;
+    int32_t local_cp_size;             /* ranks of this microbatch's CP group */
+    int32_t cp_rank;                   /* this rank's place in that group */
+} dcp_microbatch;
+
+/* Measurements of one step on one rank (bytes are payload, excluding this rank's own copies unless named). */
+typedef struct dcp_step_stats {
+    int64_t tokens_in;                /* real tokens this rank's input held (kept sequences) */
+    int64_t tokens_computed;          /* real tokens in this rank's microbatches */
+    int64_t tokens_out;               /* slots of this rank's microbatches, padding included */
+    int64_t exchange_bytes_sent;      /* token data sent to other ranks */
+    int64_t exchange_bytes_received;  /* token data received from other ranks */
+    int64_t exchange_bytes_local;     /* token data this rank routed to itself */
+    int64_t metadata_bytes_received;  /* lengths and per-rank headers from other ranks */
+    int64_t broadcast_bytes;          /* outputs received from (or sent to each) TP peer */
+    int64_t reference_bytes_received; /* what the reference's per-field DP all-gathers deliver to this rank from
+                                         other ranks for the same batch and PP stage */
+    int32_t collectives;              /* collective calls this rank made */
+} dcp_step_stats;
+
+typedef struct dcp_step_output {
+    int32_t num_microbatches;
+    int32_t num_virtual_stages;
+    const dcp_microbatch *microbatches; /* [num_virtual_stages * num_microbatches]; virtual stage v's list
+                                           starts at v * num_microbatches; the lists share their arrays */
+    int32_t num_sequences;              /* global batch */
+    int64_t seqlen_sum;                 /* FLOPs scalars over the global batch's padded lengths, exact */
+    int64_t seqlen_squared_sum;
+    const dcp_plan *plan;               /* the step's plan; NULL on ranks that received it by broadcast */
+    dcp_step_stats stats;
+} dcp_step_output;
+
+/*
+ * Run one training step's data plane on this rank: gather the lengths, plan,
+ * strip the fields this PP stage does not need, route every real token once
+ * to the rank that computes on it (one all-to-all-v for all fields), pack,
+ * pad and CP-slice every microbatch, and broadcast to the TP group.  Every
+ * rank of the step calls it; ranks that receive by broadcast may pass a NULL
+ * input.
+ *
+ * On success *output and everything it points to live in the context and
+ * stay valid until the next dcp_step() or dcp_plan_compute() on it, or until
+ * it is destroyed.  Allocation-free.  Needs config.max_tokens_per_rank > 0
+ * (else DCP_ERR_CAPACITY at once, on every rank alike).
+ *
+ * Errors are agreed over args->world: every rank returns the same status,
+ * the failing rank with its own message and the others naming it.  Among
+ * them: DCP_ERR_NULL_POINTER / DCP_ERR_INVALID_ARGUMENT (arguments),
+ * DCP_ERR_CORRUPT_INPUT (cu_seqlens not starting at 0, decreasing or past the
+ * buffer; a length that disagrees with its buffer; CP siblings whose inputs
+ * differ), DCP_ERR_FIELD_MISMATCH (ranks present different field sets, or
+ * lack one this stage needs), DCP_ERR_CAPACITY (more sequences, tokens or
+ * cu_seqlens entries than the configuration holds), DCP_ERR_BAD_LENGTH (a
+ * span CP slicing cannot cut), the planner's errors, and the communicator's.
+ * Nothing is written to caller memory except *output on success; the next
+ * step works as if a failed one had not been made.
+ */
+dcp_status dcp_step(dcp_context *context, const dcp_step_args *args, const dcp_step_input *input,
+                    const dcp_step_output **output);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,713 @@
+/*
+ * step_harness.c - in-process multi-rank runs of dcp_step() (see step_harness.h).
+ *
+ * Ranks are threads.  Their communicators come from a small in-process group
+ * defined here: every collective posts pointers, meets at a barrier, copies
+ * what it needs from its peers' buffers and meets again, so a collective
+ * never allocates.  World rank w = (pp * TP + tp) * N + dpxcp.
+ *
+ * Synthetic data: sequence id's element j is real when j < original[id]; the
+ * slots after it carry garbage the data plane must clear.  DP rank p holds
+ * ids [p*n/dp, (p+1)*n/dp), so gathered ids equal trace line numbers.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "step_harness.h"
+#include "oracle.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef DCP_HAVE_JEMALLOC
+#include <jemalloc/jemalloc.h>
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* In-process group                                                          */
+/* ------------------------------------------------------------------------ */
+
+typedef struct hgroup {
+    int32_t size;
+    int32_t timeout_ms;
+    pthread_mutex_t mutex;
+    pthread_cond_t cond;
+    int32_t arrived;
+    uint64_t generation;
+    int broken; /* a barrier timed out: every later collective fails */
+    const void **send;
+    size_t *bytes;
+    const size_t **counts;
+    const size_t **offsets;
+    dcp_status *status;
+} hgroup;
+
+static hgroup *hgroup_create(int32_t size, int32_t timeout_ms)
+{
+    hgroup *g = calloc(1, sizeof *g);
+    g->size = size;
+    g->timeout_ms = timeout_ms;
+    pthread_mutex_init(&g->mutex, NULL);
+    pthread_cond_init(&g->cond, NULL);
+    g->send = calloc((size_t)size, sizeof *g->send);
+    g->bytes = calloc((size_t)size, sizeof *g->bytes);
+    g->counts = calloc((size_t)size, sizeof *g->counts);
+    g->offsets = calloc((size_t)size, sizeof *g->offsets);
+    g->status = calloc((size_t)size, sizeof *g->status);
+    return g;
+}
+
+static void hgroup_destroy(hgroup *g)
+{
+    if (!g) return;
+    pthread_mutex_destroy(&g->mutex);
+    pthread_cond_destroy(&g->cond);
+    free(g->send), free(g->bytes), free(g->counts), free(g->offsets), free(g->status), free(g);
+}
+
+static dcp_status barrier(hgroup *g)
+{
+    pthread_mutex_lock(&g->mutex);
+    if (g->broken) {
+        pthread_mutex_unlock(&g->mutex);
+        return DCP_ERR_TIMEOUT;
+    }
+    uint64_t gen = g->generation;
+    if (++g->arrived == g->size) {
+        g->arrived = 0;
+        g->generation++;
+        pthread_cond_broadcast(&g->cond);
+        pthread_mutex_unlock(&g->mutex);
+        return DCP_OK;
+    }
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += g->timeout_ms / 1000;
+    deadline.tv_nsec += (long)(g->timeout_ms % 1000) * 1000000L;
+    if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
+    while (gen == g->generation && !g->broken)
+        if (pthread_cond_timedwait(&g->cond, &g->mutex, &deadline) != 0 && gen == g->generation) {
+            g->broken = 1;
+            pthread_cond_broadcast(&g->cond);
+        }
+    dcp_status s = (gen == g->generation) ? DCP_ERR_TIMEOUT : DCP_OK;
+    pthread_mutex_unlock(&g->mutex);
+    return s;
+}
+
+#define G(comm) ((hgroup *)(comm)->impl)
+
+static dcp_status h_allgather(dcp_comm *comm, const void *send, size_t bytes, void *recv)
+{
+    hgroup *g = G(comm);
+    g->send[comm->rank] = send;
+    g->bytes[comm->rank] = bytes;
+    dcp_status s = barrier(g);
+    if (s != DCP_OK) return s;
+    dcp_status result = DCP_OK;
+    for (int32_t r = 0; r < g->size; r++) {
+        if (g->bytes[r] != bytes) result = DCP_ERR_COMM;
+        else memcpy((char *)recv + (size_t)r * bytes, g->send[r], bytes);
+    }
+    s = barrier(g);
+    return result != DCP_OK ? result : s;
+}
+
+static dcp_status h_allgatherv(dcp_comm *comm, const void *send, size_t send_bytes, void *recv,
+                               const size_t *recv_bytes, const size_t *recv_offsets)
+{
+    hgroup *g = G(comm);
+    g->send[comm->rank] = send;
+    g->bytes[comm->rank] = send_bytes;
+    dcp_status s = barrier(g);
+    if (s != DCP_OK) return s;
+    dcp_status result = DCP_OK;
+    for (int32_t r = 0; r < g->size; r++) {
+        if (g->bytes[r] != recv_bytes[r]) result = DCP_ERR_COMM;
+        else if (recv_bytes[r]) memcpy((char *)recv + recv_offsets[r], g->send[r], recv_bytes[r]);
+    }
+    s = barrier(g);
+    return result != DCP_OK ? result : s;
+}
+
+static dcp_status h_alltoallv(dcp_comm *comm, const void *send, const size_t *send_bytes, const size_t *send_offsets,
+                              void *recv, const size_t *recv_bytes, const size_t *recv_offsets)
+{
+    hgroup *g = G(comm);
+    int32_t me = comm->rank;
+    g->send[me] = send;
+    g->counts[me] = send_bytes;
+    g->offsets[me] = send_offsets;
+    dcp_status s = barrier(g);
+    if (s != DCP_OK) return s;
+    dcp_status result = DCP_OK;
+    for (int32_t p = 0; p < g->size; p++) {
+        size_t bytes = g->counts[p][me];
+        if (bytes != recv_bytes[p]) result = DCP_ERR_COMM;
+        else if (bytes) memcpy((char *)recv + recv_offsets[p], (const char *)g->send[p] + g->offsets[p][me], bytes);
+    }
+    s = barrier(g);
+    return result != DCP_OK ? result : s;
+}
+
+static dcp_status h_broadcast(dcp_comm *comm, void *buffer, size_t bytes, int32_t root)
+{
+    hgroup *g = G(comm);
+    g->send[comm->rank] = buffer;
+    g->bytes[comm->rank] = bytes;
+    dcp_status s = barrier(g);
+    if (s != DCP_OK) return s;
+    dcp_status result = DCP_OK;
+    if (g->bytes[root] != bytes) result = DCP_ERR_COMM;
+    else if (comm->rank != root && bytes) memcpy(buffer, g->send[root], bytes);
+    s = barrier(g);
+    return result != DCP_OK ? result : s;
+}
+
+static dcp_status h_agree(dcp_comm *comm, dcp_status local, dcp_status *agreed, int32_t *failed_rank)
+{
+    hgroup *g = G(comm);
+    g->status[comm->rank] = local;
+    dcp_status s = barrier(g);
+    if (s != DCP_OK) return s;
+    *agreed = DCP_OK;
+    *failed_rank = -1;
+    for (int32_t r = 0; r < g->size; r++)
+        if (g->status[r] != DCP_OK) {
+            *agreed = g->status[r];
+            *failed_rank = r;
+            break;
+        }
+    return barrier(g);
+}
+
+static const dcp_comm_ops hgroup_ops = {h_allgather, h_allgatherv, h_alltoallv, h_broadcast, h_agree};
+
+static void hgroup_comm(hgroup *g, int32_t rank, dcp_comm *comm)
+{
+    comm->ops = &hgroup_ops;
+    comm->rank = rank;
+    comm->size = g->size;
+    comm->impl = g;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Synthetic data                                                            */
+/* ------------------------------------------------------------------------ */
+
+static int64_t token_value(int64_t id, int64_t j) { return id * 131071 + j * 7 + 1; }
+
+typedef struct dataset {
+    int32_t n;
+    int32_t *padded, *original;
+    int64_t *offset; /* [n + 1] into the field arrays */
+    int64_t *tokens, *labels, *position_ids;
+    float *loss_mask;
+    const int64_t **tokens_of, **labels_of, **position_ids_of;
+    const float **loss_mask_of;
+} dataset;
+
+static void dataset_build(dataset *d, const int32_t *lengths, int32_t n, int32_t span_multiple, int prepacked)
+{
+    memset(d, 0, sizeof *d);
+    d->n = n;
+    d->padded = calloc((size_t)n + 1, sizeof *d->padded);
+    d->original = calloc((size_t)n + 1, sizeof *d->original);
+    d->offset = calloc((size_t)n + 1, sizeof *d->offset);
+    for (int32_t i = 0; i < n; i++) {
+        int32_t len = lengths[i] > 0 ? lengths[i] : 1;
+        d->padded[i] = (len + span_multiple - 1) / span_multiple * span_multiple;
+        d->original[i] = prepacked ? d->padded[i] : len;
+        d->offset[i + 1] = d->offset[i] + d->padded[i];
+    }
+    size_t total = (size_t)d->offset[n] + 1;
+    d->tokens = malloc(total * sizeof *d->tokens);
+    d->labels = malloc(total * sizeof *d->labels);
+    d->position_ids = malloc(total * sizeof *d->position_ids);
+    d->loss_mask = malloc(total * sizeof *d->loss_mask);
+    d->tokens_of = calloc((size_t)n + 1, sizeof *d->tokens_of);
+    d->labels_of = calloc((size_t)n + 1, sizeof *d->labels_of);
+    d->position_ids_of = calloc((size_t)n + 1, sizeof *d->position_ids_of);
+    d->loss_mask_of = calloc((size_t)n + 1, sizeof *d->loss_mask_of);
+    for (int32_t i = 0; i < n; i++) {
+        int64_t at = d->offset[i];
+        d->tokens_of[i] = d->tokens + at;
+        d->labels_of[i] = d->labels + at;
+        d->position_ids_of[i] = d->position_ids + at;
+        d->loss_mask_of[i] = d->loss_mask + at;
+        for (int64_t j = 0; j < d->padded[i]; j++) {
+            int real = j < d->original[i];
+            d->tokens[at + j] = real ? token_value(i, j) : -(int64_t)(i + 1);
+            d->labels[at + j] = real ? token_value(i, j + 1) : -3;
+            d->position_ids[at + j] = real ? j : -5;
+            d->loss_mask[at + j] = real ? 0.25f + 0.25f * (float)((i + j) % 4) : -1.0f;
+        }
+    }
+}
+
+static void dataset_free(dataset *d)
+{
+    free(d->padded), free(d->original), free(d->offset), free(d->tokens), free(d->labels), free(d->position_ids);
+    free(d->loss_mask), free(d->tokens_of), free(d->labels_of), free(d->position_ids_of), free(d->loss_mask_of);
+}
+
+/* One DP rank's samples: one sequence each, or pre-packed 4 to a sample with an empty sub-sample in every other one. */
+typedef struct dp_input {
+    dcp_sample *samples;
+    int32_t num_samples;
+    int32_t *cu; /* storage for pre-packed cu_seqlens */
+} dp_input;
+
+static void dp_input_build(dp_input *in, const dataset *d, int32_t first, int32_t last, int prepacked)
+{
+    int32_t count = last - first;
+    in->samples = calloc((size_t)count + 1, sizeof *in->samples);
+    in->cu = calloc((size_t)count * 2 + 8, sizeof *in->cu);
+    in->num_samples = 0;
+    int32_t *cu_at = in->cu;
+    for (int32_t i = first; i < last;) {
+        dcp_sample *s = &in->samples[in->num_samples++];
+        s->tokens = d->tokens_of[i];
+        s->labels = d->labels_of[i];
+        s->position_ids = d->position_ids_of[i];
+        s->loss_mask = d->loss_mask_of[i];
+        if (!prepacked) {
+            s->num_tokens = d->padded[i];
+            s->padded_length = d->padded[i];
+            s->original_length = d->original[i];
+            i++;
+            continue;
+        }
+        int32_t take = last - i < 4 ? last - i : 4, entries = 0;
+        s->cu_seqlens = cu_at;
+        cu_at[entries++] = 0;
+        for (int32_t k = 0; k < take; k++) {
+            cu_at[entries] = cu_at[entries - 1] + d->padded[i + k];
+            entries++;
+            if (k == 0 && in->num_samples % 2 == 0) {
+                cu_at[entries] = cu_at[entries - 1]; /* an empty sub-sample: dropped */
+                entries++;
+            }
+        }
+        s->num_cu_seqlens = entries;
+        s->num_tokens = cu_at[entries - 1] + 3; /* trailing slots past the last boundary are ignored */
+        cu_at += entries;
+        i += take;
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Ranks                                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct shared {
+    const dcp_harness_options *opt;
+    dcp_config config;
+    int32_t world, n, tp, pp;
+    dataset data;
+    dp_input *inputs; /* [dp] */
+    dp_input faulty;  /* the planted bad input */
+    uint32_t faulty_fields;
+    dcp_plan *plan;   /* single-process plan for the oracle */
+    hgroup *world_group;
+    hgroup **lanes;   /* [pp * tp] */
+    hgroup **tps;     /* [pp * n] */
+    pthread_barrier_t start;
+    /* results */
+    pthread_mutex_t lock;
+    dcp_status *status;      /* [steps * world] */
+    double *seconds;         /* [steps * world] */
+    uint64_t heap_max, heap_calls_max;
+    int64_t mismatches;
+    char message[256];
+    int32_t microbatches;
+    dcp_harness_result *result;
+} shared;
+
+typedef struct rank_arg {
+    shared *sh;
+    int32_t world_rank;
+} rank_arg;
+
+static void note(shared *sh, const char *format, ...) __attribute__((format(printf, 2, 3)));
+static void note(shared *sh, const char *format, ...)
+{
+    pthread_mutex_lock(&sh->lock);
+    if (!sh->message[0]) {
+        va_list args;
+        va_start(args, format);
+        vsnprintf(sh->message, sizeof sh->message, format, args);
+        va_end(args);
+    }
+    pthread_mutex_unlock(&sh->lock);
+}
+
+static double now_seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+static int64_t compare_bytes(const void *a, const void *b, size_t bytes) { return memcmp(a, b, bytes) != 0; }
+
+/* Compare one rank's step output with the oracle; returns the number of mismatching items. */
+static int64_t verify_rank(shared *sh, int32_t pp, int32_t dpxcp, uint32_t mtp, const dcp_step_output *out)
+{
+    const dcp_config *c = &sh->config;
+    const dcp_plan *plan = sh->plan;
+    int64_t bad = 0;
+    if (out->num_microbatches != plan->num_microbatches || out->num_virtual_stages != c->virtual_pipeline_size) {
+        note(sh, "rank %d: %d microbatches x %d stages, expected %d x %d", dpxcp, out->num_microbatches,
+             out->num_virtual_stages, plan->num_microbatches, c->virtual_pipeline_size);
+        return 1;
+    }
+    int64_t sum = 0, squared = 0;
+    for (int32_t i = 0; i < sh->data.n; i++) sum += sh->data.padded[i], squared += (int64_t)sh->data.padded[i] * sh->data.padded[i];
+    if (out->seqlen_sum != sum || out->seqlen_squared_sum != squared || out->num_sequences != sh->data.n) {
+        note(sh, "FLOPs scalars %lld/%lld, expected %lld/%lld", (long long)out->seqlen_sum,
+             (long long)out->seqlen_squared_sum, (long long)sum, (long long)squared);
+        bad++;
+    }
+    dcp_oracle_batch batch = {sh->data.n, sh->data.padded, sh->data.original, sh->data.tokens_of, sh->data.labels_of,
+                              sh->data.loss_mask_of, sh->data.position_ids_of};
+    for (int32_t m = 0; m < plan->num_microbatches; m++) {
+        dcp_oracle_microbatch want;
+        char msg[200];
+        dcp_status os = dcp_oracle_microbatch_compute(c, plan, &batch, m, dpxcp, &want, msg, sizeof msg);
+        if (os != DCP_OK) {
+            note(sh, "oracle refuses microbatch %d on rank %d (%s) but the step succeeded", m, dpxcp, msg);
+            return bad + 1;
+        }
+        for (int32_t v = 0; v < c->virtual_pipeline_size; v++) {
+            const dcp_microbatch *got = &out->microbatches[(size_t)v * (size_t)out->num_microbatches + (size_t)m];
+            int first = pp == 0 && v == 0, last = pp == c->pipeline_parallel_size - 1 && v == c->virtual_pipeline_size - 1;
+            int stage_mtp = (mtp >> v) & 1u;
+            int inputs = first || stage_mtp, targets = last || stage_mtp;
+            int64_t before = bad;
+            if (got->num_tokens != want.num_tokens || got->num_cu_seqlens != want.num_cu_seqlens ||
+                got->max_seqlen != want.max_seqlen || got->local_cp_size != want.local_cp_size ||
+                got->cp_rank != want.cp_rank || got->num_sequences != want.num_sequences) {
+                note(sh, "rank %d mb %d vstage %d: tokens %lld/%lld cu %d/%d max %d/%d cp %d/%d cp_rank %d/%d", dpxcp, m,
+                     v, (long long)got->num_tokens, (long long)want.num_tokens, got->num_cu_seqlens, want.num_cu_seqlens,
+                     got->max_seqlen, want.max_seqlen, got->local_cp_size, want.local_cp_size, got->cp_rank, want.cp_rank);
+                bad++;
+                continue;
+            }
+            size_t t = (size_t)want.num_tokens;
+            bad += compare_bytes(got->cu_seqlens, want.cu_seqlens, (size_t)want.num_cu_seqlens * 4);
+            bad += compare_bytes(got->cu_seqlens_padded, want.cu_seqlens_padded, (size_t)want.num_cu_seqlens * 4);
+            bad += compare_bytes(got->padding_mask, want.padding_mask, t);
+            bad += inputs ? (!got->tokens || compare_bytes(got->tokens, want.tokens, t * 8)) : got->tokens != NULL;
+            bad += inputs ? (!got->position_ids || compare_bytes(got->position_ids, want.position_ids, t * 8))
+                          : got->position_ids != NULL;
+            bad += targets ? (!got->labels || compare_bytes(got->labels, want.labels, t * 8)) : got->labels != NULL;
+            bad += targets ? (!got->loss_mask || compare_bytes(got->loss_mask, want.loss_mask, t * 4))
+                           : got->loss_mask != NULL;
+            if (bad != before) note(sh, "rank %d (pp %d) mb %d vstage %d: arrays differ from the oracle", dpxcp, pp, m, v);
+        }
+        dcp_oracle_microbatch_free(&want);
+    }
+    return bad;
+}
+
+static void plant_fault(shared *sh, int32_t dp_rank)
+{
+    const dcp_harness_options *o = sh->opt;
+    const dp_input *src = &sh->inputs[dp_rank];
+    dp_input *f = &sh->faulty;
+    int32_t extra = o->fault == DCP_HARNESS_FAULT_CAPACITY ? sh->config.max_sequences + 1 : 0;
+    f->num_samples = src->num_samples + extra;
+    f->samples = calloc((size_t)f->num_samples + 1, sizeof *f->samples);
+    memcpy(f->samples, src->samples, (size_t)src->num_samples * sizeof *src->samples);
+    f->cu = calloc(64, sizeof *f->cu);
+    sh->faulty_fields = sh->config.fields;
+    dcp_sample *s0 = &f->samples[0];
+    switch (o->fault) {
+    case DCP_HARNESS_FAULT_CU_DECREASING:
+    case DCP_HARNESS_FAULT_CU_NOT_ZERO:
+    case DCP_HARNESS_FAULT_CU_PAST_BUFFER: {
+        int32_t len = (int32_t)s0->num_tokens;
+        f->cu[0] = o->fault == DCP_HARNESS_FAULT_CU_NOT_ZERO ? 1 : 0;
+        f->cu[1] = o->fault == DCP_HARNESS_FAULT_CU_DECREASING ? len : len / 2;
+        f->cu[2] = o->fault == DCP_HARNESS_FAULT_CU_DECREASING ? len / 2
+                   : o->fault == DCP_HARNESS_FAULT_CU_PAST_BUFFER ? len + 1 : len;
+        s0->cu_seqlens = f->cu;
+        s0->num_cu_seqlens = 3;
+        break;
+    }
+    case DCP_HARNESS_FAULT_LENGTH_MISMATCH:
+        s0->cu_seqlens = NULL;
+        s0->padded_length = (int32_t)s0->num_tokens + 1;
+        s0->original_length = 1;
+        break;
+    case DCP_HARNESS_FAULT_FIELD_MISMATCH: sh->faulty_fields &= ~(uint32_t)DCP_FIELD_LABELS; break;
+    case DCP_HARNESS_FAULT_CAPACITY:
+        for (int32_t i = src->num_samples; i < f->num_samples; i++) f->samples[i] = src->samples[0];
+        break;
+    case DCP_HARNESS_FAULT_SIBLINGS_DIFFER: f->num_samples = src->num_samples - 1; break;
+    default: break;
+    }
+}
+
+static void *rank_main(void *p)
+{
+    rank_arg *a = (rank_arg *)p;
+    shared *sh = a->sh;
+    const dcp_harness_options *o = sh->opt;
+    const int32_t w = a->world_rank, n = sh->n, tp_size = sh->tp;
+    const int32_t dpxcp = w % n, tp = (w / n) % tp_size, pp = w / (n * tp_size);
+    const int32_t cp = sh->config.context_parallel_size, dp_rank = dpxcp / cp;
+
+    dcp_comm world, lane, tpc;
+    hgroup_comm(sh->world_group, w, &world);
+    dcp_step_args args;
+    memset(&args, 0, sizeof args);
+    args.world = &world;
+    int holds = o->tp_ranks_hold_data || tp == 0;
+    if (holds) {
+        hgroup_comm(sh->lanes[pp * tp_size + tp], dpxcp, &lane);
+        args.data_context_parallel = &lane;
+    }
+    if (!o->tp_ranks_hold_data && tp_size > 1) {
+        hgroup_comm(sh->tps[pp * n + dpxcp], tp, &tpc);
+        args.tensor_parallel = &tpc;
+    }
+    args.pipeline_rank = pp;
+    args.mtp_virtual_stages = pp == o->mtp_pipeline_rank ? o->mtp_virtual_stages : 0;
+    args.tp_ranks_hold_data = o->tp_ranks_hold_data;
+
+    /* the workspace starts out as garbage, so a slot the step forgets to write shows up */
+    dcp_context *ctx = NULL;
+    size_t workspace = 0;
+    void *memory = NULL;
+    dcp_status cs = dcp_workspace_size(&sh->config, &workspace);
+    if (cs == DCP_OK && !(memory = malloc(workspace))) cs = DCP_ERR_ALLOC;
+    if (cs == DCP_OK) {
+        memset(memory, 0xA5, workspace);
+        cs = dcp_context_init_static(memory, workspace, &sh->config, &ctx);
+    }
+    if (cs != DCP_OK) note(sh, "world rank %d: context: %s", w, dcp_status_str(cs));
+
+    for (int32_t step = 0; step < o->steps; step++) {
+        dcp_step_input input = {sh->inputs[dp_rank].samples, sh->inputs[dp_rank].num_samples, sh->config.fields};
+        if (o->fault != DCP_HARNESS_FAULT_NONE && step == o->fault_step && w == o->fault_world_rank) {
+            input.samples = sh->faulty.samples;
+            input.num_samples = sh->faulty.num_samples;
+            input.fields = sh->faulty_fields;
+        }
+        pthread_barrier_wait(&sh->start);
+        const dcp_step_output *out = NULL;
+        dcp_status s = cs;
+        uint64_t allocated = 0, deallocated = 0;
+        double t0 = now_seconds();
+        if (ctx) {
+#ifdef DCP_HAVE_JEMALLOC
+            uint64_t *ap = NULL, *dp = NULL;
+            size_t len = sizeof ap;
+            mallctl("thread.allocatedp", &ap, &len, NULL, 0);
+            len = sizeof dp;
+            mallctl("thread.deallocatedp", &dp, &len, NULL, 0);
+            uint64_t a0 = ap ? *ap : 0, d0 = dp ? *dp : 0;
+#endif
+            s = dcp_step(ctx, &args, holds ? &input : NULL, &out);
+#ifdef DCP_HAVE_JEMALLOC
+            allocated = ap ? *ap - a0 : 0;
+            deallocated = dp ? *dp - d0 : 0;
+#endif
+        }
+        double t1 = now_seconds();
+        pthread_mutex_lock(&sh->lock);
+        sh->status[step * sh->world + w] = s;
+        sh->seconds[step * sh->world + w] = t1 - t0;
+        if (allocated + deallocated > sh->heap_max) sh->heap_max = allocated + deallocated;
+        pthread_mutex_unlock(&sh->lock);
+        if (s != DCP_OK) {
+            if (!(o->fault != DCP_HARNESS_FAULT_NONE && step == o->fault_step))
+                note(sh, "world rank %d step %d: %s: %s", w, step, dcp_status_str(s), dcp_context_last_error(ctx));
+            continue;
+        }
+        if (step == o->steps - 1) {
+            sh->result->rank_stats[w] = out->stats;
+            sh->result->rank_pipeline[w] = pp, sh->result->rank_tensor[w] = tp, sh->result->rank_dpxcp[w] = dpxcp;
+            pthread_mutex_lock(&sh->lock);
+            sh->microbatches = out->num_microbatches;
+            pthread_mutex_unlock(&sh->lock);
+        }
+        if (o->check) {
+            int64_t bad = verify_rank(sh, pp, dpxcp, args.mtp_virtual_stages, out);
+            pthread_mutex_lock(&sh->lock);
+            sh->mismatches += bad;
+            pthread_mutex_unlock(&sh->lock);
+        }
+    }
+    dcp_context_destroy(ctx);
+    free(memory);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Driver                                                                    */
+/* ------------------------------------------------------------------------ */
+
+void dcp_harness_options_default(dcp_harness_options *o)
+{
+    memset(o, 0, sizeof *o);
+    dcp_config_default(&o->config);
+    o->mtp_pipeline_rank = -1;
+    o->steps = 1;
+    o->check = 1;
+    o->fault_world_rank = -1;
+}
+
+int32_t dcp_harness_fields_bytes(uint32_t fields)
+{
+    return ((fields & DCP_FIELD_TOKENS) ? 8 : 0) + ((fields & DCP_FIELD_LABELS) ? 8 : 0) +
+           ((fields & DCP_FIELD_POSITION_IDS) ? 8 : 0) + ((fields & DCP_FIELD_LOSS_MASK) ? 4 : 0);
+}
+
+int32_t dcp_harness_read_trace(const char *path, int32_t *out, int32_t capacity)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int32_t n = 0;
+    long v;
+    while (n < capacity && fscanf(f, "%ld", &v) == 1) out[n++] = (int32_t)v;
+    fclose(f);
+    return n;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *result)
+{
+    memset(result, 0, sizeof *result);
+    shared sh;
+    memset(&sh, 0, sizeof sh);
+    sh.opt = o;
+    sh.config = o->config;
+    char message[256];
+    dcp_status st = dcp_config_validate(&sh.config, message, sizeof message);
+    if (st != DCP_OK) {
+        snprintf(result->message, sizeof result->message, "config: %.200s", message);
+        return st;
+    }
+    if (o->steps < 1 || !o->lengths || o->num_lengths < 1) return DCP_ERR_INVALID_ARGUMENT;
+    const dcp_config *c = &sh.config;
+    sh.n = dcp_config_num_ranks(c);
+    sh.tp = c->tensor_parallel_size;
+    sh.pp = c->pipeline_parallel_size;
+    sh.world = sh.n * sh.tp * sh.pp;
+    result->world_size = sh.world;
+
+    /* spans divisible by 2 * (largest CP group) so zigzag can always cut them */
+    dataset_build(&sh.data, o->lengths, o->num_lengths, 2 * sh.n, o->prepacked);
+    result->total_tokens = sh.data.offset[sh.data.n];
+    const int32_t dp = c->data_parallel_size;
+    sh.inputs = calloc((size_t)dp, sizeof *sh.inputs);
+    int64_t max_input = 0;
+    for (int32_t p = 0; p < dp; p++) {
+        int32_t first = (int32_t)((int64_t)sh.data.n * p / dp), last = (int32_t)((int64_t)sh.data.n * (p + 1) / dp);
+        dp_input_build(&sh.inputs[p], &sh.data, first, last, o->prepacked);
+        int64_t tokens = sh.data.offset[last] - sh.data.offset[first];
+        if (tokens > max_input) max_input = tokens;
+    }
+
+    /* the plan, computed once in this process, for the oracle and for sizing */
+    dcp_config plan_config = *c;
+    plan_config.max_tokens_per_rank = 0;
+    dcp_context *planner = NULL;
+    st = dcp_context_create(&plan_config, &planner);
+    const dcp_plan *plan = NULL;
+    if (st == DCP_OK) st = dcp_plan_compute(planner, sh.data.padded, sh.data.n, &plan);
+    if (st != DCP_OK) {
+        snprintf(result->message, sizeof result->message, "plan: %s: %s", dcp_status_str(st),
+                 planner ? dcp_context_last_error(planner) : "");
+        dcp_context_destroy(planner);
+        goto cleanup_data;
+    }
+    sh.plan = (dcp_plan *)plan;
+    if (sh.config.max_tokens_per_rank == 0) {
+        int64_t per_mb = c->max_seqlen_per_rank;
+        if (!c->pad_to_max_seqlen && c->pad_alignment > 0) per_mb = (per_mb + c->pad_alignment - 1) / c->pad_alignment * c->pad_alignment;
+        int64_t out_bound = per_mb * plan->num_microbatches;
+        sh.config.max_tokens_per_rank = (max_input > out_bound ? max_input : out_bound) + 64;
+    }
+
+    if (o->fault != DCP_HARNESS_FAULT_NONE && o->fault_world_rank >= 0)
+        plant_fault(&sh, (o->fault_world_rank % sh.n) / c->context_parallel_size);
+
+    int32_t timeout = o->timeout_ms > 0 ? o->timeout_ms : 60000;
+    sh.world_group = hgroup_create(sh.world, timeout);
+    sh.lanes = calloc((size_t)sh.pp * (size_t)sh.tp, sizeof *sh.lanes);
+    sh.tps = calloc((size_t)sh.pp * (size_t)sh.n, sizeof *sh.tps);
+    for (int32_t i = 0; i < sh.pp * sh.tp; i++) sh.lanes[i] = hgroup_create(sh.n, timeout);
+    for (int32_t i = 0; i < sh.pp * sh.n; i++) sh.tps[i] = hgroup_create(sh.tp, timeout);
+    pthread_barrier_init(&sh.start, NULL, (unsigned)sh.world);
+    pthread_mutex_init(&sh.lock, NULL);
+    sh.status = calloc((size_t)o->steps * (size_t)sh.world, sizeof *sh.status);
+    sh.seconds = calloc((size_t)o->steps * (size_t)sh.world, sizeof *sh.seconds);
+    sh.result = result;
+    result->rank_stats = calloc((size_t)sh.world, sizeof *result->rank_stats);
+    result->rank_pipeline = calloc((size_t)sh.world, sizeof(int32_t));
+    result->rank_tensor = calloc((size_t)sh.world, sizeof(int32_t));
+    result->rank_dpxcp = calloc((size_t)sh.world, sizeof(int32_t));
+
+    pthread_t *threads = calloc((size_t)sh.world, sizeof *threads);
+    rank_arg *args = calloc((size_t)sh.world, sizeof *args);
+    for (int32_t w = 0; w < sh.world; w++) {
+        args[w].sh = &sh;
+        args[w].world_rank = w;
+        pthread_create(&threads[w], NULL, rank_main, &args[w]);
+    }
+    for (int32_t w = 0; w < sh.world; w++) pthread_join(threads[w], NULL);
+
+    result->statuses_agree = 1;
+    double *per_step = calloc((size_t)o->steps, sizeof *per_step);
+    for (int32_t s = 0; s < o->steps; s++) {
+        if (s < 8) result->step_status[s] = sh.status[s * sh.world];
+        for (int32_t w = 0; w < sh.world; w++) {
+            if (sh.status[s * sh.world + w] != sh.status[s * sh.world]) result->statuses_agree = 0;
+            if (sh.seconds[s * sh.world + w] > per_step[s]) per_step[s] = sh.seconds[s * sh.world + w];
+        }
+    }
+    qsort(per_step, (size_t)o->steps, sizeof *per_step, cmp_double);
+    result->step_seconds_min = per_step[0];
+    result->step_seconds_median = per_step[o->steps / 2];
+    free(per_step);
+    result->num_microbatches = sh.microbatches;
+    result->heap_bytes_max = sh.heap_max;
+    result->mismatches = sh.mismatches;
+    int all_ok = 1;
+    for (int32_t s = 0; s < o->steps; s++)
+        if (sh.status[s * sh.world] != DCP_OK) all_ok = 0;
+    result->verified = o->check && sh.mismatches == 0 && (all_ok || o->fault != DCP_HARNESS_FAULT_NONE);
+    memcpy(result->message, sh.message, sizeof result->message);
+
+    free(threads), free(args);
+    pthread_barrier_destroy(&sh.start);
+    pthread_mutex_destroy(&sh.lock);
+    hgroup_destroy(sh.world_group);
+    for (int32_t i = 0; i < sh.pp * sh.tp; i++) hgroup_destroy(sh.lanes[i]);
+    for (int32_t i = 0; i < sh.pp * sh.n; i++) hgroup_destroy(sh.tps[i]);
+    free(sh.lanes), free(sh.tps), free(sh.status), free(sh.seconds);
+    free(sh.faulty.samples), free(sh.faulty.cu);
+    dcp_context_destroy(planner);
+cleanup_data:
+    for (int32_t p = 0; p < dp; p++) free(sh.inputs[p].samples), free(sh.inputs[p].cu);
+    free(sh.inputs);
+    dataset_free(&sh.data);
+    return st;
+}
+
+void dcp_harness_result_free(dcp_harness_result *r)
+{
+    free(r->rank_stats), free(r->rank_pipeline), free(r->rank_tensor), free(r->rank_dpxcp);
+    memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,139 @@
+/*
+ * test_step.c - dcp_step() over in-process ranks, every rank's output checked
+ * element by element against the oracle (tests/oracle.c).
+ */
+#include "dcp_test.h"
+#include "step_harness.h"
+
+#include <stdio.h>
+
+static int32_t trace[4096];
+
+static int32_t load(const char *name, int32_t n)
+{
+    char rel[128];
+    snprintf(rel, sizeof rel, "workloads/%s", name);
+    int32_t got = dcp_harness_read_trace(dcp_test_data_path(rel), trace, n);
+    return got;
+}
+
+/* Run and require: every step OK on every rank, every rank verified, no allocation inside a step. */
+static int run_checked(dcp_harness_options *o, const char *what)
+{
+    dcp_harness_result r;
+    dcp_status st = dcp_harness_run(o, &r);
+    int ok = st == DCP_OK && r.statuses_agree && r.step_status[0] == DCP_OK && r.verified && r.mismatches == 0;
+    if (!ok)
+        dcp_test_fail(__FILE__, __LINE__, "%s: harness %s, step %s, agree %d, verified %d, mismatches %lld: %s", what,
+                      dcp_status_str(st), dcp_status_str(r.step_status[0]), r.statuses_agree, r.verified,
+                      (long long)r.mismatches, r.message);
+    if (ok && r.heap_bytes_max != 0)
+        dcp_test_fail(__FILE__, __LINE__, "%s: a step allocated %llu bytes", what, (unsigned long long)r.heap_bytes_max);
+    dcp_harness_result_free(&r);
+    return ok;
+}
+
+static void base_options(dcp_harness_options *o, int32_t n, int32_t dp, int32_t cp, int32_t tp, int32_t pp)
+{
+    dcp_harness_options_default(o);
+    o->config.data_parallel_size = dp;
+    o->config.context_parallel_size = cp;
+    o->config.tensor_parallel_size = tp;
+    o->config.pipeline_parallel_size = pp;
+    o->config.max_sequences = 512;
+    o->config.max_seqlen_per_rank = 4096;
+    o->lengths = trace;
+    o->num_lengths = n;
+}
+
+DCP_TEST(dp2_dp_balanced_one_sequence_per_sample)
+{
+    int32_t n = load("mlmdefault_n256_seed1.txt", 64);
+    DCP_REQUIRE(n == 64);
+    dcp_harness_options o;
+    base_options(&o, n, 2, 1, 1, 1);
+    o.config.scheduler = DCP_SCHEDULER_DP_BALANCED;
+    o.config.max_seqlen_per_rank = 8192;
+    run_checked(&o, "dp2");
+}
+
+DCP_TEST(layout_16_ranks_dp_balanced_zigzag_dummy_prepacked)
+{
+    int32_t n = load("mlmdefault_n256_seed1.txt", 256);
+    DCP_REQUIRE(n == 256);
+    dcp_harness_options o;
+    base_options(&o, n, 2, 2, 2, 2); /* DP2 x CP2 x TP2 x PP2 */
+    o.config.scheduler = DCP_SCHEDULER_DP_BALANCED;
+    o.config.max_seqlen_per_rank = 8192;
+    o.config.pad_alignment = 16;
+    o.prepacked = 1;
+    run_checked(&o, "dp_balanced zigzag append_dummy prepacked");
+}
+
+DCP_TEST(layout_16_ranks_vpp_mtp_on_middle_stage)
+{
+    int32_t n = load("mlmdefault_n256_seed1.txt", 256);
+    DCP_REQUIRE(n == 256);
+    dcp_harness_options o;
+    base_options(&o, n, 2, 2, 1, 4); /* DP2 x CP2 x PP4, VPP2, MTP on PP stage 2, virtual stage 1 */
+    o.config.virtual_pipeline_size = 2;
+    o.config.microbatch_group_size_per_vp_stage = 2;
+    o.config.scheduler = DCP_SCHEDULER_DYNAMIC_CP;
+    o.config.pad_alignment = 8;
+    o.mtp_pipeline_rank = 2;
+    o.mtp_virtual_stages = 2;
+    run_checked(&o, "dynamic_cp vpp mtp");
+    o.config.scheduler = DCP_SCHEDULER_DP_BALANCED;
+    o.config.max_seqlen_per_rank = 8192;
+    o.config.thd_tail_policy = DCP_THD_TAIL_EXTEND_LAST;
+    run_checked(&o, "dp_balanced vpp mtp extend_last");
+}
+
+DCP_TEST(layout_16_ranks_dynamic_cp_contiguous_extend_last_pad_to_max)
+{
+    int32_t n = load("mlmdefault_n256_seed1.txt", 256);
+    DCP_REQUIRE(n == 256);
+    dcp_harness_options o;
+    base_options(&o, n, 4, 2, 2, 1); /* DP4 x CP2 x TP2 */
+    o.config.scheduler = DCP_SCHEDULER_DYNAMIC_CP;
+    o.config.cp_partition = DCP_CP_CONTIGUOUS;
+    o.config.thd_tail_policy = DCP_THD_TAIL_EXTEND_LAST;
+    o.config.pad_to_max_seqlen = 1;
+    run_checked(&o, "dynamic_cp contiguous extend_last max");
+    o.config.thd_tail_policy = DCP_THD_TAIL_APPEND_DUMMY;
+    o.prepacked = 1;
+    run_checked(&o, "dynamic_cp contiguous append_dummy max prepacked");
+}
+
+DCP_TEST(layout_dynamic_cp_fixed_cu_capacity_and_no_padding)
+{
+    int32_t n = load("longsft_n256_seed1.txt", 128);
+    DCP_REQUIRE(n == 128);
+    dcp_harness_options o;
+    base_options(&o, n, 4, 2, 1, 2); /* DP4 x CP2 x PP2 */
+    o.config.scheduler = DCP_SCHEDULER_DYNAMIC_CP;
+    o.config.max_seqlen_per_rank = 16384;
+    o.config.pad_alignment = 32;
+    o.config.max_sequences_per_microbatch = 6;
+    o.config.thd_tail_policy = DCP_THD_TAIL_EXTEND_LAST;
+    run_checked(&o, "dynamic_cp fixed capacity extend_last");
+    o.config.thd_tail_policy = DCP_THD_TAIL_APPEND_DUMMY;
+    run_checked(&o, "dynamic_cp fixed capacity append_dummy");
+    o.config.pad_alignment = 0;
+    o.config.max_sequences_per_microbatch = 0;
+    run_checked(&o, "dynamic_cp no padding");
+}
+
+DCP_TEST(layout_every_tp_rank_holds_data)
+{
+    int32_t n = load("bimodal_n256_seed1.txt", 256);
+    DCP_REQUIRE(n == 256);
+    dcp_harness_options o;
+    base_options(&o, n, 2, 2, 4, 1); /* DP2 x CP2 x TP4, RL-style: no broadcast */
+    o.config.scheduler = DCP_SCHEDULER_DP_BALANCED;
+    o.config.max_seqlen_per_rank = 65536;
+    o.config.cp_partition = DCP_CP_CONTIGUOUS;
+    o.config.pad_alignment = 64;
+    o.tp_ranks_hold_data = 1;
+    run_checked(&o, "tp ranks hold data");
+}
