@@ -22,7 +22,8 @@ void dcp_thd_params_from_config(const dcp_config *c, int32_t cp, dcp_thd_params 
     p->tail = c->thd_tail_policy;
     int padding = p->target > 0 || p->alignment > 0;
     int32_t cap = c->max_sequences_per_microbatch;
-    p->max_packed_sequences = (padding && cap > 0) ? cap + (p->tail == DCP_THD_TAIL_APPEND_DUMMY ? 1 : 0) : 0;
+    int64_t s = (padding && cap > 0) ? (int64_t)cap + (p->tail == DCP_THD_TAIL_APPEND_DUMMY ? 1 : 0) : 0;
+    p->max_packed_sequences = (int32_t)(s < INT32_MAX ? s : INT32_MAX); /* INT32_MAX: no cap in practice */
 }
 
 dcp_status dcp_thd_geometry_compute(const dcp_thd_params *p, const int32_t *original, const int32_t *padded, int32_t n,

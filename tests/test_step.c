@@ -126,8 +126,8 @@ DCP_TEST(layout_dynamic_cp_fixed_cu_capacity_and_no_padding)
 
 DCP_TEST(layout_every_tp_rank_holds_data)
 {
-    int32_t n = load("bimodal_n256_seed1.txt", 256);
-    DCP_REQUIRE(n == 256);
+    int32_t n = load("bimodal_n256_seed1.txt", 48);
+    DCP_REQUIRE(n == 48);
     dcp_harness_options o;
     base_options(&o, n, 2, 2, 4, 1); /* DP2 x CP2 x TP4, RL-style: no broadcast */
     o.config.scheduler = DCP_SCHEDULER_DP_BALANCED;
@@ -136,4 +136,96 @@ DCP_TEST(layout_every_tp_rank_holds_data)
     o.config.pad_alignment = 64;
     o.tp_ranks_hold_data = 1;
     run_checked(&o, "tp ranks hold data");
+}
+
+/* A bad input on one rank: every rank returns the same status in that step, and the next step verifies. */
+static void check_fault(dcp_harness_fault fault, int32_t world_rank, dcp_status expected, int prepacked)
+{
+    int32_t n = load("mlmdefault_n256_seed1.txt", 128);
+    dcp_harness_options o;
+    base_options(&o, n, 2, 2, 2, 1); /* DP2 x CP2 x TP2 */
+    o.config.scheduler = DCP_SCHEDULER_DYNAMIC_CP;
+    o.config.pad_alignment = 8;
+    o.prepacked = prepacked;
+    o.steps = 2;
+    o.fault = fault;
+    o.fault_world_rank = world_rank;
+    o.fault_step = 0;
+    o.timeout_ms = 20000;
+    dcp_harness_result r;
+    DCP_REQUIRE_OK(dcp_harness_run(&o, &r));
+    DCP_CHECK(r.statuses_agree);
+    if (r.step_status[0] != expected)
+        dcp_test_fail(__FILE__, __LINE__, "fault %d: step 0 returned %s, expected %s", (int)fault,
+                      dcp_status_str(r.step_status[0]), dcp_status_str(expected));
+    DCP_CHECK_EQ_INT(r.step_status[1], DCP_OK);
+    DCP_CHECK(r.verified);
+    DCP_CHECK_EQ_INT(r.mismatches, 0);
+    dcp_harness_result_free(&r);
+}
+
+DCP_TEST(bad_input_is_agreed_and_the_next_step_works)
+{
+    check_fault(DCP_HARNESS_FAULT_CU_DECREASING, 3, DCP_ERR_CORRUPT_INPUT, 1);
+    check_fault(DCP_HARNESS_FAULT_CU_NOT_ZERO, 0, DCP_ERR_CORRUPT_INPUT, 1);
+    check_fault(DCP_HARNESS_FAULT_CU_PAST_BUFFER, 2, DCP_ERR_CORRUPT_INPUT, 0);
+    check_fault(DCP_HARNESS_FAULT_LENGTH_MISMATCH, 1, DCP_ERR_CORRUPT_INPUT, 0);
+    check_fault(DCP_HARNESS_FAULT_FIELD_MISMATCH, 2, DCP_ERR_FIELD_MISMATCH, 0);
+    check_fault(DCP_HARNESS_FAULT_CAPACITY, 3, DCP_ERR_CAPACITY, 0);
+    check_fault(DCP_HARNESS_FAULT_SIBLINGS_DIFFER, 1, DCP_ERR_CORRUPT_INPUT, 0);
+}
+
+DCP_TEST(zero_heap_allocations_for_a_4096_sequence_step)
+{
+    if (!dcp_alloc_probe_available()) DCP_SKIP("jemalloc counters not available");
+    int32_t n = load("mlmdefault_n4096_seed1.txt", 4096);
+    DCP_REQUIRE(n == 4096);
+    dcp_harness_options o;
+    base_options(&o, n, 4, 2, 1, 1); /* 8 ranks */
+    o.config.max_sequences = 4096;
+    o.config.scheduler = DCP_SCHEDULER_DYNAMIC_CP;
+    o.config.pad_alignment = 16;
+    o.steps = 3;
+    dcp_harness_result r;
+    DCP_REQUIRE_OK(dcp_harness_run(&o, &r));
+    DCP_CHECK(r.statuses_agree);
+    DCP_CHECK_EQ_INT(r.step_status[0], DCP_OK);
+    DCP_CHECK(r.verified);
+    DCP_CHECK_EQ_INT(r.heap_bytes_max, 0);
+    DCP_CHECK(r.num_microbatches > 1);
+    /* each rank receives only the tokens it computes on, well under the reference's all-gather */
+    for (int32_t w = 0; w < r.world_size; w++) {
+        const dcp_step_stats *s = &r.rank_stats[w];
+        DCP_CHECK(s->exchange_bytes_received + s->exchange_bytes_local == s->tokens_computed * 28);
+        DCP_CHECK(s->exchange_bytes_received < s->reference_bytes_received / 2);
+    }
+    dcp_harness_result_free(&r);
+}
+
+DCP_TEST(flops_scalars_are_exact_where_float32_rounds)
+{
+    /* the reference sends sum(s^2) to the other TP ranks as float32: 24-bit mantissa */
+    static int32_t lengths[64];
+    for (int i = 0; i < 64; i++) lengths[i] = 100001 + 2 * i; /* the sum needs 40 bits */
+    dcp_harness_options o;
+    dcp_harness_options_default(&o);
+    o.config.data_parallel_size = 2;
+    o.config.tensor_parallel_size = 2;
+    o.config.max_sequences = 64;
+    o.config.max_seqlen_per_rank = 131072;
+    o.config.scheduler = DCP_SCHEDULER_DP_BALANCED;
+    o.lengths = lengths;
+    o.num_lengths = 64;
+    dcp_harness_result r;
+    DCP_REQUIRE_OK(dcp_harness_run(&o, &r)); /* verify_rank checks both sums exactly on every rank, TP peers too */
+    DCP_CHECK(r.verified);
+    int64_t exact = 0;
+    for (int i = 0; i < 64; i++) {
+        int64_t padded = (lengths[i] + 3) / 4 * 4; /* the harness pads spans to 2 * DPxCP ranks */
+        exact += padded * padded;
+    }
+    float as_float32 = (float)(double)exact;
+    DCP_CHECK((int64_t)as_float32 != exact);
+    DCP_CHECK(exact > (1 << 24));
+    dcp_harness_result_free(&r);
 }
