@@ -6,6 +6,7 @@
 #include "step_harness.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static int32_t trace[4096];
 
@@ -228,4 +229,25 @@ DCP_TEST(flops_scalars_are_exact_where_float32_rounds)
     DCP_CHECK((int64_t)as_float32 != exact);
     DCP_CHECK(exact > (1 << 24));
     dcp_harness_result_free(&r);
+}
+
+DCP_TEST(planning_only_context_refuses_a_step)
+{
+    dcp_config c;
+    dcp_config_default(&c); /* max_tokens_per_rank 0: no data-plane buffers */
+    dcp_context *ctx = NULL;
+    DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+    dcp_step_args args;
+    memset(&args, 0, sizeof args);
+    const dcp_step_output *out = NULL;
+    DCP_CHECK_STATUS(dcp_step(ctx, &args, NULL, &out), DCP_ERR_CAPACITY);
+    DCP_CHECK_CONTAINS(dcp_context_last_error(ctx), "max_tokens_per_rank");
+    DCP_CHECK(out == NULL);
+    dcp_context_destroy(ctx);
+    /* with the data plane on, a step without a world communicator is refused before anything moves */
+    c.max_tokens_per_rank = 4096;
+    DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+    DCP_CHECK_STATUS(dcp_step(ctx, &args, NULL, &out), DCP_ERR_NULL_POINTER);
+    DCP_CHECK(out == NULL);
+    dcp_context_destroy(ctx);
 }
