@@ -73,6 +73,25 @@ def thd_input(lengths, log2_cp, flags, alignment, target, capacity):
     return bytes([log2_cp, 0, flags]) + struct.pack('<HH', alignment, target) + bytes([capacity]) + body
 
 
+def step_input(lengths, config, prepacked):
+    """fuzz_step: config bytes, then samples (first 12 sequences; pre-packed ones hold 3 each)."""
+    b0, b1, m, max_tokens = config
+    head = bytes([b0, b1]) + struct.pack('<HH', m - 1, max_tokens) + bytes([63])
+    body = b''
+    seqs = [min(s, 2000) for s in lengths[:12]]
+    if prepacked:
+        for i in range(0, len(seqs), 3):
+            cu = [0]
+            for s in seqs[i:i + 3]:
+                cu.append(cu[-1] + s)
+            body += bytes([1]) + struct.pack('<hhh', cu[-1], 0, 0) + bytes([len(cu)])
+            body += b''.join(struct.pack('<h', v) for v in cu)
+    else:
+        for i, s in enumerate(seqs):
+            body += bytes([0]) + struct.pack('<hhh', s, s, s - (i % 4) * (s // 8)) + bytes([0])
+    return head + body
+
+
 def write(out_dir, target, name, data):
     if data is None:
         return
@@ -103,6 +122,11 @@ def main():
         if count == 256:
             write(out_dir, 'gather', stem, gather_input(lengths))
             write(out_dir, 'config', stem, config_input(lengths))
+            # dp_balanced no padding; dynamic_cp alignment 8 (v = 4); pad to M with extend_last; cap 4
+            for j, config in enumerate([(0x00, 0xF0, 8192, 60000), (0x41, 0xF0, 4096, 60000),
+                                        (0x06, 0xF4, 8192, 60000)]):
+                write(out_dir, 'step', f'{stem}_{j}', step_input(lengths, config, False))
+                write(out_dir, 'step', f'{stem}_{j}_prepacked', step_input(lengths, config, True))
             for i, (log2_cp, flags, alignment, target, capacity) in enumerate(THD_CONFIGS):
                 write(out_dir, 'thd', f'{stem}_{i}', thd_input(lengths, log2_cp, flags, alignment, target, capacity))
             # DP 8 (selector 3: small value, 8 + 8), scheduler dp_balanced (3, 0 + 8)
