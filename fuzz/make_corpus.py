@@ -92,6 +92,20 @@ def step_input(lengths, config, prepacked):
     return head + body
 
 
+# fuzz_pack layouts: (byte 0, byte 1, M, alignment, byte 5)
+PACK_CONFIGS = [
+    (0x05, 0x00, 4096, 0, 0x00),   # DP 2 x CP 2, dp_balanced, zigzag, no padding
+    (0x87, 0x11, 2048, 63, 0x00),  # DP 4 x CP 2 pre-packed, dynamic_cp, alignment 64
+    (0x7D, 0x2E, 4096, 0, 0x04),   # DP 2 x CP 4, TP 2, PP 2 + VPP, contiguous, extend_last, pad to M, cap 4
+    (0x01, 0x00, 4096, 0, 0x10),   # DP 2, cu_seqlens decreasing planted on one rank
+]
+
+
+def pack_input(lengths, b0, b1, m, alignment, b5):
+    return bytes([b0, b1]) + struct.pack('<H', m - 1) + bytes([alignment, b5, 1]) + \
+        b''.join(struct.pack('<H', min(s, m - 64) - 1) for s in lengths[:24])
+
+
 def write(out_dir, target, name, data):
     if data is None:
         return
@@ -127,6 +141,8 @@ def main():
                                         (0x06, 0xF4, 8192, 60000)]):
                 write(out_dir, 'step', f'{stem}_{j}', step_input(lengths, config, False))
                 write(out_dir, 'step', f'{stem}_{j}_prepacked', step_input(lengths, config, True))
+            for i, config in enumerate(PACK_CONFIGS):
+                write(out_dir, 'pack', f'{stem}_{i}', pack_input(lengths, *config))
             for i, (log2_cp, flags, alignment, target, capacity) in enumerate(THD_CONFIGS):
                 write(out_dir, 'thd', f'{stem}_{i}', thd_input(lengths, log2_cp, flags, alignment, target, capacity))
             # DP 8 (selector 3: small value, 8 + 8), scheduler dp_balanced (3, 0 + 8)
