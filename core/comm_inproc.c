@@ -249,9 +249,14 @@ static int32_t lowest_missing(const dcp_inproc_world *w)
 
 /* ---- copying: every rank reads its peers' buffers, writes only its own ---- */
 
-static void copy_piece(unsigned char *dst, const unsigned char *src, size_t bytes, int self)
+/* bytes from src + src_at to dst + dst_at; nothing (not even the pointer arithmetic) for 0 bytes */
+static void copy_piece(unsigned char *dst_base, size_t dst_at, const unsigned char *src_base, size_t src_at,
+                       size_t bytes, int self)
 {
-    if (bytes == 0 || dst == src) return;
+    if (bytes == 0) return;
+    unsigned char *dst = dst_base + dst_at;
+    const unsigned char *src = src_base + src_at;
+    if (dst == src) return;
     if (self) memmove(dst, src, bytes); /* an in-place collective may overlap its own send and receive */
     else memcpy(dst, src, bytes);
 }
@@ -264,20 +269,20 @@ static void copy_in(rank_slot *me)
     switch (a->op) {
     case OP_ALLGATHER:
         for (int32_t p = 0; p < w->size; p++)
-            copy_piece(a->recv + (size_t)p * a->bytes, w->slots[p].a.send, a->bytes, p == r);
+            copy_piece(a->recv, (size_t)p * a->bytes, w->slots[p].a.send, 0, a->bytes, p == r);
         break;
     case OP_ALLGATHERV:
         for (int32_t p = 0; p < w->size; p++)
-            copy_piece(a->recv + a->recv_offsets[p], w->slots[p].a.send, a->recv_bytes[p], p == r);
+            copy_piece(a->recv, a->recv_offsets[p], w->slots[p].a.send, 0, a->recv_bytes[p], p == r);
         break;
     case OP_ALLTOALLV:
         for (int32_t p = 0; p < w->size; p++) {
             const announcement *peer = &w->slots[p].a;
-            copy_piece(a->recv + a->recv_offsets[p], peer->send + peer->send_offsets[r], a->recv_bytes[p], p == r);
+            copy_piece(a->recv, a->recv_offsets[p], peer->send, peer->send_offsets[r], a->recv_bytes[p], p == r);
         }
         break;
     case OP_BROADCAST:
-        if (r != a->root) copy_piece(a->recv, w->slots[a->root].a.send, a->bytes, 0);
+        if (r != a->root) copy_piece(a->recv, 0, w->slots[a->root].a.send, 0, a->bytes, 0);
         break;
     case OP_AGREE:
         me->agreed = DCP_OK;

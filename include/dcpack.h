@@ -439,7 +439,10 @@ dcp_status dcp_inproc_inject_fault(dcp_inproc_world *world, int32_t rank, dcp_in
  * (comm->size + 1 entries: the first global id of each DP rank) point into the
  * context and stay valid until the next dcp_gather()/dcp_step().
  * Allocation-free.  Errors are agreed over `comm`, so every rank returns the
- * same status.
+ * same status: the status of the lowest-numbered failing DP rank, or the
+ * communicator's own failure (e.g. DCP_ERR_TIMEOUT).  Only argument errors
+ * found before any communication (a NULL pointer, a communicator whose size
+ * is not data_parallel_size) are returned on the calling rank alone.
  */
 dcp_status dcp_gather(dcp_context *context, dcp_comm *comm, const int32_t *local_lengths,
                       int32_t num_local, const int32_t **global_lengths, int32_t *num_global,

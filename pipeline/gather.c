@@ -3,10 +3,11 @@
  * every rank.  Global id = the DP rank's offset (exclusive prefix sum of the
  * counts) + the local index, as in the reference.
  *
- * Local problems (a negative length, corrupt cu_seqlens, too many sequences)
- * go through the communicator's agreement step first, so every rank of the DP
- * group returns the same status instead of some ranks waiting forever in the
- * all-gather.
+ * Local problems (a negative length, corrupt cu_seqlens, too many sequences,
+ * no scratch) go through the communicator's agreement step first, so every
+ * rank of the DP group returns the same status instead of some ranks waiting
+ * forever in the all-gather.  Nothing after the agreement can fail on one
+ * rank alone: every later decision is taken on data all ranks share.
  */
 #include "stages.h"
 #include "../core/context.h"
@@ -23,33 +24,45 @@ size_t dcp_gather_scratch_size(const dcp_config *config)
     return s;
 }
 
-/* Agree on `local` over the group; on failure fill err for this rank's view. */
+/*
+ * Agree on `local` over the group.  On failure err says which rank failed:
+ * this rank's own message when it is the lowest failing rank, otherwise the
+ * failing rank and its status (the status every rank returns).
+ */
 static dcp_status agree(dcp_comm *comm, dcp_status local, dcp_error *err)
 {
     dcp_status agreed = DCP_OK;
     int32_t failed_rank = -1;
     dcp_status st = comm->ops->agree(comm, local, &agreed, &failed_rank);
-    if (st != DCP_OK) return dcp_fail(err, st, "gather: error agreement failed on rank %d: %s", comm->rank,
-                                      dcp_status_str(st));
-    if (agreed != DCP_OK && local == DCP_OK)
-        return dcp_fail(err, agreed, "gather: rank %d of the DP group failed with %s", failed_rank,
-                        dcp_status_str(agreed));
-    return agreed;
+    if (st != DCP_OK)
+        return dcp_fail(err, st, "gather: error agreement failed on DP rank %d: %s", comm->rank, dcp_status_str(st));
+    if (agreed == DCP_OK || (failed_rank == comm->rank && agreed == local)) return agreed;
+    if (local == DCP_OK)
+        return dcp_fail(err, agreed, "gather: DP rank %d failed with %s", failed_rank, dcp_status_str(agreed));
+    char own[DCP_ERROR_MESSAGE_SIZE];
+    memcpy(own, err->message, sizeof own);
+    own[sizeof own - 1] = '\0';
+    return dcp_fail(err, agreed, "gather: DP rank %d failed with %s (and this rank: %.160s)", failed_rank,
+                    dcp_status_str(agreed), own);
 }
 
-/* Shared tail: `local` holds this rank's compacted lengths (or an error in local_status). */
+/*
+ * Shared tail: `local` holds this rank's compacted lengths (or an error in
+ * local_status).  The scratch was taken before the agreement, so a rank that
+ * cannot get it fails in the agreement, not alone in the all-gather.
+ */
 static dcp_status gather_lengths(dcp_context *ctx, dcp_comm *comm, const int32_t *local, int32_t count,
                                  dcp_status local_status, dcp_arena *scratch, dcp_error *err)
 {
-    dcp_status st = agree(comm, local_status, err);
-    if (st != DCP_OK) return st;
-
     const int32_t dp = comm->size;
     int32_t *counts = DCP_ARENA_NEW(scratch, int32_t, dp);
     size_t *bytes = DCP_ARENA_NEW(scratch, size_t, dp);
     size_t *offsets = DCP_ARENA_NEW(scratch, size_t, dp);
-    if (!counts || !bytes || !offsets)
-        return dcp_fail(err, DCP_ERR_CAPACITY, "gather scratch too small for %d DP ranks", dp);
+    if (local_status == DCP_OK && (!local || !counts || !bytes || !offsets))
+        local_status = dcp_fail(err, DCP_ERR_CAPACITY, "gather: scratch too small for %d DP ranks", dp);
+    dcp_status st = agree(comm, local_status, err);
+    if (st != DCP_OK) return st;
+
     st = comm->ops->allgather(comm, &count, sizeof count, counts);
     if (st != DCP_OK) return dcp_fail(err, st, "gather: all-gather of counts failed: %s", dcp_status_str(st));
 
@@ -112,7 +125,10 @@ dcp_status dcp_gather(dcp_context *ctx, dcp_comm *comm, const int32_t *local_len
     int32_t *local = DCP_ARENA_NEW(scratch, int32_t, ctx->config.max_sequences);
     int32_t count = 0;
     dcp_status local_status = DCP_OK;
-    if (num_local < 0)
+    if (!local)
+        local_status = dcp_fail(&err, DCP_ERR_CAPACITY, "gather: scratch too small for %d sequences",
+                                ctx->config.max_sequences);
+    else if (num_local < 0)
         local_status = dcp_fail(&err, DCP_ERR_INVALID_ARGUMENT, "gather: num_local %d is negative", num_local);
     for (int32_t i = 0; i < num_local && local_status == DCP_OK; i++) {
         int32_t s = local_lengths[i];
@@ -145,7 +161,10 @@ dcp_status dcp_gather_packed(dcp_context *ctx, dcp_comm *comm, const int32_t *cu
     int32_t *local = DCP_ARENA_NEW(scratch, int32_t, ctx->config.max_sequences);
     int32_t count = 0;
     dcp_status local_status = DCP_OK;
-    if (num_cu_seqlens < 1 || total_tokens < 0)
+    if (!local)
+        local_status = dcp_fail(&err, DCP_ERR_CAPACITY, "gather: scratch too small for %d sequences",
+                                ctx->config.max_sequences);
+    else if (num_cu_seqlens < 1 || total_tokens < 0)
         local_status = dcp_fail(&err, DCP_ERR_CORRUPT_INPUT, "gather: %d cu_seqlens entries for %lld tokens",
                                 num_cu_seqlens, (long long)total_tokens);
     else if (cu_seqlens[0] != 0)
