@@ -3,6 +3,28 @@
 
 #include <string.h>
 
+/*
+ * Under AddressSanitizer the free part of an arena is poisoned, and so are the
+ * alignment bytes after each allocation: a stage that writes past what it
+ * asked for, or reads scratch it released, is reported like a heap overflow
+ * instead of silently touching its neighbour inside the workspace.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#define DCP_ARENA_POISONING 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define DCP_ARENA_POISONING 1
+#endif
+#endif
+#ifdef DCP_ARENA_POISONING
+#include <sanitizer/asan_interface.h>
+#define POISON(p, n) ASAN_POISON_MEMORY_REGION((p), (n))
+#define UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define POISON(p, n) ((void)(p), (void)(n))
+#define UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 size_t dcp_size_add(size_t a, size_t b) { return (a > SIZE_MAX - b) ? SIZE_MAX : a + b; }
 
 size_t dcp_size_mul(size_t a, size_t b)
@@ -28,6 +50,12 @@ void dcp_arena_init(dcp_arena *arena, void *memory, size_t capacity)
     arena->capacity = (capacity > lost ? capacity - lost : 0) & ~(size_t)(DCP_ARENA_ALIGN - 1);
     arena->used = 0;
     arena->high_water = 0;
+    if (arena->capacity) POISON(arena->base, arena->capacity);
+}
+
+void dcp_arena_release(dcp_arena *arena)
+{
+    if (arena->base && arena->capacity) UNPOISON(arena->base, arena->capacity);
 }
 
 void dcp_arena_init_measure(dcp_arena *arena)
@@ -43,6 +71,7 @@ void *dcp_arena_alloc(dcp_arena *arena, size_t size, size_t count)
     size_t bytes = dcp_arena_bytes(size, count);
     if (bytes == SIZE_MAX || bytes > arena->capacity - arena->used) return NULL;
     void *p = arena->base ? (void *)(arena->base + arena->used) : (void *)(uintptr_t)DCP_ARENA_ALIGN;
+    if (arena->base) UNPOISON(p, size * count);
     arena->used += bytes;
     if (arena->used > arena->high_water) arena->high_water = arena->used;
     return p;
@@ -59,7 +88,10 @@ size_t dcp_arena_remaining(const dcp_arena *arena) { return arena->capacity - ar
 
 void dcp_arena_reset(dcp_arena *arena, size_t mark)
 {
-    if (mark <= arena->used) arena->used = mark;
+    if (mark <= arena->used) {
+        if (arena->base && arena->used > mark) POISON(arena->base + mark, arena->used - mark);
+        arena->used = mark;
+    }
 }
 
 int dcp_arena_split(dcp_arena *parent, size_t capacity, dcp_arena *child)
@@ -68,6 +100,7 @@ int dcp_arena_split(dcp_arena *parent, size_t capacity, dcp_arena *child)
     if (!p) return -1;
     child->base = parent->base ? (unsigned char *)p : NULL;
     child->capacity = dcp_arena_bytes(1, capacity);
+    if (child->base) POISON(child->base, child->capacity);
     child->used = 0;
     child->high_water = 0;
     return 0;

@@ -36,6 +36,8 @@ typedef struct dcp_arena {
 
 void dcp_arena_init(dcp_arena *arena, void *memory, size_t capacity);
 void dcp_arena_init_measure(dcp_arena *arena);
+/* Hand the memory back to its owner (under AddressSanitizer: make it addressable again). */
+void dcp_arena_release(dcp_arena *arena);
 
 /* `count` elements of `size` bytes, 64-byte aligned, uninitialised; NULL if it does not fit. */
 void *dcp_arena_alloc(dcp_arena *arena, size_t size, size_t count);

@@ -143,7 +143,9 @@ dcp_status dcp_context_create(const dcp_config *config, dcp_context **context)
 
 void dcp_context_destroy(dcp_context *context)
 {
-    if (!context || !context->owned_memory) return;
+    if (!context) return;
+    dcp_arena_release(&context->arena); /* caller memory is the caller's again */
+    if (!context->owned_memory) return;
     void *memory = context->owned_memory;
 #ifdef DCP_HAVE_JEMALLOC
     if (context->uses_jemalloc) {

@@ -698,9 +698,21 @@ static void build_views(dcp_context *ctx, const dcp_step_args *args, int32_t mic
 /* The driver                                                                */
 /* ------------------------------------------------------------------------ */
 
+/* A communicator the caller hands in: operations present, this rank inside the group. */
+static dcp_status check_comm(const dcp_comm *comm, const char *name, dcp_error *err)
+{
+    if (!comm->ops) return dcp_fail(err, DCP_ERR_NULL_POINTER, "step: the %s communicator has no operations", name);
+    if (comm->size < 1 || comm->rank < 0 || comm->rank >= comm->size)
+        return dcp_fail(err, DCP_ERR_INVALID_ARGUMENT, "step: %s communicator rank %d outside [0, %d)", name,
+                        comm->rank, comm->size);
+    return DCP_OK;
+}
+
 static dcp_status check_args(const dcp_context *ctx, const dcp_step_args *a, int holds_data, dcp_error *err)
 {
     const dcp_config *c = &ctx->config;
+    dcp_status s;
+    if (a->tensor_parallel && (s = check_comm(a->tensor_parallel, "TP", err)) != DCP_OK) return s;
     if (a->pipeline_rank < 0 || a->pipeline_rank >= c->pipeline_parallel_size)
         return dcp_fail(err, DCP_ERR_INVALID_ARGUMENT, "step: pipeline_rank %d outside [0, %d)", a->pipeline_rank,
                         c->pipeline_parallel_size);
@@ -716,6 +728,7 @@ static dcp_status check_args(const dcp_context *ctx, const dcp_step_args *a, int
     if (holds_data) {
         if (!a->data_context_parallel || !a->data_context_parallel->ops)
             return dcp_fail(err, DCP_ERR_NULL_POINTER, "step: a rank that holds data needs its DPxCP communicator");
+        if ((s = check_comm(a->data_context_parallel, "DPxCP", err)) != DCP_OK) return s;
         if (a->data_context_parallel->size != ctx->num_ranks)
             return dcp_fail(err, DCP_ERR_INVALID_ARGUMENT, "step: DPxCP communicator has %d ranks, the plan needs %d",
                             a->data_context_parallel->size, ctx->num_ranks);
@@ -749,6 +762,11 @@ dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_
         return dcp_context_fail(ctx, dcp_fail(&err, DCP_ERR_NULL_POINTER,
                                               "step: args, output and the world communicator are required"),
                                 &err); /* no communicator to tell the others through */
+    if (args->world->size < 1 || args->world->rank < 0 || args->world->rank >= args->world->size)
+        return dcp_context_fail(ctx, dcp_fail(&err, DCP_ERR_INVALID_ARGUMENT,
+                                              "step: world communicator rank %d outside [0, %d)", args->world->rank,
+                                              args->world->size),
+                                &err); /* an agreement through it could not be trusted */
 
     dcp_step_state *st = ctx->step;
     memset(&st->output, 0, sizeof st->output);

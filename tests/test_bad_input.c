@@ -432,3 +432,163 @@ DCP_TEST(context_bad_inputs)
     DCP_CHECK(strlen(tiny) == 3); /* truncated, terminated */
     DCP_CHECK_STATUS(dcp_config_validate(&c, tiny, 0), DCP_ERR_INVALID_CONFIG);
 }
+
+/* ---- dcp_step on a one-rank world ---- */
+
+typedef struct step_fixture {
+    int64_t tokens[2][8], labels[2][8], position_ids[2][8];
+    float loss_mask[2][8];
+    int32_t cu[4];
+    dcp_sample samples[2];
+    dcp_step_input input;
+    dcp_comm world, lane;
+    dcp_step_args args;
+} step_fixture;
+
+/* Two samples of 8 tokens: one sequence with 6 real tokens, and a pre-packed one holding 3 + 5. */
+static void step_fixture_init(step_fixture *f)
+{
+    memset(f, 0, sizeof *f);
+    for (int s = 0; s < 2; s++)
+        for (int t = 0; t < 8; t++) {
+            f->tokens[s][t] = 100 * s + t + 1;
+            f->labels[s][t] = -(100 * s + t + 1);
+            f->position_ids[s][t] = t;
+            f->loss_mask[s][t] = 1.0f;
+        }
+    f->cu[0] = 0, f->cu[1] = 3, f->cu[2] = 8;
+    for (int s = 0; s < 2; s++)
+        f->samples[s] = (dcp_sample){f->tokens[s], f->labels[s], f->loss_mask[s], f->position_ids[s], 8, NULL, 0, 8, 6};
+    f->samples[1].cu_seqlens = f->cu;
+    f->samples[1].num_cu_seqlens = 3;
+    f->input = (dcp_step_input){f->samples, 2, DCP_FIELD_ALL};
+    f->world = solo_comm();
+    f->lane = solo_comm();
+    memset(&f->args, 0, sizeof f->args);
+    f->args.world = &f->world;
+    f->args.data_context_parallel = &f->lane;
+}
+
+static dcp_config step_config(void)
+{
+    dcp_config c;
+    dcp_config_default(&c);
+    c.scheduler = DCP_SCHEDULER_DP_BALANCED;
+    c.max_sequences = 8;
+    c.max_seqlen_per_rank = 64;
+    c.max_tokens_per_rank = 64;
+    return c;
+}
+
+/* A good step on `ctx` gives what it gives on a fresh context: same status, same packed tokens. */
+static void check_step_usable(dcp_context *ctx, const char *after, int line)
+{
+    step_fixture good;
+    step_fixture_init(&good);
+    dcp_context *fresh = NULL;
+    if (dcp_context_create(dcp_context_config(ctx), &fresh) != DCP_OK) {
+        dcp_test_fail(__FILE__, line, "fresh context failed");
+        return;
+    }
+    const dcp_step_output *a = NULL, *b = NULL;
+    dcp_status sa = dcp_step(ctx, &good.args, &good.input, &a);
+    dcp_status sb = dcp_step(fresh, &good.args, &good.input, &b);
+    if (sa != DCP_OK || sb != DCP_OK || a->num_microbatches != b->num_microbatches)
+        dcp_test_fail(__FILE__, line, "after %s: good step %s, fresh context %s", after, dcp_status_str(sa),
+                      dcp_status_str(sb));
+    else
+        for (int32_t m = 0; m < a->num_microbatches; m++) {
+            const dcp_microbatch *x = &a->microbatches[m], *y = &b->microbatches[m];
+            if (x->num_tokens != y->num_tokens ||
+                memcmp(x->tokens, y->tokens, (size_t)x->num_tokens * sizeof *x->tokens) != 0 ||
+                memcmp(x->padding_mask, y->padding_mask, (size_t)x->num_tokens) != 0)
+                dcp_test_fail(__FILE__, line, "after %s: microbatch %d differs from a fresh context's", after, m);
+        }
+    dcp_context_destroy(fresh);
+}
+
+DCP_TEST(step_bad_inputs)
+{
+    dcp_config c = step_config();
+    dcp_context *ctx = NULL;
+    DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+    step_fixture f;
+    const dcp_step_output *out = NULL;
+    const dcp_step_output *const untouched = (const dcp_step_output *)&f;
+
+    /* the good input works: 3 sequences (6 of 8 real; 3; 5) */
+    step_fixture_init(&f);
+    DCP_REQUIRE_OK(dcp_step(ctx, &f.args, &f.input, &out));
+    DCP_CHECK_EQ_INT(out->num_sequences, 3);
+
+#define STEP_FAILS(mutation, want, part)                                                                     \
+    do {                                                                                                     \
+        step_fixture_init(&f);                                                                               \
+        mutation;                                                                                            \
+        out = untouched;                                                                                     \
+        dcp_status got_ = dcp_step(ctx, &f.args, &f.input, &out);                                            \
+        if (got_ != (want))                                                                                  \
+            dcp_test_fail(__FILE__, __LINE__, "%s: got %s, expected %s (%s)", #mutation, dcp_status_str(got_), \
+                          dcp_status_str(want), dcp_context_last_error(ctx));                                \
+        DCP_CHECK_CONTAINS(dcp_context_last_error(ctx), part);                                               \
+        DCP_CHECK(out == untouched);                                                                         \
+        check_step_usable(ctx, #mutation, __LINE__);                                                         \
+    } while (0)
+
+    DCP_CHECK_STATUS(dcp_step(NULL, &f.args, &f.input, &out), DCP_ERR_NULL_POINTER);
+    /* arguments */
+    STEP_FAILS(f.args.world = NULL, DCP_ERR_NULL_POINTER, "world communicator");
+    STEP_FAILS(f.world.ops = NULL, DCP_ERR_NULL_POINTER, "world communicator");
+    STEP_FAILS(f.args.data_context_parallel = NULL, DCP_ERR_NULL_POINTER, "DPxCP communicator");
+    STEP_FAILS(f.lane.ops = NULL, DCP_ERR_NULL_POINTER, "DPxCP communicator");
+    STEP_FAILS(f.lane.size = 2, DCP_ERR_INVALID_ARGUMENT, "DPxCP communicator has 2 ranks");
+    STEP_FAILS(f.lane.rank = 1, DCP_ERR_INVALID_ARGUMENT, "rank 1");
+    STEP_FAILS(f.lane.rank = -1, DCP_ERR_INVALID_ARGUMENT, "rank -1");
+    STEP_FAILS(f.world.rank = 3, DCP_ERR_INVALID_ARGUMENT, "rank 3");
+    STEP_FAILS(f.args.pipeline_rank = 1, DCP_ERR_INVALID_ARGUMENT, "pipeline_rank 1");
+    STEP_FAILS(f.args.pipeline_rank = -1, DCP_ERR_INVALID_ARGUMENT, "pipeline_rank -1");
+    STEP_FAILS(f.args.mtp_virtual_stages = 2, DCP_ERR_INVALID_ARGUMENT, "mtp_virtual_stages 0x2");
+    dcp_comm tp_comm = solo_comm();
+    tp_comm.size = 2;
+    STEP_FAILS(f.args.tensor_parallel = &tp_comm, DCP_ERR_INVALID_ARGUMENT, "TP communicator has 2 ranks");
+    dcp_comm tp_no_ops = solo_comm();
+    tp_no_ops.ops = NULL;
+    STEP_FAILS(f.args.tensor_parallel = &tp_no_ops, DCP_ERR_NULL_POINTER, "TP communicator has no operations");
+    dcp_comm tp_bad_rank = solo_comm();
+    tp_bad_rank.rank = 1;
+    STEP_FAILS(f.args.tensor_parallel = &tp_bad_rank, DCP_ERR_INVALID_ARGUMENT, "TP communicator rank 1");
+    /* the input */
+    STEP_FAILS(f.input.fields = 0x10, DCP_ERR_FIELD_MISMATCH, "outside config.fields");
+    STEP_FAILS(f.input.fields = DCP_FIELD_TOKENS | DCP_FIELD_LABELS, DCP_ERR_FIELD_MISMATCH, "needs fields");
+    STEP_FAILS(f.input.num_samples = -1, DCP_ERR_INVALID_ARGUMENT, "-1 samples");
+    STEP_FAILS(f.input.samples = NULL, DCP_ERR_INVALID_ARGUMENT, "2 samples");
+    STEP_FAILS(f.samples[0].num_tokens = -8, DCP_ERR_CORRUPT_INPUT, "sample 0 has -8 tokens");
+    STEP_FAILS(f.samples[1].labels = NULL, DCP_ERR_NULL_POINTER, "sample 1 has no labels buffer");
+    STEP_FAILS(f.samples[0].padded_length = 9, DCP_ERR_CORRUPT_INPUT, "padded length 9 disagrees");
+    STEP_FAILS(f.samples[0].original_length = 9, DCP_ERR_CORRUPT_INPUT, "original length 9 outside [0, 8]");
+    STEP_FAILS(f.samples[0].original_length = -1, DCP_ERR_CORRUPT_INPUT, "original length -1");
+    STEP_FAILS(f.samples[1].num_cu_seqlens = 0, DCP_ERR_CORRUPT_INPUT, "0 cu_seqlens entries");
+    STEP_FAILS(f.cu[0] = 1, DCP_ERR_CORRUPT_INPUT, "cu_seqlens[0] is 1");
+    STEP_FAILS(f.cu[1] = 9, DCP_ERR_CORRUPT_INPUT, "past its 8-token buffer");
+    STEP_FAILS((f.cu[1] = 5, f.cu[2] = 4), DCP_ERR_CORRUPT_INPUT, "decreases at 2");
+    STEP_FAILS(f.samples[1].num_tokens = 7, DCP_ERR_CORRUPT_INPUT, "past its 7-token buffer");
+    dcp_context_destroy(ctx);
+
+    /* capacities: tokens per rank, sequences */
+    c.max_tokens_per_rank = 15;
+    DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+    step_fixture_init(&f);
+    out = untouched;
+    DCP_CHECK_STATUS(dcp_step(ctx, &f.args, &f.input, &out), DCP_ERR_CAPACITY);
+    DCP_CHECK_CONTAINS(dcp_context_last_error(ctx), "max_tokens_per_rank = 15");
+    DCP_CHECK(out == untouched);
+    dcp_context_destroy(ctx);
+    c.max_tokens_per_rank = 64;
+    c.max_sequences = 2;
+    DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+    step_fixture_init(&f);
+    DCP_CHECK_STATUS(dcp_step(ctx, &f.args, &f.input, &out), DCP_ERR_CAPACITY);
+    DCP_CHECK_CONTAINS(dcp_context_last_error(ctx), "max_sequences = 2");
+    dcp_context_destroy(ctx);
+#undef STEP_FAILS
+}
