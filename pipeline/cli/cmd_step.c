@@ -20,15 +20,17 @@
 
 int dcp_cli_step(int argc, char **argv);
 
-static void usage(void)
+static void usage_to(FILE *out)
 {
-    fprintf(stderr,
+    fprintf(out,
             "usage: dcpack step --trace FILE --dp D --cp C --tp T --pp P [--vpp V] [--scheduler S] [--check]\n"
             "       [--max-seqlen M] [--max-sequences N] [--pad-alignment A | --pad-to-max]\n"
             "       [--tail append_dummy|extend_last] [--cp-partition zigzag|contiguous] [--microbatch-group G]\n"
             "       [--mtp-stage P] [--mtp-virtual-stages MASK] [--max-sequences-per-microbatch K]\n"
             "       [--prepacked] [--tp-ranks-hold-data] [--steps K]\n");
 }
+
+static void usage(void) { usage_to(stderr); }
 
 static int parse_int(const char *text, long lo, long hi, long *out)
 {
@@ -52,6 +54,12 @@ int dcp_cli_step(int argc, char **argv)
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
         long x = 0;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage_to(stdout);
+            printf("\nexample:\n  dcpack step --trace lengths.txt --dp 2 --cp 2 --tp 2 --pp 2 --check\n"
+                   "\nexit status: 0 every step succeeded (and verified, with --check); 1 otherwise; 2 usage error.\n");
+            return 0;
+        }
 #define INT_ARG(name, lo, hi, dst)                                                                                 \
     if (strcmp(a, name) == 0) {                                                                                    \
         if (!v || parse_int(v, lo, hi, &x) != 0) {                                                                 \

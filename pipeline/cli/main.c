@@ -1,28 +1,77 @@
 /*
  * main.c - the dcpack program: `dcpack <command> [arguments]`.
  * Each command lives in its own cmd_<name>.c as int dcp_cli_<name>(argc, argv),
- * argv[0] being the command's name.
+ * argv[0] being the command's name, and answers --help on standard output.
  */
-#include <stdio.h>
-#include <string.h>
+#include "cli.h"
 
-int dcp_cli_step(int argc, char **argv);
+#include <string.h>
 
 static const struct {
     const char *name;
     int (*run)(int argc, char **argv);
     const char *summary;
 } commands[] = {
+    {"plan", dcp_cli_plan, "plan one global batch; with no arguments, compare every scheduler on the default trace"},
+    {"compare", dcp_cli_compare, "compare schedulers or configurations over many global batches"},
+    {"cost", dcp_cli_cost, "show the cost model (defaults or a --profile file) and sample costs per CP size"},
+    {"generate", dcp_cli_generate, "print a generated trace (the workloads.py families), one length per line"},
     {"step", dcp_cli_step, "run one data-plane step over in-process ranks, optionally checked (--check)"},
 };
+enum { COMMAND_COUNT = sizeof commands / sizeof commands[0] };
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: dcpack <command> [arguments]      dcpack <command> --help for its options\n\n");
+    for (int i = 0; i < COMMAND_COUNT; i++) fprintf(out, "  %-9s %s\n", commands[i].name, commands[i].summary);
+    fprintf(out,
+            "\nexamples:\n"
+            "  dcpack plan                      compare the schedulers on the embedded default batch\n"
+            "  dcpack plan --trace lengths.txt --ranks 64 --scheduler dynamic_cp --format json\n"
+            "  dcpack compare --generate mlmdefault:n=4096 --steps 20 --ranks 64\n"
+            "  dcpack cost --profile my_model.txt\n"
+            "\nexit status (every command):\n"
+            "  0  success\n"
+            "  1  the batch could not be planned (infeasible, over a capacity) or an output could not be written\n"
+            "  2  usage error: unknown option, missing or malformed value, conflicting options\n"
+            "  3  bad input: a trace or cost profile that cannot be read or holds a bad value\n"
+            "     (the message names the file, the line and the value)\n"
+            "\ndcpack %d.%d.%d\n",
+            DCP_VERSION_MAJOR, DCP_VERSION_MINOR, DCP_VERSION_PATCH);
+}
 
 int main(int argc, char **argv)
 {
-    if (argc >= 2)
-        for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-            if (strcmp(argv[1], commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
-    fprintf(stderr, "usage: dcpack <command> [arguments]\n");
-    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(stderr, "  %-8s %s\n", commands[i].name, commands[i].summary);
-    return 2;
+    if (argc < 2) {
+        usage(stderr);
+        return DCP_EXIT_USAGE;
+    }
+    const char *name = argv[1];
+    if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0) {
+        usage(stdout);
+        return DCP_EXIT_OK;
+    }
+    if (strcmp(name, "--version") == 0) {
+        printf("dcpack %d.%d.%d\n", DCP_VERSION_MAJOR, DCP_VERSION_MINOR, DCP_VERSION_PATCH);
+        return DCP_EXIT_OK;
+    }
+    if (strcmp(name, "help") == 0) {
+        if (argc < 3) {
+            usage(stdout);
+            return DCP_EXIT_OK;
+        }
+        for (int i = 0; i < COMMAND_COUNT; i++)
+            if (strcmp(argv[2], commands[i].name) == 0) {
+                static char help_flag[] = "--help";
+                char *help_argv[] = {argv[2], help_flag, NULL};
+                return commands[i].run(2, help_argv);
+            }
+        fprintf(stderr, "dcpack: no command '%s'\n", argv[2]);
+        return DCP_EXIT_USAGE;
+    }
+    for (int i = 0; i < COMMAND_COUNT; i++)
+        if (strcmp(name, commands[i].name) == 0) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "dcpack: unknown command '%s'\n\n", name);
+    usage(stderr);
+    return DCP_EXIT_USAGE;
 }

@@ -1,0 +1,506 @@
+/*
+ * cmd_compare.c - `dcpack compare`: several schedulers or configurations
+ * over many global batches (a directory of traces, trace files, or
+ * generated steps), one context per configuration sized for the largest
+ * batch, and a table of aggregate results.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char compare_usage[] =
+    "usage: dcpack compare [input] [configurations] [options]\n"
+    "\n"
+    "Plan many global batches with several schedulers or configurations and compare them.\n"
+    "\n"
+    "input (default: --generate mlmdefault:n=1024 --steps 10):\n"
+    "  --traces DIR            every file in DIR (not starting with '.'), by name, is one batch\n"
+    "  --trace FILE            one batch per file; repeat the option for more\n"
+    "  --generate SPEC         generated batches (see dcpack generate --help) ...\n"
+    "  --steps K               ... K of them; batch k uses seed + k (default 10)\n"
+    "  --column NAME, --input-format F   as for dcpack plan, for every file\n"
+    "\n"
+    "configurations (default: every scheduler):\n"
+    "  --scheduler LIST        comma-separated: dp_balanced,dynamic_cp,balanced\n"
+    "  --config SPEC           SCHEDULER[:key=value,...]; repeat for more. keys: cp, ranks,\n"
+    "                          max_seqlen_per_rank, min_cp_size, vpp_group,\n"
+    "                          max_sequences_per_microbatch, cost (a profile file)\n"
+    "  --ranks N, --max-seqlen-per-rank M, --cp C, --min-cp-size K, --vpp-group G,\n"
+    "  --max-sequences-per-microbatch K, --max-sequences K, --cost FILE\n"
+    "                          defaults for every configuration (as for dcpack plan)\n"
+    "\n"
+    "options:\n"
+    "  --repeat R              plan each batch R times (default 1); plan time median and p99\n"
+    "                          are over every run\n"
+    "  --format text|json      text (default): one table row per configuration\n"
+    "  --no-timing             text: print '-' for plan times\n"
+    "  --no-progress           no progress bar (it is drawn only when stderr is a terminal)\n"
+    "  -h, --help              this help\n"
+    "\n"
+    "columns: makespan and lower bound are summed over batches, then reported per batch;\n"
+    "efficiency = total lower bound / total makespan; imbalance = total slowest-rank time /\n"
+    "total mean-rank time; mean CP = CP sizes summed over sequences / sequences; padding =\n"
+    "token slots left empty / (microbatches x ranks x max_seqlen_per_rank), over every batch.\n"
+    "\n"
+    "examples:\n"
+    "  dcpack compare --generate mlmdefault:n=4096 --steps 20 --ranks 64\n"
+    "  dcpack compare --traces batches/ --ranks 128 --max-seqlen-per-rank 8192 --scheduler dynamic_cp,balanced\n"
+    "  dcpack compare --generate longsft:n=2048 --steps 8 --ranks 64 --max-seqlen-per-rank 16384 \\\n"
+    "      --config dp_balanced:cp=8 --config dynamic_cp --config dynamic_cp:min_cp_size=2\n"
+    "\n"
+    "exit status: 0 ok; 1 some batch could not be planned (the table still prints); 2 usage\n"
+    "error; 3 bad input.\n";
+
+#define MAX_CONFIGS 32
+#define MAX_FILES 100000
+
+typedef struct config_row {
+    char label[128];
+    dcp_cli_setup setup;
+    const char *cost_path;
+    char cost_file[256];
+    dcp_config config;
+    int32_t cp;
+    /* totals over batches */
+    int32_t planned, failed;
+    dcp_status first_status;
+    char first_error[512];
+    int64_t microbatches, sequences, cp_size_sum, tokens;
+    double makespan, lower_bound, busy, max_rank, slots;
+    double *seconds;
+    int64_t num_seconds;
+    double median, p99;
+} config_row;
+
+static int parse_config_spec(const char *spec, const dcp_cli_setup *defaults, const char *default_cost,
+                             config_row *row)
+{
+    memset(row, 0, sizeof *row);
+    row->setup = *defaults;
+    row->cost_path = default_cost;
+    snprintf(row->label, sizeof row->label, "%s", spec);
+    char buf[512];
+    if (strlen(spec) >= sizeof buf) return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--config: spec too long");
+    strcpy(buf, spec);
+    char *keys = strchr(buf, ':');
+    if (keys) *keys++ = '\0';
+    if (dcp_scheduler_from_name(buf, &row->setup.scheduler) != DCP_OK)
+        return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--config %s: '%s' is not dp_balanced, dynamic_cp or balanced",
+                            spec, buf);
+    if (row->setup.scheduler != DCP_SCHEDULER_DP_BALANCED) row->setup.cp = 0;
+    for (char *kv = keys ? strtok(keys, ",") : NULL; kv; kv = strtok(NULL, ",")) {
+        char *eq = strchr(kv, '=');
+        if (!eq) return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--config %s: '%s' is not key=value", spec, kv);
+        *eq = '\0';
+        const char *key = kv, *value = eq + 1;
+        if (strcmp(key, "cost") == 0) {
+            dcp_cost_model_default(&row->setup.cost); /* a configuration's profile loads over the defaults */
+            int st = dcp_cli_cost_profile_load("compare", value, &row->setup.cost);
+            if (st != DCP_EXIT_OK) return st;
+            snprintf(row->cost_file, sizeof row->cost_file, "%s", value);
+            row->cost_path = row->cost_file;
+            continue;
+        }
+        static const struct {
+            const char *name;
+            int64_t lo, hi;
+            size_t offset;
+        } ints[] = {
+            {"cp", 1, 1 << 20, offsetof(dcp_cli_setup, cp)},
+            {"ranks", 1, 1 << 20, offsetof(dcp_cli_setup, ranks)},
+            {"max_seqlen_per_rank", 1, INT32_MAX, offsetof(dcp_cli_setup, max_seqlen_per_rank)},
+            {"min_cp_size", 1, 1 << 20, offsetof(dcp_cli_setup, min_cp_size)},
+            {"vpp_group", 0, 1 << 16, offsetof(dcp_cli_setup, vpp_group)},
+            {"max_sequences_per_microbatch", 0, 1 << 24, offsetof(dcp_cli_setup, max_sequences_per_microbatch)},
+        };
+        size_t k = 0;
+        while (k < sizeof ints / sizeof ints[0] && strcmp(ints[k].name, key) != 0) k++;
+        if (k == sizeof ints / sizeof ints[0])
+            return dcp_cli_fail(DCP_EXIT_USAGE, "compare",
+                                "--config %s: unknown key '%s' (cp, ranks, max_seqlen_per_rank, min_cp_size, "
+                                "vpp_group, max_sequences_per_microbatch, cost)",
+                                spec, key);
+        char name[96];
+        snprintf(name, sizeof name, "--config %s", key);
+        int64_t v = 0;
+        if (dcp_cli_parse_int("compare", name, value, ints[k].lo, ints[k].hi, &v) != DCP_EXIT_OK) return DCP_EXIT_USAGE;
+        *(int32_t *)((char *)&row->setup + ints[k].offset) = (int32_t)v;
+    }
+    return DCP_EXIT_OK;
+}
+
+static int name_order(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* Paths of the regular files in dir, sorted; *out is malloc'd (free each and the array). */
+static int list_directory(const char *dir, char ***out, int *count)
+{
+    DIR *d = opendir(dir);
+    if (!d) return dcp_cli_fail(DCP_EXIT_INPUT, "compare", "cannot open directory %s", dir);
+    char **paths = NULL;
+    int n = 0, cap = 0, status = DCP_EXIT_OK;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.') continue;
+        size_t len = strlen(dir) + strlen(e->d_name) + 2;
+        char *path = malloc(len);
+        if (!path) {
+            status = dcp_cli_fail(DCP_EXIT_ERROR, "compare", "out of memory");
+            break;
+        }
+        snprintf(path, len, "%s/%s", dir, e->d_name);
+        struct stat st;
+        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
+            free(path);
+            continue;
+        }
+        if (n == MAX_FILES) {
+            free(path);
+            status = dcp_cli_fail(DCP_EXIT_INPUT, "compare", "%s: more than %d files", dir, MAX_FILES);
+            break;
+        }
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            char **grown = realloc(paths, sizeof *paths * (size_t)cap);
+            if (!grown) {
+                free(path);
+                status = dcp_cli_fail(DCP_EXIT_ERROR, "compare", "out of memory");
+                break;
+            }
+            paths = grown;
+        }
+        paths[n++] = path;
+    }
+    closedir(d);
+    if (status == DCP_EXIT_OK && n == 0) status = dcp_cli_fail(DCP_EXIT_INPUT, "compare", "%s holds no trace files", dir);
+    if (status != DCP_EXIT_OK) {
+        for (int i = 0; i < n; i++) free(paths[i]);
+        free(paths);
+        return status;
+    }
+    qsort(paths, (size_t)n, sizeof *paths, name_order);
+    *out = paths;
+    *count = n;
+    return DCP_EXIT_OK;
+}
+
+static void progress(int enabled, int64_t done, int64_t total, const char *label)
+{
+    if (!enabled) return;
+    const int width = 30;
+    int filled = total > 0 ? (int)(width * done / total) : width;
+    fprintf(stderr, "\r[");
+    for (int i = 0; i < width; i++) fputc(i < filled ? '#' : '.', stderr);
+    fprintf(stderr, "] %lld/%lld %-28.28s", (long long)done, (long long)total, label);
+    fflush(stderr);
+}
+
+static void print_grouped(double v, int width)
+{
+    char digits[40], grouped[64];
+    int n = snprintf(digits, sizeof digits, "%.0f", v), o = 0;
+    for (int i = 0; i < n; i++) {
+        if (i > 0 && digits[i - 1] != '-' && (n - i) % 3 == 0) grouped[o++] = ',';
+        grouped[o++] = digits[i];
+    }
+    grouped[o] = '\0';
+    printf("%*s", width, grouped);
+}
+
+int dcp_cli_compare(int argc, char **argv)
+{
+    dcp_cli_input input = {0};
+    dcp_cli_setup defaults;
+    dcp_cli_setup_default(&defaults);
+    const char *default_cost = NULL, *traces_dir = NULL, *scheduler_list = NULL;
+    const char *trace_files[256];
+    int num_trace_files = 0;
+    const char *config_specs[MAX_CONFIGS];
+    int num_config_specs = 0, json = 0, no_timing = 0, no_progress = 0, steps_set = 0;
+    int64_t steps = 10, repeat = 1;
+    dcp_cli_args args = {argc, argv, 1, "compare"};
+    for (; args.i < argc; args.i++) {
+        const char *v = NULL;
+        int st = DCP_EXIT_OK, got;
+        if (dcp_cli_flag(&args, "-h") || dcp_cli_flag(&args, "--help")) {
+            fputs(compare_usage, stdout);
+            return DCP_EXIT_OK;
+        }
+        if ((got = dcp_cli_option(&args, "--trace", &v)) != 0) {
+            if (got < 0) return DCP_EXIT_USAGE;
+            if (num_trace_files == (int)(sizeof trace_files / sizeof trace_files[0]))
+                return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "too many --trace options: use --traces DIR");
+            trace_files[num_trace_files++] = v;
+            continue;
+        }
+        if ((got = dcp_cli_input_option(&args, &input, &st)) != 0 ||
+            (got = dcp_cli_setup_option(&args, &defaults, &default_cost, &st)) != 0) {
+            if (got < 0) return st;
+            continue;
+        }
+        if ((got = dcp_cli_option(&args, "--traces", &v)) != 0) {
+            if (got < 0) return DCP_EXIT_USAGE;
+            traces_dir = v;
+            continue;
+        }
+        if ((got = dcp_cli_option(&args, "--steps", &v)) != 0) {
+            if (got < 0 || dcp_cli_parse_int("compare", "--steps", v, 1, 100000, &steps) != DCP_EXIT_OK)
+                return DCP_EXIT_USAGE;
+            steps_set = 1;
+            continue;
+        }
+        if ((got = dcp_cli_option(&args, "--repeat", &v)) != 0) {
+            if (got < 0 || dcp_cli_parse_int("compare", "--repeat", v, 1, 100000, &repeat) != DCP_EXIT_OK)
+                return DCP_EXIT_USAGE;
+            continue;
+        }
+        if ((got = dcp_cli_option(&args, "--scheduler", &v)) != 0) {
+            if (got < 0) return DCP_EXIT_USAGE;
+            scheduler_list = v;
+            continue;
+        }
+        if ((got = dcp_cli_option(&args, "--config", &v)) != 0) {
+            if (got < 0) return DCP_EXIT_USAGE;
+            if (num_config_specs == MAX_CONFIGS)
+                return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "at most %d --config options", MAX_CONFIGS);
+            config_specs[num_config_specs++] = v;
+            continue;
+        }
+        if ((got = dcp_cli_option(&args, "--format", &v)) != 0) {
+            if (got < 0) return DCP_EXIT_USAGE;
+            if (strcmp(v, "json") == 0) json = 1;
+            else if (strcmp(v, "text") == 0) json = 0;
+            else return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--format: '%s' is not text or json", v);
+            continue;
+        }
+        if (dcp_cli_flag(&args, "--no-timing")) {
+            no_timing = 1;
+            continue;
+        }
+        if (dcp_cli_flag(&args, "--no-progress")) {
+            no_progress = 1;
+            continue;
+        }
+        return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "unknown argument '%s' (see dcpack compare --help)",
+                            argv[args.i]);
+    }
+    int inputs = (traces_dir != NULL) + (num_trace_files > 0) + (input.generate != NULL);
+    if (inputs > 1) return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "give one of --traces, --trace and --generate");
+    if (steps_set && (traces_dir || num_trace_files))
+        return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--steps counts generated batches: it needs --generate");
+    if (scheduler_list && num_config_specs)
+        return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "give --scheduler or --config, not both");
+    if ((input.column || input.input_format) && !(traces_dir || num_trace_files))
+        return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--column and --input-format describe trace files");
+
+    /* configurations */
+    static config_row rows[MAX_CONFIGS];
+    int num_rows = 0;
+    if (num_config_specs) {
+        for (int k = 0; k < num_config_specs; k++) {
+            int st = parse_config_spec(config_specs[k], &defaults, default_cost, &rows[num_rows]);
+            if (st != DCP_EXIT_OK) return st;
+            num_rows++;
+        }
+    } else {
+        char list[256];
+        snprintf(list, sizeof list, "%s", scheduler_list ? scheduler_list : "dp_balanced,dynamic_cp,balanced");
+        for (char *name = strtok(list, ","); name; name = strtok(NULL, ",")) {
+            if (num_rows == MAX_CONFIGS) return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "too many schedulers");
+            config_row *row = &rows[num_rows];
+            memset(row, 0, sizeof *row);
+            row->setup = defaults;
+            row->cost_path = default_cost;
+            if (dcp_scheduler_from_name(name, &row->setup.scheduler) != DCP_OK)
+                return dcp_cli_fail(DCP_EXIT_USAGE, "compare",
+                                    "--scheduler: '%s' is not dp_balanced, dynamic_cp or balanced", name);
+            if (row->setup.scheduler != DCP_SCHEDULER_DP_BALANCED) row->setup.cp = 0;
+            snprintf(row->label, sizeof row->label, "%s", name);
+            num_rows++;
+        }
+        if (num_rows == 0) return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--scheduler: empty list");
+    }
+
+    /* batches */
+    dcp_cli_trace *batches = NULL;
+    int num_batches = 0, status = DCP_EXIT_OK;
+    char **dir_files = NULL;
+    int num_dir_files = 0;
+    if (traces_dir) {
+        status = list_directory(traces_dir, &dir_files, &num_dir_files);
+        if (status != DCP_EXIT_OK) return status;
+    }
+    const char *spec = input.generate ? input.generate : "mlmdefault:n=1024";
+    int total = traces_dir ? num_dir_files : num_trace_files ? num_trace_files : (int)steps;
+    batches = calloc((size_t)total, sizeof *batches);
+    if (!batches) return dcp_cli_fail(DCP_EXIT_ERROR, "compare", "out of memory");
+    for (int b = 0; b < total && status == DCP_EXIT_OK; b++) {
+        if (traces_dir) status = dcp_cli_trace_read("compare", dir_files[b], input.input_format, input.column, &batches[b]);
+        else if (num_trace_files)
+            status = dcp_cli_trace_read("compare", trace_files[b], input.input_format, input.column, &batches[b]);
+        else status = dcp_cli_trace_generate("compare", spec, b, &batches[b]);
+        if (status == DCP_EXIT_OK) num_batches++;
+    }
+    for (int i = 0; i < num_dir_files; i++) free(dir_files[i]);
+    free(dir_files);
+    const dcp_cli_trace **views = malloc(sizeof *views * (size_t)(num_batches ? num_batches : 1));
+    if (status == DCP_EXIT_OK && !views) status = dcp_cli_fail(DCP_EXIT_ERROR, "compare", "out of memory");
+    for (int b = 0; b < num_batches && views; b++) views[b] = &batches[b];
+
+    /* a context per configuration, sized for the largest batch */
+    for (int k = 0; k < num_rows && status == DCP_EXIT_OK; k++) {
+        char message[700];
+        int st = dcp_cli_config_make(&rows[k].setup, views, num_batches, &rows[k].config, &rows[k].cp, message,
+                                     sizeof message);
+        if (st != DCP_EXIT_OK) status = dcp_cli_fail(st, "compare", "%s: %s", rows[k].label, message);
+        else if (!num_config_specs && rows[k].cp)
+            snprintf(rows[k].label, sizeof rows[k].label, "%s (cp %d)", dcp_scheduler_name(rows[k].setup.scheduler),
+                     rows[k].cp);
+        rows[k].seconds = malloc(sizeof *rows[k].seconds * (size_t)num_batches * (size_t)repeat);
+        if (status == DCP_EXIT_OK && !rows[k].seconds) status = dcp_cli_fail(DCP_EXIT_ERROR, "compare", "out of memory");
+    }
+
+    int show_progress = !no_progress && isatty(STDERR_FILENO);
+    int64_t done = 0, work = (int64_t)num_rows * num_batches;
+    for (int k = 0; k < num_rows && status == DCP_EXIT_OK; k++) {
+        config_row *row = &rows[k];
+        dcp_cli_planner planner;
+        status = dcp_cli_planner_create("compare", &row->config, &planner);
+        if (status != DCP_EXIT_OK) break;
+        const int32_t ranks = dcp_config_num_ranks(&row->config);
+        for (int b = 0; b < num_batches; b++) {
+            const dcp_plan *plan = NULL;
+            dcp_plan_stats s;
+            dcp_status st = dcp_cli_plan_timed(&planner, &batches[b], (int32_t)repeat,
+                                               row->seconds + row->num_seconds, &plan, &s);
+            if (st == DCP_OK) {
+                row->num_seconds += repeat;
+                row->planned++;
+                row->microbatches += s.num_microbatches;
+                row->sequences += batches[b].count;
+                row->cp_size_sum += s.cp_size_sum;
+                row->tokens += s.total_tokens;
+                row->makespan += (double)s.makespan;
+                row->lower_bound += (double)s.lower_bound;
+                row->busy += (double)s.busy_sum;
+                row->max_rank += (double)s.max_rank_sum;
+                row->slots += (double)s.num_microbatches * ranks * row->config.max_seqlen_per_rank;
+            } else {
+                if (row->failed++ == 0) row->first_status = st;
+                if (row->failed == 1)
+                    snprintf(row->first_error, sizeof row->first_error, "%s: %s (%s)", batches[b].name,
+                             dcp_context_last_error(planner.context), dcp_status_str(st));
+            }
+            progress(show_progress, ++done, work, row->label);
+        }
+        dcp_cli_planner_destroy(&planner);
+        row->median = dcp_cli_median(row->seconds, row->num_seconds);
+        row->p99 = dcp_cli_percentile(row->seconds, row->num_seconds, 99.0);
+    }
+    if (show_progress) fprintf(stderr, "\r\033[K");
+
+    if (status == DCP_EXIT_OK) {
+        int best = -1, any_failed = 0;
+        for (int k = 0; k < num_rows; k++) {
+            /* a scheduler this build lacks is left out of the default set, not a failure */
+            int unavailable = !scheduler_list && !num_config_specs && rows[k].planned == 0 &&
+                              rows[k].first_status == DCP_ERR_UNSUPPORTED;
+            if (rows[k].failed && !unavailable) {
+                any_failed = 1;
+                fprintf(stderr, "dcpack compare: %s failed on %d of %d batches; first: %s\n", rows[k].label,
+                        rows[k].failed, num_batches, rows[k].first_error);
+            }
+            if (rows[k].planned == num_batches && (best < 0 || rows[k].makespan < rows[best].makespan)) best = k;
+        }
+        if (json) {
+            printf("{\n  \"batches\": [");
+            for (int b = 0; b < num_batches; b++) {
+                printf("%s", b ? ", " : "");
+                dcp_cli_json_string(stdout, batches[b].name);
+            }
+            printf("],\n  \"configurations\": [\n");
+            for (int k = 0; k < num_rows; k++) {
+                const config_row *r = &rows[k];
+                double per = r->planned ? 1.0 / r->planned : 0.0;
+                printf("    {\"label\": ");
+                dcp_cli_json_string(stdout, r->label);
+                printf(", \"scheduler\": \"%s\", \"ranks\": %d, \"cp\": %d, \"max_seqlen_per_rank\": %d, "
+                       "\"min_cp_size\": %d, \"vpp_group\": %d, \"cost_model\": ",
+                       dcp_scheduler_name(r->setup.scheduler), r->setup.ranks, r->cp, r->setup.max_seqlen_per_rank,
+                       r->setup.min_cp_size, r->setup.vpp_group);
+                dcp_cli_json_string(stdout, r->cost_path ? r->cost_path : "default");
+                printf(",\n     \"batches\": %d, \"planned\": %d, \"failed\": %d, \"microbatches_mean\": %.6f, "
+                       "\"makespan_mean\": %.1f, \"lower_bound_mean\": %.1f, \"efficiency\": %.6f, \"imbalance\": "
+                       "%.6f, \"mean_cp_size\": %.6f, \"padding_waste\": %.6f,\n     \"plan_seconds_median\": %.9f, "
+                       "\"plan_seconds_p99\": %.9f, \"first_error\": ",
+                       num_batches, r->planned, r->failed, r->microbatches * per, r->makespan * per,
+                       r->lower_bound * per, r->makespan > 0 ? r->lower_bound / r->makespan : 0.0,
+                       r->busy > 0 ? r->max_rank * r->setup.ranks / r->busy : 0.0,
+                       r->sequences ? (double)r->cp_size_sum / (double)r->sequences : 0.0,
+                       r->slots > 0 ? 1.0 - (double)r->tokens / r->slots : 0.0, r->median, r->p99);
+                if (r->failed) dcp_cli_json_string(stdout, r->first_error);
+                else printf("null");
+                printf("}%s\n", k + 1 < num_rows ? "," : "");
+            }
+            printf("  ],\n  \"best\": ");
+            if (best >= 0) dcp_cli_json_string(stdout, rows[best].label);
+            else printf("null");
+            printf("\n}\n");
+        } else {
+            int64_t seqs = 0;
+            for (int b = 0; b < num_batches; b++) seqs += batches[b].count;
+            printf("dcpack compare: %d batches (%s), %lld sequences in all; ranks %d, max_seqlen_per_rank %d\n\n",
+                   num_batches, traces_dir ? traces_dir : num_trace_files ? "trace files" : spec, (long long)seqs,
+                   defaults.ranks, defaults.max_seqlen_per_rank);
+            printf("%-28s %7s %9s %16s %10s %9s %7s %7s %10s %10s\n", "configuration", "batches", "microbat.",
+                   "makespan/batch", "efficiency", "imbalance", "mean CP", "padding", "plan med.", "plan p99");
+            for (int k = 0; k < num_rows; k++) {
+                const config_row *r = &rows[k];
+                printf("%-28s ", r->label);
+                if (r->planned == 0) {
+                    printf("%7s  %s: %s\n", "0", r->first_status == DCP_ERR_UNSUPPORTED ? "not available" : "failed",
+                           r->first_error);
+                    continue;
+                }
+                char planned[16], med[32], p99[32];
+                snprintf(planned, sizeof planned, r->failed ? "%d/%d" : "%d", r->planned, num_batches);
+                double per = 1.0 / r->planned;
+                printf("%7s %9.1f ", planned, r->microbatches * per);
+                print_grouped(r->makespan * per, 16);
+                printf(" %10.3f %9.3f %7.2f %7.3f %10s %10s\n", r->makespan > 0 ? r->lower_bound / r->makespan : 0.0,
+                       r->busy > 0 ? r->max_rank * r->setup.ranks / r->busy : 0.0,
+                       (double)r->cp_size_sum / (double)r->sequences, 1.0 - (double)r->tokens / r->slots,
+                       no_timing ? "-" : dcp_cli_format_seconds(r->median, med, sizeof med),
+                       no_timing ? "-" : dcp_cli_format_seconds(r->p99, p99, sizeof p99));
+            }
+            printf("\n");
+            if (best < 0) {
+                printf("no configuration planned every batch.\n");
+            } else {
+                int second = -1;
+                for (int k = 0; k < num_rows; k++)
+                    if (k != best && rows[k].planned == num_batches &&
+                        (second < 0 || rows[k].makespan < rows[second].makespan))
+                        second = k;
+                if (second < 0)
+                    printf("%s is the only configuration that planned every batch: efficiency %.3f.\n",
+                           rows[best].label, rows[best].lower_bound / rows[best].makespan);
+                else
+                    printf("%s has the lowest total makespan: %.1f%% below %s and %.1f%% above the lower bound.\n",
+                           rows[best].label, 100.0 * (1.0 - rows[best].makespan / rows[second].makespan),
+                           rows[second].label, 100.0 * (rows[best].makespan / rows[best].lower_bound - 1.0));
+            }
+        }
+        if (fflush(stdout) != 0) status = dcp_cli_fail(DCP_EXIT_ERROR, "compare", "cannot write the output");
+        else if (any_failed) status = DCP_EXIT_ERROR;
+    }
+    for (int k = 0; k < num_rows; k++) free(rows[k].seconds);
+    for (int b = 0; b < num_batches; b++) dcp_cli_trace_free(&batches[b]);
+    free(batches);
+    free(views);
+    return status;
+}

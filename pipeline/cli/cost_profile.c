@@ -1,0 +1,127 @@
+/*
+ * cost_profile.c - cost-model coefficients from a text file, so users plan
+ * with a profile of their own model (COSTMODEL.md, dcp_cost_model).
+ *
+ * Format: one `key = value` per line; '#' starts a comment; blank lines are
+ * ignored; values are non-negative integers; a later line overrides an
+ * earlier one; keys not given keep the defaults.
+ *
+ *   quadratic = 1               s^2 coefficient
+ *   linear = 49152              s coefficient (12 * hidden size)
+ *   hidden = 4096               shorthand: linear = 12 * hidden
+ *   round_latency = 491520      per ring-attention round, times (cp - 1)
+ *   microbatch_overhead = 819200  per microbatch
+ *   kv = 492                    exposed-KV coefficient for every CP size
+ *   kv.16 = 3934                ... for CP size 16 only (a power of two, 2 to 65536)
+ *   kv.16+ = 3934               ... for CP sizes 16 and above
+ */
+#include "cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s)) s++;
+    size_t n = strlen(s);
+    while (n && isspace((unsigned char)s[n - 1])) s[--n] = '\0';
+    return s;
+}
+
+/* log2 of a power of two cp in [2, 2^DCP_MAX_LOG2_CP], or -1. */
+static int cp_log2(const char *text)
+{
+    int64_t cp = 0;
+    if (dcp_cli_strtoi64(text, &cp) != 0 || cp < 2 || cp > ((int64_t)1 << DCP_MAX_LOG2_CP) || (cp & (cp - 1)))
+        return -1;
+    int k = 0;
+    while (((int64_t)1 << k) < cp) k++;
+    return k;
+}
+
+int dcp_cli_cost_profile_load(const char *command, const char *path, dcp_cost_model *model)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return dcp_cli_fail(DCP_EXIT_INPUT, command, "cannot open cost profile %s: %s", path, strerror(errno));
+    dcp_cost_model m = *model;
+    char line[1024];
+    int number = 0, status = DCP_EXIT_OK;
+    while (status == DCP_EXIT_OK && fgets(line, sizeof line, f)) {
+        number++;
+        if (!strchr(line, '\n') && !feof(f)) {
+            status = dcp_cli_fail(DCP_EXIT_INPUT, command, "%s:%d: line longer than %d characters", path, number,
+                                  (int)sizeof line - 2);
+            break;
+        }
+        char *hash = strchr(line, '#');
+        if (hash) *hash = '\0';
+        char *s = trim(line);
+        if (!*s) continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            status = dcp_cli_fail(DCP_EXIT_INPUT, command, "%s:%d: '%s' is not `key = value`", path, number, s);
+            break;
+        }
+        *eq = '\0';
+        char *key = trim(s), *text = trim(eq + 1);
+        int64_t v = 0;
+        if (dcp_cli_strtoi64(text, &v) != 0 || v < 0) {
+            status = dcp_cli_fail(DCP_EXIT_INPUT, command, "%s:%d: %s = '%s': values are non-negative integers", path,
+                                  number, key, text);
+            break;
+        }
+        if (strcmp(key, "quadratic") == 0) m.quadratic = v;
+        else if (strcmp(key, "linear") == 0) m.linear = v;
+        else if (strcmp(key, "hidden") == 0) {
+            if (v > INT64_MAX / 12) {
+                status = dcp_cli_fail(DCP_EXIT_INPUT, command, "%s:%d: hidden = %lld: 12 * hidden overflows int64",
+                                      path, number, (long long)v);
+                break;
+            }
+            m.linear = 12 * v;
+        } else if (strcmp(key, "round_latency") == 0) m.round_latency = v;
+        else if (strcmp(key, "microbatch_overhead") == 0) m.microbatch_overhead = v;
+        else if (strcmp(key, "kv") == 0) {
+            for (int k = 0; k <= DCP_MAX_LOG2_CP; k++) m.kv[k] = v;
+        } else if (strncmp(key, "kv.", 3) == 0) {
+            char cp_text[32];
+            size_t n = strlen(key + 3);
+            int and_above = n > 0 && key[3 + n - 1] == '+';
+            if (and_above) n--;
+            int k = -1;
+            if (n < sizeof cp_text) {
+                memcpy(cp_text, key + 3, n);
+                cp_text[n] = '\0';
+                k = cp_log2(cp_text);
+            }
+            if (k < 0) {
+                status = dcp_cli_fail(DCP_EXIT_INPUT, command,
+                                      "%s:%d: %s: the CP size after 'kv.' must be a power of two from 2 to %d", path,
+                                      number, key, 1 << DCP_MAX_LOG2_CP);
+                break;
+            }
+            for (int j = k; j <= (and_above ? DCP_MAX_LOG2_CP : k); j++) m.kv[j] = v;
+        } else {
+            status = dcp_cli_fail(DCP_EXIT_INPUT, command,
+                                  "%s:%d: unknown key '%s' (quadratic, linear, hidden, round_latency, "
+                                  "microbatch_overhead, kv, kv.<cp>, kv.<cp>+)",
+                                  path, number, key);
+            break;
+        }
+    }
+    if (status == DCP_EXIT_OK && ferror(f)) status = dcp_cli_fail(DCP_EXIT_INPUT, command, "cannot read %s", path);
+    fclose(f);
+    if (status == DCP_EXIT_OK) *model = m;
+    return status;
+}
+
+void dcp_cli_cost_profile_write(FILE *out, const dcp_cost_model *m)
+{
+    fprintf(out, "quadratic = %lld\n", (long long)m->quadratic);
+    fprintf(out, "linear = %lld\n", (long long)m->linear);
+    fprintf(out, "round_latency = %lld\n", (long long)m->round_latency);
+    fprintf(out, "microbatch_overhead = %lld\n", (long long)m->microbatch_overhead);
+    for (int k = 1; k <= DCP_MAX_LOG2_CP; k++) fprintf(out, "kv.%d = %lld\n", 1 << k, (long long)m->kv[k]);
+}

@@ -1,0 +1,141 @@
+/*
+ * planner.c - from command-line settings and traces to a sized context, and
+ * timed planning runs through the public API.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "cli.h"
+
+#include <string.h>
+#include <time.h>
+
+void dcp_cli_setup_default(dcp_cli_setup *s)
+{
+    memset(s, 0, sizeof *s);
+    s->scheduler = DCP_SCHEDULER_DYNAMIC_CP;
+    s->ranks = 32;
+    s->max_seqlen_per_rank = 4096;
+    s->min_cp_size = 1;
+    dcp_cost_model_default(&s->cost);
+}
+
+#define REFUSE(status, ...) (snprintf(message, message_size, __VA_ARGS__), (status))
+
+int dcp_cli_config_make(const dcp_cli_setup *s, const dcp_cli_trace *const *traces, int num_traces, dcp_config *config,
+                        int32_t *cp_used, char *message, size_t message_size)
+{
+    const int64_t n = s->ranks, m = s->max_seqlen_per_rank;
+    int32_t longest = 0, most = 0;
+    const dcp_cli_trace *longest_trace = NULL;
+    int32_t longest_id = 0;
+    for (int t = 0; t < num_traces; t++) {
+        for (int32_t i = 0; i < traces[t]->count; i++)
+            if (traces[t]->lengths[i] > longest) {
+                longest = traces[t]->lengths[i];
+                longest_trace = traces[t];
+                longest_id = i;
+            }
+        if (traces[t]->count > most) most = traces[t]->count;
+    }
+    char where[600];
+
+    int64_t dp = n, cp = 1;
+    if (s->scheduler == DCP_SCHEDULER_DP_BALANCED) {
+        cp = s->cp;
+        if (cp == 0) { /* the smallest power-of-two CP size dividing N that holds the longest sequence */
+            for (int64_t c = 1; c <= n && cp == 0; c *= 2)
+                if (n % c == 0 && c * m >= longest) cp = c;
+            if (cp == 0 && longest_trace)
+                return REFUSE(DCP_EXIT_INPUT,
+                                    "%s: length %d needs %lld ranks of max_seqlen_per_rank %lld, and no power-of-two CP "
+                                    "size dividing the %lld ranks is that large",
+                                    dcp_cli_trace_where(longest_trace, longest_id, where, sizeof where), longest,
+                                    (long long)((longest + m - 1) / m), (long long)m, (long long)n);
+        }
+        if (n % cp != 0)
+            return REFUSE(DCP_EXIT_USAGE, "--cp %lld does not divide --ranks %lld (dp = ranks / cp)",
+                                (long long)cp, (long long)n);
+        dp = n / cp;
+    } else if (s->cp != 0) {
+        return REFUSE(DCP_EXIT_USAGE,
+                            "--cp applies to dp_balanced only: %s chooses a CP size per sequence (see --min-cp-size)",
+                            dcp_scheduler_name(s->scheduler));
+    }
+    *cp_used = s->scheduler == DCP_SCHEDULER_DP_BALANCED ? (int32_t)cp : 0;
+
+    /* every sequence must fit the largest group that may hold it */
+    const int64_t group = s->scheduler == DCP_SCHEDULER_DP_BALANCED ? cp : n;
+    for (int t = 0; t < num_traces; t++)
+        for (int32_t i = 0; i < traces[t]->count; i++)
+            if (traces[t]->lengths[i] > group * m) {
+                if (s->scheduler == DCP_SCHEDULER_DP_BALANCED)
+                    return REFUSE(DCP_EXIT_INPUT,
+                                        "%s: length %d exceeds the static CP group: %lld ranks x max_seqlen_per_rank "
+                                        "%lld = %lld tokens (raise --cp or --max-seqlen-per-rank)",
+                                        dcp_cli_trace_where(traces[t], i, where, sizeof where), traces[t]->lengths[i],
+                                        (long long)cp, (long long)m, (long long)(cp * m));
+                return REFUSE(DCP_EXIT_INPUT,
+                                    "%s: length %d exceeds what all %lld ranks hold together: %lld x "
+                                    "max_seqlen_per_rank %lld = %lld tokens",
+                                    dcp_cli_trace_where(traces[t], i, where, sizeof where), traces[t]->lengths[i],
+                                    (long long)n, (long long)n, (long long)m, (long long)(n * m));
+            }
+
+    int64_t capacity = s->max_sequences;
+    if (capacity == 0) capacity = ((int64_t)most + 255) / 256 * 256;
+    for (int t = 0; t < num_traces; t++)
+        if (traces[t]->count > capacity)
+            return REFUSE(DCP_EXIT_INPUT, "%s: %d sequences exceed the capacity --max-sequences %lld",
+                                traces[t]->name, traces[t]->count, (long long)capacity);
+
+    dcp_config_default(config);
+    config->scheduler = s->scheduler;
+    config->data_parallel_size = (int32_t)dp;
+    config->context_parallel_size = (int32_t)cp;
+    config->max_seqlen_per_rank = (int32_t)m;
+    config->min_cp_size = s->min_cp_size;
+    config->microbatch_group_size_per_vp_stage = s->vpp_group;
+    config->max_sequences_per_microbatch = s->max_sequences_per_microbatch;
+    config->max_sequences = (int32_t)capacity;
+    config->cost = s->cost;
+    char why[256];
+    if (dcp_config_validate(config, why, sizeof why) != DCP_OK)
+        return REFUSE(DCP_EXIT_USAGE, "invalid configuration: %s", why);
+    return DCP_EXIT_OK;
+}
+
+int dcp_cli_planner_create(const char *command, const dcp_config *config, dcp_cli_planner *planner)
+{
+    planner->config = *config;
+    planner->context = NULL;
+    dcp_status st = dcp_context_create(config, &planner->context);
+    if (st != DCP_OK)
+        return dcp_cli_fail(DCP_EXIT_ERROR, command, "cannot create a planning context (%s) for %d sequences on %d ranks",
+                            dcp_status_str(st), config->max_sequences, dcp_config_num_ranks(config));
+    return DCP_EXIT_OK;
+}
+
+void dcp_cli_planner_destroy(dcp_cli_planner *planner)
+{
+    dcp_context_destroy(planner->context);
+    planner->context = NULL;
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+dcp_status dcp_cli_plan_timed(dcp_cli_planner *planner, const dcp_cli_trace *trace, int32_t repeat, double *seconds,
+                              const dcp_plan **plan, dcp_plan_stats *stats)
+{
+    dcp_status st = DCP_OK;
+    for (int32_t r = 0; r < repeat; r++) {
+        double t0 = now_seconds();
+        st = dcp_plan_compute(planner->context, trace->lengths, trace->count, plan);
+        seconds[r] = now_seconds() - t0;
+        if (st != DCP_OK) return st;
+    }
+    return dcp_plan_stats_compute(planner->context, *plan, trace->lengths, trace->count, stats);
+}

@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Check `dcpack plan --format json` output against its contract, independently of the C code.
+
+usage: cli_check_plan.py PLAN_JSON LENGTHS_FILE --ranks N --max-seqlen-per-rank M
+                         [--cost COST_JSON] [--static-cp C] [--min-cp-size K] [--vpp-group G]
+                         [--max-per-microbatch K] [--scheduler S]
+
+PLAN_JSON is {"plan": [[[ids of rank 0], ...], ...], "stats": {...}}; LENGTHS_FILE holds one length
+per line (id = 0-based line).  COST_JSON is `dcpack cost --format json` (default: COSTMODEL.md's
+coefficients).  Every invariant of COSTMODEL.md is checked, and makespan, lower bound and every
+derived statistic are recomputed here from the plan and the lengths.
+"""
+import argparse
+import json
+import math
+import sys
+
+STATS_KEYS = {
+    "scheduler": str, "ranks": int, "data_parallel_size": int, "context_parallel_size": int, "cp": int,
+    "max_seqlen_per_rank": int, "min_cp_size": int, "vpp_group": int, "max_sequences_per_microbatch": int,
+    "trace": str, "cost_model": str, "sequences": int, "total_tokens": int, "microbatches": int,
+    "makespan": int, "lower_bound": int, "efficiency": float, "imbalance": float, "idle_fraction": float,
+    "padding_waste": float, "mean_cp_size": float, "quad_makespan": int, "busy_sum": int,
+    "max_rank_sum": int, "repeat": int, "plan_seconds": float, "plan_seconds_min": float,
+}
+
+
+def fail(msg):
+    print("cli_check_plan: " + msg, file=sys.stderr)
+    sys.exit(1)
+
+
+def default_model():
+    return {"quadratic": 1, "linear": 12 * 4096, "round_latency": 491520, "microbatch_overhead": 819200,
+            "kv": {str(1 << k): (492 if k <= 3 else 3934) for k in range(1, 17)}}
+
+
+def cost(model, s, cp):
+    quad = model["quadratic"] * s * s
+    work = quad + model["linear"] * s
+    fixed = 0
+    if cp > 1:
+        k = 0
+        while (1 << k) < cp:
+            k += 1
+        k = min(k, 16)
+        exposed = model["kv"][str(1 << k)] * s * (cp - 1) - quad
+        if exposed > 0:
+            work += exposed
+        fixed = model["round_latency"] * (cp - 1)
+    return work // cp + fixed
+
+
+def lower_bound(model, lengths, n, m):
+    work = 0
+    for s in lengths:
+        best = None
+        cp = 1
+        while True:
+            if s <= cp * m:
+                total = cp * cost(model, s, cp)
+                best = total if best is None else min(best, total)
+            if cp == n:
+                break
+            cp = n if (cp * 2 > n and cp < n) else cp * 2
+        work += best or 0
+    micro = -(-sum(lengths) // (n * m))
+    return work // n + micro * model["microbatch_overhead"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("plan_json")
+    ap.add_argument("lengths")
+    ap.add_argument("--ranks", type=int, required=True)
+    ap.add_argument("--max-seqlen-per-rank", type=int, required=True)
+    ap.add_argument("--cost")
+    ap.add_argument("--static-cp", type=int, default=0)
+    ap.add_argument("--min-cp-size", type=int, default=1)
+    ap.add_argument("--vpp-group", type=int, default=0)
+    ap.add_argument("--max-per-microbatch", type=int, default=0)
+    ap.add_argument("--scheduler")
+    a = ap.parse_args()
+
+    with open(a.plan_json) as f:
+        doc = json.load(f)
+    lengths = [int(x) for x in open(a.lengths).read().split()]
+    model = json.load(open(a.cost))["model"] if a.cost else default_model()
+    n, m = a.ranks, a.max_seqlen_per_rank
+
+    if set(doc) != {"plan", "stats"}:
+        fail("top-level keys %s, expected plan and stats" % sorted(doc))
+    plan, stats = doc["plan"], doc["stats"]
+    for key, kind in STATS_KEYS.items():
+        if key not in stats:
+            fail("stats lacks %s" % key)
+        if kind is float and not isinstance(stats[key], (int, float)):
+            fail("stats.%s is not a number" % key)
+        if kind is int and not isinstance(stats[key], int):
+            fail("stats.%s is not an integer" % key)
+        if kind is str and not isinstance(stats[key], str):
+            fail("stats.%s is not a string" % key)
+    if not isinstance(plan, list) or not plan:
+        fail("plan is not a non-empty list")
+
+    seen = {}
+    makespan = busy = max_rank_sum = quad_makespan = cp_sum = 0
+    for mb, ranks in enumerate(plan):
+        if not isinstance(ranks, list) or len(ranks) != n:
+            fail("microbatch %d has %s ranks, expected %d" % (mb, len(ranks) if isinstance(ranks, list) else "no", n))
+        # consecutive ranks with the same list form a group (COSTMODEL invariants 2 and 3)
+        r = 0
+        slowest = slowest_quad = 0
+        while r < n:
+            ids = ranks[r]
+            if not isinstance(ids, list) or not all(isinstance(i, int) for i in ids):
+                fail("microbatch %d rank %d: not a list of integer ids" % (mb, r))
+            if not ids:
+                fail("microbatch %d rank %d is empty (invariant 5)" % (mb, r))
+            end = r
+            while end < n and ranks[end] == ids:
+                end += 1
+            cp = end - r
+            if cp & (cp - 1) and cp != n:
+                fail("microbatch %d ranks %d-%d: block of %d ranks is neither a power of two nor all ranks"
+                     % (mb, r, end - 1, cp))
+            if a.static_cp and (cp != a.static_cp or r % a.static_cp):
+                fail("microbatch %d ranks %d-%d: dp_balanced blocks must be the static CP size %d"
+                     % (mb, r, end - 1, a.static_cp))
+            if not a.static_cp and cp < min(a.min_cp_size, n):
+                fail("microbatch %d: block of %d ranks below --min-cp-size %d" % (mb, cp, a.min_cp_size))
+            if a.max_per_microbatch and len(ids) > a.max_per_microbatch:
+                fail("microbatch %d rank %d holds %d sequences > %d" % (mb, r, len(ids), a.max_per_microbatch))
+            tokens = 0
+            group_cost = group_quad = 0
+            for i in ids:
+                if i < 0 or i >= len(lengths):
+                    fail("microbatch %d: id %d outside the trace's %d sequences" % (mb, i, len(lengths)))
+                if i in seen:
+                    fail("id %d appears twice (microbatches %d and %d)" % (i, seen[i], mb))
+                seen[i] = mb
+                tokens += lengths[i]
+                group_cost += cost(model, lengths[i], cp)
+                group_quad += lengths[i] * lengths[i] // cp
+                cp_sum += cp
+            if tokens > m * cp:
+                fail("microbatch %d ranks %d-%d: %d tokens over %d ranks exceed max_seqlen_per_rank %d"
+                     % (mb, r, end - 1, tokens, cp, m))
+            slowest = max(slowest, group_cost)
+            slowest_quad = max(slowest_quad, group_quad)
+            busy += group_cost * cp
+            r = end
+        makespan += slowest + model["microbatch_overhead"]
+        max_rank_sum += slowest
+        quad_makespan += slowest_quad
+    if len(seen) != len(lengths):
+        missing = sorted(set(range(len(lengths))) - set(seen))[:5]
+        fail("%d of %d ids planned; missing e.g. %s" % (len(seen), len(lengths), missing))
+    if a.vpp_group > 1 and len(plan) % a.vpp_group:
+        fail("%d microbatches is not a multiple of --vpp-group %d" % (len(plan), a.vpp_group))
+
+    def expect(key, value, tol=None):
+        got = stats[key]
+        if tol is None and got != value:
+            fail("stats.%s = %r, recomputed %r" % (key, got, value))
+        if tol is not None and abs(got - value) > tol:
+            fail("stats.%s = %r, recomputed %r" % (key, got, value))
+
+    expect("ranks", n)
+    expect("max_seqlen_per_rank", m)
+    expect("sequences", len(lengths))
+    expect("total_tokens", sum(lengths))
+    expect("microbatches", len(plan))
+    expect("makespan", makespan)
+    expect("max_rank_sum", max_rank_sum)
+    expect("busy_sum", busy)
+    expect("quad_makespan", quad_makespan)
+    lb = lower_bound(model, lengths, n, m)
+    expect("lower_bound", lb)
+    expect("efficiency", lb / makespan, 1e-6)
+    expect("imbalance", max_rank_sum / (busy / n), 1e-6)
+    expect("idle_fraction", 1 - busy / (n * max_rank_sum), 1e-6)
+    expect("padding_waste", 1 - sum(lengths) / (len(plan) * n * m), 1e-6)
+    expect("mean_cp_size", cp_sum / len(lengths), 1e-6)
+    if stats["data_parallel_size"] * stats["context_parallel_size"] != n:
+        fail("data_parallel_size x context_parallel_size != ranks")
+    if a.static_cp:
+        expect("cp", a.static_cp)
+        expect("context_parallel_size", a.static_cp)
+    if a.scheduler:
+        expect("scheduler", a.scheduler)
+    if not (stats["plan_seconds"] > 0 and math.isfinite(stats["plan_seconds"])):
+        fail("plan_seconds %r is not a positive time" % stats["plan_seconds"])
+    if stats["plan_seconds_min"] > stats["plan_seconds"]:
+        fail("plan_seconds_min above the median")
+    print("ok: %d microbatches, %d ids, makespan %d, lower bound %d" % (len(plan), len(seen), makespan, lb))
+
+
+if __name__ == "__main__":
+    main()

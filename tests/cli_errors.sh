@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# cli_errors.sh - every error path of the dcpack program has its documented exit status and a
+# message on standard error that names what was wrong (for input: the file, the line, the value);
+# nothing is printed on standard output.  Exit statuses: 1 planning/runtime, 2 usage, 3 bad input.
+# Every command answers --help on standard output with exit status 0.
+# usage: cli_errors.sh <path-to-dcpack> <source-dir>
+set -euo pipefail
+dcpack="$(cd "$(dirname "$1")" && pwd)/$(basename "$1")"
+src="$2"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+cd "$tmp"
+failures=0
+
+# expect STATUS PATTERN -- ARGS...: run dcpack ARGS, check the exit status and that stderr matches PATTERN
+expect() {
+  local want="$1" pattern="$2"
+  shift 3
+  local st=0
+  "$dcpack" "$@" >out.txt 2>err.txt </dev/null || st=$?
+  if [ "$st" -ne "$want" ]; then
+    echo "FAIL dcpack $*: exit $st, expected $want"; cat err.txt; failures=$((failures + 1)); return
+  fi
+  if ! grep -Eq -- "$pattern" err.txt; then
+    echo "FAIL dcpack $*: stderr does not match /$pattern/:"; cat err.txt; failures=$((failures + 1)); return
+  fi
+  if [ "$want" -ne 1 ] && [ -s out.txt ]; then
+    echo "FAIL dcpack $*: printed on stdout despite the error"; failures=$((failures + 1))
+  fi
+}
+
+printf '100\n-5\n' >negative.txt
+printf '100\n0\n' >zero.txt
+printf '100\nabc\n' >word.txt
+printf '100\n12.5\n' >fraction.txt
+printf '100\n99999999999\n' >huge.txt
+printf '100\n200000\n' >long.txt
+printf '100\n20000\n' >static.txt
+printf '' >empty.txt
+printf '\n\n' >blank.txt
+printf '100\n\n200\n' >gap.txt
+printf 'id,len\n0,100\n1,x7\n' >word.csv
+printf 'id,len\n0,100\n1\n' >short.csv
+printf 'id,len\n0,"100\n' >quote.csv
+printf 'id,size\n0,100\n' >nocolumn.csv
+printf 'id,len\n0,100\n1,-3\n' >negative.csv
+printf '{"len": 100}\n{"size": 5}\n' >nokey.jsonl
+printf '{"len": 100}\n{"len": 5,}\n' >malformed.jsonl
+printf '{"len": 100}\n{"len": "5"}\n' >string.jsonl
+printf '{"len": 100}\n[5]\n' >array.jsonl
+printf '{"len": 100}\n{"len": 1e3}\n' >exponent.jsonl
+printf 'id,len\n0,100\n' >plain.csv
+printf '100\n200\n300\n' >three.txt
+printf '100\n' >one.txt
+seq 100 100 2000 >twenty.txt
+
+# usage errors: exit 2
+expect 2 "unknown argument '--bogus'" -- plan --bogus
+expect 2 "--ranks needs a value" -- plan --ranks
+expect 2 "--ranks: 'x' is not an integer" -- plan --ranks x
+expect 2 "--ranks: 0 is outside" -- plan --ranks 0
+expect 2 "--max-seqlen-per-rank: 'big' is not an integer" -- plan --max-seqlen-per-rank big
+expect 2 "--scheduler: 'fast' is not" -- plan --scheduler fast
+expect 2 "--format: 'xml' is not text or json" -- plan --format xml
+expect 2 "--repeat: 0 is outside" -- plan --repeat 0
+expect 2 "--trace and --generate" -- plan --trace three.txt --generate mlmdefault
+expect 2 "--column and --input-format describe a --trace" -- plan --column len
+expect 2 "--cp applies to dp_balanced only" -- plan --scheduler dynamic_cp --cp 2
+expect 2 "--cp 8 does not divide --ranks 12" -- plan --scheduler dp_balanced --ranks 12 --cp 8
+expect 2 "--min-cp-size: 3 is not a power of two" -- plan --min-cp-size 3
+expect 2 "min_cp_size 64 exceeds the 32" -- plan --scheduler dynamic_cp --min-cp-size 64
+expect 2 "--svg draws one plan" -- plan --svg x.svg
+expect 2 "--input-format: 'xml'" -- plan --trace three.txt --input-format xml
+expect 2 "csv input needs --column" -- plan --trace plain.csv --input-format csv
+expect 2 "--column applies to csv and jsonl" -- plan --trace three.txt --input-format text --column len
+expect 2 "--generate: unknown family 'nope'" -- plan --generate nope
+expect 2 "unknown command 'plot'" -- plot
+expect 2 "usage: dcpack <command>" --
+expect 2 "unknown argument '--nope'" -- compare --nope
+expect 2 "give one of --traces, --trace and --generate" -- compare --traces . --generate mlmdefault
+expect 2 "--steps counts generated batches" -- compare --trace three.txt --steps 3
+expect 2 "give --scheduler or --config" -- compare --scheduler dynamic_cp --config dynamic_cp
+expect 2 "--config fastest: 'fastest' is not" -- compare --config fastest
+expect 2 "--config dynamic_cp:speed=1: unknown key 'speed'" -- compare --config dynamic_cp:speed=1
+expect 2 "--scheduler: 'quick' is not" -- compare --scheduler dynamic_cp,quick
+expect 2 "--steps: 0 is outside" -- compare --steps 0
+expect 2 "unknown argument '--bogus'" -- cost --bogus
+expect 2 "--max-cp: 3 is not a power of two" -- cost --max-cp 3
+expect 2 "--lengths: 'ten' is not an integer" -- cost --lengths 10,ten
+expect 2 "--format: 'yaml'" -- cost --format yaml
+expect 2 "missing SPEC" -- generate
+
+# bad input: exit 3, naming file:line and the value
+expect 3 "negative.txt:2: length -5 is negative" -- plan --trace negative.txt
+expect 3 "zero.txt:2: length 0 is zero" -- plan --trace zero.txt --scheduler dynamic_cp
+expect 3 "word.txt:2: 'abc' is not a length" -- plan --trace word.txt
+expect 3 "fraction.txt:2: '12.5' is not a length" -- plan --trace fraction.txt
+expect 3 "huge.txt:2: length 99999999999 is too large" -- plan --trace huge.txt
+expect 3 "long.txt:2: length 200000 exceeds what all 32 ranks hold together: 32 x max_seqlen_per_rank 4096 = 131072" -- plan --trace long.txt --scheduler dynamic_cp
+expect 3 "long.txt:2: length 200000 exceeds what all 32 ranks hold" -- plan --trace long.txt
+expect 3 "static.txt:2: length 20000 exceeds the static CP group: 2 ranks x max_seqlen_per_rank 4096 = 8192" -- plan --trace static.txt --scheduler dp_balanced --cp 2
+expect 3 "static.txt:2: length 20000 needs 5 ranks .* no power-of-two CP size dividing the 12 ranks" -- plan --trace static.txt --scheduler dp_balanced --ranks 12
+expect 3 "empty.txt: empty trace" -- plan --trace empty.txt
+expect 3 "blank.txt: empty trace" -- plan --trace blank.txt
+expect 3 "<stdin>: empty trace" -- plan --trace -
+expect 3 "gap.txt:2: empty line" -- plan --trace gap.txt
+expect 3 "cannot open missing.txt" -- plan --trace missing.txt
+expect 3 "twenty.txt: 20 sequences exceed the capacity --max-sequences 10" -- plan --trace twenty.txt --scheduler dynamic_cp --max-sequences 10
+expect 3 "word.csv:3: 'x7' is not a length" -- plan --trace word.csv --column len
+expect 3 "negative.csv:3: length -3 is negative" -- plan --trace negative.csv --column len
+expect 3 "short.csv:3: the row has 1 fields; column 'len' is field 2" -- plan --trace short.csv --column len
+expect 3 "quote.csv:2: unterminated quote" -- plan --trace quote.csv --column len
+expect 3 "nocolumn.csv:1: no column 'len' in the header \(columns: id, size\)" -- plan --trace nocolumn.csv --column len
+expect 3 "plain.csv:1: looks like CSV" -- plan --trace plain.csv
+expect 3 "nokey.jsonl:2: no \"len\" key" -- plan --trace nokey.jsonl --column len
+expect 3 "malformed.jsonl:2: malformed JSON" -- plan --trace malformed.jsonl --column len
+expect 3 "string.jsonl:2: \"len\" is a string" -- plan --trace string.jsonl --column len
+expect 3 "array.jsonl:2: not a JSON object" -- plan --trace array.jsonl --column len
+expect 3 "exponent.jsonl:2: '1e3' is not a length" -- plan --trace exponent.jsonl --column len
+expect 3 "negative.txt:2: length -5 is negative" -- compare --trace three.txt --trace negative.txt
+expect 3 "cannot open directory nodir" -- compare --traces nodir
+mkdir emptydir
+expect 3 "emptydir holds no trace files" -- compare --traces emptydir
+
+# cost profiles: exit 3 with file:line
+printf 'quadratic = 1\nspeed = 3\n' >key.txt
+printf '# profile\nlinear = lots\n' >value.txt
+printf 'linear = -4\n' >negcoef.txt
+printf 'kv.3 = 100\n' >kvcp.txt
+printf 'kv.131072 = 100\n' >kvbig.txt
+printf 'quadratic 1\n' >noeq.txt
+printf 'hidden = 999999999999999999\n' >hidden.txt
+expect 3 "key.txt:2: unknown key 'speed'" -- cost --profile key.txt
+expect 3 "value.txt:2: linear = 'lots'" -- cost --profile value.txt
+expect 3 "negcoef.txt:1: linear = '-4'" -- cost --profile negcoef.txt
+expect 3 "kvcp.txt:1: kv.3: the CP size" -- cost --profile kvcp.txt
+expect 3 "kvbig.txt:1: kv.131072: the CP size" -- cost --profile kvbig.txt
+expect 3 "noeq.txt:1: 'quadratic 1' is not" -- cost --profile noeq.txt
+expect 3 "hidden.txt:1: hidden = 999999999999999999: 12 \* hidden overflows" -- cost --profile hidden.txt
+expect 3 "cannot open cost profile nofile.txt" -- cost --profile nofile.txt
+expect 3 "key.txt:2: unknown key 'speed'" -- plan --cost key.txt
+expect 3 "key.txt:2: unknown key 'speed'" -- compare --cost key.txt
+expect 3 "key.txt:2: unknown key 'speed'" -- compare --config dynamic_cp:cost=key.txt
+
+# planning failures: exit 1 with the library's status and message
+expect 1 "dp_balanced could not plan three.txt: .*DCP_ERR_INFEASIBLE" -- plan --trace three.txt --scheduler dp_balanced --ranks 8 --cp 1
+expect 1 "dynamic_cp could not plan one.txt: .*DCP_ERR_INFEASIBLE" -- plan --trace one.txt --scheduler dynamic_cp --ranks 2 --vpp-group 2
+expect 1 "dp_balanced:cp=1 failed on 1 of 1 batches; first: three.txt: .*DCP_ERR_INFEASIBLE" -- compare --trace three.txt --ranks 8 --config dp_balanced:cp=1 --config dynamic_cp
+expect 1 "cannot write" -- plan --scheduler dynamic_cp --summary --svg no/such/dir/x.svg
+
+if [ $failures -ne 0 ]; then echo "cli_errors: $failures failures"; exit 1; fi
+
+# --help: every command, on stdout, exit 0, with usage and examples
+for cmd in plan compare cost generate step; do
+  for form in "$cmd --help" "$cmd -h" "help $cmd"; do
+    st=0
+    # shellcheck disable=SC2086
+    "$dcpack" $form >out.txt 2>err.txt || st=$?
+    [ $st -eq 0 ] || { echo "FAIL dcpack $form: exit $st"; exit 1; }
+    grep -q "usage: dcpack $cmd" out.txt || { echo "FAIL dcpack $form: no usage line"; exit 1; }
+    grep -qi "example" out.txt || { echo "FAIL dcpack $form: no examples"; exit 1; }
+    grep -qi "exit status" out.txt || { echo "FAIL dcpack $form: exit statuses not documented"; exit 1; }
+  done
+done
+"$dcpack" --help >out.txt
+for c in plan compare cost generate step; do grep -q "^  $c " out.txt || { echo "FAIL dcpack --help lacks $c"; exit 1; }; done
+grep -q "^  3  bad input" out.txt || { echo "FAIL dcpack --help lacks the exit statuses"; exit 1; }
+"$dcpack" --version | grep -Eq '^dcpack [0-9]+\.[0-9]+\.[0-9]+$' || { echo "FAIL --version"; exit 1; }
+echo "cli_errors: ok"
