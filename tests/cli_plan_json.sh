@@ -82,6 +82,9 @@ with open(sys.argv[2] + "/batch.jsonl", "w") as f:
     for i, s in enumerate(lengths):
         f.write(json.dumps({"id": i, "meta": {"len": -1, "tags": ["a", "b"]}, "len": s, "text": "x\"y"}) + "\n")
 PY
+{ printf '\xef\xbb\xbf'; sed 's/$/\r/' "$default"; printf '\r\n\n'; } >"$tmp/windows.txt"  # BOM, CRLF, blank tail
+[ "$("$dcpack" plan --scheduler dynamic_cp --format json --trace "$tmp/windows.txt" | plan_of)" = "$ref" ] ||
+  { echo "FAIL a byte-order mark, CRLF line ends or trailing blank lines change the plan"; exit 1; }
 [ "$("$dcpack" plan --scheduler dynamic_cp --format json --trace "$tmp/batch.csv" --column "seq len" | plan_of)" = "$ref" ] ||
   { echo "FAIL CSV input differs"; exit 1; }
 [ "$("$dcpack" plan --scheduler dynamic_cp --format json --trace "$tmp/batch.jsonl" --column len | plan_of)" = "$ref" ] ||

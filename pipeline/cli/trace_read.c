@@ -227,7 +227,6 @@ static int read_csv(reader *r, const char *data, size_t size, const char *column
     if (!next_line(&c, &s, &len) || blank(s, len))
         return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:1: expected a CSV header line naming the columns",
                             r->name);
-    if (len >= 3 && memcmp(s, "\xEF\xBB\xBF", 3) == 0) s += 3, len -= 3; /* UTF-8 byte order mark */
     int index = -1, fields = 0;
     char name[256], all[512] = "";
     for (int f = 0;; f++) {
@@ -437,6 +436,10 @@ int dcp_cli_trace_read(const char *command, const char *path, const char *format
     size_t size = 0;
     int st = read_all(command, path, &data, &size);
     if (st != DCP_EXIT_OK) return st;
+    if (size >= 3 && memcmp(data, "\xEF\xBB\xBF", 3) == 0) { /* a UTF-8 byte order mark is not data */
+        memmove(data, data + 3, size - 2);
+        size -= 3;
+    }
     const char *first = data;
     while (*first && isspace((unsigned char)*first)) first++;
     if (strcmp(format, "auto") == 0) {
