@@ -106,6 +106,15 @@ def pack_input(lengths, b0, b1, m, alignment, b5):
         b''.join(struct.pack('<H', min(s, m - 64) - 1) for s in lengths[:24])
 
 
+def comm_inputs():
+    """fuzz_comm: 4 ranks; every operation clean, then each anomaly on each operation."""
+    clean = bytes([2]) + b''.join(bytes([op, 1, 17 + op, 0b0101]) for op in range(5))
+    yield 'clean', clean
+    for anomaly in range(1, 6):
+        ops = b''.join(bytes([op | anomaly << 3, op % 4, 9 + op, 0b0110]) for op in range(5) if anomaly != 3 or op == 1)
+        yield f'anomaly{anomaly}', bytes([2]) + ops + bytes([4, 0, 5, 0])
+
+
 def write(out_dir, target, name, data):
     if data is None:
         return
@@ -121,6 +130,8 @@ def main():
     out_dir = sys.argv[2] if len(sys.argv) > 2 else os.path.join(here, 'corpus')
     if not os.path.isdir(workloads):
         sys.exit(__doc__)
+    for name, data in comm_inputs():
+        write(out_dir, 'comm', name, data)
     for trace in sorted(os.listdir(workloads)):
         if not trace.endswith('.txt'):
             continue
