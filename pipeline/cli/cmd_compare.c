@@ -453,9 +453,10 @@ int dcp_cli_compare(int argc, char **argv)
         } else {
             int64_t seqs = 0;
             for (int b = 0; b < num_batches; b++) seqs += batches[b].count;
-            printf("dcpack compare: %d batches (%s), %lld sequences in all; ranks %d, max_seqlen_per_rank %d\n\n",
-                   num_batches, traces_dir ? traces_dir : num_trace_files ? "trace files" : spec, (long long)seqs,
-                   defaults.ranks, defaults.max_seqlen_per_rank);
+            printf("dcpack compare: %d batches (%s), %lld sequences in all\n", num_batches,
+                   traces_dir ? traces_dir : num_trace_files ? "trace files" : spec, (long long)seqs);
+            printf("ranks %d, max_seqlen_per_rank %d unless a configuration says otherwise; cost model: %s\n\n",
+                   defaults.ranks, defaults.max_seqlen_per_rank, default_cost ? default_cost : "defaults (COSTMODEL.md)");
             printf("%-28s %7s %9s %16s %10s %9s %7s %7s %10s %10s\n", "configuration", "batches", "microbat.",
                    "makespan/batch", "efficiency", "imbalance", "mean CP", "padding", "plan med.", "plan p99");
             for (int k = 0; k < num_rows; k++) {
