@@ -99,7 +99,7 @@ expect 3 "huge.txt:2: length 99999999999 is too large" -- plan --trace huge.txt
 expect 3 "long.txt:2: length 200000 exceeds what all 32 ranks hold together: 32 x max_seqlen_per_rank 4096 = 131072" -- plan --trace long.txt --scheduler dynamic_cp
 expect 3 "long.txt:2: length 200000 exceeds what all 32 ranks hold" -- plan --trace long.txt
 expect 3 "static.txt:2: length 20000 exceeds the static CP group: 2 ranks x max_seqlen_per_rank 4096 = 8192" -- plan --trace static.txt --scheduler dp_balanced --cp 2
-expect 3 "static.txt:2: length 20000 needs 5 ranks .* no power-of-two CP size dividing the 12 ranks" -- plan --trace static.txt --scheduler dp_balanced --ranks 12
+expect 3 "long.txt:2: length 200000 exceeds what all 12 ranks hold together: 12 x max_seqlen_per_rank 4096 = 49152" -- plan --trace long.txt --scheduler dp_balanced --ranks 12
 expect 3 "empty.txt: empty trace" -- plan --trace empty.txt
 expect 3 "blank.txt: empty trace" -- plan --trace blank.txt
 expect 3 "<stdin>: empty trace" -- plan --trace -

@@ -45,6 +45,12 @@ done
 # a non-power-of-two group: sequences that need more than 16 ranks run on all 24
 plan_ok nonpow2 "$data/longsft_n256_seed1.txt" --ranks 24 --max-seqlen-per-rank 8192 -- \
   --trace "$data/longsft_n256_seed1.txt" --ranks 24 --max-seqlen-per-rank 8192 --scheduler dynamic_cp
+# dp_balanced without --cp: the smallest CP size dividing N that holds the longest sequence (6 of 12 here)
+printf '100\n20000\n300\n' >"$tmp/static.txt"
+plan_ok dpb_auto "$tmp/static.txt" --ranks 12 --max-seqlen-per-rank 4096 --static-cp 6 -- \
+  --trace "$tmp/static.txt" --ranks 12 --scheduler dp_balanced
+plan_ok dpb_auto24 "$data/longsft_n256_seed1.txt" --ranks 24 --max-seqlen-per-rank 4096 --static-cp 24 -- \
+  --trace "$data/longsft_n256_seed1.txt" --ranks 24 --scheduler dp_balanced
 plan_ok min_cp "$default" --ranks 32 --max-seqlen-per-rank 4096 --min-cp-size 2 -- \
   --scheduler dynamic_cp --min-cp-size 2
 plan_ok vpp "$default" --ranks 32 --max-seqlen-per-rank 4096 --vpp-group 4 -- --scheduler dynamic_cp --vpp-group 4

@@ -33,7 +33,7 @@ static const char plan_usage[] =
     "  --max-seqlen-per-rank M tokens one rank holds in a microbatch (default 4096)\n"
     "  --scheduler S           dp_balanced, dynamic_cp or balanced (default: compare all three)\n"
     "  --cp C                  dp_balanced's static CP size; dp = N / C (default: the smallest\n"
-    "                          power of two dividing N that holds the longest sequence)\n"
+    "                          CP size dividing N that holds the longest sequence)\n"
     "  --min-cp-size K         smallest CP group (a power of two; default 1)\n"
     "  --vpp-group G           microbatch count must be a multiple of G (default 0: none)\n"
     "  --max-sequences-per-microbatch K   per rank (default 0: unlimited)\n"
@@ -339,7 +339,8 @@ static int compare_schedulers(const plan_options *o, const dcp_cli_trace *trace)
                 const char *what = r->status == DCP_ERR_UNSUPPORTED      ? "not available"
                                    : r->status == DCP_ERR_INVALID_CONFIG ? "not configurable"
                                                                          : "failed";
-                printf("%s: %s (%s)\n", what, r->message, dcp_status_str(r->status));
+                if (r->status == DCP_ERR_INVALID_CONFIG) printf("%s: %s\n", what, r->message);
+                else printf("%s: %s (%s)\n", what, r->message, dcp_status_str(r->status));
             }
         }
         printf("\nmakespan: step-model cost units (COSTMODEL.md); efficiency = lower bound / makespan;\n"

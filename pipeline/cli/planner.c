@@ -41,15 +41,15 @@ int dcp_cli_config_make(const dcp_cli_setup *s, const dcp_cli_trace *const *trac
     int64_t dp = n, cp = 1;
     if (s->scheduler == DCP_SCHEDULER_DP_BALANCED) {
         cp = s->cp;
-        if (cp == 0) { /* the smallest power-of-two CP size dividing N that holds the longest sequence */
-            for (int64_t c = 1; c <= n && cp == 0; c *= 2)
+        if (cp == 0) { /* the smallest CP size dividing N that holds the longest sequence */
+            for (int64_t c = 1; c <= n && cp == 0; c++)
                 if (n % c == 0 && c * m >= longest) cp = c;
             if (cp == 0 && longest_trace)
                 return REFUSE(DCP_EXIT_INPUT,
-                                    "%s: length %d needs %lld ranks of max_seqlen_per_rank %lld, and no power-of-two CP "
-                                    "size dividing the %lld ranks is that large",
-                                    dcp_cli_trace_where(longest_trace, longest_id, where, sizeof where), longest,
-                                    (long long)((longest + m - 1) / m), (long long)m, (long long)n);
+                              "%s: length %d exceeds what all %lld ranks hold together: %lld x max_seqlen_per_rank "
+                              "%lld = %lld tokens",
+                              dcp_cli_trace_where(longest_trace, longest_id, where, sizeof where), longest,
+                              (long long)n, (long long)n, (long long)m, (long long)(n * m));
         }
         if (n % cp != 0)
             return REFUSE(DCP_EXIT_USAGE, "--cp %lld does not divide --ranks %lld (dp = ranks / cp)",
