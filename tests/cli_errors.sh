@@ -119,6 +119,7 @@ expect 3 "array.jsonl:2: not a JSON object" -- plan --trace array.jsonl --column
 expect 3 "exponent.jsonl:2: '1e3' is not a length" -- plan --trace exponent.jsonl --column len
 expect 3 "negative.txt:2: length -5 is negative" -- compare --trace three.txt --trace negative.txt
 expect 3 "cannot open directory nodir" -- compare --traces nodir
+expect 3 "dcpack step: cannot read missing.txt" -- step --trace missing.txt --dp 2
 mkdir emptydir
 expect 3 "emptydir holds no trace files" -- compare --traces emptydir
 

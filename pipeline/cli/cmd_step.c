@@ -9,7 +9,8 @@
  *               [--microbatch-group G] [--mtp-stage P] [--mtp-virtual-stages MASK]
  *               [--max-sequences-per-microbatch K] [--prepacked] [--tp-ranks-hold-data] [--steps K]
  *
- * Exit status: 0 when every step succeeded (and verified, with --check), 1 otherwise, 2 on bad usage.
+ * Exit status: 0 when every step succeeded (and verified, with --check), 1 otherwise, 2 on bad usage,
+ * 3 when the trace cannot be read.
  */
 #include "dcpack.h"
 #include "step_harness.h"
@@ -57,7 +58,8 @@ int dcp_cli_step(int argc, char **argv)
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage_to(stdout);
             printf("\nexample:\n  dcpack step --trace lengths.txt --dp 2 --cp 2 --tp 2 --pp 2 --check\n"
-                   "\nexit status: 0 every step succeeded (and verified, with --check); 1 otherwise; 2 usage error.\n");
+                   "\nexit status: 0 every step succeeded (and verified, with --check); 1 otherwise; 2 usage error;\n"
+                   "3 a trace that cannot be read.\n");
             return 0;
         }
 #define INT_ARG(name, lo, hi, dst)                                                                                 \
@@ -143,7 +145,7 @@ int dcp_cli_step(int argc, char **argv)
     if (n <= 0) {
         fprintf(stderr, "dcpack step: cannot read %s (at most %d lengths)\n", trace, capacity);
         free(lengths);
-        return 2;
+        return 3; /* bad input, as for every command */
     }
     o.lengths = lengths;
     o.num_lengths = n;
