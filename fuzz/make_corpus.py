@@ -115,6 +115,21 @@ def comm_inputs():
         yield f'anomaly{anomaly}', bytes([2]) + ops + bytes([4, 0, 5, 0])
 
 
+def trace_inputs(lengths):
+    """fuzz_trace: a mode byte (0 auto, 1 text, 2 csv, 3 jsonl, 4 auto with --column len), then the file."""
+    text = ''.join(f'{s}\n' for s in lengths[:32])
+    yield 'text', b'\x01' + text.encode()
+    yield 'auto', b'\x00' + text.encode()
+    csv = 'id,len, note\n' + ''.join(f'{i}, {s} ,x\n' for i, s in enumerate(lengths[:32]))
+    yield 'csv', b'\x02' + csv.encode()
+    yield 'csv_quoted', b'\x02' + b'"id","len"\n"0","12"\n"1",""7""\n'
+    jsonl = ''.join(f'{{"id": {i}, "len": {s}, "meta": [1, {{"a": "b\\"c"}}]}}\n' for i, s in enumerate(lengths[:16]))
+    yield 'jsonl', b'\x03' + jsonl.encode()
+    # fields near the reader's 127-character limit, zero-padded
+    yield 'csv_long_field', b'\x02' + b'len\n' + b'0' * 122 + b'12345\n7\n'
+    yield 'text_long_line', b'\x01' + b'0' * 300 + b'42\n'
+
+
 def write(out_dir, target, name, data):
     if data is None:
         return
@@ -132,6 +147,9 @@ def main():
         sys.exit(__doc__)
     for name, data in comm_inputs():
         write(out_dir, 'comm', name, data)
+    trace_lengths = read_trace(os.path.join(workloads, 'mlmdefault_n256_seed1.txt'))
+    for name, data in trace_inputs(trace_lengths):
+        write(out_dir, 'trace', name, data)
     for trace in sorted(os.listdir(workloads)):
         if not trace.endswith('.txt'):
             continue

@@ -44,6 +44,8 @@ printf 'id,len\n0,100\n1\n' >short.csv
 printf 'id,len\n0,"100\n' >quote.csv
 printf 'id,size\n0,100\n' >nocolumn.csv
 printf 'id,len\n0,100\n1,-3\n' >negative.csv
+# a value longer than the field buffer was read truncated: 120 zeros then 1234567890 became 1234567
+printf 'id,len\n0,%0130d\n' 1234567890 >overlong.csv
 printf '{"len": 100}\n{"size": 5}\n' >nokey.jsonl
 printf '{"len": 100}\n{"len": 5,}\n' >malformed.jsonl
 printf '{"len": 100}\n{"len": "5"}\n' >string.jsonl
@@ -108,6 +110,7 @@ expect 3 "cannot open missing.txt" -- plan --trace missing.txt
 expect 3 "twenty.txt: 20 sequences exceed the capacity --max-sequences 10" -- plan --trace twenty.txt --scheduler dynamic_cp --max-sequences 10
 expect 3 "word.csv:3: 'x7' is not a length" -- plan --trace word.csv --column len
 expect 3 "negative.csv:3: length -3 is negative" -- plan --trace negative.csv --column len
+expect 3 "overlong.csv:2: column 'len' holds 130 characters" -- plan --trace overlong.csv --column len
 expect 3 "short.csv:3: the row has 1 fields; column 'len' is field 2" -- plan --trace short.csv --column len
 expect 3 "quote.csv:2: unterminated quote" -- plan --trace quote.csv --column len
 expect 3 "nocolumn.csv:1: no column 'len' in the header \(columns: id, size\)" -- plan --trace nocolumn.csv --column len

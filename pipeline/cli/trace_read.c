@@ -179,11 +179,16 @@ static int read_text(reader *r, const char *data, size_t size)
 
 /* ---- CSV ---- */
 
-/* Field `index` of a CSV line into out (unquoted); returns the number of fields seen, -1 on a broken quote. */
+/*
+ * Field `index` of a CSV line into out (unquoted, at most out_size - 1 bytes);
+ * *out_len is the field's full length, which the caller compares with
+ * out_size (a longer field does not fit and must not be read truncated).
+ * Returns the number of fields seen, -1 on a broken quote.
+ */
 static int csv_field(const char *s, size_t len, int index, char *out, size_t out_size, size_t *out_len)
 {
     int field = 0;
-    size_t i = 0, o = 0;
+    size_t i = 0, o = 0, full = 0;
     *out_len = 0;
     for (;;) {
         int quoted = 0;
@@ -209,10 +214,13 @@ static int csv_field(const char *s, size_t len, int index, char *out, size_t out
             } else if (!quoted && ch == ',') {
                 break;
             }
-            if (field == index && o + 1 < out_size) out[o++] = ch;
+            if (field == index) {
+                if (o + 1 < out_size) out[o++] = ch;
+                full++;
+            }
             i++;
         }
-        if (field == index) *out_len = o;
+        if (field == index) *out_len = full;
         field++;
         if (i >= len) return field;
         i++; /* the comma */
@@ -234,6 +242,7 @@ static int read_csv(reader *r, const char *data, size_t size, const char *column
         int seen = csv_field(s, len, f, name, sizeof name, &n);
         if (seen < 0) return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:1: unterminated quote in the header", r->name);
         if (f >= seen) break;
+        if (n >= sizeof name) n = 0; /* a name too long to hold matches no --column */
         while (n && isspace((unsigned char)name[n - 1])) n--;
         name[n] = '\0';
         if (index < 0 && strcmp(name, column) == 0) index = f;
@@ -260,6 +269,9 @@ static int read_csv(reader *r, const char *data, size_t size, const char *column
         if (seen <= index)
             return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: the row has %d fields; column '%s' is field %d",
                                 r->name, c.number, seen, column, index + 1);
+        if (n >= sizeof value)
+            return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: column '%s' holds %zu characters, more than a "
+                                "length can (%zu)", r->name, c.number, column, n, sizeof value - 1);
         int st = parse_length(r, value, n, c.number, "column values must be integers");
         if (st != DCP_EXIT_OK) return st;
     }
