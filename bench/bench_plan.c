@@ -1,0 +1,415 @@
+/*
+ * bench_plan.c - planning quality and speed of the three schedulers.
+ *
+ *   bench_plan [--traces DIR] [--repeats R] [--quick] [--no-matrix] [--no-scaling] [--scheduler NAME]
+ *              [--trace NAME] [--config INDEX]
+ *
+ * Matrix: every trace of DIR (default /work/shared/workloads, else
+ * tests/data/workloads) x every configuration below, planned by dp_balanced
+ * (static CP: the smallest power of two that holds the longest sequence),
+ * dynamic_cp and balanced.  Per cell: microbatches, step-model makespan,
+ * efficiency (lower bound / makespan) and plan time (median of R runs of
+ * dcp_plan_compute, validation included).  Summary: balanced / dynamic_cp
+ * makespan per configuration, median and minimum efficiency per scheduler.
+ *
+ * Scaling: balanced plan time against the number of sequences (a mlmdefault-
+ * like synthetic trace, 1024..65536) and the number of ranks (8..16384:
+ * ranks are only numbers to the planner).
+ *
+ * One thread; times from CLOCK_MONOTONIC.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "dcpack.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct bench_config {
+    int32_t ranks, max_seqlen, vpp_group;
+} bench_config;
+
+/* The golden files' dynamic-CP configurations, plus 8 ranks x 8192 (dp_balanced's golden) and 512 ranks. */
+static const bench_config configs[] = {
+    {8, 2048, 0},   {8, 8192, 0},   {32, 4096, 0},   {32, 8192, 0},
+    {32, 8192, 4},  {128, 4096, 0}, {512, 4096, 0},  {512, 8192, 0},
+};
+#define NUM_CONFIGS ((int)(sizeof configs / sizeof configs[0]))
+
+static const dcp_scheduler schedulers[] = {DCP_SCHEDULER_DP_BALANCED, DCP_SCHEDULER_DYNAMIC_CP,
+                                           DCP_SCHEDULER_BALANCED};
+#define NUM_SCHEDULERS 3
+
+#define MAX_TRACES 64
+
+typedef struct trace {
+    char name[128];
+    int32_t *lengths;
+    int32_t n;
+    int32_t longest;
+} trace;
+
+typedef struct cell {
+    int ran;          /* 1: planned; 0: skipped */
+    char why[96];     /* why skipped */
+    int32_t microbatches;
+    int64_t makespan, lower_bound;
+    double efficiency, plan_ms;
+} cell;
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    if (n == 0) return 0;
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static int cmp_name(const void *a, const void *b) { return strcmp(((const trace *)a)->name, ((const trace *)b)->name); }
+
+static int read_trace(const char *path, trace *t)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    int32_t cap = 1024;
+    t->lengths = malloc((size_t)cap * sizeof *t->lengths);
+    t->n = 0;
+    t->longest = 0;
+    long v;
+    while (fscanf(f, "%ld", &v) == 1) {
+        if (t->n == cap) {
+            cap *= 2;
+            t->lengths = realloc(t->lengths, (size_t)cap * sizeof *t->lengths);
+        }
+        t->lengths[t->n++] = (int32_t)v;
+        if (v > t->longest) t->longest = (int32_t)v;
+    }
+    fclose(f);
+    return t->n > 0 ? 0 : -1;
+}
+
+static int load_traces(const char *dir, const char *only, trace *traces)
+{
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int count = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && count < MAX_TRACES) {
+        size_t len = strlen(e->d_name);
+        if (len < 5 || strcmp(e->d_name + len - 4, ".txt") != 0) continue;
+        if (only && !strstr(e->d_name, only)) continue;
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        trace *t = &traces[count];
+        snprintf(t->name, sizeof t->name, "%.*s", (int)(len - 4), e->d_name);
+        if (read_trace(path, t) == 0) count++;
+    }
+    closedir(d);
+    qsort(traces, (size_t)count, sizeof *traces, cmp_name);
+    return count;
+}
+
+/* The configuration one scheduler runs under; 0 when it cannot run (why in `why`). */
+static int make_config(const bench_config *bc, dcp_scheduler s, const trace *t, dcp_config *c, char *why,
+                       size_t why_size)
+{
+    dcp_config_default(c);
+    c->scheduler = s;
+    c->max_sequences = t->n;
+    c->max_seqlen_per_rank = bc->max_seqlen;
+    c->data_parallel_size = bc->ranks;
+    c->context_parallel_size = 1;
+    if (bc->vpp_group > 1) {
+        c->pipeline_parallel_size = 2;
+        c->virtual_pipeline_size = 2;
+        c->microbatch_group_size_per_vp_stage = bc->vpp_group;
+    }
+    if ((int64_t)t->longest > (int64_t)bc->ranks * bc->max_seqlen) {
+        snprintf(why, why_size, "longest %d > %d ranks x %d", t->longest, bc->ranks, bc->max_seqlen);
+        return 0;
+    }
+    if (s == DCP_SCHEDULER_DP_BALANCED) {
+        int32_t cp = 1;
+        while ((int64_t)cp * bc->max_seqlen < t->longest) cp *= 2;
+        if (cp > bc->ranks || bc->ranks % cp != 0) {
+            snprintf(why, why_size, "static cp %d does not divide %d ranks", cp, bc->ranks);
+            return 0;
+        }
+        c->context_parallel_size = cp;
+        c->data_parallel_size = bc->ranks / cp;
+    }
+    return 1;
+}
+
+/* Plan once for the result, then `repeats` more times for the median time. */
+static void run_cell(const bench_config *bc, dcp_scheduler s, const trace *t, int repeats, cell *out)
+{
+    memset(out, 0, sizeof *out);
+    dcp_config c;
+    if (!make_config(bc, s, t, &c, out->why, sizeof out->why)) return;
+    dcp_context *ctx = NULL;
+    dcp_status st = dcp_context_create(&c, &ctx);
+    if (st != DCP_OK) {
+        snprintf(out->why, sizeof out->why, "context: %s", dcp_status_str(st));
+        return;
+    }
+    const dcp_plan *plan = NULL;
+    st = dcp_plan_compute(ctx, t->lengths, t->n, &plan);
+    if (st != DCP_OK) {
+        snprintf(out->why, sizeof out->why, "%s: %.70s", dcp_status_str(st), dcp_context_last_error(ctx));
+        dcp_context_destroy(ctx);
+        return;
+    }
+    dcp_plan_stats stats;
+    dcp_plan_stats_compute(ctx, plan, t->lengths, t->n, &stats);
+    double times[64];
+    if (repeats > 64) repeats = 64;
+    for (int r = 0; r < repeats; r++) {
+        double t0 = now_ms();
+        dcp_plan_compute(ctx, t->lengths, t->n, &plan);
+        times[r] = now_ms() - t0;
+    }
+    out->ran = 1;
+    out->microbatches = stats.num_microbatches;
+    out->makespan = stats.makespan;
+    out->lower_bound = stats.lower_bound;
+    out->efficiency = stats.makespan > 0 ? (double)stats.lower_bound / (double)stats.makespan : 0;
+    out->plan_ms = median(times, repeats);
+    dcp_context_destroy(ctx);
+}
+
+static void config_label(const bench_config *bc, char *buf, size_t size)
+{
+    if (bc->vpp_group > 1) snprintf(buf, size, "r%d m%d vpp%d", bc->ranks, bc->max_seqlen, bc->vpp_group);
+    else snprintf(buf, size, "r%d m%d", bc->ranks, bc->max_seqlen);
+}
+
+static void run_matrix(trace *traces, int num_traces, int repeats, int only_scheduler, int only_config)
+{
+    static cell cells[MAX_TRACES][NUM_CONFIGS][NUM_SCHEDULERS];
+    printf("%-26s %-16s | %-40s | %-40s | %-40s\n", "trace", "config", "dp_balanced: mbs makespan eff ms",
+           "dynamic_cp: mbs makespan eff ms", "balanced: mbs makespan eff ms");
+    for (int ti = 0; ti < num_traces; ti++) {
+        for (int ci = 0; ci < NUM_CONFIGS; ci++) {
+            if (only_config >= 0 && ci != only_config) continue;
+            char label[48];
+            config_label(&configs[ci], label, sizeof label);
+            printf("%-26s %-16s", traces[ti].name, label);
+            for (int si = 0; si < NUM_SCHEDULERS; si++) {
+                cell *x = &cells[ti][ci][si];
+                if (only_scheduler >= 0 && (int)schedulers[si] != only_scheduler) {
+                    memset(x, 0, sizeof *x);
+                    snprintf(x->why, sizeof x->why, "not selected");
+                } else {
+                    run_cell(&configs[ci], schedulers[si], &traces[ti], repeats, x);
+                }
+                if (x->ran)
+                    printf(" | %5d %15lld %6.4f %9.3f  ", x->microbatches, (long long)x->makespan, x->efficiency,
+                           x->plan_ms);
+                else
+                    printf(" | skipped: %-30.30s   ", x->why);
+            }
+            printf("\n");
+            fflush(stdout);
+        }
+    }
+
+    printf("\nSummary per configuration (cells where both ran): balanced / dynamic_cp makespan\n");
+    printf("%-16s %6s %9s %9s %9s | %s\n", "config", "cells", "worst", "median", "best", "efficiency median/min: dp_balanced  dynamic_cp  balanced");
+    double all_eff[NUM_SCHEDULERS][MAX_TRACES * NUM_CONFIGS];
+    int all_n[NUM_SCHEDULERS] = {0};
+    double all_min[NUM_SCHEDULERS] = {1e9, 1e9, 1e9};
+    double worst_all = 0;
+    int worse_cells = 0, compared = 0;
+    for (int ci = 0; ci < NUM_CONFIGS; ci++) {
+        if (only_config >= 0 && ci != only_config) continue;
+        double ratios[MAX_TRACES], eff[NUM_SCHEDULERS][MAX_TRACES];
+        int nr = 0, ne[NUM_SCHEDULERS] = {0};
+        double emin[NUM_SCHEDULERS] = {1e9, 1e9, 1e9};
+        for (int ti = 0; ti < num_traces; ti++) {
+            for (int si = 0; si < NUM_SCHEDULERS; si++) {
+                cell *x = &cells[ti][ci][si];
+                if (!x->ran) continue;
+                eff[si][ne[si]++] = x->efficiency;
+                all_eff[si][all_n[si]++] = x->efficiency;
+                if (x->efficiency < emin[si]) emin[si] = x->efficiency;
+                if (x->efficiency < all_min[si]) all_min[si] = x->efficiency;
+            }
+            cell *d = &cells[ti][ci][1], *b = &cells[ti][ci][2];
+            if (d->ran && b->ran) {
+                double r = (double)b->makespan / (double)d->makespan;
+                ratios[nr++] = r;
+                if (r > worst_all) worst_all = r;
+                if (b->makespan >= d->makespan) worse_cells++;
+                compared++;
+            }
+        }
+        char label[48];
+        config_label(&configs[ci], label, sizeof label);
+        double worst = 0, best = 1e9;
+        for (int i = 0; i < nr; i++) {
+            if (ratios[i] > worst) worst = ratios[i];
+            if (ratios[i] < best) best = ratios[i];
+        }
+        printf("%-16s %6d", label, nr);
+        if (nr) printf(" %9.4f %9.4f %9.4f |", worst, median(ratios, nr), best);
+        else printf(" %9s %9s %9s |", "-", "-", "-");
+        for (int si = 0; si < NUM_SCHEDULERS; si++) {
+            if (ne[si]) printf("  %5.3f/%5.3f", median(eff[si], ne[si]), emin[si]);
+            else printf("  %11s", "-");
+        }
+        printf("\n");
+    }
+    printf("\nOverall: cells compared %d, balanced not better than dynamic_cp in %d, worst ratio %.4f\n", compared,
+           worse_cells, worst_all);
+    for (int si = 0; si < NUM_SCHEDULERS; si++)
+        if (all_n[si])
+            printf("  %-12s cells %4d  efficiency median %.4f  min %.4f\n", dcp_scheduler_name(schedulers[si]),
+                   all_n[si], median(all_eff[si], all_n[si]), all_min[si]);
+}
+
+/* Deterministic lognormal-like lengths in [128, 8192] (mlmdefault's shape) without libm. */
+static void synthetic_lengths(int32_t *out, int32_t n, uint64_t seed)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int32_t i = 0; i < n; i++) {
+        /* sum of 4 uniforms ~ bell; exponentiate by doubling steps */
+        int64_t acc = 0;
+        for (int j = 0; j < 4; j++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            acc += (int64_t)(x >> 40) & 0xFFFF;
+        }
+        /* acc in [0, 4*65535]: map to an exponent in [7, 13] with a peak near 9.5 */
+        int64_t e16 = 7 * 65536 + acc * 6 / 4;
+        int32_t e = (int32_t)(e16 >> 16);
+        int64_t frac = e16 & 0xFFFF;
+        int64_t len = ((int64_t)1 << e) + (((int64_t)1 << e) * frac >> 16);
+        if (len < 128) len = 128;
+        if (len > 8192) len = 8192;
+        out[i] = (int32_t)len;
+    }
+}
+
+static double time_plan(dcp_scheduler s, int32_t ranks, int32_t max_seqlen, const int32_t *lengths, int32_t n,
+                        int repeats, int32_t *microbatches, double *efficiency)
+{
+    dcp_config c;
+    dcp_config_default(&c);
+    c.scheduler = s;
+    c.max_sequences = n;
+    c.max_seqlen_per_rank = max_seqlen;
+    c.data_parallel_size = ranks;
+    dcp_context *ctx = NULL;
+    if (dcp_context_create(&c, &ctx) != DCP_OK) return -1;
+    const dcp_plan *plan = NULL;
+    if (dcp_plan_compute(ctx, lengths, n, &plan) != DCP_OK) {
+        dcp_context_destroy(ctx);
+        return -1;
+    }
+    dcp_plan_stats stats;
+    dcp_plan_stats_compute(ctx, plan, lengths, n, &stats);
+    *microbatches = stats.num_microbatches;
+    *efficiency = (double)stats.lower_bound / (double)stats.makespan;
+    double times[64];
+    if (repeats > 64) repeats = 64;
+    for (int r = 0; r < repeats; r++) {
+        double t0 = now_ms();
+        dcp_plan_compute(ctx, lengths, n, &plan);
+        times[r] = now_ms() - t0;
+    }
+    dcp_context_destroy(ctx);
+    return median(times, repeats);
+}
+
+static void run_scaling(int repeats)
+{
+    int32_t *lengths = malloc((size_t)65536 * sizeof *lengths);
+    synthetic_lengths(lengths, 65536, 1);
+    printf("\nScaling: balanced plan time (median of %d, validation included), synthetic mlmdefault-like lengths\n",
+           repeats);
+    printf("%-10s %-8s %-8s %12s %6s %7s\n", "sequences", "ranks", "M", "plan ms", "mbs", "eff");
+    static const int32_t seqs[] = {1024, 4096, 16384, 65536};
+    for (size_t i = 0; i < sizeof seqs / sizeof seqs[0]; i++) {
+        int32_t mbs = 0;
+        double eff = 0;
+        double ms = time_plan(DCP_SCHEDULER_BALANCED, 128, 4096, lengths, seqs[i], repeats, &mbs, &eff);
+        printf("%-10d %-8d %-8d %12.3f %6d %7.4f\n", seqs[i], 128, 4096, ms, mbs, eff);
+    }
+    static const int32_t ranks[] = {8, 32, 128, 512, 2048, 8192, 16384};
+    for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; i++) {
+        int32_t mbs = 0;
+        double eff = 0;
+        double ms = time_plan(DCP_SCHEDULER_BALANCED, ranks[i], 4096, lengths, 16384, repeats, &mbs, &eff);
+        printf("%-10d %-8d %-8d %12.3f %6d %7.4f\n", 16384, ranks[i], 4096, ms, mbs, eff);
+    }
+    free(lengths);
+}
+
+int main(int argc, char **argv)
+{
+    const char *dir = NULL, *only_trace = NULL;
+    int repeats = 5, matrix = 1, scaling = 1, only_scheduler = -1, only_config = -1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--traces") && i + 1 < argc) dir = argv[++i];
+        else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--quick")) repeats = 1;
+        else if (!strcmp(argv[i], "--no-matrix")) matrix = 0;
+        else if (!strcmp(argv[i], "--no-scaling")) scaling = 0;
+        else if (!strcmp(argv[i], "--trace") && i + 1 < argc) only_trace = argv[++i];
+        else if (!strcmp(argv[i], "--config") && i + 1 < argc) only_config = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--scheduler") && i + 1 < argc) {
+            dcp_scheduler s;
+            if (dcp_scheduler_from_name(argv[++i], &s) != DCP_OK) {
+                fprintf(stderr, "unknown scheduler %s\n", argv[i]);
+                return 2;
+            }
+            only_scheduler = (int)s;
+        } else {
+            fprintf(stderr,
+                    "usage: %s [--traces DIR] [--repeats R] [--quick] [--no-matrix] [--no-scaling] "
+                    "[--scheduler NAME] [--trace NAME] [--config INDEX]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    if (repeats < 1) repeats = 1;
+    static trace traces[MAX_TRACES];
+    int num_traces = 0;
+    if (matrix) {
+        if (dir) num_traces = load_traces(dir, only_trace, traces);
+        else {
+            dir = "/work/shared/workloads";
+            num_traces = load_traces(dir, only_trace, traces);
+            if (num_traces <= 0) {
+                dir = DCP_SOURCE_DIR "/tests/data/workloads";
+                num_traces = load_traces(dir, only_trace, traces);
+            }
+        }
+        if (num_traces <= 0) {
+            fprintf(stderr, "no traces (*.txt) in %s\n", dir ? dir : "(none)");
+            return 1;
+        }
+        printf("bench_plan: %d traces from %s, %d configurations, median of %d runs\n\n", num_traces, dir,
+               NUM_CONFIGS, repeats);
+        run_matrix(traces, num_traces, repeats, only_scheduler, only_config);
+    }
+    if (scaling) run_scaling(repeats);
+    for (int i = 0; i < num_traces; i++) free(traces[i].lengths);
+    return 0;
+}
