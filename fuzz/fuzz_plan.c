@@ -11,7 +11,8 @@
  *  - The context stays usable: a fixed witness batch planned before and after
  *    the fuzzed one gives the same status and plan.
  *  - Plan statistics: makespan >= the lower bound.
- *  - dynamic_cp and balanced agree on which inputs are infeasible.
+ *  - dynamic_cp and balanced agree on bad lengths; balanced is infeasible only
+ *    where dynamic_cp is.
  *  - The validator agrees with the independent checker on a mutated copy of
  *    the plan (ids swapped, offsets moved, sizes changed...), so a validator
  *    that accepts a broken plan is caught too.
@@ -372,11 +373,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         DCP_FUZZ_ASSERT(res[s].status != DCP_ERR_UNSUPPORTED, "%s built, yet UNSUPPORTED for this input",
                         dcp_scheduler_name((dcp_scheduler)s));
     }
-    /* dynamic_cp and balanced share the rank pool and the length rules: they must agree on infeasibility */
+    /*
+     * dynamic_cp and balanced share the rank pool and the length rules: they
+     * agree on bad lengths, and balanced plans whatever dynamic_cp plans (it
+     * plans more: VPP alignment may split a microbatch's only group, which
+     * dynamic_cp never does).
+     */
     if (scheduler_built[DCP_SCHEDULER_DYNAMIC_CP] && scheduler_built[DCP_SCHEDULER_BALANCED]) {
         dcp_status d = res[DCP_SCHEDULER_DYNAMIC_CP].status, b = res[DCP_SCHEDULER_BALANCED].status;
         DCP_FUZZ_ASSERT((d == DCP_ERR_BAD_LENGTH) == (b == DCP_ERR_BAD_LENGTH) &&
-                            (d == DCP_ERR_INFEASIBLE) == (b == DCP_ERR_INFEASIBLE),
+                            (b != DCP_ERR_INFEASIBLE || d == DCP_ERR_INFEASIBLE),
                         "dynamic_cp says %s, balanced says %s", dcp_status_str(d), dcp_status_str(b));
     }
     return 0;

@@ -62,8 +62,10 @@ typedef struct heap_entry {
 /* Scratch of one planning call. */
 typedef struct balanced {
     /* the problem, by position in length-descending order */
-    int32_t n, num_ranks, max_seqlen, seq_cap, vpp;
+    int32_t n, num_ranks, max_seqlen, seq_cap, vpp, min_cp_size;
     int64_t join_num, join_den; /* extra GPU time allowed when a sequence joins a wider group */
+    int dense;                  /* fewer than 16 sequences per rank */
+    int vpp_misaligned;         /* the last pass needed fix_vpp_multiple() */
     uint64_t signatures[4];     /* CP-size signatures of the passes run for the current target */
     int num_signatures;
     const dcp_cost_model *model;
@@ -82,7 +84,9 @@ typedef struct balanced {
     int32_t *item_group; /* [n] */
     int32_t *item_next;  /* [n] next position in the same group, -1 at the end */
 
-    int32_t num_groups;
+    int32_t num_groups;   /* group ids in use: [0, num_groups) */
+    int32_t num_free_groups;
+    int32_t *free_groups; /* [n] ids of groups emptied by a merge, for reuse: live groups never exceed n */
     int32_t *g_mb, *g_cp, *g_head, *g_tail, *g_count; /* [n] each */
     int64_t *g_load, *g_tokens, *g_key;               /* [n] each; g_key: load minus cap */
 
@@ -104,7 +108,13 @@ typedef struct balanced {
     heap_entry *local;/* [min(n, N)] groups of one microbatch by minus load (repair) */
     int32_t *cursor;  /* [2n] counting-sort cursors */
     int32_t local_cap;
-    int32_t *sort_a, *sort_b; /* [n] merge sort of groups */
+    int32_t *sort_a, *sort_b; /* [n] merge sorts */
+    int32_t *alive_next;      /* [n + 1] sequential passes: next unplaced position at or after p (path-compressed) */
+    heap_entry *room_heap;    /* [2n] sequential passes: groups of the open microbatch by minus free tokens */
+    /* repacking one microbatch: its sequences, trial groups, and each sequence's cost per class */
+    int32_t *rp_items, *rp_of, *rp_size, *rp_count; /* [n] each */
+    int64_t *rp_load, *rp_tokens;                   /* [n] each */
+    int64_t *rp_cost;                               /* [n * NUM_CLASSES]: INT64_MAX where the size does not fit */
     int32_t *saved_mb;        /* [n] group -> microbatch before a regrouping */
 
     /* the best plan so far */
@@ -129,6 +139,7 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->class_list = DCP_ARENA_NEW(a, int32_t, un);
     b->item_group = DCP_ARENA_NEW(a, int32_t, un);
     b->item_next = DCP_ARENA_NEW(a, int32_t, un);
+    b->free_groups = DCP_ARENA_NEW(a, int32_t, un);
     b->g_mb = DCP_ARENA_NEW(a, int32_t, un);
     b->g_cp = DCP_ARENA_NEW(a, int32_t, un);
     b->g_head = DCP_ARENA_NEW(a, int32_t, un + 1); /* + 1: group starts when emitting */
@@ -150,15 +161,25 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->best_item_group = DCP_ARENA_NEW(a, int32_t, un);
     b->best_g_mb = DCP_ARENA_NEW(a, int32_t, un);
     b->best_g_cp = DCP_ARENA_NEW(a, int32_t, un);
+    b->rp_items = DCP_ARENA_NEW(a, int32_t, un);
+    b->rp_of = DCP_ARENA_NEW(a, int32_t, un);
+    b->rp_size = DCP_ARENA_NEW(a, int32_t, un);
+    b->rp_count = DCP_ARENA_NEW(a, int32_t, un);
+    b->rp_load = DCP_ARENA_NEW(a, int64_t, un);
+    b->rp_tokens = DCP_ARENA_NEW(a, int64_t, un);
+    b->rp_cost = DCP_ARENA_NEW(a, int64_t, dcp_size_mul(un, NUM_CLASSES));
+    b->alive_next = DCP_ARENA_NEW(a, int32_t, un + 1);
+    b->room_heap = DCP_ARENA_NEW(a, heap_entry, 2 * un);
     b->sort_a = DCP_ARENA_NEW(a, int32_t, un);
     b->sort_b = DCP_ARENA_NEW(a, int32_t, un);
     b->saved_mb = DCP_ARENA_NEW(a, int32_t, un);
     b->local_cap = local;
     return b->len && b->min_cp && b->min_cost && b->cp && b->cost && b->order && b->class_list &&
-           b->item_group && b->item_next && b->g_mb && b->g_cp && b->g_head && b->g_tail && b->g_count &&
+           b->item_group && b->item_next && b->free_groups && b->g_mb && b->g_cp && b->g_head && b->g_tail && b->g_count &&
            b->g_load && b->g_tokens && b->g_key && b->mb_free && b->mb_cap && b->mb_level && b->mb_order &&
            b->mb_first && b->mb_groups && b->heap && b->park && b->cursor && b->local && b->best_item_group &&
-           b->best_g_mb && b->best_g_cp && b->sort_a && b->sort_b && b->saved_mb;
+           b->best_g_mb && b->best_g_cp && b->sort_a && b->sort_b && b->saved_mb && b->alive_next && b->room_heap && b->rp_items && b->rp_of &&
+           b->rp_size && b->rp_count && b->rp_load && b->rp_tokens && b->rp_cost;
 }
 
 size_t dcp_assign_balanced_scratch_size(const dcp_config *config)
@@ -236,6 +257,20 @@ static int32_t heap_pop(heap_entry *h, int32_t *size)
     return top;
 }
 
+/* The entry at i was replaced: move it up or down to its place. */
+static void heap_fix(heap_entry *h, int32_t size, int32_t i)
+{
+    heap_entry x = h[i];
+    while (i > 0) {
+        int32_t p = (i - 1) / 4;
+        if (!entry_less(x, h[p])) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = x;
+    heap_sift_down(h, size, i);
+}
+
 /* The root's key changed to `key`: restore the order. */
 static void heap_rekey_top(heap_entry *h, int32_t size, int64_t key)
 {
@@ -255,7 +290,7 @@ static int32_t new_mb(balanced *b, int64_t cap)
 
 static int32_t new_group(balanced *b, int32_t mb, int32_t cp)
 {
-    int32_t g = b->num_groups++;
+    int32_t g = b->num_free_groups > 0 ? b->free_groups[--b->num_free_groups] : b->num_groups++;
     b->g_mb[g] = mb;
     b->g_cp[g] = cp;
     b->g_head[g] = -1;
@@ -298,8 +333,8 @@ static void group_recost(balanced *b, int32_t g, int32_t cp)
     b->g_load[g] = load;
 }
 
-/* Split g's sequences between g and a new group of the same size in the same microbatch. */
-static void group_split(balanced *b, int32_t g)
+/* Split g's sequences between g and a new group of the same size in the same microbatch; returns the new one. */
+static int32_t group_split(balanced *b, int32_t g)
 {
     int32_t g2 = new_group(b, b->g_mb[g], b->g_cp[g]);
     int32_t p = b->g_head[g];
@@ -309,9 +344,63 @@ static void group_split(balanced *b, int32_t g)
     b->g_tokens[g] = 0;
     while (p >= 0) {
         int32_t next = b->item_next[p];
-        group_add(b, b->g_load[g2] < b->g_load[g] ? g2 : g, p, b->cost[p]);
+        /* the lighter side; on equal loads (zero costs) the side with fewer sequences, so neither stays empty */
+        int to_new = b->g_load[g2] < b->g_load[g] || (b->g_load[g2] == b->g_load[g] && b->g_count[g2] < b->g_count[g]);
+        group_add(b, to_new ? g2 : g, p, b->cost[p]);
         p = next;
     }
+    return g2;
+}
+
+/*
+ * A group of a wider class that has token (and count) room for a sequence of
+ * s tokens: among the first entries of the class's heap (the least loaded,
+ * roughly) the first with room, as its index; else the parked group with the
+ * most free tokens, as WIDE_PARKED; else WIDE_NONE.
+ */
+enum { WIDE_NONE = -2, WIDE_PARKED = -1 };
+static int32_t wide_candidate(const balanced *b, const heap_entry *heap, int32_t heap_size, const heap_entry *park,
+                              int32_t park_size, int32_t s)
+{
+    int32_t look = heap_size < 8 ? heap_size : 8;
+    for (int32_t x = 0; x < look; x++) {
+        int32_t g = heap[x].id;
+        if (b->g_tokens[g] + s <= (int64_t)b->max_seqlen * b->g_cp[g] && (b->seq_cap == 0 || b->g_count[g] < b->seq_cap))
+            return x;
+    }
+    if (park_size > 0 && -park[0].key >= s && (b->seq_cap == 0 || b->g_count[park[0].id] < b->seq_cap)) return WIDE_PARKED;
+    return WIDE_NONE;
+}
+
+/*
+ * Put sequence p (at `cost`, its CP size becoming the group's) into the wider
+ * group found by wide_candidate() at `at`, and restore that class's heaps: a
+ * heap entry's key only grew, so it sifts down (or leaves when the group is at
+ * the sequence cap); a parked group goes back to the heap.  Keys are the load,
+ * minus the microbatch's cap when `minus_cap`.  Returns the group.
+ */
+static int32_t wide_join(balanced *b, heap_entry *heap, int32_t *heap_size, heap_entry *park, int32_t *park_size,
+                         int32_t at, int32_t p, int64_t cost, int minus_cap)
+{
+    int32_t g = at >= 0 ? heap[at].id : park[0].id;
+    b->cp[p] = b->g_cp[g];
+    b->cost[p] = cost;
+    group_add(b, g, p, cost);
+    b->g_key[g] = b->g_load[g] - (minus_cap ? b->mb_cap[b->g_mb[g]] : 0);
+    int full = b->seq_cap > 0 && b->g_count[g] >= b->seq_cap;
+    if (at >= 0) {
+        if (full) {
+            heap[at] = heap[--*heap_size];
+            if (at < *heap_size) heap_fix(heap, *heap_size, at);
+        } else {
+            heap[at].key = b->g_key[g];
+            heap_sift_down(heap, *heap_size, at);
+        }
+    } else {
+        heap_pop(park, park_size);
+        if (!full) heap_push(heap, heap_size, g, b->g_key[g]);
+    }
+    return g;
 }
 
 /* Counting sort of live groups by microbatch into mb_first / mb_groups. */
@@ -409,8 +498,7 @@ static int repair(balanced *b)
             int32_t c = b->g_cp[g];
             if (c > b->mb_free[m]) continue; /* free ranks only shrink: g never fits again */
             if (b->g_count[g] >= 2) {
-                group_split(b, g);
-                int32_t g2 = b->num_groups - 1;
+                int32_t g2 = group_split(b, g);
                 heap_push(b->local, &size, g, -b->g_load[g]);
                 heap_push(b->local, &size, g2, -b->g_load[g2]);
             } else {
@@ -438,6 +526,7 @@ static int repair(balanced *b)
                 }
                 b->g_count[g] = 0;
                 b->g_head[g] = b->g_tail[g] = -1;
+                b->free_groups[b->num_free_groups++] = g;
             }
             if (b->seq_cap > 0 && count > b->seq_cap) return 0;
             group_recost(b, keep, b->num_ranks);
@@ -466,6 +555,311 @@ static int64_t evaluate(balanced *b, int32_t *live)
     }
     *live = count;
     return total;
+}
+
+/* ---- repacking one microbatch against a target level ---- */
+
+static int32_t class_size(const balanced *b, int k) { return k == FULL_CLASS ? b->num_ranks : (int32_t)1 << k; }
+
+/* 1 if class k is a group size on this many ranks. */
+static int class_valid(const balanced *b, int k)
+{
+    if (k == FULL_CLASS) return (b->num_ranks & (b->num_ranks - 1)) != 0;
+    return ((int64_t)1 << k) <= b->num_ranks;
+}
+
+/*
+ * Cost of each of the `count` sequences in rp_items at every class it fits
+ * (INT64_MAX elsewhere); returns the least level any arrangement can reach
+ * (the largest over sequences of their cheapest per-rank cost).
+ */
+static int64_t repack_costs(balanced *b, int32_t count)
+{
+    int64_t floor_level = 0;
+    for (int32_t i = 0; i < count; i++) {
+        int32_t p = b->rp_items[i];
+        int64_t cheapest = INT64_MAX, *row = b->rp_cost + (size_t)i * NUM_CLASSES;
+        for (int k = 0; k < NUM_CLASSES; k++) {
+            int32_t size = class_size(b, k);
+            row[k] = INT64_MAX;
+            if (!class_valid(b, k) || size < b->min_cp[p] || b->len[p] > (int64_t)size * b->max_seqlen) continue;
+            row[k] = dcp_cost(b->model, b->len[p], size);
+            if (row[k] < cheapest) cheapest = row[k];
+        }
+        if (cheapest > floor_level) floor_level = cheapest;
+    }
+    return floor_level;
+}
+
+/*
+ * First-fit-decreasing packing of the microbatch's sequences (longest first)
+ * under `level`: each goes, best fit, into a trial group at least as wide as its
+ * narrowest size under the level, if one stays under the level, else opens a
+ * group of that narrowest size.  Returns the ranks used (num_ranks + 1 when more than
+ * all); the groups are left in rp_* and *num_groups.
+ */
+static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *num_groups)
+{
+    const int32_t N = b->num_ranks;
+    int32_t groups = 0, ranks = 0;
+    for (int32_t i = 0; i < count; i++) {
+        const int64_t *row = b->rp_cost + (size_t)i * NUM_CLASSES;
+        int32_t p = b->rp_items[i], s = b->len[p];
+        int k = 0;
+        while (k < NUM_CLASSES && row[k] > level) k++;
+        if (k == NUM_CLASSES) return N + 1;
+        int32_t size = class_size(b, k);
+        int32_t best = -1;
+        int64_t best_load = -1;
+        for (int32_t g = 0; g < groups; g++) {
+            int32_t gs = b->rp_size[g];
+            if (gs < size) continue; /* joining a wider group costs no ranks: it only has to stay under the level */
+            int64_t c = row[class_of(gs)];
+            if (c == INT64_MAX || b->rp_tokens[g] + s > (int64_t)gs * b->max_seqlen) continue;
+            if (b->seq_cap > 0 && b->rp_count[g] >= b->seq_cap) continue;
+            int64_t load = sat_add(b->rp_load[g], c);
+            if (load <= level && load > best_load) {
+                best = g;
+                best_load = load;
+            }
+        }
+        if (best < 0) {
+            ranks += size;
+            if (ranks > N) return N + 1;
+            best = groups++;
+            b->rp_size[best] = size;
+            b->rp_load[best] = 0;
+            b->rp_tokens[best] = 0;
+            b->rp_count[best] = 0;
+        }
+        b->rp_of[i] = best;
+        b->rp_load[best] = sat_add(b->rp_load[best], row[class_of(b->rp_size[best])]);
+        b->rp_tokens[best] += s;
+        b->rp_count[best]++;
+    }
+    *num_groups = groups;
+    return ranks;
+}
+
+/*
+ * Fill the free ranks of the trial groups: each step splits a group of two or
+ * more sequences, or widens a group of one, choosing the step that leaves the
+ * lowest level (widening a short sequence can raise its cost: the ring
+ * latency outgrows the work it spreads).  Returns the resulting level, or
+ * INT64_MAX when the gap cannot be filled.
+ */
+static int64_t repack_fill(balanced *b, int32_t count, int32_t *num_groups, int32_t free_ranks)
+{
+    const int32_t N = b->num_ranks;
+    int32_t groups = *num_groups;
+    while (free_ranks > 0) {
+        /* the two highest loads, to know the level without any one group */
+        int32_t top = -1;
+        int64_t second = 0;
+        for (int32_t j = 0; j < groups; j++) {
+            if (top < 0 || b->rp_load[j] > b->rp_load[top]) {
+                if (top >= 0) second = b->rp_load[top];
+                top = j;
+            } else if (b->rp_load[j] > second) {
+                second = b->rp_load[j];
+            }
+        }
+        /* the split or widening that leaves the lowest level (ties: the more loaded group, then the lower index) */
+        int32_t g = -1;
+        int64_t best_level = INT64_MAX;
+        for (int32_t j = 0; j < groups; j++) {
+            int32_t size = b->rp_size[j];
+            if (size > free_ranks) continue;
+            int64_t after;
+            if (b->rp_count[j] >= 2) {
+                after = (b->rp_load[j] + 1) / 2; /* an even split, as an estimate */
+            } else {
+                int32_t size2 = next_size(size, N);
+                if (size2 == 0 || size2 - size > free_ranks) continue;
+                after = INT64_MAX;
+                for (int32_t i = 0; i < count; i++)
+                    if (b->rp_of[i] == j) after = b->rp_cost[(size_t)i * NUM_CLASSES + class_of(size2)];
+            }
+            int64_t others = j == top ? second : b->rp_load[top];
+            int64_t level = after > others ? after : others;
+            if (level < best_level || (level == best_level && b->rp_load[j] > b->rp_load[g])) {
+                best_level = level;
+                g = j;
+            }
+        }
+        if (g < 0) return INT64_MAX;
+        int32_t size = b->rp_size[g];
+        int k = class_of(size);
+        if (b->rp_count[g] >= 2) {
+            int32_t g2 = groups++;
+            b->rp_size[g2] = size;
+            b->rp_load[g] = b->rp_load[g2] = 0;
+            b->rp_tokens[g] = b->rp_tokens[g2] = 0;
+            b->rp_count[g] = b->rp_count[g2] = 0;
+            for (int32_t i = 0; i < count; i++) {
+                if (b->rp_of[i] != g) continue;
+                int32_t to = (b->rp_load[g2] < b->rp_load[g] ||
+                              (b->rp_load[g2] == b->rp_load[g] && b->rp_count[g2] < b->rp_count[g]))
+                                 ? g2
+                                 : g;
+                b->rp_of[i] = to;
+                b->rp_load[to] = sat_add(b->rp_load[to], b->rp_cost[(size_t)i * NUM_CLASSES + k]);
+                b->rp_tokens[to] += b->len[b->rp_items[i]];
+                b->rp_count[to]++;
+            }
+            free_ranks -= size;
+        } else {
+            int32_t size2 = next_size(size, N);
+            for (int32_t i = 0; i < count; i++)
+                if (b->rp_of[i] == g) b->rp_load[g] = b->rp_cost[(size_t)i * NUM_CLASSES + class_of(size2)];
+            b->rp_size[g] = size2;
+            free_ranks -= size2 - size;
+        }
+    }
+    int64_t level = 0;
+    for (int32_t j = 0; j < groups; j++)
+        if (b->rp_load[j] > level) level = b->rp_load[j];
+    *num_groups = groups;
+    return level;
+}
+
+/* Ascending sort of `count` positions in rp_items (merge sort through sort_a / sort_b). */
+static void sort_positions(balanced *b, int32_t count)
+{
+    int32_t *src = b->rp_items, *dst = b->sort_b;
+    for (int32_t width = 1; width < count; width *= 2) {
+        for (int32_t lo = 0; lo < count; lo += 2 * width) {
+            int32_t mid = lo + width < count ? lo + width : count;
+            int32_t hi = lo + 2 * width < count ? lo + 2 * width : count;
+            int32_t i = lo, j = mid, o = lo;
+            while (i < mid && j < hi) dst[o++] = src[j] < src[i] ? src[j++] : src[i++];
+            while (i < mid) dst[o++] = src[i++];
+            while (j < hi) dst[o++] = src[j++];
+        }
+        int32_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != b->rp_items) memcpy(b->rp_items, src, (size_t)count * sizeof *src);
+}
+
+/*
+ * Repack the sequences of microbatches ms[0..num) into microbatch ms[0]: the
+ * least level (binary search) at which the trial packing fits N ranks, then
+ * the free ranks filled.  Committed only when the resulting level is below
+ * `better_than` (and `commit` is set); the other microbatches are left empty.
+ * Returns the new level, or -1 when none below `better_than` was found.
+ * Uses mb_groups / mb_first from index_groups().
+ */
+static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_than, int commit)
+{
+    int32_t count = 0;
+    for (int j = 0; j < num; j++)
+        for (int32_t x = b->mb_first[ms[j]]; x < b->mb_first[ms[j] + 1]; x++)
+            for (int32_t p = b->g_head[b->mb_groups[x]]; p >= 0; p = b->item_next[p]) b->rp_items[count++] = p;
+    if (count == 0) return -1;
+    sort_positions(b, count);
+    int64_t lo = repack_costs(b, count), hi = better_than - 1;
+    int32_t groups = 0;
+    if (lo > hi || repack_trial(b, count, hi, &groups) > b->num_ranks) return -1;
+    while (lo < hi && hi - lo > (hi >> 12)) { /* to within 1/4096 of the level */
+        int64_t mid = lo + (hi - lo) / 2;
+        if (repack_trial(b, count, mid, &groups) <= b->num_ranks) hi = mid;
+        else lo = mid + 1;
+    }
+    int32_t ranks = repack_trial(b, count, hi, &groups);
+    int64_t level = repack_fill(b, count, &groups, b->num_ranks - ranks);
+    if (level >= better_than) return -1;
+    if (!commit) return level;
+    /* commit: the old groups go to the free list, the trial groups become real ones */
+    for (int j = 0; j < num; j++) {
+        for (int32_t x = b->mb_first[ms[j]]; x < b->mb_first[ms[j] + 1]; x++) {
+            int32_t g = b->mb_groups[x];
+            b->g_count[g] = 0;
+            b->g_head[g] = b->g_tail[g] = -1;
+            b->free_groups[b->num_free_groups++] = g;
+        }
+        b->mb_free[ms[j]] = b->num_ranks;
+    }
+    const int32_t m = ms[0];
+    int32_t *real = b->cursor;
+    for (int32_t j = 0; j < groups; j++) real[j] = new_group(b, m, b->rp_size[j]);
+    for (int32_t i = 0; i < count; i++) {
+        int32_t p = b->rp_items[i], g = real[b->rp_of[i]];
+        b->cp[p] = b->g_cp[g];
+        b->cost[p] = b->rp_cost[(size_t)i * NUM_CLASSES + class_of(b->g_cp[g])];
+        group_add(b, g, p, b->cost[p]);
+    }
+    return level;
+}
+
+/* Repack every microbatch of at most `limit` sequences where that lowers its level. */
+static void repack_microbatches(balanced *b, int32_t limit)
+{
+    int32_t live = 0;
+    evaluate(b, &live);
+    index_groups(b);
+    for (int32_t m = 0; m < b->num_mbs; m++) {
+        int32_t count = 0;
+        for (int32_t x = b->mb_first[m]; x < b->mb_first[m + 1]; x++) count += b->g_count[b->mb_groups[x]];
+        if (count == 0 || count > limit) continue;
+        repack(b, &m, 1, b->mb_level[m], 1);
+    }
+}
+
+/*
+ * Merge two microbatches by repacking their sequences together.  Candidates
+ * are pairs among the eight least loaded microbatches with at most `limit`
+ * sequences between them.  Without `force`, the pair whose merge lowers the
+ * makespan most is merged (if any does); with it, the pair with the lowest
+ * merged level, whatever the makespan.  Returns 1 when a merge was made.
+ */
+static int merge_microbatches(balanced *b, int32_t limit, int force)
+{
+    enum { WINDOW = 8 };
+    int32_t live = 0, window[WINDOW], counts[WINDOW], size = 0;
+    evaluate(b, &live);
+    index_groups(b);
+    /* the WINDOW lowest levels, by insertion (ties: lower index) */
+    for (int32_t m = 0; m < b->num_mbs; m++) {
+        if (b->mb_level[m] < 0) continue;
+        int32_t count = 0;
+        for (int32_t x = b->mb_first[m]; x < b->mb_first[m + 1]; x++) count += b->g_count[b->mb_groups[x]];
+        int j = size < WINDOW ? size++ : WINDOW;
+        while (j > 0 && b->mb_level[window[j - 1]] > b->mb_level[m]) {
+            if (j < WINDOW) {
+                window[j] = window[j - 1];
+                counts[j] = counts[j - 1];
+            }
+            j--;
+        }
+        if (j < WINDOW) {
+            window[j] = m;
+            counts[j] = count;
+        }
+    }
+    int32_t best[2] = {-1, -1};
+    int64_t best_gain = force ? INT64_MIN : 0, best_bound = 0;
+    for (int i = 0; i < size; i++) {
+        for (int j = i + 1; j < size; j++) {
+            if (counts[i] + counts[j] > limit) continue;
+            int32_t pair[2] = {window[i], window[j]};
+            int64_t both = sat_add(sat_add(b->mb_level[pair[0]], b->mb_level[pair[1]]), b->model->microbatch_overhead);
+            int64_t bound = force ? INT64_MAX : both;
+            int64_t merged = repack(b, pair, 2, bound, 0);
+            if (merged < 0) continue;
+            int64_t gain = both - merged;
+            if (gain > best_gain) {
+                best_gain = gain;
+                best_bound = bound;
+                best[0] = pair[0];
+                best[1] = pair[1];
+            }
+        }
+    }
+    if (best[0] < 0) return 0;
+    /* the same bound as the trial: the search is deterministic, so the commit repeats it exactly */
+    return repack(b, best, 2, best_bound, 1) >= 0;
 }
 
 /* Stable merge sort of group ids by load descending (ties: lower id first); returns the sorted array. */
@@ -536,17 +930,22 @@ static int64_t regroup(balanced *b, int64_t makespan)
 
 /*
  * VPP: while the live microbatch count is not a multiple of the group size,
- * split the microbatch with the most groups (ties: the slowest) in two halves
+ * merge the two microbatches whose merge costs least (with `merge_down`, while
+ * some pair fits one microbatch), else split the microbatch with the most groups (ties: the slowest) in two halves
  * of about N/2 ranks each, then refill both by repair.  A microbatch of one
  * group with several sequences is split through its group.  Returns 0 when no
  * microbatch can be split (fewer sequences than microbatches needed).
  */
-static int fix_vpp_multiple(balanced *b)
+static int fix_vpp_multiple(balanced *b, int merge_down)
 {
     for (;;) {
         int32_t live = 0;
         evaluate(b, &live);
         if (live % b->vpp == 0) return 1;
+        if (merge_down) {
+            if (live > b->vpp && merge_microbatches(b, b->n, 1)) continue;
+            merge_down = 0; /* no merge fits: split upwards instead */
+        }
         index_groups(b);
         int32_t best = -1, best_groups = 0;
         for (int32_t m = 0; m < b->num_mbs; m++) {
@@ -560,8 +959,7 @@ static int fix_vpp_multiple(balanced *b)
         }
         if (best < 0) return 0;
         if (best_groups == 1) {
-            group_split(b, b->mb_groups[b->mb_first[best]]);
-            int32_t g2 = b->num_groups - 1, half = new_mb(b, 0);
+            int32_t g2 = group_split(b, b->mb_groups[b->mb_first[best]]), half = new_mb(b, 0);
             b->mb_free[best] += b->g_cp[g2];
             b->g_mb[g2] = half;
             b->mb_free[half] -= b->g_cp[g2];
@@ -602,20 +1000,200 @@ static void compact_mbs(balanced *b)
     b->num_mbs = live;
 }
 
-static int64_t run_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int64_t widen_den)
+static int64_t finish_pass(balanced *b, int merge_down);
+
+/* ---- sequential construction: microbatches one after another, each filled to its token capacity ---- */
+
+/* Next unplaced position at or after p (n when none), compressing the path. */
+static int32_t alive_find(int32_t *next, int32_t p)
+{
+    int32_t root = p;
+    while (next[root] != root) root = next[root];
+    while (next[p] != root) {
+        int32_t up = next[p];
+        next[p] = root;
+        p = up;
+    }
+    return root;
+}
+
+typedef struct open_mb {
+    int32_t m;
+    int32_t heap_size[NUM_CLASSES], park_size[NUM_CLASSES], room_size;
+    const int32_t *class_offset;
+    uint32_t present;
+} open_mb;
+
+/* Free tokens of a group for one more sequence (0 when its sequence count is at the cap). */
+static int64_t group_room(const balanced *b, int32_t g)
+{
+    if (b->seq_cap > 0 && b->g_count[g] >= b->seq_cap) return 0;
+    return (int64_t)b->g_cp[g] * b->max_seqlen - b->g_tokens[g];
+}
+
+/* The longest sequence the open microbatch might still take: a new group on its free ranks, or a group's room. */
+static int64_t open_room(balanced *b, open_mb *o)
+{
+    int64_t room = 0;
+    int32_t f = b->mb_free[o->m];
+    if (f >= b->min_cp_size && f > 0) {
+        int32_t size = f == b->num_ranks ? f : 1;
+        if (f < b->num_ranks)
+            while (size * 2 <= f) size *= 2;
+        room = (int64_t)size * b->max_seqlen;
+    }
+    while (o->room_size > 0) {
+        heap_entry top = b->room_heap[0];
+        if (-top.key == group_room(b, top.id)) { /* current, not a stale entry */
+            if (-top.key > room) room = -top.key;
+            break;
+        }
+        heap_pop(b->room_heap, &o->room_size);
+    }
+    return room;
+}
+
+/* Place sequence p in the open microbatch where its group's load ends lowest; 0 when it fits nowhere. */
+static int open_place(balanced *b, open_mb *o, int32_t p)
+{
+    const int64_t M = b->max_seqlen;
+    const int32_t c = b->cp[p], s = b->len[p];
+    const int64_t h = b->cost[p];
+    const int k = class_of(c);
+    heap_entry *heap = b->heap + o->class_offset[k], *park = b->park + o->class_offset[k];
+    while (o->park_size[k] > 0 && -park[0].key >= s) {
+        int32_t g = heap_pop(park, &o->park_size[k]);
+        heap_push(heap, &o->heap_size[k], g, b->g_key[g]);
+    }
+    int32_t same = -1;
+    while (o->heap_size[k] > 0) {
+        int32_t top = heap[0].id;
+        if (b->g_tokens[top] + s <= (int64_t)c * M) {
+            same = top;
+            break;
+        }
+        heap_pop(heap, &o->heap_size[k]);
+        heap_push(park, &o->park_size[k], top, b->g_tokens[top] - (int64_t)c * M);
+    }
+    int wide_class = -1;
+    int32_t wide_at = 0;
+    int64_t wide_cost = 0, wide_after = INT64_MAX;
+    for (uint32_t wider = o->present >> (k + 1), k2 = (uint32_t)k + 1; wider; wider >>= 1, k2++) {
+        if (!(wider & 1u)) continue;
+        int32_t at = wide_candidate(b, b->heap + o->class_offset[k2], o->heap_size[k2], b->park + o->class_offset[k2],
+                                    o->park_size[k2], s);
+        if (at == WIDE_NONE) continue;
+        int32_t g = at >= 0 ? b->heap[o->class_offset[k2] + at].id : b->park[o->class_offset[k2]].id, c2 = b->g_cp[g];
+        int64_t h2 = dcp_cost(b->model, s, c2);
+        if ((__int128)c2 * h2 * b->join_den > (__int128)c * h * (b->join_den + b->join_num)) continue;
+        int64_t after = sat_add(b->g_load[g], h2);
+        if (after < wide_after) {
+            wide_after = after;
+            wide_class = (int)k2;
+            wide_at = at;
+            wide_cost = h2;
+        }
+    }
+    int64_t fresh_after = b->mb_free[o->m] >= c ? h : INT64_MAX;
+    int64_t same_after = same >= 0 ? sat_add(b->g_load[same], h) : INT64_MAX;
+    int32_t g;
+    if (fresh_after != INT64_MAX && fresh_after <= same_after && fresh_after <= wide_after) {
+        g = new_group(b, o->m, c);
+        group_add(b, g, p, h);
+        b->g_key[g] = b->g_load[g];
+        if (b->seq_cap != 1) heap_push(heap, &o->heap_size[k], g, b->g_key[g]);
+    } else if (same >= 0 && same_after <= wide_after) {
+        g = same;
+        group_add(b, g, p, h);
+        b->g_key[g] = b->g_load[g];
+        if (b->seq_cap > 0 && b->g_count[g] >= b->seq_cap) heap_pop(heap, &o->heap_size[k]);
+        else heap_rekey_top(heap, o->heap_size[k], b->g_key[g]);
+    } else if (wide_class >= 0) {
+        g = wide_join(b, b->heap + o->class_offset[wide_class], &o->heap_size[wide_class],
+                      b->park + o->class_offset[wide_class], &o->park_size[wide_class], wide_at, p, wide_cost, 0);
+    } else {
+        return 0;
+    }
+    heap_push(b->room_heap, &o->room_size, g, -group_room(b, g));
+    return 1;
+}
+
+/*
+ * Sequential pass: open a microbatch, walk the unplaced sequences longest
+ * first and put each where its group's load ends lowest (a new group on free
+ * ranks, the least loaded group of its size, or a wider group within the
+ * allowance), skipping those too long for any remaining room; close the
+ * microbatch when nothing more fits and open the next.  Microbatches come out
+ * full of tokens, each of sequences of like length.
+ */
+static int64_t run_sequential_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int64_t widen_den,
+                                   int merge_down)
+{
+    const int32_t n = b->n, N = b->num_ranks;
+    int32_t class_offset[NUM_CLASSES + 1];
+    b->num_groups = 0;
+    b->num_free_groups = 0;
+    b->num_mbs = 0;
+    uint64_t signature;
+    choose_sizes(b, ceil_div128(b->min_work, (__int128)target_mbs * N), widen_num, widen_den, class_offset,
+                 &signature);
+    if (!merge_down) {
+        for (int j = 0; j < b->num_signatures; j++)
+            if (b->signatures[j] == signature) return -1;
+        if (b->num_signatures < 4) b->signatures[b->num_signatures++] = signature;
+    }
+    open_mb o;
+    memset(&o, 0, sizeof o);
+    o.class_offset = class_offset;
+    for (int k = 0; k < NUM_CLASSES; k++)
+        if (class_offset[k + 1] > class_offset[k]) o.present |= 1u << k;
+    for (int32_t p = 0; p <= n; p++) b->alive_next[p] = p;
+    for (int32_t p = 0; p < n; p++) b->item_group[p] = -1;
+    for (int32_t first = alive_find(b->alive_next, 0); first < n; first = alive_find(b->alive_next, first)) {
+        o.m = new_mb(b, 0);
+        memset(o.heap_size, 0, sizeof o.heap_size);
+        memset(o.park_size, 0, sizeof o.park_size);
+        o.room_size = 0;
+        for (int32_t i = first; i < n;) {
+            int64_t room = open_room(b, &o);
+            if (room == 0) break;
+            if (b->len[i] > room) {
+                /* lengths only fall along the positions: jump to the first that fits the room */
+                int32_t lo = i + 1, hi = n;
+                while (lo < hi) {
+                    int32_t mid = lo + (hi - lo) / 2;
+                    if (b->len[mid] > room) lo = mid + 1;
+                    else hi = mid;
+                }
+                i = alive_find(b->alive_next, lo);
+                continue;
+            }
+            if (open_place(b, &o, i)) b->alive_next[i] = i + 1;
+            i = alive_find(b->alive_next, i + 1);
+        }
+        if (b->mb_free[o.m] == N && first == alive_find(b->alive_next, first)) return -1; /* nothing fitted: a bug guard */
+    }
+    return finish_pass(b, merge_down);
+}
+
+
+static int64_t run_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int64_t widen_den, int merge_down)
 {
     const int32_t n = b->n, N = b->num_ranks;
     const int64_t M = b->max_seqlen;
     int32_t class_offset[NUM_CLASSES + 1];
     b->num_groups = 0;
+    b->num_free_groups = 0;
     b->num_mbs = 0;
 
     int64_t level = ceil_div128(b->min_work, (__int128)target_mbs * N);
     uint64_t signature;
     __int128 work = choose_sizes(b, level, widen_num, widen_den, class_offset, &signature);
-    for (int j = 0; j < b->num_signatures; j++)
-        if (b->signatures[j] == signature) return -1; /* same CP sizes as an earlier pass: same plan */
-    if (b->num_signatures < 4) b->signatures[b->num_signatures++] = signature;
+    if (!merge_down) {
+        for (int j = 0; j < b->num_signatures; j++)
+            if (b->signatures[j] == signature) return -1; /* same CP sizes as an earlier pass: same plan */
+        if (b->num_signatures < 4) b->signatures[b->num_signatures++] = signature;
+    }
     level = ceil_div128(work, (__int128)target_mbs * N);
 
     /*
@@ -652,6 +1230,7 @@ static int64_t run_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int6
         room_work += (__int128)b->mb_free[m] * b->mb_cap[m];
         room_tokens += (int64_t)b->mb_free[m] * M;
     }
+    for (int32_t g = 0; g < b->num_groups; g++) room_tokens += (int64_t)b->g_cp[g] * M - b->g_tokens[g];
     int64_t plain = target_mbs - shelves;
     int64_t need = ceil_div128((__int128)rest_tokens - room_tokens, (__int128)N * M);
     if (plain < need) plain = need;
@@ -705,22 +1284,42 @@ static int64_t run_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int6
         }
         while (ptr_new[k] < num_order && b->mb_free[b->mb_order[ptr_new[k]]] < c) ptr_new[k]++;
         int32_t fresh = ptr_new[k] < num_order ? b->mb_order[ptr_new[k]] : -1;
-        /* a wider group with room under its cap may take the sequence at its size, for a bounded extra cost */
-        int wide_class = -1;
-        int64_t wide_cost = 0, wide_after = INT64_MAX;
-        for (uint32_t wider = b->join_den > 0 ? present >> (k + 1) : 0, k2 = (uint32_t)k + 1; wider;
-             wider >>= 1, k2++) {
-            if (!(wider & 1u) || heap_size[k2] == 0) continue;
-            int32_t top = b->heap[class_offset[k2]].id, c2 = b->g_cp[top];
-            if (b->g_tokens[top] + s > (int64_t)M * c2 || (b->seq_cap > 0 && b->g_count[top] >= b->seq_cap)) continue;
+        /*
+         * A wider group with room under its cap may take the sequence at its
+         * size, for a bounded extra cost; beyond that bound only when the
+         * alternative is a new microbatch, which costs more.
+         */
+        int wide_class = -1, any_class = -1;
+        int32_t wide_at = 0, any_at = 0;
+        int64_t wide_cost = 0, wide_after = INT64_MAX, any_cost = 0, any_after = INT64_MAX;
+        for (uint32_t wider = present >> (k + 1), k2 = (uint32_t)k + 1; wider; wider >>= 1, k2++) {
+            if (!(wider & 1u)) continue;
+            int32_t at = wide_candidate(b, b->heap + class_offset[k2], heap_size[k2], b->park + class_offset[k2],
+                                        park_size[k2], s);
+            if (at == WIDE_NONE) continue;
+            int32_t top = at >= 0 ? b->heap[class_offset[k2] + at].id : b->park[class_offset[k2]].id, c2 = b->g_cp[top];
             int64_t h2 = dcp_cost(b->model, s, c2);
-            if ((__int128)c2 * h2 * b->join_den > (__int128)c * h * (b->join_den + b->join_num)) continue;
             int64_t after = sat_add(b->g_key[top], h2);
+            if (after < any_after) {
+                any_after = after;
+                any_class = (int)k2;
+                any_at = at;
+                any_cost = h2;
+            }
+            if ((__int128)c2 * h2 * b->join_den > (__int128)c * h * (b->join_den + b->join_num)) continue;
             if (after < wide_after) {
                 wide_after = after;
                 wide_class = (int)k2;
+                wide_at = at;
                 wide_cost = h2;
             }
+        }
+        if (fresh < 0 && g < 0 && wide_class < 0 && any_class >= 0 &&
+            (any_after < 0 ? 0 : any_after) < sat_add(h, b->model->microbatch_overhead)) {
+            wide_class = any_class;
+            wide_at = any_at;
+            wide_cost = any_cost;
+            wide_after = any_after;
         }
         int64_t fresh_after = fresh >= 0 ? h - b->mb_cap[fresh] : INT64_MAX;
         int64_t same_after = g >= 0 ? sat_add(b->g_key[g], h) : INT64_MAX;
@@ -735,14 +1334,8 @@ static int64_t run_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int6
             if (b->seq_cap > 0 && b->g_count[g] >= b->seq_cap) heap_pop(heap, &heap_size[k]);
             else heap_rekey_top(heap, heap_size[k], b->g_key[g]);
         } else if (wide_class >= 0) {
-            heap_entry *wide = b->heap + class_offset[wide_class];
-            g = wide[0].id;
-            b->cp[p] = b->g_cp[g];
-            b->cost[p] = wide_cost;
-            group_add(b, g, p, wide_cost);
-            b->g_key[g] = b->g_load[g] - b->mb_cap[b->g_mb[g]];
-            if (b->seq_cap > 0 && b->g_count[g] >= b->seq_cap) heap_pop(wide, &heap_size[wide_class]);
-            else heap_rekey_top(wide, heap_size[wide_class], b->g_key[g]);
+            g = wide_join(b, b->heap + class_offset[wide_class], &heap_size[wide_class], b->park + class_offset[wide_class],
+                          &park_size[wide_class], wide_at, p, wide_cost, 1);
         } else {
             int32_t grown = new_mb(b, plain_cap);
             b->mb_order[num_order++] = grown;
@@ -753,10 +1346,30 @@ static int64_t run_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int6
         }
     }
 
+    return finish_pass(b, merge_down);
+}
+
+/* The common end of a pass: fill free ranks, repack, merge, VPP, regroup; the exact makespan or -1. */
+static int64_t finish_pass(balanced *b, int merge_down)
+{
     if (!repair(b)) return -1;
     compact_mbs(b);
+    if (b->dense) {
+        /* few sequences per rank: repack each microbatch, then merge microbatches while that pays */
+        repack_microbatches(b, 2 * b->num_ranks);
+        while (merge_microbatches(b, 2 * b->num_ranks, 0)) {
+        }
+        compact_mbs(b);
+    }
     int32_t live = 0;
-    if (b->vpp > 1 && !fix_vpp_multiple(b)) return -1;
+    b->vpp_misaligned = 0;
+    if (b->vpp > 1) {
+        evaluate(b, &live);
+        b->vpp_misaligned = live % b->vpp != 0;
+        if (!fix_vpp_multiple(b, merge_down)) return -1;
+        compact_mbs(b);
+        if (b->dense && b->vpp_misaligned) repack_microbatches(b, 2 * b->num_ranks);
+    }
     int64_t makespan = evaluate(b, &live);
     makespan = regroup(b, makespan);
     return makespan;
@@ -834,6 +1447,7 @@ dcp_status dcp_assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp
     b.num_ranks = in->num_ranks;
     b.max_seqlen = c->max_seqlen_per_rank;
     b.seq_cap = c->max_sequences_per_microbatch;
+    b.min_cp_size = c->min_cp_size;
     b.vpp = c->microbatch_group_size_per_vp_stage > 1 ? c->microbatch_group_size_per_vp_stage : 1;
     b.model = &c->cost;
     b.ids = in->sorted_ids;
@@ -868,24 +1482,41 @@ dcp_status dcp_assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp
      * target is skipped.  Chosen by measurement over the benchmark matrix.
      */
     static const int64_t widen[][2] = {{0, 1}, {1, 4}, {1, 16}, {1, 0}};
-    const int dense = (int64_t)b.n < 16 * (int64_t)b.num_ranks;
+    const int dense = b.dense = (int64_t)b.n < 16 * (int64_t)b.num_ranks;
     const int num_targets = dense ? 5 : 2, num_widen = dense ? 4 : 2;
+    int over_capacity = 0;
     for (int t = 0; t < num_targets; t++) {
         int64_t k = k0 + (int64_t)t * b.vpp;
         if (k > b.n) break;
         b.num_signatures = 0;
         for (int w = 0; w < num_widen; w++) {
             if (!dense && w != t) continue; /* (k0, no widening), (k0 + 1, widening up to 1/4) */
-            int64_t makespan = run_pass(&b, k, widen[w][0], widen[w][1]);
+            for (int kind = 0; kind < 2; kind++) {
+            int64_t (*pass)(balanced *, int64_t, int64_t, int64_t, int) = kind ? run_sequential_pass : run_pass;
+            if (kind == 1) b.num_signatures = 0;
+            int64_t makespan = pass(&b, k, widen[w][0], widen[w][1], 0);
+            if (b.vpp_misaligned && makespan >= 0 && b.num_mbs <= plan->max_microbatches &&
+                (b.best_makespan < 0 || makespan < b.best_makespan))
+                keep_best(&b, makespan);
+            if (b.vpp_misaligned) makespan = pass(&b, k, widen[w][0], widen[w][1], 1); /* merging down instead */
 #ifdef DCP_BALANCED_TRACE
             fprintf(stderr, "sifts %ld parks %ld ", trace_sifts, trace_parks);
             trace_sifts = trace_parks = 0;
-            fprintf(stderr, "pass k=%lld widen=%lld/%lld mbs=%d groups=%d makespan=%lld\n", (long long)k,
+            fprintf(stderr, "pass %s k=%lld widen=%lld/%lld mbs=%d groups=%d makespan=%lld\n", kind ? "seq" : "lpt", (long long)k,
                     (long long)widen[w][0], (long long)widen[w][1], b.num_mbs, b.num_groups, (long long)makespan);
 #endif
-            if (makespan >= 0 && (b.best_makespan < 0 || makespan < b.best_makespan)) keep_best(&b, makespan);
+            if (makespan < 0) continue;
+            if (b.num_mbs > plan->max_microbatches) {
+                over_capacity = 1;
+                continue;
+            }
+            if (b.best_makespan < 0 || makespan < b.best_makespan) keep_best(&b, makespan);
+            }
         }
     }
+    if (b.best_makespan < 0 && over_capacity)
+        return dcp_fail(err, DCP_ERR_CAPACITY, "balanced: the plan needs more than max_microbatches = %d microbatches",
+                        plan->max_microbatches);
     if (b.best_makespan < 0)
         return dcp_fail(err, DCP_ERR_INFEASIBLE, "balanced: no plan for %d sequences on %d ranks", b.n, b.num_ranks);
     return emit(&b, plan, err);
