@@ -34,15 +34,22 @@
  * pure function of the lengths and the configuration.  Scratch comes from the
  * arena, laid out by one function that also gives the exact scratch size.
  */
+#ifdef DCP_BALANCED_TRACE
+#define _POSIX_C_SOURCE 200809L
+#endif
 #include "stages.h"
 #include "../core/plan.h"
 
 #include <string.h>
 #ifdef DCP_BALANCED_TRACE
 #include <stdio.h>
+#include <time.h>
 #endif
 
 enum { NUM_CLASSES = DCP_MAX_LOG2_CP + 2, FULL_CLASS = DCP_MAX_LOG2_CP + 1 };
+
+/* Largest microbatch (in sequences) that is repacked: the repacking is quadratic in it. */
+enum { REPACK_MAX = 4096 };
 
 static int64_t sat_add(int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; }
 
@@ -59,15 +66,32 @@ typedef struct heap_entry {
     int32_t id;
 } heap_entry;
 
+/* A plan kept from a pass: each sequence's group, each group's microbatch (-1: unused) and CP size. */
+typedef struct saved_plan {
+    int64_t makespan;
+    int32_t num_groups, num_mbs;
+    int32_t *item_group; /* [n] */
+    int32_t *g_mb;       /* [n] */
+    int32_t *g_cp;       /* [n] */
+} saved_plan;
+
+enum { NUM_KEPT = 3 };
+
 /* Scratch of one planning call. */
 typedef struct balanced {
     /* the problem, by position in length-descending order */
     int32_t n, num_ranks, max_seqlen, seq_cap, vpp, min_cp_size;
     int64_t join_num, join_den; /* extra GPU time allowed when a sequence joins a wider group */
     int dense;                  /* fewer than 16 sequences per rank */
+    int sequential;             /* the pass being finished is a sequential one */
     int vpp_misaligned;         /* the last pass needed fix_vpp_multiple() */
-    uint64_t signatures[4];     /* CP-size signatures of the passes run for the current target */
-    int num_signatures;
+    /* passes run so far: (sequential, target, CP-size signature); a repeat would give the same plan */
+    struct {
+        int sequential;
+        int64_t target;
+        uint64_t signature;
+    } seen[64];
+    int num_seen;
     const dcp_cost_model *model;
     const int32_t *ids; /* position -> global id */
     int32_t *len;       /* [n] */
@@ -110,19 +134,20 @@ typedef struct balanced {
     int32_t local_cap;
     int32_t *sort_a, *sort_b; /* [n] merge sorts */
     int32_t *alive_next;      /* [n + 1] sequential passes: next unplaced position at or after p (path-compressed) */
-    heap_entry *room_heap;    /* [2n] sequential passes: groups of the open microbatch by minus free tokens */
+    int32_t *g_slot;          /* [n] sequential passes: a group's leaf in room_tree */
+    int64_t *room_tree;       /* [2 * room_leaves] max tree of the open microbatch's groups' free tokens */
+    int32_t room_leaves;      /* a power of two >= min(n, N): groups one microbatch can hold */
     /* repacking one microbatch: its sequences, trial groups, and each sequence's cost per class */
-    int32_t *rp_items, *rp_of, *rp_size, *rp_count; /* [n] each */
-    int64_t *rp_load, *rp_tokens;                   /* [n] each */
-    int64_t *rp_cost;                               /* [n * NUM_CLASSES]: INT64_MAX where the size does not fit */
+    int32_t repack_limit;
+    int32_t *rp_items, *rp_of, *rp_size, *rp_count; /* [repack_limit] each */
+    int64_t *rp_load, *rp_tokens;                   /* [repack_limit] each */
+    int64_t *rp_cost; /* [repack_limit * NUM_CLASSES]: INT64_MAX where the size does not fit */
     int32_t *saved_mb;        /* [n] group -> microbatch before a regrouping */
 
     /* the best plan so far */
-    int64_t best_makespan;
-    int32_t best_groups, best_mbs;
-    int32_t *best_item_group; /* [n] */
-    int32_t *best_g_mb;       /* [n] */
-    int32_t *best_g_cp;       /* [n] */
+    /* the best plans so far, by makespan (kept[0] the best); few sequences per rank: all are polished */
+    saved_plan kept[NUM_KEPT];
+    int num_kept;
 } balanced;
 
 /* Lay out the scratch for up to `n` sequences on `num_ranks` ranks (a measuring arena gives the size). */
@@ -158,18 +183,30 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->park = DCP_ARENA_NEW(a, heap_entry, un);
     b->local = DCP_ARENA_NEW(a, heap_entry, (size_t)local);
     b->cursor = DCP_ARENA_NEW(a, int32_t, 2 * un);
-    b->best_item_group = DCP_ARENA_NEW(a, int32_t, un);
-    b->best_g_mb = DCP_ARENA_NEW(a, int32_t, un);
-    b->best_g_cp = DCP_ARENA_NEW(a, int32_t, un);
-    b->rp_items = DCP_ARENA_NEW(a, int32_t, un);
-    b->rp_of = DCP_ARENA_NEW(a, int32_t, un);
-    b->rp_size = DCP_ARENA_NEW(a, int32_t, un);
-    b->rp_count = DCP_ARENA_NEW(a, int32_t, un);
-    b->rp_load = DCP_ARENA_NEW(a, int64_t, un);
-    b->rp_tokens = DCP_ARENA_NEW(a, int64_t, un);
-    b->rp_cost = DCP_ARENA_NEW(a, int64_t, dcp_size_mul(un, NUM_CLASSES));
+    int kept_ok = 1;
+    for (int j = 0; j < NUM_KEPT; j++) {
+        b->kept[j].item_group = DCP_ARENA_NEW(a, int32_t, un);
+        b->kept[j].g_mb = DCP_ARENA_NEW(a, int32_t, un);
+        b->kept[j].g_cp = DCP_ARENA_NEW(a, int32_t, un);
+        kept_ok = kept_ok && b->kept[j].item_group && b->kept[j].g_mb && b->kept[j].g_cp;
+    }
+    /* repacking handles microbatches of up to repack_limit sequences: 2N, at most REPACK_MAX */
+    int32_t limit = num_ranks < REPACK_MAX / 2 ? 2 * num_ranks : REPACK_MAX;
+    if (limit > n) limit = n;
+    b->repack_limit = limit;
+    size_t ul = (size_t)limit;
+    b->rp_items = DCP_ARENA_NEW(a, int32_t, ul);
+    b->rp_of = DCP_ARENA_NEW(a, int32_t, ul);
+    b->rp_size = DCP_ARENA_NEW(a, int32_t, ul);
+    b->rp_count = DCP_ARENA_NEW(a, int32_t, ul);
+    b->rp_load = DCP_ARENA_NEW(a, int64_t, ul);
+    b->rp_tokens = DCP_ARENA_NEW(a, int64_t, ul);
+    b->rp_cost = DCP_ARENA_NEW(a, int64_t, dcp_size_mul(ul, NUM_CLASSES));
     b->alive_next = DCP_ARENA_NEW(a, int32_t, un + 1);
-    b->room_heap = DCP_ARENA_NEW(a, heap_entry, 2 * un);
+    b->g_slot = DCP_ARENA_NEW(a, int32_t, un);
+    b->room_leaves = 1;
+    while (b->room_leaves < local) b->room_leaves *= 2;
+    b->room_tree = DCP_ARENA_NEW(a, int64_t, 2 * (size_t)b->room_leaves);
     b->sort_a = DCP_ARENA_NEW(a, int32_t, un);
     b->sort_b = DCP_ARENA_NEW(a, int32_t, un);
     b->saved_mb = DCP_ARENA_NEW(a, int32_t, un);
@@ -177,8 +214,7 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     return b->len && b->min_cp && b->min_cost && b->cp && b->cost && b->order && b->class_list &&
            b->item_group && b->item_next && b->free_groups && b->g_mb && b->g_cp && b->g_head && b->g_tail && b->g_count &&
            b->g_load && b->g_tokens && b->g_key && b->mb_free && b->mb_cap && b->mb_level && b->mb_order &&
-           b->mb_first && b->mb_groups && b->heap && b->park && b->cursor && b->local && b->best_item_group &&
-           b->best_g_mb && b->best_g_cp && b->sort_a && b->sort_b && b->saved_mb && b->alive_next && b->room_heap && b->rp_items && b->rp_of &&
+           b->mb_first && b->mb_groups && b->heap && b->park && b->cursor && b->local && kept_ok && b->sort_a && b->sort_b && b->saved_mb && b->alive_next && b->g_slot && b->room_tree && b->rp_items && b->rp_of &&
            b->rp_size && b->rp_count && b->rp_load && b->rp_tokens && b->rp_cost;
 }
 
@@ -208,9 +244,9 @@ static int32_t next_size(int32_t cp, int32_t num_ranks)
     return (int64_t)cp * 2 <= num_ranks ? cp * 2 : num_ranks;
 }
 
-/* ---- binary min-heaps of (key, id), ties broken by the lower id ---- */
+/* ---- 4-ary min-heaps of (key, id); equal keys in heap order (deterministic, as every operation is) ---- */
 
-static inline int entry_less(heap_entry a, heap_entry b) { return a.key < b.key || (a.key == b.key && a.id < b.id); }
+static inline int entry_less(heap_entry a, heap_entry b) { return a.key < b.key; }
 
 #ifdef DCP_BALANCED_TRACE
 static long trace_sifts, trace_parks;
@@ -422,7 +458,7 @@ static void index_groups(balanced *b)
 
 /* Steps 1-2: CP sizes for target level `level`, then positions by per-rank cost descending. */
 static __int128 choose_sizes(balanced *b, int64_t level, int64_t widen_num, int64_t widen_den,
-                             int32_t class_offset[NUM_CLASSES + 1], uint64_t *signature)
+                             int32_t class_offset[NUM_CLASSES + 1], uint64_t *signature, int merge)
 {
     uint64_t sig = 14695981039346656037ull;
     const int32_t n = b->n;
@@ -461,7 +497,7 @@ static __int128 choose_sizes(balanced *b, int64_t level, int64_t widen_num, int6
         int k = class_of(b->cp[p]);
         b->class_list[end[k]++] = p;
     }
-    for (int32_t i = 0; i < n; i++) {
+    for (int32_t i = 0; i < n && merge; i++) {
         int best = -1;
         int32_t best_p = 0;
         for (int j = 0; j < num_live; j++) {
@@ -528,9 +564,23 @@ static int repair(balanced *b)
                 b->g_head[g] = b->g_tail[g] = -1;
                 b->free_groups[b->num_free_groups++] = g;
             }
-            if (b->seq_cap > 0 && count > b->seq_cap) return 0;
             group_recost(b, keep, b->num_ranks);
             b->mb_free[m] = 0;
+            /* more sequences than the cap allows on a rank: the surplus goes, cap by cap, to new microbatches */
+            while (b->seq_cap > 0 && b->g_count[keep] > b->seq_cap) {
+                int32_t moved = new_group(b, new_mb(b, 0), b->num_ranks);
+                int32_t p = b->g_head[keep];
+                b->g_head[keep] = b->g_tail[keep] = -1;
+                b->g_count[keep] = 0;
+                b->g_load[keep] = 0;
+                b->g_tokens[keep] = 0;
+                for (int32_t taken = 0; p >= 0; taken++) {
+                    int32_t next = b->item_next[p];
+                    group_add(b, taken < b->seq_cap ? keep : moved, p, b->cost[p]);
+                    p = next;
+                }
+                keep = moved;
+            }
         }
     }
     (void)groups_before;
@@ -755,6 +805,10 @@ static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_th
 {
     int32_t count = 0;
     for (int j = 0; j < num; j++)
+        for (int32_t x = b->mb_first[ms[j]]; x < b->mb_first[ms[j] + 1]; x++) count += b->g_count[b->mb_groups[x]];
+    if (count > b->repack_limit) return -1;
+    count = 0;
+    for (int j = 0; j < num; j++)
         for (int32_t x = b->mb_first[ms[j]]; x < b->mb_first[ms[j] + 1]; x++)
             for (int32_t p = b->g_head[b->mb_groups[x]]; p >= 0; p = b->item_next[p]) b->rp_items[count++] = p;
     if (count == 0) return -1;
@@ -887,6 +941,44 @@ static int32_t *sort_groups_by_load(balanced *b, int32_t count)
 }
 
 /*
+ * The same order as sort_groups_by_load() (load descending, ties by id) for
+ * many groups: LSD radix sort, one byte at a time, of (complemented load, id)
+ * pairs through the heap/park arrays (free outside construction); bytes all
+ * groups share are skipped.  Returns the ids, sorted, in sort_a.
+ */
+static int32_t *radix_sort_groups_by_load(balanced *b, int32_t count)
+{
+    heap_entry *src = b->heap, *dst = b->park;
+    uint64_t all_or = 0, all_and = ~(uint64_t)0;
+    for (int32_t j = 0; j < count; j++) {
+        int32_t g = b->sort_a[j];
+        uint64_t key = ~(uint64_t)b->g_load[g]; /* loads are >= 0: ascending complement = descending load */
+        src[j].key = (int64_t)key;
+        src[j].id = g;
+        all_or |= key;
+        all_and &= key;
+    }
+    uint32_t counts[256];
+    for (int shift = 0; shift < 64; shift += 8) {
+        if ((((all_or ^ all_and) >> shift) & 0xFFu) == 0) continue; /* every key has the same byte here */
+        memset(counts, 0, sizeof counts);
+        for (int32_t j = 0; j < count; j++) counts[((uint64_t)src[j].key >> shift) & 0xFFu]++;
+        uint32_t sum = 0;
+        for (int d = 0; d < 256; d++) {
+            uint32_t c = counts[d];
+            counts[d] = sum;
+            sum += c;
+        }
+        for (int32_t j = 0; j < count; j++) dst[counts[((uint64_t)src[j].key >> shift) & 0xFFu]++] = src[j];
+        heap_entry *t = src;
+        src = dst;
+        dst = t;
+    }
+    for (int32_t j = 0; j < count; j++) b->sort_a[j] = src[j].id;
+    return b->sort_a;
+}
+
+/*
  * Regroup: deal all groups, by load descending, first-fit into the same
  * number of microbatches, so each microbatch holds groups of like load (for
  * equal sizes this ordering minimises the sum of microbatch maxima).  Kept
@@ -902,7 +994,7 @@ static int64_t regroup(balanced *b, int64_t makespan)
     }
     evaluate(b, &live);
     const int32_t old_mbs = b->num_mbs;
-    int32_t *sorted = sort_groups_by_load(b, count);
+    int32_t *sorted = radix_sort_groups_by_load(b, count);
     for (int32_t m = 0; m < live; m++) b->mb_free[m] = b->num_ranks;
     int32_t ptr[NUM_CLASSES] = {0};
     int ok = 1;
@@ -943,7 +1035,7 @@ static int fix_vpp_multiple(balanced *b, int merge_down)
         evaluate(b, &live);
         if (live % b->vpp == 0) return 1;
         if (merge_down) {
-            if (live > b->vpp && merge_microbatches(b, b->n, 1)) continue;
+            if (live > b->vpp && merge_microbatches(b, b->repack_limit, 1)) continue;
             merge_down = 0; /* no merge fits: split upwards instead */
         }
         index_groups(b);
@@ -1000,6 +1092,21 @@ static void compact_mbs(balanced *b)
     b->num_mbs = live;
 }
 
+/* 1 if a pass of this kind, target and CP sizes ran before (it would repeat its plan); else records it. */
+static int seen_before(balanced *b, int sequential, int64_t target, uint64_t signature)
+{
+    for (int j = 0; j < b->num_seen; j++)
+        if (b->seen[j].sequential == sequential && b->seen[j].target == target && b->seen[j].signature == signature)
+            return 1;
+    if (b->num_seen < (int)(sizeof b->seen / sizeof b->seen[0])) {
+        b->seen[b->num_seen].sequential = sequential;
+        b->seen[b->num_seen].target = target;
+        b->seen[b->num_seen].signature = signature;
+        b->num_seen++;
+    }
+    return 0;
+}
+
 static int64_t finish_pass(balanced *b, int merge_down);
 
 /* ---- sequential construction: microbatches one after another, each filled to its token capacity ---- */
@@ -1019,7 +1126,8 @@ static int32_t alive_find(int32_t *next, int32_t p)
 
 typedef struct open_mb {
     int32_t m;
-    int32_t heap_size[NUM_CLASSES], park_size[NUM_CLASSES], room_size;
+    int32_t heap_size[NUM_CLASSES], park_size[NUM_CLASSES];
+    int32_t num_slots;      /* the microbatch's groups, in room_tree leaves 0.. in creation order */
     const int32_t *class_offset;
     uint32_t present;
 } open_mb;
@@ -1031,24 +1139,33 @@ static int64_t group_room(const balanced *b, int32_t g)
     return (int64_t)b->g_cp[g] * b->max_seqlen - b->g_tokens[g];
 }
 
-/* The longest sequence the open microbatch might still take: a new group on its free ranks, or a group's room. */
-static int64_t open_room(balanced *b, open_mb *o)
+/* A group's free tokens changed (or it is new): update its leaf of the max tree over the microbatch's groups. */
+static void open_room_moved(balanced *b, open_mb *o, int32_t g, int64_t before)
 {
-    int64_t room = 0;
+    if (before < 0) b->g_slot[g] = o->num_slots++;
+    int64_t *tree = b->room_tree;
+    int32_t i = b->room_leaves + b->g_slot[g];
+    tree[i] = group_room(b, g);
+    for (i >>= 1; i > 0; i >>= 1) {
+        int64_t up = tree[2 * i] > tree[2 * i + 1] ? tree[2 * i] : tree[2 * i + 1];
+        if (tree[i] == up) break; /* the maxima above are unchanged */
+        tree[i] = up;
+    }
+}
+
+/*
+ * The longest sequence of class k the open microbatch might still take: a new
+ * group on its free ranks, or the most free tokens of any group (exact).
+ */
+static int64_t open_room(balanced *b, open_mb *o, int k)
+{
+    int64_t room = b->room_tree[1];
     int32_t f = b->mb_free[o->m];
-    if (f >= b->min_cp_size && f > 0) {
+    if (f >= b->min_cp_size && f >= class_size(b, k)) {
         int32_t size = f == b->num_ranks ? f : 1;
         if (f < b->num_ranks)
             while (size * 2 <= f) size *= 2;
-        room = (int64_t)size * b->max_seqlen;
-    }
-    while (o->room_size > 0) {
-        heap_entry top = b->room_heap[0];
-        if (-top.key == group_room(b, top.id)) { /* current, not a stale entry */
-            if (-top.key > room) room = -top.key;
-            break;
-        }
-        heap_pop(b->room_heap, &o->room_size);
+        if ((int64_t)size * b->max_seqlen > room) room = (int64_t)size * b->max_seqlen;
     }
     return room;
 }
@@ -1078,7 +1195,9 @@ static int open_place(balanced *b, open_mb *o, int32_t p)
     int wide_class = -1;
     int32_t wide_at = 0;
     int64_t wide_cost = 0, wide_after = INT64_MAX;
-    for (uint32_t wider = o->present >> (k + 1), k2 = (uint32_t)k + 1; wider; wider >>= 1, k2++) {
+    /* free ranks take the sequence at its own size: a wider group only matters when there are none */
+    const int fresh_possible = b->mb_free[o->m] >= c;
+    for (uint32_t wider = fresh_possible ? 0 : o->present >> (k + 1), k2 = (uint32_t)k + 1; wider; wider >>= 1, k2++) {
         if (!(wider & 1u)) continue;
         int32_t at = wide_candidate(b, b->heap + o->class_offset[k2], o->heap_size[k2], b->park + o->class_offset[k2],
                                     o->park_size[k2], s);
@@ -1094,27 +1213,32 @@ static int open_place(balanced *b, open_mb *o, int32_t p)
             wide_cost = h2;
         }
     }
-    int64_t fresh_after = b->mb_free[o->m] >= c ? h : INT64_MAX;
+    int64_t fresh_after = fresh_possible ? h : INT64_MAX;
     int64_t same_after = same >= 0 ? sat_add(b->g_load[same], h) : INT64_MAX;
     int32_t g;
     if (fresh_after != INT64_MAX && fresh_after <= same_after && fresh_after <= wide_after) {
         g = new_group(b, o->m, c);
         group_add(b, g, p, h);
         b->g_key[g] = b->g_load[g];
+        open_room_moved(b, o, g, -1);
         if (b->seq_cap != 1) heap_push(heap, &o->heap_size[k], g, b->g_key[g]);
     } else if (same >= 0 && same_after <= wide_after) {
         g = same;
+        int64_t before = group_room(b, g);
         group_add(b, g, p, h);
         b->g_key[g] = b->g_load[g];
         if (b->seq_cap > 0 && b->g_count[g] >= b->seq_cap) heap_pop(heap, &o->heap_size[k]);
         else heap_rekey_top(heap, o->heap_size[k], b->g_key[g]);
+        open_room_moved(b, o, g, before);
     } else if (wide_class >= 0) {
-        g = wide_join(b, b->heap + o->class_offset[wide_class], &o->heap_size[wide_class],
-                      b->park + o->class_offset[wide_class], &o->park_size[wide_class], wide_at, p, wide_cost, 0);
+        heap_entry *wide_heap = b->heap + o->class_offset[wide_class], *wide_park = b->park + o->class_offset[wide_class];
+        int64_t before = group_room(b, wide_at >= 0 ? wide_heap[wide_at].id : wide_park[0].id);
+        g = wide_join(b, wide_heap, &o->heap_size[wide_class], wide_park, &o->park_size[wide_class], wide_at, p,
+                      wide_cost, 0);
+        open_room_moved(b, o, g, before);
     } else {
         return 0;
     }
-    heap_push(b->room_heap, &o->room_size, g, -group_room(b, g));
     return 1;
 }
 
@@ -1136,43 +1260,68 @@ static int64_t run_sequential_pass(balanced *b, int64_t target_mbs, int64_t wide
     b->num_mbs = 0;
     uint64_t signature;
     choose_sizes(b, ceil_div128(b->min_work, (__int128)target_mbs * N), widen_num, widen_den, class_offset,
-                 &signature);
-    if (!merge_down) {
-        for (int j = 0; j < b->num_signatures; j++)
-            if (b->signatures[j] == signature) return -1;
-        if (b->num_signatures < 4) b->signatures[b->num_signatures++] = signature;
-    }
+                 &signature, 0);
+    if (!merge_down && seen_before(b, 1, 0, signature)) return -1;
     open_mb o;
     memset(&o, 0, sizeof o);
     o.class_offset = class_offset;
     for (int k = 0; k < NUM_CLASSES; k++)
         if (class_offset[k + 1] > class_offset[k]) o.present |= 1u << k;
-    for (int32_t p = 0; p <= n; p++) b->alive_next[p] = p;
+    /* unplaced sequences, per class in length order: indices into class_list, path-compressed */
+    for (int32_t x = 0; x <= n; x++) b->alive_next[x] = x;
     for (int32_t p = 0; p < n; p++) b->item_group[p] = -1;
-    for (int32_t first = alive_find(b->alive_next, 0); first < n; first = alive_find(b->alive_next, first)) {
+    for (int32_t left = n; left > 0;) {
         o.m = new_mb(b, 0);
         memset(o.heap_size, 0, sizeof o.heap_size);
         memset(o.park_size, 0, sizeof o.park_size);
-        o.room_size = 0;
-        for (int32_t i = first; i < n;) {
-            int64_t room = open_room(b, &o);
-            if (room == 0) break;
-            if (b->len[i] > room) {
-                /* lengths only fall along the positions: jump to the first that fits the room */
-                int32_t lo = i + 1, hi = n;
+        o.num_slots = 0;
+        memset(b->room_tree, 0, (size_t)(2 * b->room_leaves) * sizeof *b->room_tree);
+        int32_t head[NUM_CLASSES], misses[NUM_CLASSES];
+        uint32_t open = 0;
+        for (int k = 0; k < NUM_CLASSES; k++) {
+            head[k] = alive_find(b->alive_next, class_offset[k]);
+            misses[k] = 0;
+            if (head[k] < class_offset[k + 1]) open |= 1u << k;
+        }
+        const int32_t placed_before = left;
+        while (open) {
+            /* the longest unplaced sequence of the classes still open (ties: the lower position) */
+            int k = -1;
+            int32_t p = 0;
+            for (uint32_t bits = open, j = 0; bits; bits >>= 1, j++) {
+                if (!(bits & 1u)) continue;
+                int32_t q = b->class_list[head[j]];
+                if (k < 0 || b->len[q] > b->len[p] || (b->len[q] == b->len[p] && q < p)) {
+                    k = (int)j;
+                    p = q;
+                }
+            }
+            int64_t room = open_room(b, &o, k);
+            int32_t end = class_offset[k + 1];
+            if (b->len[p] > room) {
+                /* lengths only fall along a class: jump to the first that fits the room */
+                int32_t lo = head[k] + 1, hi = end;
                 while (lo < hi) {
                     int32_t mid = lo + (hi - lo) / 2;
-                    if (b->len[mid] > room) lo = mid + 1;
+                    if (b->len[b->class_list[mid]] > room) lo = mid + 1;
                     else hi = mid;
                 }
-                i = alive_find(b->alive_next, lo);
-                continue;
+                head[k] = lo < end ? alive_find(b->alive_next, lo) : end;
+            } else if (open_place(b, &o, p)) {
+                b->alive_next[head[k]] = head[k] + 1;
+                left--;
+                misses[k] = 0;
+                head[k] = alive_find(b->alive_next, head[k]);
+            } else {
+                /* room enough, yet no place (sizes, caps, allowance): a class that keeps missing closes */
+                if (++misses[k] >= 8) open &= ~(1u << k);
+                head[k] = alive_find(b->alive_next, head[k] + 1);
             }
-            if (open_place(b, &o, i)) b->alive_next[i] = i + 1;
-            i = alive_find(b->alive_next, i + 1);
+            if (head[k] >= end) open &= ~(1u << k);
         }
-        if (b->mb_free[o.m] == N && first == alive_find(b->alive_next, first)) return -1; /* nothing fitted: a bug guard */
+        if (left == placed_before) return -1; /* nothing fitted an empty microbatch: cannot happen */
     }
+    b->sequential = 1;
     return finish_pass(b, merge_down);
 }
 
@@ -1188,12 +1337,8 @@ static int64_t run_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int6
 
     int64_t level = ceil_div128(b->min_work, (__int128)target_mbs * N);
     uint64_t signature;
-    __int128 work = choose_sizes(b, level, widen_num, widen_den, class_offset, &signature);
-    if (!merge_down) {
-        for (int j = 0; j < b->num_signatures; j++)
-            if (b->signatures[j] == signature) return -1; /* same CP sizes as an earlier pass: same plan */
-        if (b->num_signatures < 4) b->signatures[b->num_signatures++] = signature;
-    }
+    __int128 work = choose_sizes(b, level, widen_num, widen_den, class_offset, &signature, 1);
+    if (!merge_down && seen_before(b, 0, target_mbs, signature)) return -1;
     level = ceil_div128(work, (__int128)target_mbs * N);
 
     /*
@@ -1346,6 +1491,7 @@ static int64_t run_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int6
         }
     }
 
+    b->sequential = 0;
     return finish_pass(b, merge_down);
 }
 
@@ -1354,13 +1500,6 @@ static int64_t finish_pass(balanced *b, int merge_down)
 {
     if (!repair(b)) return -1;
     compact_mbs(b);
-    if (b->dense) {
-        /* few sequences per rank: repack each microbatch, then merge microbatches while that pays */
-        repack_microbatches(b, 2 * b->num_ranks);
-        while (merge_microbatches(b, 2 * b->num_ranks, 0)) {
-        }
-        compact_mbs(b);
-    }
     int32_t live = 0;
     b->vpp_misaligned = 0;
     if (b->vpp > 1) {
@@ -1368,57 +1507,159 @@ static int64_t finish_pass(balanced *b, int merge_down)
         b->vpp_misaligned = live % b->vpp != 0;
         if (!fix_vpp_multiple(b, merge_down)) return -1;
         compact_mbs(b);
-        if (b->dense && b->vpp_misaligned) repack_microbatches(b, 2 * b->num_ranks);
     }
     int64_t makespan = evaluate(b, &live);
     makespan = regroup(b, makespan);
     return makespan;
 }
 
-static void keep_best(balanced *b, int64_t makespan)
+/*
+ * Keep the pass's plan if it is among the NUM_KEPT best so far (kept[] stays
+ * sorted by makespan; on a tie the earlier plan stays ahead), or, with
+ * `slot` >= 0, overwrite that slot (a polished plan replacing its origin).
+ */
+static void keep_plan(balanced *b, int64_t makespan, int slot)
 {
-    b->best_makespan = makespan;
-    b->best_groups = b->num_groups;
-    b->best_mbs = b->num_mbs;
-    memcpy(b->best_item_group, b->item_group, (size_t)b->n * sizeof(int32_t));
-    for (int32_t g = 0; g < b->num_groups; g++) {
-        b->best_g_mb[g] = b->g_count[g] > 0 ? b->g_mb[g] : -1;
-        b->best_g_cp[g] = b->g_cp[g];
+    if (slot < 0) {
+        if (b->num_kept == NUM_KEPT && makespan >= b->kept[NUM_KEPT - 1].makespan) return;
+        slot = b->num_kept < NUM_KEPT ? b->num_kept++ : NUM_KEPT - 1;
+        /* move the slot's storage to its place in the order */
+        saved_plan spare = b->kept[slot];
+        while (slot > 0 && b->kept[slot - 1].makespan > makespan) {
+            b->kept[slot] = b->kept[slot - 1];
+            slot--;
+        }
+        b->kept[slot] = spare;
     }
+    saved_plan *k = &b->kept[slot];
+    k->makespan = makespan;
+    k->num_groups = b->num_groups;
+    k->num_mbs = b->num_mbs;
+    memcpy(k->item_group, b->item_group, (size_t)b->n * sizeof(int32_t));
+    for (int32_t g = 0; g < b->num_groups; g++) {
+        k->g_mb[g] = b->g_count[g] > 0 ? b->g_mb[g] : -1;
+        k->g_cp[g] = b->g_cp[g];
+    }
+}
+
+/*
+ * Run one pass (and, when its microbatch count had to be aligned to the VPP
+ * group, the same pass merging down instead of splitting up) and keep its
+ * plan if it is the best so far and fits max_microbatches.
+ */
+static void try_pass(balanced *b, int sequential, int64_t target, const int64_t widen[2], int32_t max_microbatches,
+                     int *over_capacity)
+{
+    int64_t (*pass)(balanced *, int64_t, int64_t, int64_t, int) = sequential ? run_sequential_pass : run_pass;
+    for (int merge_down = 0; merge_down < 2; merge_down++) {
+#ifdef DCP_BALANCED_TRACE
+        struct timespec t0_, t1_;
+        clock_gettime(CLOCK_MONOTONIC, &t0_);
+#endif
+        b->vpp_misaligned = 0;
+        int64_t makespan = pass(b, target, widen[0], widen[1], merge_down);
+#ifdef DCP_BALANCED_TRACE
+        clock_gettime(CLOCK_MONOTONIC, &t1_);
+        fprintf(stderr, "%.3f ms ", (t1_.tv_sec - t0_.tv_sec) * 1e3 + (t1_.tv_nsec - t0_.tv_nsec) / 1e6);
+        fprintf(stderr, "sifts %ld parks %ld ", trace_sifts, trace_parks);
+        trace_sifts = trace_parks = 0;
+        fprintf(stderr, "pass %s k=%lld widen=%lld/%lld merge=%d mbs=%d groups=%d makespan=%lld\n",
+                sequential ? "seq" : "lpt", (long long)target, (long long)widen[0], (long long)widen[1], merge_down,
+                b->num_mbs, b->num_groups, (long long)makespan);
+#endif
+        if (makespan >= 0) {
+            if (b->num_mbs > max_microbatches) *over_capacity = 1;
+            else keep_plan(b, makespan, -1);
+        }
+        if (!b->vpp_misaligned) break;
+    }
+}
+
+/* Rebuild the pass state (groups, loads, lists, microbatches) from a kept plan. */
+static void restore_plan(balanced *b, const saved_plan *k)
+{
+    b->num_groups = k->num_groups;
+    b->num_mbs = k->num_mbs;
+    b->num_free_groups = 0;
+    for (int32_t g = 0; g < b->num_groups; g++) {
+        b->g_mb[g] = k->g_mb[g];
+        b->g_cp[g] = k->g_cp[g];
+        b->g_head[g] = b->g_tail[g] = -1;
+        b->g_count[g] = 0;
+        b->g_load[g] = 0;
+        b->g_tokens[g] = 0;
+        if (b->g_mb[g] < 0) b->free_groups[b->num_free_groups++] = g;
+    }
+    for (int32_t m = 0; m < b->num_mbs; m++) b->mb_free[m] = 0;
+    for (int32_t p = 0; p < b->n; p++) {
+        int32_t g = k->item_group[p];
+        b->cp[p] = b->g_cp[g];
+        b->cost[p] = dcp_cost(b->model, b->len[p], b->cp[p]);
+        group_add(b, g, p, b->cost[p]);
+    }
+}
+
+/*
+ * Few sequences per rank: polish a kept plan.  Repack each microbatch against
+ * its level, merge microbatches while that lowers the makespan, align to the
+ * VPP group again (merging down where some pair fits, else splitting),
+ * regroup; the slot takes the result when its makespan is lower.
+ */
+static void polish_plan(balanced *b, int slot, int32_t max_microbatches)
+{
+    restore_plan(b, &b->kept[slot]);
+    repack_microbatches(b, b->repack_limit);
+    while (merge_microbatches(b, b->repack_limit, 0)) {
+    }
+    compact_mbs(b);
+    int32_t live = 0;
+    if (b->vpp > 1) {
+        evaluate(b, &live);
+        if (live % b->vpp != 0) {
+            if (!fix_vpp_multiple(b, 1)) return;
+            compact_mbs(b);
+            repack_microbatches(b, b->repack_limit);
+        }
+    }
+    int64_t makespan = regroup(b, evaluate(b, &live));
+    if (makespan < b->kept[slot].makespan && b->num_mbs <= max_microbatches) keep_plan(b, makespan, slot);
 }
 
 /* Emit the best plan: microbatches in index order, groups by size descending, ids by length descending. */
 static dcp_status emit(balanced *b, dcp_plan *plan, dcp_error *err)
 {
-    const int32_t n = b->n, G = b->best_groups, K = b->best_mbs;
+    const saved_plan *best = &b->kept[0];
+    for (int j = 1; j < b->num_kept; j++)
+        if (b->kept[j].makespan < best->makespan) best = &b->kept[j];
+    const int32_t n = b->n, G = best->num_groups, K = best->num_mbs;
     int32_t *first = b->mb_first, *sorted = b->mb_groups, *cursor = b->cursor;
     /* groups by (microbatch, class descending, index): counting sort on the class, then on the microbatch */
     int32_t class_count[NUM_CLASSES + 1] = {0}, live_groups = 0;
     for (int32_t g = 0; g < G; g++)
-        if (b->best_g_mb[g] >= 0) {
-            class_count[FULL_CLASS - class_of(b->best_g_cp[g]) + 1]++;
+        if (best->g_mb[g] >= 0) {
+            class_count[FULL_CLASS - class_of(best->g_cp[g]) + 1]++;
             live_groups++;
         }
     for (int k = 0; k < NUM_CLASSES; k++) class_count[k + 1] += class_count[k];
     for (int32_t g = 0; g < G; g++)
-        if (b->best_g_mb[g] >= 0) b->order[class_count[FULL_CLASS - class_of(b->best_g_cp[g])]++] = g;
+        if (best->g_mb[g] >= 0) b->order[class_count[FULL_CLASS - class_of(best->g_cp[g])]++] = g;
     memset(first, 0, (size_t)(K + 1) * sizeof *first);
-    for (int32_t j = 0; j < live_groups; j++) first[b->best_g_mb[b->order[j]] + 1]++;
+    for (int32_t j = 0; j < live_groups; j++) first[best->g_mb[b->order[j]] + 1]++;
     for (int32_t m = 0; m < K; m++) {
         first[m + 1] += first[m];
         cursor[m] = first[m];
     }
     for (int32_t j = 0; j < live_groups; j++) {
         int32_t g = b->order[j];
-        sorted[cursor[b->best_g_mb[g]]++] = g;
+        sorted[cursor[best->g_mb[g]]++] = g;
     }
     /* ids of each group contiguous, in position order: g_head holds each group's start */
     int32_t *start = b->g_head, *ids = b->class_list;
     memset(start, 0, (size_t)(G + 1) * sizeof *start);
-    for (int32_t p = 0; p < n; p++) start[b->best_item_group[p] + 1]++;
+    for (int32_t p = 0; p < n; p++) start[best->item_group[p] + 1]++;
     for (int32_t g = 0; g < G; g++) start[g + 1] += start[g];
     memcpy(b->g_tail, start, (size_t)G * sizeof *start);
-    for (int32_t p = 0; p < n; p++) ids[b->g_tail[b->best_item_group[p]]++] = b->ids[p];
+    for (int32_t p = 0; p < n; p++) ids[b->g_tail[best->item_group[p]]++] = b->ids[p];
     for (int32_t m = 0; m < K; m++) {
         if (first[m + 1] == first[m]) continue;
         dcp_status st = dcp_plan_open_microbatch(plan, err);
@@ -1426,9 +1667,9 @@ static dcp_status emit(balanced *b, dcp_plan *plan, dcp_error *err)
         int32_t rank = 0;
         for (int32_t j = first[m]; j < first[m + 1]; j++) {
             int32_t g = sorted[j];
-            st = dcp_plan_push_group(plan, rank, b->best_g_cp[g], ids + start[g], start[g + 1] - start[g], err);
+            st = dcp_plan_push_group(plan, rank, best->g_cp[g], ids + start[g], start[g + 1] - start[g], err);
             if (st != DCP_OK) return st;
-            rank += b->best_g_cp[g];
+            rank += best->g_cp[g];
         }
         dcp_plan_close_microbatch(plan);
     }
@@ -1467,57 +1708,40 @@ dcp_status dcp_assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp
         return dcp_fail(err, DCP_ERR_INFEASIBLE,
                         "%d sequences cannot fill %lld microbatches (a multiple of the VPP group %d)", b.n,
                         (long long)k0, b.vpp);
-    b.best_makespan = -1;
     b.join_num = 1;
     b.join_den = 8;
 #ifdef DCP_BALANCED_TRACE
     fprintf(stderr, "begin n=%d ranks=%d m=%d k0=%lld\n", b.n, b.num_ranks, b.max_seqlen, (long long)k0);
 #endif
     /*
-     * Which passes: with many sequences per rank the construction is robust
-     * and a pass costs most, so two (the token bound without widening, one
-     * more microbatch with widening);
-     * with few per rank (where a pass is cheap) five target counts and four
-     * allowances.  A pass whose CP sizes repeat an earlier pass's for the same
-     * target is skipped.  Chosen by measurement over the benchmark matrix.
+     * Which passes (chosen by measurement over the benchmark matrix): with
+     * many sequences per rank a pass costs most and three suffice, one LPT
+     * pass at the token bound and two sequential ones (no widening, and
+     * widening up to 1/4 more GPU time for one microbatch more); with fewer
+     * than 16 per rank, where a pass is cheap and the outcome sensitive, both
+     * constructions for five target counts and four allowances.  A pass whose
+     * CP sizes repeat an earlier one's (for a sequential pass: any earlier
+     * one's; for an LPT pass: at the same target) is skipped.
      */
     static const int64_t widen[][2] = {{0, 1}, {1, 4}, {1, 16}, {1, 0}};
-    const int dense = b.dense = (int64_t)b.n < 16 * (int64_t)b.num_ranks;
-    const int num_targets = dense ? 5 : 2, num_widen = dense ? 4 : 2;
+    b.dense = (int64_t)b.n < 16 * (int64_t)b.num_ranks;
     int over_capacity = 0;
-    for (int t = 0; t < num_targets; t++) {
-        int64_t k = k0 + (int64_t)t * b.vpp;
+    for (int t = 0; t < (b.dense ? 5 : 2); t++) {
+        const int64_t k = k0 + (int64_t)t * b.vpp;
         if (k > b.n) break;
-        b.num_signatures = 0;
-        for (int w = 0; w < num_widen; w++) {
-            if (!dense && w != t) continue; /* (k0, no widening), (k0 + 1, widening up to 1/4) */
-            for (int kind = 0; kind < 2; kind++) {
-            int64_t (*pass)(balanced *, int64_t, int64_t, int64_t, int) = kind ? run_sequential_pass : run_pass;
-            if (kind == 1) b.num_signatures = 0;
-            int64_t makespan = pass(&b, k, widen[w][0], widen[w][1], 0);
-            if (b.vpp_misaligned && makespan >= 0 && b.num_mbs <= plan->max_microbatches &&
-                (b.best_makespan < 0 || makespan < b.best_makespan))
-                keep_best(&b, makespan);
-            if (b.vpp_misaligned) makespan = pass(&b, k, widen[w][0], widen[w][1], 1); /* merging down instead */
-#ifdef DCP_BALANCED_TRACE
-            fprintf(stderr, "sifts %ld parks %ld ", trace_sifts, trace_parks);
-            trace_sifts = trace_parks = 0;
-            fprintf(stderr, "pass %s k=%lld widen=%lld/%lld mbs=%d groups=%d makespan=%lld\n", kind ? "seq" : "lpt", (long long)k,
-                    (long long)widen[w][0], (long long)widen[w][1], b.num_mbs, b.num_groups, (long long)makespan);
-#endif
-            if (makespan < 0) continue;
-            if (b.num_mbs > plan->max_microbatches) {
-                over_capacity = 1;
-                continue;
-            }
-            if (b.best_makespan < 0 || makespan < b.best_makespan) keep_best(&b, makespan);
+        for (int w = 0; w < (b.dense ? 4 : 2); w++) {
+            for (int sequential = 0; sequential < 2; sequential++) {
+                if (!b.dense && (w != t || (!sequential && t > 0))) continue;
+                try_pass(&b, sequential, k, widen[w], plan->max_microbatches, &over_capacity);
             }
         }
     }
-    if (b.best_makespan < 0 && over_capacity)
+    if (b.dense)
+        for (int j = 0; j < b.num_kept; j++) polish_plan(&b, j, plan->max_microbatches);
+    if (b.num_kept == 0 && over_capacity)
         return dcp_fail(err, DCP_ERR_CAPACITY, "balanced: the plan needs more than max_microbatches = %d microbatches",
                         plan->max_microbatches);
-    if (b.best_makespan < 0)
+    if (b.num_kept == 0)
         return dcp_fail(err, DCP_ERR_INFEASIBLE, "balanced: no plan for %d sequences on %d ranks", b.n, b.num_ranks);
     return emit(&b, plan, err);
 }
