@@ -51,6 +51,9 @@ enum { NUM_CLASSES = DCP_MAX_LOG2_CP + 2, FULL_CLASS = DCP_MAX_LOG2_CP + 1 };
 /* Largest microbatch (in sequences) that is repacked: the repacking is quadratic in it. */
 enum { REPACK_MAX = 4096 };
 
+/* Sequences all repacking trials of one call may go through together: bounds the polishing time. */
+#define POLISH_WORK ((int64_t)1 << 22)
+
 static int64_t sat_add(int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; }
 
 static int64_t clamp128(__int128 v)
@@ -142,6 +145,8 @@ typedef struct balanced {
     int32_t *rp_items, *rp_of, *rp_size, *rp_count; /* [repack_limit] each */
     int64_t *rp_load, *rp_tokens;                   /* [repack_limit] each */
     int64_t *rp_cost; /* [repack_limit * NUM_CLASSES]: INT64_MAX where the size does not fit */
+    int32_t *rp_seg;  /* [NUM_CLASSES * repack_limit]: trial groups of each class, by load ascending */
+    int64_t polish_work; /* sequences repacking may still go through (each trial counts them) */
     int32_t *saved_mb;        /* [n] group -> microbatch before a regrouping */
 
     /* the best plan so far */
@@ -202,6 +207,7 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->rp_load = DCP_ARENA_NEW(a, int64_t, ul);
     b->rp_tokens = DCP_ARENA_NEW(a, int64_t, ul);
     b->rp_cost = DCP_ARENA_NEW(a, int64_t, dcp_size_mul(ul, NUM_CLASSES));
+    b->rp_seg = DCP_ARENA_NEW(a, int32_t, dcp_size_mul(ul, NUM_CLASSES));
     b->alive_next = DCP_ARENA_NEW(a, int32_t, un + 1);
     b->g_slot = DCP_ARENA_NEW(a, int32_t, un);
     b->room_leaves = 1;
@@ -215,7 +221,7 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
            b->item_group && b->item_next && b->free_groups && b->g_mb && b->g_cp && b->g_head && b->g_tail && b->g_count &&
            b->g_load && b->g_tokens && b->g_key && b->mb_free && b->mb_cap && b->mb_level && b->mb_order &&
            b->mb_first && b->mb_groups && b->heap && b->park && b->cursor && b->local && kept_ok && b->sort_a && b->sort_b && b->saved_mb && b->alive_next && b->g_slot && b->room_tree && b->rp_items && b->rp_of &&
-           b->rp_size && b->rp_count && b->rp_load && b->rp_tokens && b->rp_cost;
+           b->rp_size && b->rp_count && b->rp_load && b->rp_tokens && b->rp_cost && b->rp_seg;
 }
 
 size_t dcp_assign_balanced_scratch_size(const dcp_config *config)
@@ -520,7 +526,6 @@ static int64_t ceil_div128(__int128 a, __int128 d) { return clamp128(a <= 0 ? 0 
 /* Step 4: fill free ranks of every microbatch by splitting or widening its most loaded group. */
 static int repair(balanced *b)
 {
-    const int32_t groups_before = b->num_groups;
     index_groups(b);
     for (int32_t m = 0; m < b->num_mbs; m++) {
         if (b->mb_free[m] == 0 || b->mb_first[m + 1] == b->mb_first[m]) continue;
@@ -547,10 +552,9 @@ static int repair(balanced *b)
         }
         if (b->mb_free[m] > 0) {
             /* N is not a power of two and no block fits the gap: the whole microbatch becomes one group */
-            int32_t keep = -1, count = 0;
+            int32_t keep = -1;
             for (int32_t g = 0; g < b->num_groups; g++) {
                 if (b->g_mb[g] != m || b->g_count[g] == 0) continue;
-                count += b->g_count[g];
                 if (keep < 0) {
                     keep = g;
                     continue;
@@ -583,7 +587,6 @@ static int repair(balanced *b)
             }
         }
     }
-    (void)groups_before;
     return 1;
 }
 
@@ -650,30 +653,52 @@ static int64_t repack_costs(balanced *b, int32_t count)
  */
 static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *num_groups)
 {
-    const int32_t N = b->num_ranks;
-    int32_t groups = 0, ranks = 0;
+    enum { WIDER = 4, LOOK = 16 };
+    const int32_t N = b->num_ranks, limit = b->repack_limit;
+    int32_t groups = 0, ranks = 0, seg_len[NUM_CLASSES] = {0};
+    b->polish_work -= count;
     for (int32_t i = 0; i < count; i++) {
         const int64_t *row = b->rp_cost + (size_t)i * NUM_CLASSES;
         int32_t p = b->rp_items[i], s = b->len[p];
         int k = 0;
         while (k < NUM_CLASSES && row[k] > level) k++;
         if (k == NUM_CLASSES) return N + 1;
-        int32_t size = class_size(b, k);
-        int32_t best = -1;
+        /*
+         * Best fit: among groups of this size and the next few wider ones
+         * (joining costs no ranks; the group only has to stay under the
+         * level), the one left fullest.  Each class keeps its groups sorted
+         * by load, so the candidates are the heaviest that still fit.
+         */
+        int32_t best = -1, best_at = 0;
+        int best_class = -1;
         int64_t best_load = -1;
-        for (int32_t g = 0; g < groups; g++) {
-            int32_t gs = b->rp_size[g];
-            if (gs < size) continue; /* joining a wider group costs no ranks: it only has to stay under the level */
-            int64_t c = row[class_of(gs)];
-            if (c == INT64_MAX || b->rp_tokens[g] + s > (int64_t)gs * b->max_seqlen) continue;
-            if (b->seq_cap > 0 && b->rp_count[g] >= b->seq_cap) continue;
-            int64_t load = sat_add(b->rp_load[g], c);
-            if (load <= level && load > best_load) {
-                best = g;
-                best_load = load;
+        for (int k2 = k, tried = 0; k2 < NUM_CLASSES && tried < WIDER; k2++) {
+            if (!class_valid(b, k2)) continue;
+            tried++;
+            int64_t c = row[k2];
+            if (c > level || seg_len[k2] == 0) continue;
+            const int32_t *seg = b->rp_seg + (size_t)k2 * limit;
+            int32_t lo = 0, hi = seg_len[k2]; /* first with load > level - c */
+            while (lo < hi) {
+                int32_t mid = lo + (hi - lo) / 2;
+                if (b->rp_load[seg[mid]] <= level - c) lo = mid + 1;
+                else hi = mid;
+            }
+            for (int32_t x = lo - 1; x >= 0 && x >= lo - LOOK; x--) {
+                int32_t g = seg[x];
+                if (b->rp_tokens[g] + s > (int64_t)b->rp_size[g] * b->max_seqlen) continue;
+                if (b->seq_cap > 0 && b->rp_count[g] >= b->seq_cap) continue;
+                if (sat_add(b->rp_load[g], c) > best_load) {
+                    best = g;
+                    best_at = x;
+                    best_class = k2;
+                    best_load = sat_add(b->rp_load[g], c);
+                }
+                break;
             }
         }
         if (best < 0) {
+            int32_t size = class_size(b, k);
             ranks += size;
             if (ranks > N) return N + 1;
             best = groups++;
@@ -681,11 +706,26 @@ static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *
             b->rp_load[best] = 0;
             b->rp_tokens[best] = 0;
             b->rp_count[best] = 0;
+            best_class = k;
+            best_at = seg_len[k]++;
+            b->rp_seg[(size_t)k * limit + best_at] = best;
         }
         b->rp_of[i] = best;
-        b->rp_load[best] = sat_add(b->rp_load[best], row[class_of(b->rp_size[best])]);
+        b->rp_load[best] = sat_add(b->rp_load[best], row[best_class]);
         b->rp_tokens[best] += s;
         b->rp_count[best]++;
+        /* its load grew: move it up its class's order (new groups start at the end and move down) */
+        int32_t *seg = b->rp_seg + (size_t)best_class * limit;
+        int32_t x = best_at;
+        while (x + 1 < seg_len[best_class] && b->rp_load[seg[x + 1]] < b->rp_load[best]) {
+            seg[x] = seg[x + 1];
+            x++;
+        }
+        while (x > 0 && b->rp_load[seg[x - 1]] > b->rp_load[best]) {
+            seg[x] = seg[x - 1];
+            x--;
+        }
+        seg[x] = best;
     }
     *num_groups = groups;
     return ranks;
@@ -722,7 +762,7 @@ static int64_t repack_fill(balanced *b, int32_t count, int32_t *num_groups, int3
             if (size > free_ranks) continue;
             int64_t after;
             if (b->rp_count[j] >= 2) {
-                after = (b->rp_load[j] + 1) / 2; /* an even split, as an estimate */
+                after = b->rp_load[j] / 2 + (b->rp_load[j] & 1); /* an even split, as an estimate */
             } else {
                 int32_t size2 = next_size(size, N);
                 if (size2 == 0 || size2 - size > free_ranks) continue;
@@ -732,7 +772,7 @@ static int64_t repack_fill(balanced *b, int32_t count, int32_t *num_groups, int3
             }
             int64_t others = j == top ? second : b->rp_load[top];
             int64_t level = after > others ? after : others;
-            if (level < best_level || (level == best_level && b->rp_load[j] > b->rp_load[g])) {
+            if (g < 0 || level < best_level || (level == best_level && b->rp_load[j] > b->rp_load[g])) {
                 best_level = level;
                 g = j;
             }
@@ -806,7 +846,7 @@ static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_th
     int32_t count = 0;
     for (int j = 0; j < num; j++)
         for (int32_t x = b->mb_first[ms[j]]; x < b->mb_first[ms[j] + 1]; x++) count += b->g_count[b->mb_groups[x]];
-    if (count > b->repack_limit) return -1;
+    if (count > b->repack_limit || b->polish_work <= 0) return -1;
     count = 0;
     for (int j = 0; j < num; j++)
         for (int32_t x = b->mb_first[ms[j]]; x < b->mb_first[ms[j] + 1]; x++)
@@ -1500,6 +1540,13 @@ static int64_t finish_pass(balanced *b, int merge_down)
 {
     if (!repair(b)) return -1;
     compact_mbs(b);
+    if (b->dense) {
+        /* few sequences per rank: repack each microbatch, merge microbatches while that pays */
+        repack_microbatches(b, b->repack_limit);
+        while (merge_microbatches(b, b->repack_limit, 0)) {
+        }
+        compact_mbs(b);
+    }
     int32_t live = 0;
     b->vpp_misaligned = 0;
     if (b->vpp > 1) {
@@ -1710,6 +1757,7 @@ dcp_status dcp_assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp
                         (long long)k0, b.vpp);
     b.join_num = 1;
     b.join_den = 8;
+    b.polish_work = POLISH_WORK;
 #ifdef DCP_BALANCED_TRACE
     fprintf(stderr, "begin n=%d ranks=%d m=%d k0=%lld\n", b.n, b.num_ranks, b.max_seqlen, (long long)k0);
 #endif
