@@ -1,6 +1,7 @@
 /*
  * assign_balanced.c - dcpack's own scheduler: minimise the step cost model's
- * makespan (COSTMODEL.md), sum over microbatches of (slowest rank + overhead).
+ * makespan (COSTMODEL.md), the sum over microbatches of (slowest rank +
+ * microbatch overhead), under every invariant of a plan.
  *
  * A microbatch is a multiset of groups: a group is a power-of-two block of
  * ranks (or all N ranks) holding sequences that all run at that CP size, and
@@ -10,41 +11,48 @@
  * "which groups, of which sizes": any multiset of sizes summing to N is laid
  * out by placing groups in decreasing size order, each one aligned.
  *
- * One construction pass, for a target microbatch count K:
- *  1. CP size: each sequence starts on the lower bound's choice (its minimal
- *     CP size) and is widened (CP doubled) while its per-rank cost stays above
- *     the target level T = work / (K * N), widening lowers it, and the extra
- *     GPU time stays within a variant's allowance.
- *  2. Tall sequences (per-rank cost above T) are shelved first-fit in
- *     decreasing cost order: each opens a microbatch whose level is its cost,
- *     and later tall ones fill the free ranks of earlier shelves.
- *  3. The rest, in decreasing cost order, go where they leave the most room
- *     under their microbatch's level (LPT with per-microbatch caps: a shelf's
- *     level, or T for the plain microbatches): a new group on free ranks of
- *     the microbatch with the highest cap, or the existing group of their CP
- *     size with the lowest load minus cap that has token (and count) room.
- *  4. Free ranks left over (few sequences) are filled by splitting the most
- *     loaded group in two, or widening it when it holds one sequence.
- *  5. Local search: per microbatch, sequences move or swap from the slowest
- *     rank to others while that lowers the microbatch's maximum.
- * Several passes (K from the token bound upwards, widening allowances) run;
- * the plan with the smallest exact makespan wins (ties: the earlier pass).
+ * With the default coefficients the linear term (12 * hidden per token)
+ * dominates a sequence's cost, so a rank full of tokens carries about the
+ * same load whatever it holds: plans that fill every group to its token
+ * capacity with sequences of like length are nearly balanced.  Two
+ * constructions build such plans; several passes of each run and the exact
+ * makespan picks the winner.
  *
- * Everything is integer and every tie is broken by index, so the plan is a
- * pure function of the lengths and the configuration.  Scratch comes from the
- * arena, laid out by one function that also gives the exact scratch size.
+ * Every pass starts from CP sizes: each sequence on the lower bound's choice
+ * (its minimal CP size), widened while its per-rank cost stays above a target
+ * level T = work / (K * N), widening lowers it and the extra GPU time stays
+ * within the pass's allowance (none, 1/16, 1/4 or any).
+ *
+ * LPT pass (target K microbatches): sequences wider than the narrowest CP
+ * size, or above T, are shelved first-fit in decreasing cost order (each
+ * opens a microbatch at its cost, later ones fill its free ranks); the rest,
+ * in decreasing cost order, go where their group ends lowest relative to its
+ * microbatch's cap (a shelf's level, or the plain microbatches' share of the
+ * remaining work): free ranks of the highest cap, the least loaded group of
+ * their size with token room, or a wider group within the allowance.
+ *
+ * Sequential pass: open a microbatch, walk the unplaced sequences longest
+ * first and put each where its group's load ends lowest (free ranks, the
+ * least loaded group of its size, a wider group within the allowance),
+ * skipping what no group has room for; when nothing fits, open the next.
+ *
+ * Both end alike: free ranks (few sequences) are filled by splitting the most
+ * loaded group or widening a lone sequence; with fewer than 16 sequences per
+ * rank every microbatch is repacked (binary search on its level, best-fit
+ * packing under it) and microbatches are merged while that lowers the
+ * makespan; the count is aligned to the VPP group (merging down or splitting
+ * up); finally all groups are dealt, by load, into the microbatches again
+ * (for equal sizes that order minimises the sum of maxima).
+ *
+ * Everything is integer and every choice is a pure function of the lengths
+ * and the configuration, so every rank, compiler and optimisation level
+ * computes the same plan.  Scratch comes from the arena, laid out by one
+ * function that also gives the exact scratch size.
  */
-#ifdef DCP_BALANCED_TRACE
-#define _POSIX_C_SOURCE 200809L
-#endif
 #include "stages.h"
 #include "../core/plan.h"
 
 #include <string.h>
-#ifdef DCP_BALANCED_TRACE
-#include <stdio.h>
-#include <time.h>
-#endif
 
 enum { NUM_CLASSES = DCP_MAX_LOG2_CP + 2, FULL_CLASS = DCP_MAX_LOG2_CP + 1 };
 
@@ -63,7 +71,7 @@ static int64_t clamp128(__int128 v)
     return (int64_t)v;
 }
 
-/* An entry of a binary min-heap: the key travels with the id, so sifting reads one array. */
+/* An entry of a 4-ary min-heap: the key travels with the id, so sifting reads one array. */
 typedef struct heap_entry {
     int64_t key;
     int32_t id;
@@ -86,7 +94,6 @@ typedef struct balanced {
     int32_t n, num_ranks, max_seqlen, seq_cap, vpp, min_cp_size;
     int64_t join_num, join_den; /* extra GPU time allowed when a sequence joins a wider group */
     int dense;                  /* fewer than 16 sequences per rank */
-    int sequential;             /* the pass being finished is a sequential one */
     int vpp_misaligned;         /* the last pass needed fix_vpp_multiple() */
     /* passes run so far: (sequential, target, CP-size signature); a repeat would give the same plan */
     struct {
@@ -254,15 +261,9 @@ static int32_t next_size(int32_t cp, int32_t num_ranks)
 
 static inline int entry_less(heap_entry a, heap_entry b) { return a.key < b.key; }
 
-#ifdef DCP_BALANCED_TRACE
-static long trace_sifts, trace_parks;
-#endif
 /* 4-ary: half the levels of a binary heap; the four children's compares are independent. */
 static void heap_sift_down(heap_entry *h, int32_t size, int32_t i)
 {
-#ifdef DCP_BALANCED_TRACE
-    trace_sifts++;
-#endif
     heap_entry x = h[i];
     for (;;) {
         int32_t c = 4 * i + 1;
@@ -354,12 +355,6 @@ static void group_add(balanced *b, int32_t g, int32_t p, int64_t cost)
     b->g_count[g]++;
     b->g_load[g] = sat_add(b->g_load[g], cost);
     b->g_tokens[g] += b->len[p];
-}
-
-static int group_fits(const balanced *b, int32_t g, int32_t s)
-{
-    if (b->seq_cap > 0 && b->g_count[g] >= b->seq_cap) return 0;
-    return b->g_tokens[g] + s <= (int64_t)b->max_seqlen * b->g_cp[g];
 }
 
 /* Re-cost every sequence of g at CP size cp. */
@@ -1361,7 +1356,6 @@ static int64_t run_sequential_pass(balanced *b, int64_t target_mbs, int64_t wide
         }
         if (left == placed_before) return -1; /* nothing fitted an empty microbatch: cannot happen */
     }
-    b->sequential = 1;
     return finish_pass(b, merge_down);
 }
 
@@ -1463,9 +1457,6 @@ static int64_t run_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int6
             }
             heap_pop(heap, &heap_size[k]);
             heap_push(park, &park_size[k], top, b->g_tokens[top] - room_limit);
-#ifdef DCP_BALANCED_TRACE
-            trace_parks++;
-#endif
         }
         while (ptr_new[k] < num_order && b->mb_free[b->mb_order[ptr_new[k]]] < c) ptr_new[k]++;
         int32_t fresh = ptr_new[k] < num_order ? b->mb_order[ptr_new[k]] : -1;
@@ -1531,7 +1522,6 @@ static int64_t run_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int6
         }
     }
 
-    b->sequential = 0;
     return finish_pass(b, merge_down);
 }
 
@@ -1599,21 +1589,8 @@ static void try_pass(balanced *b, int sequential, int64_t target, const int64_t 
 {
     int64_t (*pass)(balanced *, int64_t, int64_t, int64_t, int) = sequential ? run_sequential_pass : run_pass;
     for (int merge_down = 0; merge_down < 2; merge_down++) {
-#ifdef DCP_BALANCED_TRACE
-        struct timespec t0_, t1_;
-        clock_gettime(CLOCK_MONOTONIC, &t0_);
-#endif
         b->vpp_misaligned = 0;
         int64_t makespan = pass(b, target, widen[0], widen[1], merge_down);
-#ifdef DCP_BALANCED_TRACE
-        clock_gettime(CLOCK_MONOTONIC, &t1_);
-        fprintf(stderr, "%.3f ms ", (t1_.tv_sec - t0_.tv_sec) * 1e3 + (t1_.tv_nsec - t0_.tv_nsec) / 1e6);
-        fprintf(stderr, "sifts %ld parks %ld ", trace_sifts, trace_parks);
-        trace_sifts = trace_parks = 0;
-        fprintf(stderr, "pass %s k=%lld widen=%lld/%lld merge=%d mbs=%d groups=%d makespan=%lld\n",
-                sequential ? "seq" : "lpt", (long long)target, (long long)widen[0], (long long)widen[1], merge_down,
-                b->num_mbs, b->num_groups, (long long)makespan);
-#endif
         if (makespan >= 0) {
             if (b->num_mbs > max_microbatches) *over_capacity = 1;
             else keep_plan(b, makespan, -1);
@@ -1758,9 +1735,6 @@ dcp_status dcp_assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp
     b.join_num = 1;
     b.join_den = 8;
     b.polish_work = POLISH_WORK;
-#ifdef DCP_BALANCED_TRACE
-    fprintf(stderr, "begin n=%d ranks=%d m=%d k0=%lld\n", b.n, b.num_ranks, b.max_seqlen, (long long)k0);
-#endif
     /*
      * Which passes (chosen by measurement over the benchmark matrix): with
      * many sequences per rank a pass costs most and three suffice, one LPT
