@@ -152,7 +152,8 @@ typedef struct balanced {
     int32_t *rp_items, *rp_of, *rp_size, *rp_count; /* [repack_limit] each */
     int64_t *rp_load, *rp_tokens;                   /* [repack_limit] each */
     int64_t *rp_cost; /* [repack_limit * NUM_CLASSES]: INT64_MAX where the size does not fit */
-    int32_t *rp_seg;  /* [NUM_CLASSES * repack_limit]: trial groups of each class, by load ascending */
+    int32_t *rp_seg;  /* [NUM_CLASSES * repack_limit]: trial groups of each class, by load descending */
+    int32_t *rp_head, *rp_tail, *rp_next; /* [repack_limit] each: a trial group's sequences (list indices) */
     int64_t polish_work; /* sequences repacking may still go through (each trial counts them) */
     int32_t *saved_mb;        /* [n] group -> microbatch before a regrouping */
 
@@ -215,6 +216,9 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->rp_tokens = DCP_ARENA_NEW(a, int64_t, ul);
     b->rp_cost = DCP_ARENA_NEW(a, int64_t, dcp_size_mul(ul, NUM_CLASSES));
     b->rp_seg = DCP_ARENA_NEW(a, int32_t, dcp_size_mul(ul, NUM_CLASSES));
+    b->rp_head = DCP_ARENA_NEW(a, int32_t, ul);
+    b->rp_tail = DCP_ARENA_NEW(a, int32_t, ul);
+    b->rp_next = DCP_ARENA_NEW(a, int32_t, ul);
     b->alive_next = DCP_ARENA_NEW(a, int32_t, un + 1);
     b->g_slot = DCP_ARENA_NEW(a, int32_t, un);
     b->room_leaves = 1;
@@ -228,7 +232,7 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
            b->item_group && b->item_next && b->free_groups && b->g_mb && b->g_cp && b->g_head && b->g_tail && b->g_count &&
            b->g_load && b->g_tokens && b->g_key && b->mb_free && b->mb_cap && b->mb_level && b->mb_order &&
            b->mb_first && b->mb_groups && b->heap && b->park && b->cursor && b->local && kept_ok && b->sort_a && b->sort_b && b->saved_mb && b->alive_next && b->g_slot && b->room_tree && b->rp_items && b->rp_of &&
-           b->rp_size && b->rp_count && b->rp_load && b->rp_tokens && b->rp_cost && b->rp_seg;
+           b->rp_size && b->rp_count && b->rp_load && b->rp_tokens && b->rp_cost && b->rp_seg && b->rp_head && b->rp_tail && b->rp_next;
 }
 
 size_t dcp_assign_balanced_scratch_size(const dcp_config *config)
@@ -639,12 +643,51 @@ static int64_t repack_costs(balanced *b, int32_t count)
     return floor_level;
 }
 
+/* Append list item i (cost `cost` at the group's size) to trial group g. */
+static void rp_append(balanced *b, int32_t g, int32_t i, int64_t cost)
+{
+    b->rp_of[i] = g;
+    b->rp_next[i] = -1;
+    if (b->rp_tail[g] < 0) b->rp_head[g] = i;
+    else b->rp_next[b->rp_tail[g]] = i;
+    b->rp_tail[g] = i;
+    b->rp_load[g] = sat_add(b->rp_load[g], cost);
+    b->rp_tokens[g] += b->len[b->rp_items[i]];
+    b->rp_count[g]++;
+}
+
+/* Split trial group g's sequences (longest first, each to the lighter side) with a new group; returns it. */
+static int32_t rp_split(balanced *b, int32_t g, int32_t *groups)
+{
+    int32_t g2 = (*groups)++, i = b->rp_head[g];
+    int k = class_of(b->rp_size[g]);
+    b->rp_size[g2] = b->rp_size[g];
+    b->rp_load[g] = b->rp_load[g2] = 0;
+    b->rp_tokens[g] = b->rp_tokens[g2] = 0;
+    b->rp_count[g] = b->rp_count[g2] = 0;
+    b->rp_head[g] = b->rp_tail[g] = b->rp_head[g2] = b->rp_tail[g2] = -1;
+    while (i >= 0) {
+        int32_t next = b->rp_next[i];
+        int to_new = b->rp_load[g2] < b->rp_load[g] || (b->rp_load[g2] == b->rp_load[g] && b->rp_count[g2] < b->rp_count[g]);
+        rp_append(b, to_new ? g2 : g, i, b->rp_cost[(size_t)i * NUM_CLASSES + k]);
+        i = next;
+    }
+    return g2;
+}
+
+/* Widen trial group g (one sequence) to size2. */
+static void rp_widen(balanced *b, int32_t g, int32_t size2)
+{
+    b->rp_load[g] = b->rp_cost[(size_t)b->rp_head[g] * NUM_CLASSES + class_of(size2)];
+    b->rp_size[g] = size2;
+}
+
 /*
- * First-fit-decreasing packing of the microbatch's sequences (longest first)
- * under `level`: each goes, best fit, into a trial group at least as wide as its
- * narrowest size under the level, if one stays under the level, else opens a
- * group of that narrowest size.  Returns the ranks used (num_ranks + 1 when more than
- * all); the groups are left in rp_* and *num_groups.
+ * Best-fit-decreasing packing of the microbatch's sequences (longest first)
+ * under `level`: each goes into the fullest trial group, at least as wide as
+ * its narrowest size under the level, that stays under the level, else opens
+ * a group of that narrowest size.  Returns the ranks used (num_ranks + 1 when
+ * more than all); the groups are left in rp_* and *num_groups.
  */
 static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *num_groups)
 {
@@ -662,7 +705,8 @@ static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *
          * Best fit: among groups of this size and the next few wider ones
          * (joining costs no ranks; the group only has to stay under the
          * level), the one left fullest.  Each class keeps its groups sorted
-         * by load, so the candidates are the heaviest that still fit.
+         * by load, heaviest first, so the candidates are the heaviest that
+         * still fit.
          */
         int32_t best = -1, best_at = 0;
         int best_class = -1;
@@ -673,13 +717,13 @@ static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *
             int64_t c = row[k2];
             if (c > level || seg_len[k2] == 0) continue;
             const int32_t *seg = b->rp_seg + (size_t)k2 * limit;
-            int32_t lo = 0, hi = seg_len[k2]; /* first with load > level - c */
+            int32_t lo = 0, hi = seg_len[k2]; /* loads descending: the first with load <= level - c */
             while (lo < hi) {
                 int32_t mid = lo + (hi - lo) / 2;
-                if (b->rp_load[seg[mid]] <= level - c) lo = mid + 1;
+                if (b->rp_load[seg[mid]] > level - c) lo = mid + 1;
                 else hi = mid;
             }
-            for (int32_t x = lo - 1; x >= 0 && x >= lo - LOOK; x--) {
+            for (int32_t x = lo; x < seg_len[k2] && x < lo + LOOK; x++) {
                 int32_t g = seg[x];
                 if (b->rp_tokens[g] + s > (int64_t)b->rp_size[g] * b->max_seqlen) continue;
                 if (b->seq_cap > 0 && b->rp_count[g] >= b->seq_cap) continue;
@@ -701,22 +745,20 @@ static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *
             b->rp_load[best] = 0;
             b->rp_tokens[best] = 0;
             b->rp_count[best] = 0;
+            b->rp_head[best] = b->rp_tail[best] = -1;
             best_class = k;
             best_at = seg_len[k]++;
             b->rp_seg[(size_t)k * limit + best_at] = best;
         }
-        b->rp_of[i] = best;
-        b->rp_load[best] = sat_add(b->rp_load[best], row[best_class]);
-        b->rp_tokens[best] += s;
-        b->rp_count[best]++;
-        /* its load grew: move it up its class's order (new groups start at the end and move down) */
+        rp_append(b, best, i, row[best_class]);
+        /*
+         * Its load grew: move it forward in its class's descending order.  A
+         * best fit is the fullest group that fits, and a new group starts
+         * light at the end, so the moves are short.
+         */
         int32_t *seg = b->rp_seg + (size_t)best_class * limit;
         int32_t x = best_at;
-        while (x + 1 < seg_len[best_class] && b->rp_load[seg[x + 1]] < b->rp_load[best]) {
-            seg[x] = seg[x + 1];
-            x++;
-        }
-        while (x > 0 && b->rp_load[seg[x - 1]] > b->rp_load[best]) {
+        while (x > 0 && b->rp_load[seg[x - 1]] < b->rp_load[best]) {
             seg[x] = seg[x - 1];
             x--;
         }
@@ -733,10 +775,34 @@ static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *
  * latency outgrows the work it spreads).  Returns the resulting level, or
  * INT64_MAX when the gap cannot be filled.
  */
-static int64_t repack_fill(balanced *b, int32_t count, int32_t *num_groups, int32_t free_ranks)
+static int64_t repack_fill(balanced *b, int32_t *num_groups, int32_t free_ranks)
 {
     const int32_t N = b->num_ranks;
     int32_t groups = *num_groups;
+    if ((int64_t)groups * free_ranks > 65536) {
+        /* many groups and many free ranks: repair()'s rule, the most loaded group first, through a heap */
+        int32_t size = 0;
+        for (int32_t j = 0; j < groups; j++)
+            if (b->rp_size[j] <= free_ranks) heap_push(b->local, &size, j, -b->rp_load[j]);
+        while (free_ranks > 0) {
+            if (size == 0) return INT64_MAX;
+            int32_t g = heap_pop(b->local, &size);
+            int32_t gs = b->rp_size[g];
+            if (gs > free_ranks) continue; /* free ranks only shrink */
+            if (b->rp_count[g] >= 2) {
+                int32_t g2 = rp_split(b, g, &groups);
+                free_ranks -= gs;
+                heap_push(b->local, &size, g, -b->rp_load[g]);
+                heap_push(b->local, &size, g2, -b->rp_load[g2]);
+            } else {
+                int32_t size2 = next_size(gs, N);
+                if (size2 == 0 || size2 - gs > free_ranks) continue;
+                rp_widen(b, g, size2);
+                free_ranks -= size2 - gs;
+                heap_push(b->local, &size, g, -b->rp_load[g]);
+            }
+        }
+    }
     while (free_ranks > 0) {
         /* the two highest loads, to know the level without any one group */
         int32_t top = -1;
@@ -761,9 +827,7 @@ static int64_t repack_fill(balanced *b, int32_t count, int32_t *num_groups, int3
             } else {
                 int32_t size2 = next_size(size, N);
                 if (size2 == 0 || size2 - size > free_ranks) continue;
-                after = INT64_MAX;
-                for (int32_t i = 0; i < count; i++)
-                    if (b->rp_of[i] == j) after = b->rp_cost[(size_t)i * NUM_CLASSES + class_of(size2)];
+                after = b->rp_cost[(size_t)b->rp_head[j] * NUM_CLASSES + class_of(size2)];
             }
             int64_t others = j == top ? second : b->rp_load[top];
             int64_t level = after > others ? after : others;
@@ -774,30 +838,12 @@ static int64_t repack_fill(balanced *b, int32_t count, int32_t *num_groups, int3
         }
         if (g < 0) return INT64_MAX;
         int32_t size = b->rp_size[g];
-        int k = class_of(size);
         if (b->rp_count[g] >= 2) {
-            int32_t g2 = groups++;
-            b->rp_size[g2] = size;
-            b->rp_load[g] = b->rp_load[g2] = 0;
-            b->rp_tokens[g] = b->rp_tokens[g2] = 0;
-            b->rp_count[g] = b->rp_count[g2] = 0;
-            for (int32_t i = 0; i < count; i++) {
-                if (b->rp_of[i] != g) continue;
-                int32_t to = (b->rp_load[g2] < b->rp_load[g] ||
-                              (b->rp_load[g2] == b->rp_load[g] && b->rp_count[g2] < b->rp_count[g]))
-                                 ? g2
-                                 : g;
-                b->rp_of[i] = to;
-                b->rp_load[to] = sat_add(b->rp_load[to], b->rp_cost[(size_t)i * NUM_CLASSES + k]);
-                b->rp_tokens[to] += b->len[b->rp_items[i]];
-                b->rp_count[to]++;
-            }
+            rp_split(b, g, &groups);
             free_ranks -= size;
         } else {
             int32_t size2 = next_size(size, N);
-            for (int32_t i = 0; i < count; i++)
-                if (b->rp_of[i] == g) b->rp_load[g] = b->rp_cost[(size_t)i * NUM_CLASSES + class_of(size2)];
-            b->rp_size[g] = size2;
+            rp_widen(b, g, size2);
             free_ranks -= size2 - size;
         }
     }
@@ -857,7 +903,7 @@ static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_th
         else lo = mid + 1;
     }
     int32_t ranks = repack_trial(b, count, hi, &groups);
-    int64_t level = repack_fill(b, count, &groups, b->num_ranks - ranks);
+    int64_t level = repack_fill(b, &groups, b->num_ranks - ranks);
     if (level >= better_than) return -1;
     if (!commit) return level;
     /* commit: the old groups go to the free list, the trial groups become real ones */
