@@ -8,6 +8,7 @@
  * gives the exact size, run on the real one it places the buffers.
  */
 #include "../core/context.h"
+#include "../gpu/step_cuda.h"
 #include "../core/plan.h"
 #include "../pipeline/stages.h"
 #include "../pipeline/step.h"
@@ -144,6 +145,7 @@ dcp_status dcp_context_create(const dcp_config *config, dcp_context **context)
 void dcp_context_destroy(dcp_context *context)
 {
     if (!context) return;
+    dcp_cuda_release(context); /* device and pinned memory first: their state sits outside the arena */
     dcp_arena_release(&context->arena); /* caller memory is the caller's again */
     if (!context->owned_memory) return;
     void *memory = context->owned_memory;

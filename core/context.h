@@ -39,6 +39,9 @@ struct dcp_context {
     /* data plane (pipeline/step.h); NULL when max_tokens_per_rank is 0 */
     struct dcp_step_state *step;
 
+    /* CUDA workspace (gpu/step_cuda.h); NULL until dcp_context_attach_cuda() */
+    struct dcp_cuda_state *cuda;
+
     dcp_error last_error;
 
     /* ownership of the workspace */

@@ -534,6 +534,8 @@ typedef struct dcp_step_args {
     uint32_t mtp_virtual_stages; /* bit v: virtual stage v of this PP stage holds MTP layers (bit 0 without VPP) */
     int32_t tp_ranks_hold_data;  /* 1: every TP rank holds the batch (RL trainers): each runs the step over its
                                     own DPxCP group and nothing is broadcast; 0: only TP rank 0 does */
+    void *cuda_stream;           /* a cudaStream_t: where a context with a CUDA workspace (dcp_context_attach_cuda)
+                                    puts its copies and kernels; NULL = the default stream.  Ignored otherwise */
 } dcp_step_args;
 
 /*
@@ -558,6 +560,10 @@ typedef struct dcp_microbatch {
     int32_t max_seqlen;
     int32_t local_cp_size;             /* ranks of this microbatch's CP group */
     int32_t cp_rank;                   /* this rank's place in that group */
+    /* The same two arrays in host memory.  Without a CUDA workspace they equal cu_seqlens and
+       cu_seqlens_padded; with one, those two (and every array above) are device memory and these are not. */
+    const int32_t *cu_seqlens_host;
+    const int32_t *cu_seqlens_padded_host;
 } dcp_microbatch;
 
 /* Measurements of one step on one rank (bytes are payload, excluding this rank's own copies unless named). */
@@ -573,6 +579,12 @@ typedef struct dcp_step_stats {
     int64_t reference_bytes_received; /* what the reference's per-field DP all-gathers deliver to this rank from
                                          other ranks for the same batch and PP stage */
     int32_t collectives;              /* collective calls this rank made */
+    /* wall time of the phases on this rank (monotonic clock; with a CUDA workspace, stage and pack include
+       their uploads and launches, and pack waits for its kernel) */
+    int64_t time_plan_ns;             /* gather of lengths, plan, this rank's THD geometry */
+    int64_t time_stage_ns;            /* both sides' segment tables, outgoing tokens into the send staging */
+    int64_t time_exchange_ns;         /* the all-to-all-v */
+    int64_t time_pack_ns;             /* received tokens to their slots, padding and mask */
 } dcp_step_stats;
 
 typedef struct dcp_step_output {
@@ -614,6 +626,194 @@ typedef struct dcp_step_output {
  */
 dcp_status dcp_step(dcp_context *context, const dcp_step_args *args, const dcp_step_input *input,
                     const dcp_step_output **output);
+
+/* ------------------------------------------------------------------------ */
+/* Model-side helpers: the MTP packed-sequence roll and GDN conv padding     */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * MTP roll (SPEC.md section 5): shift a packed field left by one token within
+ * each sequence, writing 0 at each sequence's last position, so no value
+ * crosses into the next sequence.  `cu_seqlens_padded` are the microbatch's
+ * global boundaries (before CP slicing; num_cu_seqlens entries, starting at 0,
+ * non-decreasing, repeated final entries allowed: they are empty sequences),
+ * as dcp_step hands them out.  With a CP group of cp > 1 ranks under the
+ * zigzag layout each rank holds chunks r and 2*cp-1-r of every sequence
+ * (every span a multiple of 2*cp); the first token of each chunk is what the
+ * neighbouring rank needs, so one exchange carries, for all sequences and all
+ * fields at once, two values per sequence to each neighbour (the reference
+ * exchanges sequence by sequence).  Slots past the last boundary (THD tail
+ * padding) are rolled as one more sequence of their own.
+ *
+ * The group is ranks [group_first_rank, group_first_rank + cp) of `comm`
+ * (consecutive, as dcp plans them): pass the DPxCP communicator with the
+ * microbatch's local_cp_size and this rank's rank - cp_rank, or the CP group's
+ * own communicator with group_first_rank 0.  The exchange is one all-to-all-v
+ * over `comm` in which only CP neighbours exchange bytes, so every rank of
+ * `comm` calls it for the same microbatch (each with its own group).  With
+ * cp == 1, comm may be NULL and nothing is exchanged.
+ *
+ * fields[f] of elem_size[f] bytes (1, 2, 4 or 8) hold num_tokens elements (this
+ * rank's slots); out[f] receives the rolled field and must not overlap any
+ * input (labels and loss_mask roll together in one call).  With comm != NULL
+ * every rank of comm takes part in the exchange, cp == 1 ranks too (they move
+ * no bytes).  Scratch, from dcp_mtp_roll_exchange_bytes(num_cu_seqlens,
+ * elem_size, num_fields, comm size): dcp_mtp_roll takes one host buffer of
+ * that size as `exchange`; dcp_mtp_roll_cuda takes device_exchange of
+ * (num_cu_seqlens, elem_size, num_fields, 0) bytes and host_scratch of
+ * (0, NULL, 0, comm size) bytes.  Allocation-free.  Errors:
+ * DCP_ERR_NULL_POINTER, DCP_ERR_INVALID_ARGUMENT (cp not a power of two or
+ * outside comm, elem_size, num_fields outside [1, 4]), DCP_ERR_CORRUPT_INPUT
+ * (cu_seqlens not starting at 0 or decreasing, a span not divisible by 2*cp, a
+ * last boundary past cp * num_tokens), the communicator's errors.
+ */
+#define DCP_MTP_ROLL_MAX_FIELDS 4
+size_t dcp_mtp_roll_exchange_bytes(int32_t num_cu_seqlens, const size_t *elem_size, int32_t num_fields,
+                                   int32_t comm_size);
+dcp_status dcp_mtp_roll(dcp_comm *comm, int32_t group_first_rank, int32_t cp, const int32_t *cu_seqlens_padded,
+                        int32_t num_cu_seqlens, int64_t num_tokens, const void *const *fields, void *const *out,
+                        const size_t *elem_size, int32_t num_fields, void *exchange);
+
+/*
+ * GDN causal-conv padding (SPEC.md section 5).  A packed buffer of `rows`
+ * rows of row_bytes bytes is padded with zero rows up to a multiple of
+ * `alignment` (4096 by default: DCP_GDN_ALIGNMENT; <= 0 means no padding), and
+ * the last cu_seqlens entry grows by the same number of rows, so the conv
+ * sees few distinct lengths.  cu_seqlens may be NULL (a buffer that is one
+ * sequence): then only the rows are padded and out_cu_seqlens is not written
+ * -- the case the reference crashed on.  out may equal in (padding in place:
+ * only the new rows are written); out must hold dcp_gdn_padded_rows() rows
+ * (out_capacity_rows).  dcp_gdn_strip() copies the first `rows` rows of a
+ * padded conv output to `out` (nothing when out == padded: the padded buffer's
+ * prefix already is the result).  Allocation-free.  Errors:
+ * DCP_ERR_NULL_POINTER, DCP_ERR_INVALID_ARGUMENT (rows < 0, row_bytes 0,
+ * num_cu_seqlens < 1), DCP_ERR_CAPACITY (out_capacity_rows too small),
+ * DCP_ERR_OVERFLOW (the padded last entry past INT32_MAX), and for the host
+ * version DCP_ERR_CORRUPT_INPUT when cu_seqlens decreases.
+ */
+#define DCP_GDN_ALIGNMENT 4096
+int64_t dcp_gdn_padded_rows(int64_t rows, int32_t alignment);
+dcp_status dcp_gdn_pad(const void *in, int64_t rows, size_t row_bytes, int32_t alignment, const int32_t *cu_seqlens,
+                       int32_t num_cu_seqlens, void *out, int64_t out_capacity_rows, int32_t *out_cu_seqlens);
+dcp_status dcp_gdn_strip(const void *padded, int64_t rows, size_t row_bytes, void *out);
+
+/* ------------------------------------------------------------------------ */
+/* CUDA and NCCL                                                             */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Built where nvcc is found, the library carries CUDA kernels for sm_90
+ * (gpu/ .cu files); where NCCL is found too, a communicator backend over NCCL.  No
+ * CUDA or NCCL type appears in this header: a stream is passed as `void *`
+ * (a cudaStream_t), a communicator as `void *` (an ncclComm_t).  In a build
+ * without CUDA (or NCCL) every function below returns DCP_ERR_UNSUPPORTED
+ * (dcp_cuda_device_count() returns 0).  Device pointers are named so; every
+ * other pointer is host memory.
+ */
+
+/* Visible CUDA devices; 0 when there is none or the library has no CUDA. */
+int32_t dcp_cuda_device_count(void);
+/* 1 when the library was built with the NCCL backend. */
+int32_t dcp_nccl_available(void);
+
+/*
+ * Device data plane.  A context with a CUDA workspace runs dcp_step() on the
+ * GPU: sample field buffers (tokens, labels, loss_mask, position_ids) are
+ * device memory, while cu_seqlens and lengths stay host memory; the outputs'
+ * arrays are device memory, with cu_seqlens_host/cu_seqlens_padded_host in
+ * host memory.  Every copy and kernel goes on args->cuda_stream; the step
+ * waits for its stream before it returns (its closing error agreement reads
+ * the result), so outputs are ready when it returns.  The communicators must
+ * accept device buffers for the exchange and the TP broadcast (the NCCL
+ * backend below does).
+ *
+ * dcp_cuda_workspace_size() gives the device bytes (staging for the exchange,
+ * the outputs, segment tables) and pinned host bytes (segment tables on their
+ * way up) a context needs.  dcp_context_attach_cuda() binds them: pass
+ * memory, or NULL to let dcpack take it (one cudaMalloc on the current
+ * device, one cudaMallocHost; dcp_context_destroy() releases them).  These
+ * are the only device and pinned allocations dcpack makes; no step allocates.
+ * Errors: DCP_ERR_CAPACITY (max_tokens_per_rank is 0), DCP_ERR_WORKSPACE_TOO_SMALL,
+ * DCP_ERR_CUDA (with the CUDA message in dcp_context_last_error()),
+ * DCP_ERR_INVALID_ARGUMENT (already attached).
+ */
+dcp_status dcp_cuda_workspace_size(const dcp_config *config, size_t *device_bytes, size_t *host_bytes);
+dcp_status dcp_context_attach_cuda(dcp_context *context, void *device_memory, size_t device_bytes,
+                                   void *pinned_host_memory, size_t host_bytes);
+
+/* The MTP roll and GDN padding on device memory, on `cuda_stream` (see above; cu arrays are device memory). */
+dcp_status dcp_mtp_roll_cuda(dcp_comm *comm, int32_t group_first_rank, int32_t cp,
+                             const int32_t *device_cu_seqlens_padded, int32_t num_cu_seqlens, int64_t num_tokens,
+                             const void *const *device_fields, void *const *device_out, const size_t *elem_size,
+                             int32_t num_fields, void *device_exchange, void *host_scratch, void *cuda_stream);
+dcp_status dcp_gdn_pad_cuda(const void *device_in, int64_t rows, size_t row_bytes, int32_t alignment,
+                            const int32_t *device_cu_seqlens, int32_t num_cu_seqlens, void *device_out,
+                            int64_t out_capacity_rows, int32_t *device_out_cu_seqlens, void *cuda_stream);
+dcp_status dcp_gdn_strip_cuda(const void *device_padded, int64_t rows, size_t row_bytes, void *device_out,
+                              void *cuda_stream);
+
+/*
+ * NCCL communicator backend.  dcp_nccl_comm_init() wraps the caller's
+ * ncclComm_t (not taken over: the caller destroys it) and CUDA stream in a
+ * dcp_comm.  Every operation is enqueued on that stream and waited for before
+ * it returns (the step reads what it receives), polling
+ * ncclCommGetAsyncError meanwhile:
+ *  - device buffers go to NCCL as they are: allgather = ncclAllGather,
+ *    allgatherv and alltoallv = grouped ncclSend/ncclRecv (the own block by
+ *    cudaMemcpyAsync), broadcast = ncclBroadcast, agree = one ncclAllReduce
+ *    (min) of one int64 per rank on a device word from init;
+ *  - host buffers (plan metadata, a few KB) go through a device staging
+ *    buffer of options.host_staging_bytes taken at init.
+ * Init allocates (the backend state, the staging buffer); operations do not.
+ * Errors: an NCCL call's failure and an asynchronous NCCL error are
+ * DCP_ERR_NCCL, a CUDA failure DCP_ERR_CUDA, an operation still incomplete
+ * after options.timeout_ms DCP_ERR_TIMEOUT (the communicator is then unusable:
+ * call dcp_nccl_comm_abort()), host buffers larger than the staging buffer
+ * DCP_ERR_CAPACITY.  dcp_nccl_comm_last_error() gives the NCCL message.
+ */
+typedef struct dcp_nccl_options {
+    int32_t timeout_ms;        /* 0 = wait forever; default 600000 */
+    size_t host_staging_bytes; /* default 1 MiB; dcp_nccl_staging_bytes() gives what dcp_step needs */
+} dcp_nccl_options;
+
+void dcp_nccl_options_default(dcp_nccl_options *options);
+/* Staging a dcp_step over this configuration needs for its host-memory collectives. */
+size_t dcp_nccl_staging_bytes(const dcp_config *config);
+dcp_status dcp_nccl_comm_init(dcp_comm *comm, void *nccl_comm, void *cuda_stream, const dcp_nccl_options *options);
+/* ncclCommSplit of comm's communicator: the child owns its new ncclComm_t (destroyed with it).
+   color < 0 leaves this rank out (child->ops is then NULL).  Collective over `parent`. */
+dcp_status dcp_nccl_comm_split(dcp_comm *parent, int32_t color, int32_t key, dcp_comm *child);
+/* The wrapped ncclComm_t. */
+void *dcp_nccl_comm_handle(const dcp_comm *comm);
+/* Message of the communicator's last failure ("" if none). */
+const char *dcp_nccl_comm_last_error(const dcp_comm *comm);
+/* ncclCommAbort: after a timeout or an asynchronous error; the communicator is then destroyed. */
+dcp_status dcp_nccl_comm_abort(dcp_comm *comm);
+/* Release the backend state (and the ncclComm_t only when dcp_nccl_comm_split created it). NULL-safe. */
+void dcp_nccl_comm_destroy(dcp_comm *comm);
+
+/*
+ * Dynamic CP groups.  A microbatch's CP group is a block of local_cp_size
+ * consecutive DPxCP ranks starting at a multiple of local_cp_size (or all N
+ * ranks when N is not a power of two and the group is the whole pool): its
+ * identity is (local_cp_size, dpxcp_rank - cp_rank), both handed out in each
+ * dcp_microbatch.  dcp_nccl_cp_groups_create() builds, collectively over the
+ * DPxCP communicator and once at init, this rank's communicator for every
+ * such block (ncclCommSplit with color = rank / size, one split per power of
+ * two up to N, plus the full group), like the reference's pre-built groups;
+ * dcp_nccl_cp_group() picks the one of a microbatch.  A caller with its own
+ * process groups passes their ncclComm_t to dcp_nccl_comm_init() instead.
+ */
+typedef struct dcp_nccl_cp_groups {
+    int32_t count;                              /* entries of group[] in use */
+    int32_t size[DCP_MAX_LOG2_CP + 2];          /* group[i] has size[i] ranks */
+    dcp_comm group[DCP_MAX_LOG2_CP + 2];
+} dcp_nccl_cp_groups;
+
+dcp_status dcp_nccl_cp_groups_create(dcp_comm *data_context_parallel, dcp_nccl_cp_groups *groups);
+/* This rank's communicator for a microbatch with this local_cp_size, or NULL. */
+dcp_comm *dcp_nccl_cp_group(dcp_nccl_cp_groups *groups, int32_t local_cp_size);
+void dcp_nccl_cp_groups_destroy(dcp_nccl_cp_groups *groups);
 
 #ifdef __cplusplus
 }

@@ -25,12 +25,15 @@
  * before the exchange, and communicator failures at the end, so every rank of
  * the step returns the same status and caller memory is never written.
  */
+#define _POSIX_C_SOURCE 200809L
 #include "step.h"
 #include "stages.h"
 #include "../core/context.h"
 #include "../core/pack.h"
+#include "../gpu/step_cuda.h"
 
 #include <string.h>
+#include <time.h>
 
 const uint32_t dcp_step_field_bit[DCP_STEP_NUM_FIELDS] = {DCP_FIELD_TOKENS, DCP_FIELD_LABELS,
                                                           DCP_FIELD_POSITION_IDS, DCP_FIELD_LOSS_MASK};
@@ -143,6 +146,22 @@ size_t dcp_step_scratch_size(const dcp_config *c)
     return s;
 }
 
+void dcp_step_device_sizes(const dcp_config *c, size_t *staging_bytes, size_t *body_bytes, int64_t *max_segments,
+                           int64_t *max_sources)
+{
+    size_t n = (size_t)dcp_config_num_ranks(c), ns = (size_t)c->max_sequences;
+    *staging_bytes = dcp_size_add(dcp_size_mul((size_t)c->max_tokens_per_rank, bytes_per_token(c->fields)),
+                                  dcp_size_mul(8, n));
+    body_layout b;
+    body_layout_compute(resolved_microbatches(c), cu_capacity(c), c->max_tokens_per_rank, c->fields, &b);
+    *body_bytes = b.used;
+    /* receiving: every piece plus the gap before it, plus the tail */
+    size_t receive = dcp_size_add(dcp_size_mul(2, dcp_size_mul(2, ns)), 1), send = send_piece_bound(c);
+    size_t segments = receive > send ? receive : send;
+    *max_segments = segments >= (size_t)INT64_MAX ? INT64_MAX : (int64_t)segments;
+    *max_sources = (int64_t)(ns > n ? ns : n);
+}
+
 dcp_status dcp_step_layout(dcp_context *ctx, dcp_arena *arena, const dcp_config *c)
 {
     ctx->step = NULL;
@@ -206,6 +225,13 @@ static uint64_t fnv1a(uint64_t h, const void *data, size_t bytes)
 }
 
 static size_t round8(size_t v) { return (v + 7) & ~(size_t)7; }
+
+static int64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
 
 /*
  * Agree on `local` over the world.  A rank that failed keeps its message; the
@@ -489,6 +515,7 @@ static dcp_status exchange_and_pack(step_run *r, group_scratch *gs, dcp_arena *s
     const int32_t n = r->num_ranks, cp = r->cp, dp = c->data_parallel_size, me = r->rank;
     const size_t per_token = bytes_per_token(r->kept);
     const size_t own_bound = 2 * (size_t)c->max_sequences, send_bound = send_piece_bound(c);
+    const int64_t t_stage = now_ns();
 
     /* the body: table, cu arrays, fields, mask */
     body_layout b;
@@ -605,15 +632,31 @@ static dcp_status exchange_and_pack(step_run *r, group_scratch *gs, dcp_arena *s
             r->stats.exchange_bytes_received += payload_in;
         }
     }
-    unsigned char *send_staging = DCP_ARENA_NEW(scratch, unsigned char, send_total + 1);
-    unsigned char *recv_staging = DCP_ARENA_NEW(scratch, unsigned char, recv_total + 1);
+    const int device = ctx->cuda != NULL;
+    unsigned char *send_staging, *recv_staging;
+    if (device) {
+        send_staging = dcp_cuda_send_staging(ctx);
+        recv_staging = dcp_cuda_recv_staging(ctx);
+        size_t capacity = dcp_cuda_staging_capacity(ctx);
+        if (send_total > capacity || recv_total > capacity)
+            return dcp_fail(err, DCP_ERR_CAPACITY, "step: staging of %zu + %zu bytes exceeds the device's %zu each",
+                            send_total, recv_total, capacity);
+    } else {
+        send_staging = DCP_ARENA_NEW(scratch, unsigned char, send_total + 1);
+        recv_staging = DCP_ARENA_NEW(scratch, unsigned char, recv_total + 1);
+    }
     if (!send_staging || !recv_staging)
         return dcp_fail(err, DCP_ERR_CAPACITY, "step: staging of %zu + %zu bytes exceeds the workspace", send_total,
                         recv_total);
 
     const dcp_step_input *in = r->input;
+    if (device) {
+        dcp_status s = dcp_step_cuda_stage(ctx, r->args->cuda_stream, in, r->kept, sent, send_sample, send_src,
+                                           send_peer, send_cursor, send_length, n, send_offsets, tokens_to, err);
+        if (s != DCP_OK) return s;
+    }
     size_t field_offset = 0; /* bytes per token of the kept fields before this one */
-    for (int f = 0; f < DCP_STEP_NUM_FIELDS; f++) {
+    for (int f = 0; f < DCP_STEP_NUM_FIELDS && !device; f++) {
         if (!(r->kept & dcp_step_field_bit[f])) continue;
         size_t size = dcp_step_field_size[f];
         for (int32_t q = 0; q < n; q++)
@@ -625,11 +668,25 @@ static dcp_status exchange_and_pack(step_run *r, group_scratch *gs, dcp_arena *s
         field_offset += size;
     }
 
+    int64_t t_exchange = now_ns();
+    r->stats.time_stage_ns += t_exchange - t_stage;
     if (per_token > 0) {
         r->stats.collectives++;
         dcp_status s = r->lane->ops->alltoallv(r->lane, send_staging, send_bytes, send_offsets, recv_staging,
                                                recv_bytes, recv_offsets);
         if (s != DCP_OK) return dcp_fail(err, s, "step: the token exchange failed: %s", dcp_status_str(s));
+    }
+    int64_t t_pack = now_ns();
+    r->stats.time_exchange_ns += t_pack - t_exchange;
+
+    if (device) {
+        size_t offsets[DCP_STEP_NUM_FIELDS];
+        for (int f = 0; f < DCP_STEP_NUM_FIELDS; f++) offsets[f] = (r->kept & dcp_step_field_bit[f]) ? b.field[f] : SIZE_MAX;
+        dcp_status s = dcp_step_cuda_land(ctx, r->args->cuda_stream, r->kept, received, recv_sender, recv_cursor,
+                                          recv_dst, recv_length, token_at, n, recv_offsets, tokens_from, offsets,
+                                          b.mask, b.cu_padded + DCP_ARENA_BYTES(int32_t, r->total_cu), err);
+        r->stats.time_pack_ns += now_ns() - t_pack;
+        return s;
     }
 
     /* pack: zero every slot, then land the received pieces; the mask is 1 wherever no piece landed */
@@ -649,6 +706,7 @@ static dcp_status exchange_and_pack(step_run *r, group_scratch *gs, dcp_arena *s
     }
     dcp_pack_layout placed = {received, NULL, recv_dst, recv_dst, recv_length};
     dcp_padding_mask_from_layout_cpu(&placed, token_at, st->body + b.mask);
+    r->stats.time_pack_ns += now_ns() - t_pack;
     return DCP_OK;
 }
 
@@ -664,6 +722,8 @@ static void build_views(dcp_context *ctx, const dcp_step_args *args, int32_t mic
     body_layout b;
     body_layout_compute(microbatches, total_cu, total_tokens, kept, &b);
     const dcp_step_row *rows = (const dcp_step_row *)(st->body + b.rows);
+    /* the arrays live in the device body when there is one; its prefix (rows, cu arrays) is mirrored on the host */
+    const unsigned char *data = ctx->cuda ? dcp_cuda_body(ctx) : st->body;
     const int32_t vpp = c->virtual_pipeline_size, pp = args->pipeline_rank;
     for (int32_t v = 0; v < vpp; v++) {
         int first = pp == 0 && v == 0, last = pp == c->pipeline_parallel_size - 1 && v == vpp - 1;
@@ -674,13 +734,15 @@ static void build_views(dcp_context *ctx, const dcp_step_args *args, int32_t mic
             dcp_microbatch *mb = &st->views[(size_t)v * (size_t)microbatches + (size_t)m];
             memset(mb, 0, sizeof *mb);
             int64_t t = row->token_offset;
-            if (inputs && b.field[0] != SIZE_MAX) mb->tokens = (const int64_t *)(st->body + b.field[0]) + t;
-            if (targets && b.field[1] != SIZE_MAX) mb->labels = (const int64_t *)(st->body + b.field[1]) + t;
-            if (inputs && b.field[2] != SIZE_MAX) mb->position_ids = (const int64_t *)(st->body + b.field[2]) + t;
-            if (targets && b.field[3] != SIZE_MAX) mb->loss_mask = (const float *)(st->body + b.field[3]) + t;
-            mb->padding_mask = st->body + b.mask + t;
-            mb->cu_seqlens = (const int32_t *)(st->body + b.cu) + row->cu_offset;
-            mb->cu_seqlens_padded = (const int32_t *)(st->body + b.cu_padded) + row->cu_offset;
+            if (inputs && b.field[0] != SIZE_MAX) mb->tokens = (const int64_t *)(data + b.field[0]) + t;
+            if (targets && b.field[1] != SIZE_MAX) mb->labels = (const int64_t *)(data + b.field[1]) + t;
+            if (inputs && b.field[2] != SIZE_MAX) mb->position_ids = (const int64_t *)(data + b.field[2]) + t;
+            if (targets && b.field[3] != SIZE_MAX) mb->loss_mask = (const float *)(data + b.field[3]) + t;
+            mb->padding_mask = data + b.mask + t;
+            mb->cu_seqlens = (const int32_t *)(data + b.cu) + row->cu_offset;
+            mb->cu_seqlens_padded = (const int32_t *)(data + b.cu_padded) + row->cu_offset;
+            mb->cu_seqlens_host = (const int32_t *)(st->body + b.cu) + row->cu_offset;
+            mb->cu_seqlens_padded_host = (const int32_t *)(st->body + b.cu_padded) + row->cu_offset;
             mb->num_tokens = row->num_tokens;
             mb->num_cu_seqlens = (int32_t)row->num_cu_seqlens;
             mb->num_sequences = (int32_t)row->num_sequences;
@@ -793,6 +855,7 @@ dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_
     if (s != DCP_OK) return finish(ctx, s, &err, output);
 
     /* phase 1: gather, plan, this rank's geometry; agreed before the exchange */
+    const int64_t t_plan = now_ns();
     group_scratch gs;
     memset(&gs, 0, sizeof gs);
     if (holds_data) {
@@ -818,6 +881,7 @@ dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_
                 s = my_geometry(&r, &gs, &err);
         }
     }
+    r.stats.time_plan_ns = now_ns() - t_plan;
     s = agree(args->world, s, &err, &r.stats.collectives);
     if (s != DCP_OK) return finish(ctx, s, &err, output);
 
@@ -859,10 +923,18 @@ dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_
             int64_t used = header[H_BODY];
             if (used < 0 || (size_t)used > st->body_capacity) used = 0;
             r.stats.collectives++;
-            dcp_status body_status = tp->ops->broadcast(tp, st->body, (size_t)used, 0);
+            /* with a CUDA workspace the body is on the device; TP peers then mirror its prefix on the host */
+            unsigned char *body = ctx->cuda ? dcp_cuda_body(ctx) : st->body;
+            dcp_status body_status = tp->ops->broadcast(tp, body, (size_t)used, 0);
             if (body_status != DCP_OK && s == DCP_OK)
                 s = dcp_fail(&err, body_status, "step: TP broadcast of the outputs failed: %s",
                              dcp_status_str(body_status));
+            if (ctx->cuda && !holds_data && s == DCP_OK) {
+                body_layout b;
+                body_layout_compute(header[H_MICROBATCHES], header[H_CU], header[H_TOKENS], (uint32_t)header[H_KEPT], &b);
+                s = dcp_cuda_body_download(ctx, args->cuda_stream, b.cu_padded + DCP_ARENA_BYTES(int32_t, header[H_CU]),
+                                           &err);
+            }
             r.stats.broadcast_bytes = (int64_t)sizeof header + used;
         }
         if (!holds_data) {

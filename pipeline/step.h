@@ -43,4 +43,14 @@ struct dcp_context;
 dcp_status dcp_step_layout(struct dcp_context *ctx, dcp_arena *arena, const dcp_config *config);
 size_t dcp_step_scratch_size(const dcp_config *config);
 
+/*
+ * What a CUDA workspace (gpu/step_cuda.c) must hold for this configuration:
+ * bytes of one exchange staging buffer (send or receive), of the body, the
+ * most segments one copy launch can have (the send pieces, or the received
+ * pieces with the gaps between them), and the most source pointers per field.
+ * SIZE_MAX / INT64_MAX on overflow.
+ */
+void dcp_step_device_sizes(const dcp_config *config, size_t *staging_bytes, size_t *body_bytes, int64_t *max_segments,
+                           int64_t *max_sources);
+
 #endif

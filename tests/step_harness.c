@@ -12,6 +12,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "step_harness.h"
+#include "gpu_harness.h"
 #include "oracle.h"
 
 #include <pthread.h>
@@ -315,6 +316,8 @@ typedef struct shared {
     hgroup **lanes;   /* [pp * tp] */
     hgroup **tps;     /* [pp * n] */
     pthread_barrier_t start;
+    dcp_gpu_world *gpu;      /* gpu mode */
+    int64_t device_delta;
     /* results */
     pthread_mutex_t lock;
     dcp_status *status;      /* [steps * world] */
@@ -462,19 +465,30 @@ static void *rank_main(void *p)
     const int32_t cp = sh->config.context_parallel_size, dp_rank = dpxcp / cp;
 
     dcp_comm world, lane, tpc;
-    hgroup_comm(sh->world_group, w, &world);
     dcp_step_args args;
     memset(&args, 0, sizeof args);
-    args.world = &world;
     int holds = o->tp_ranks_hold_data || tp == 0;
-    if (holds) {
-        hgroup_comm(sh->lanes[pp * tp_size + tp], dpxcp, &lane);
-        args.data_context_parallel = &lane;
+    dcp_status gs = DCP_OK;
+#ifdef DCP_HAVE_NCCL
+    dcp_gpu_rank gr;
+    memset(&gr, 0, sizeof gr);
+    if (o->gpu) {
+        gs = dcp_gpu_rank_begin(sh->gpu, w, holds ? pp * tp_size + tp : -1, dpxcp,
+                                !o->tp_ranks_hold_data && tp_size > 1, pp * n + dpxcp, tp,
+                                dcp_nccl_staging_bytes(&sh->config), o->timeout_ms > 0 ? o->timeout_ms : 60000, &gr);
+        if (gs != DCP_OK) note(sh, "world rank %d: GPU set-up: %s", w, dcp_status_str(gs));
+        world = gr.world, lane = gr.lane, tpc = gr.tp;
+        args.cuda_stream = gr.stream;
     }
-    if (!o->tp_ranks_hold_data && tp_size > 1) {
-        hgroup_comm(sh->tps[pp * n + dpxcp], tp, &tpc);
-        args.tensor_parallel = &tpc;
+#endif
+    if (!o->gpu) {
+        hgroup_comm(sh->world_group, w, &world);
+        if (holds) hgroup_comm(sh->lanes[pp * tp_size + tp], dpxcp, &lane);
+        if (!o->tp_ranks_hold_data && tp_size > 1) hgroup_comm(sh->tps[pp * n + dpxcp], tp, &tpc);
     }
+    args.world = &world;
+    if (holds) args.data_context_parallel = &lane;
+    if (!o->tp_ranks_hold_data && tp_size > 1) args.tensor_parallel = &tpc;
     args.pipeline_rank = pp;
     args.mtp_virtual_stages = pp == o->mtp_pipeline_rank ? o->mtp_virtual_stages : 0;
     args.tp_ranks_hold_data = o->tp_ranks_hold_data;
@@ -489,10 +503,25 @@ static void *rank_main(void *p)
         memset(memory, 0xA5, workspace);
         cs = dcp_context_init_static(memory, workspace, &sh->config, &ctx);
     }
+    if (cs == DCP_OK && gs != DCP_OK) cs = gs;
+#ifdef DCP_HAVE_NCCL
+    const dcp_sample *device_samples = NULL;
+    if (cs == DCP_OK && o->gpu) {
+        cs = dcp_gpu_rank_attach(&gr, ctx, &sh->config);
+        if (cs == DCP_OK && holds)
+            cs = dcp_gpu_rank_upload(&gr, sh->inputs[dp_rank].samples, sh->inputs[dp_rank].num_samples,
+                                     sh->config.fields);
+        device_samples = gr.samples;
+    }
+    int64_t free_after_warmup = 0;
+#endif
     if (cs != DCP_OK) note(sh, "world rank %d: context: %s", w, dcp_status_str(cs));
 
     for (int32_t step = 0; step < o->steps; step++) {
         dcp_step_input input = {sh->inputs[dp_rank].samples, sh->inputs[dp_rank].num_samples, sh->config.fields};
+#ifdef DCP_HAVE_NCCL
+        if (o->gpu) input.samples = device_samples;
+#endif
         if (o->fault != DCP_HARNESS_FAULT_NONE && step == o->fault_step && w == o->fault_world_rank) {
             input.samples = sh->faulty.samples;
             input.num_samples = sh->faulty.num_samples;
@@ -519,10 +548,20 @@ static void *rank_main(void *p)
 #endif
         }
         double t1 = now_seconds();
+#ifdef DCP_HAVE_NCCL
+        if (o->gpu && step == 0) free_after_warmup = dcp_gpu_free_bytes();
+        if (o->gpu && step == o->steps - 1 && step > 0) {
+            int64_t lost = free_after_warmup - dcp_gpu_free_bytes();
+            pthread_mutex_lock(&sh->lock);
+            if (lost > sh->device_delta) sh->device_delta = lost;
+            pthread_mutex_unlock(&sh->lock);
+        }
+#endif
         pthread_mutex_lock(&sh->lock);
         sh->status[step * sh->world + w] = s;
         sh->seconds[step * sh->world + w] = t1 - t0;
-        if (allocated + deallocated > sh->heap_max) sh->heap_max = allocated + deallocated;
+        /* on GPUs the first step is a warm-up: NCCL connects its peers lazily */
+        if (!(o->gpu && step == 0) && allocated + deallocated > sh->heap_max) sh->heap_max = allocated + deallocated;
         pthread_mutex_unlock(&sh->lock);
         if (s != DCP_OK) {
             if (!(o->fault != DCP_HARNESS_FAULT_NONE && step == o->fault_step))
@@ -536,6 +575,20 @@ static void *rank_main(void *p)
             sh->microbatches = out->num_microbatches;
             pthread_mutex_unlock(&sh->lock);
         }
+#ifdef DCP_HAVE_NCCL
+        if (o->gpu && o->check) {
+            dcp_status ds = dcp_gpu_rank_download(&gr, out);
+            if (ds != DCP_OK || gr.cu_mismatches) {
+                note(sh, "world rank %d: download: %s, %lld device cu_seqlens arrays differ from the host's", w,
+                     dcp_status_str(ds), (long long)gr.cu_mismatches);
+                pthread_mutex_lock(&sh->lock);
+                sh->mismatches += 1 + gr.cu_mismatches;
+                pthread_mutex_unlock(&sh->lock);
+                continue;
+            }
+            out = &gr.host_output;
+        }
+#endif
         if (o->check) {
             int64_t bad = verify_rank(sh, pp, dpxcp, args.mtp_virtual_stages, out);
             pthread_mutex_lock(&sh->lock);
@@ -545,6 +598,9 @@ static void *rank_main(void *p)
     }
     dcp_context_destroy(ctx);
     free(memory);
+#ifdef DCP_HAVE_NCCL
+    if (o->gpu) dcp_gpu_rank_end(&gr);
+#endif
     return NULL;
 }
 
@@ -644,6 +700,18 @@ dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *res
         plant_fault(&sh, (o->fault_world_rank % sh.n) / c->context_parallel_size);
 
     int32_t timeout = o->timeout_ms > 0 ? o->timeout_ms : 60000;
+    if (o->gpu) {
+#ifdef DCP_HAVE_NCCL
+        st = dcp_gpu_world_create(sh.world, &sh.gpu, result->message, sizeof result->message);
+#else
+        snprintf(result->message, sizeof result->message, "built without NCCL");
+        st = DCP_ERR_UNSUPPORTED;
+#endif
+        if (st != DCP_OK) {
+            dcp_context_destroy(planner);
+            goto cleanup_data;
+        }
+    }
     sh.world_group = hgroup_create(sh.world, timeout);
     sh.lanes = calloc((size_t)sh.pp * (size_t)sh.tp, sizeof *sh.lanes);
     sh.tps = calloc((size_t)sh.pp * (size_t)sh.n, sizeof *sh.tps);
@@ -683,6 +751,7 @@ dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *res
     free(per_step);
     result->num_microbatches = sh.microbatches;
     result->heap_bytes_max = sh.heap_max;
+    result->device_bytes_delta = sh.device_delta;
     result->mismatches = sh.mismatches;
     int all_ok = 1;
     for (int32_t s = 0; s < o->steps; s++)
@@ -694,6 +763,9 @@ dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *res
     pthread_barrier_destroy(&sh.start);
     pthread_mutex_destroy(&sh.lock);
     hgroup_destroy(sh.world_group);
+#ifdef DCP_HAVE_NCCL
+    dcp_gpu_world_destroy(sh.gpu);
+#endif
     for (int32_t i = 0; i < sh.pp * sh.tp; i++) hgroup_destroy(sh.lanes[i]);
     for (int32_t i = 0; i < sh.pp * sh.n; i++) hgroup_destroy(sh.tps[i]);
     free(sh.lanes), free(sh.tps), free(sh.status), free(sh.seconds);

@@ -36,6 +36,8 @@ typedef struct dcp_harness_options {
     int32_t fault_world_rank;
     int32_t fault_step;
     int32_t timeout_ms;          /* collectives waiting longer fail (0: 60 s) */
+    int gpu;                     /* one thread per GPU, NCCL communicators, device data (gpu_harness.h); the
+                                    first step is a warm-up for allocation counts.  Needs NCCL and world-size GPUs */
 } dcp_harness_options;
 
 typedef struct dcp_harness_result {
@@ -49,6 +51,8 @@ typedef struct dcp_harness_result {
     int64_t mismatches;
     uint64_t heap_bytes_max;        /* most bytes one rank allocated inside one dcp_step() */
     uint64_t heap_calls_max;        /* same, in allocation events seen (0 or more) */
+    int64_t device_bytes_delta;     /* gpu: most free device memory one GPU lost between the end of the first step
+                                       and the end of the last (cudaMemGetInfo) */
     double step_seconds_min, step_seconds_median; /* slowest rank's time per step */
     /* per world rank, last step */
     dcp_step_stats *rank_stats;     /* [world_size] */

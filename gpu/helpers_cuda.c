@@ -1,0 +1,109 @@
+/*
+ * helpers_cuda.c - the public device entry points of the model-side helpers
+ * (MTP roll, GDN padding): argument checks on the host, then the kernels of
+ * gpu/mtp_roll.cu and gpu/gdn_pad.cu on the caller's stream.  In a build
+ * without CUDA they report DCP_ERR_UNSUPPORTED.
+ */
+#include "dcpack.h"
+#include "../core/gdn_pad.h"
+#include "../core/mtp_roll.h"
+
+#ifdef DCP_HAVE_CUDA
+#include "kernels.h"
+
+#include <cuda_runtime.h>
+
+int32_t dcp_cuda_device_count(void)
+{
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError(); /* no driver or no device: not an error for the caller */
+        return 0;
+    }
+    return (int32_t)count;
+}
+
+dcp_status dcp_mtp_roll_cuda(dcp_comm *comm, int32_t first, int32_t cp, const int32_t *cu, int32_t num_cu,
+                             int64_t num_tokens, const void *const *fields, void *const *out, const size_t *elem_size,
+                             int32_t num_fields, void *exchange, void *host_scratch, void *stream)
+{
+    if (!cu) return DCP_ERR_NULL_POINTER;
+    dcp_status s =
+        dcp_mtp_roll_check(comm, first, cp, NULL, num_cu, num_tokens, fields, out, elem_size, num_fields, NULL);
+    if (s != DCP_OK) return s;
+    if (comm && (!exchange || !host_scratch)) return DCP_ERR_NULL_POINTER;
+    const int32_t n = num_cu - 1, r = comm ? comm->rank - first : 0;
+    dcp_mtp_roll_layout l;
+    dcp_mtp_roll_layout_compute(n, elem_size, num_fields, &l);
+    unsigned char *x = (unsigned char *)exchange;
+    for (int32_t f = 0; f < num_fields && cp > 1; f++)
+        if (dcp_mtp_roll_boundary_cuda(fields[f], elem_size[f], cu, n, cp, x + l.to_prev + l.field_offset[f],
+                                       x + l.to_next + l.field_offset[f], stream) != 0)
+            return DCP_ERR_CUDA;
+    if (comm) {
+        /* the exchange may run on another stream: the boundary values must be in place first */
+        if (cudaStreamSynchronize((cudaStream_t)stream) != cudaSuccess) return DCP_ERR_CUDA;
+        s = dcp_mtp_roll_exchange(comm, first, cp, &l, x, (size_t *)host_scratch, NULL);
+        if (s != DCP_OK) return s;
+    }
+    for (int32_t f = 0; f < num_fields; f++) {
+        size_t o = l.field_offset[f];
+        if (dcp_mtp_roll_apply_cuda(fields[f], out[f], elem_size[f], cu, n, num_tokens, cp, r,
+                                    x ? x + l.to_next + o : NULL, x ? x + l.from_next + o : NULL,
+                                    x ? x + l.from_prev + o : NULL, stream) != 0)
+            return DCP_ERR_CUDA;
+    }
+    return DCP_OK;
+}
+
+dcp_status dcp_gdn_pad_cuda(const void *in, int64_t rows, size_t row_bytes, int32_t alignment, const int32_t *cu,
+                            int32_t num_cu, void *out, int64_t capacity, int32_t *out_cu, void *stream)
+{
+    dcp_status s = dcp_gdn_pad_check(in, rows, row_bytes, alignment, cu != NULL, num_cu, out, capacity, out_cu, NULL);
+    if (s != DCP_OK) return s;
+    int64_t pad = dcp_gdn_padded_rows(rows, alignment) - rows;
+    return dcp_gdn_pad_kernel_cuda(in, rows, pad, row_bytes, cu, cu ? num_cu : 0, out, cu ? out_cu : NULL, stream) == 0
+               ? DCP_OK
+               : DCP_ERR_CUDA;
+}
+
+dcp_status dcp_gdn_strip_cuda(const void *padded, int64_t rows, size_t row_bytes, void *out, void *stream)
+{
+    if (rows < 0 || row_bytes == 0) return DCP_ERR_INVALID_ARGUMENT;
+    if (rows == 0 || out == padded) return DCP_OK;
+    if (!padded || !out) return DCP_ERR_NULL_POINTER;
+    if ((uint64_t)rows > SIZE_MAX / row_bytes) return DCP_ERR_OVERFLOW;
+    return cudaMemcpyAsync(out, padded, (size_t)rows * row_bytes, cudaMemcpyDeviceToDevice, (cudaStream_t)stream) ==
+                   cudaSuccess
+               ? DCP_OK
+               : DCP_ERR_CUDA;
+}
+
+#else /* built without CUDA */
+
+int32_t dcp_cuda_device_count(void) { return 0; }
+
+dcp_status dcp_mtp_roll_cuda(dcp_comm *comm, int32_t first, int32_t cp, const int32_t *cu, int32_t num_cu,
+                             int64_t num_tokens, const void *const *fields, void *const *out, const size_t *elem_size,
+                             int32_t num_fields, void *exchange, void *host_scratch, void *stream)
+{
+    (void)comm, (void)first, (void)cp, (void)cu, (void)num_cu, (void)num_tokens, (void)fields, (void)out;
+    (void)elem_size, (void)num_fields, (void)exchange, (void)host_scratch, (void)stream;
+    return DCP_ERR_UNSUPPORTED;
+}
+
+dcp_status dcp_gdn_pad_cuda(const void *in, int64_t rows, size_t row_bytes, int32_t alignment, const int32_t *cu,
+                            int32_t num_cu, void *out, int64_t capacity, int32_t *out_cu, void *stream)
+{
+    (void)in, (void)rows, (void)row_bytes, (void)alignment, (void)cu, (void)num_cu, (void)out, (void)capacity;
+    (void)out_cu, (void)stream;
+    return DCP_ERR_UNSUPPORTED;
+}
+
+dcp_status dcp_gdn_strip_cuda(const void *padded, int64_t rows, size_t row_bytes, void *out, void *stream)
+{
+    (void)padded, (void)rows, (void)row_bytes, (void)out, (void)stream;
+    return DCP_ERR_UNSUPPORTED;
+}
+
+#endif

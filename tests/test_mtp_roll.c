@@ -1,0 +1,221 @@
+/*
+ * test_mtp_roll.c - the MTP packed-sequence roll on host memory: the
+ * reference's documented example, then generated microbatches over CP groups
+ * of 1 to 8 ranks (empty sequences, tails, several groups sharing one
+ * communicator) against an oracle that rolls the whole unsliced sequence and
+ * then cuts each rank's zigzag slice.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include "dcp_test.h"
+#include "mini_comm.h"
+#include "../core/mtp_roll.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+DCP_TEST(reference_example_without_cp)
+{
+    /* two sequences [1,2,3] and [4,5] -> [2,3,0] and [5,0]; two tail slots roll on their own */
+    const int64_t in[] = {1, 2, 3, 4, 5, 6, 7};
+    const float mask_in[] = {1, 1, 1, 1, 1, 1, 1};
+    int64_t out[7];
+    float mask_out[7];
+    const int32_t cu[] = {0, 3, 5};
+    const void *fields[] = {in, mask_in};
+    void *outs[] = {out, mask_out};
+    const size_t sizes[] = {8, 4};
+    DCP_REQUIRE_OK(dcp_mtp_roll(NULL, 0, 1, cu, 3, 7, fields, outs, sizes, 2, NULL));
+    const int64_t want[] = {2, 3, 0, 5, 0, 7, 0};
+    const float want_mask[] = {1, 1, 0, 1, 0, 1, 0};
+    for (int i = 0; i < 7; i++) {
+        DCP_CHECK_EQ_INT(out[i], want[i]);
+        DCP_CHECK(mask_out[i] == want_mask[i]);
+    }
+}
+
+DCP_TEST(bad_arguments)
+{
+    int64_t in[8] = {0}, out[8];
+    const void *fields[] = {in};
+    void *outs[] = {out};
+    size_t size8[] = {8}, size3[] = {3};
+    const int32_t cu[] = {0, 4, 8}, down[] = {0, 6, 4}, not_zero[] = {2, 8}, odd[] = {0, 6};
+    char exchange[1024];
+    mini_group *g = mini_group_create(1);
+    dcp_comm comm;
+    mini_comm(g, 0, &comm);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 1, NULL, 3, 8, fields, outs, size8, 1, NULL), DCP_ERR_NULL_POINTER);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 2, cu, 3, 4, fields, outs, size8, 1, NULL), DCP_ERR_NULL_POINTER);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 3, cu, 3, 8, fields, outs, size8, 1, NULL), DCP_ERR_INVALID_ARGUMENT);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 1, cu, 3, 8, fields, outs, size3, 1, NULL), DCP_ERR_INVALID_ARGUMENT);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 1, cu, 3, 8, fields, outs, size8, 0, NULL), DCP_ERR_INVALID_ARGUMENT);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 1, down, 3, 8, fields, outs, size8, 1, NULL), DCP_ERR_CORRUPT_INPUT);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 1, not_zero, 2, 8, fields, outs, size8, 1, NULL), DCP_ERR_CORRUPT_INPUT);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 1, cu, 3, 7, fields, outs, size8, 1, NULL), DCP_ERR_CORRUPT_INPUT);
+    /* a 2-rank group needs spans divisible by 4, and must hold the communicator's rank */
+    DCP_CHECK_STATUS(dcp_mtp_roll(&comm, 0, 2, odd, 2, 3, fields, outs, size8, 1, exchange), DCP_ERR_INVALID_ARGUMENT);
+    mini_group_destroy(g);
+}
+
+/* ---- generated cases ---------------------------------------------------- */
+
+static uint64_t rng_state = 88172645463325252ull;
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+#define NUM_FIELDS 4
+static const size_t sizes[NUM_FIELDS] = {8, 4, 2, 1};
+
+/* One CP group's microbatch: global packed fields, each rank's slice and tail. */
+typedef struct group_case {
+    int32_t first, cp, n;
+    int32_t *cu;            /* [n + 1] global */
+    int64_t local, tail;    /* slice tokens per rank, tail slots per rank */
+    unsigned char *global[NUM_FIELDS]; /* [cu[n]] */
+    unsigned char *input[8][NUM_FIELDS], *want[8][NUM_FIELDS], *got[8][NUM_FIELDS]; /* per rank [local + tail] */
+} group_case;
+
+/* Global position of rank r's local slot j (j < local). */
+static int64_t global_of(const group_case *gc, int32_t r, int64_t j)
+{
+    if (gc->cp == 1) return j;
+    int32_t k = 0;
+    while (k + 1 < gc->n && gc->cu[k + 1] / gc->cp <= j) k++;
+    int64_t start = gc->cu[k], chunk = (gc->cu[k + 1] - start) / (2 * gc->cp), off = j - start / gc->cp;
+    return off < chunk ? start + r * chunk + off : start + (2 * gc->cp - 1 - r) * chunk + off - chunk;
+}
+
+static void group_case_build(group_case *gc, int32_t first, int32_t cp)
+{
+    memset(gc, 0, sizeof *gc);
+    gc->first = first;
+    gc->cp = cp;
+    gc->n = 1 + (int32_t)(rnd() % 12);
+    gc->cu = calloc((size_t)gc->n + 1, sizeof *gc->cu);
+    for (int32_t k = 0; k < gc->n; k++) {
+        int32_t units = rnd() % 5 == 0 ? 0 : 1 + (int32_t)(rnd() % 6); /* every fifth sequence empty */
+        gc->cu[k + 1] = gc->cu[k] + units * 2 * cp;
+    }
+    int64_t total = gc->cu[gc->n];
+    gc->local = total / cp;
+    gc->tail = rnd() % 3 == 0 ? 0 : (int64_t)(rnd() % 9);
+    for (int f = 0; f < NUM_FIELDS; f++) {
+        gc->global[f] = malloc((size_t)total * sizes[f] + 1);
+        for (int64_t b = 0; b < total * (int64_t)sizes[f]; b++) gc->global[f][b] = (unsigned char)(1 + rnd() % 255);
+    }
+    for (int32_t r = 0; r < cp; r++)
+        for (int f = 0; f < NUM_FIELDS; f++) {
+            size_t e = sizes[f], bytes = (size_t)(gc->local + gc->tail) * e + 1;
+            gc->input[r][f] = malloc(bytes);
+            gc->want[r][f] = malloc(bytes);
+            gc->got[r][f] = malloc(bytes);
+            memset(gc->got[r][f], 0xEE, bytes);
+            for (int64_t j = 0; j < gc->local; j++) {
+                int64_t p = global_of(gc, r, j);
+                memcpy(gc->input[r][f] + j * e, gc->global[f] + p * e, e);
+                /* the oracle: the next position of the same sequence, or 0 at its end */
+                int32_t k = 0;
+                while (gc->cu[k + 1] <= p) k++;
+                if (p + 1 < gc->cu[k + 1]) memcpy(gc->want[r][f] + j * e, gc->global[f] + (p + 1) * e, e);
+                else memset(gc->want[r][f] + j * e, 0, e);
+            }
+            for (int64_t j = gc->local; j < gc->local + gc->tail; j++)
+                for (size_t b = 0; b < e; b++) gc->input[r][f][j * e + b] = (unsigned char)(1 + rnd() % 255);
+            for (int64_t j = gc->local; j < gc->local + gc->tail; j++) {
+                if (j + 1 < gc->local + gc->tail) memcpy(gc->want[r][f] + j * e, gc->input[r][f] + (j + 1) * e, e);
+                else memset(gc->want[r][f] + j * e, 0, e);
+            }
+        }
+}
+
+static void group_case_free(group_case *gc)
+{
+    free(gc->cu);
+    for (int f = 0; f < NUM_FIELDS; f++) free(gc->global[f]);
+    for (int32_t r = 0; r < gc->cp; r++)
+        for (int f = 0; f < NUM_FIELDS; f++) free(gc->input[r][f]), free(gc->want[r][f]), free(gc->got[r][f]);
+}
+
+typedef struct rank_job {
+    mini_group *g;
+    group_case *gc;
+    int32_t rank;
+    dcp_status status;
+} rank_job;
+
+static void *rank_run(void *p)
+{
+    rank_job *job = (rank_job *)p;
+    group_case *gc = job->gc;
+    int32_t r = job->rank - gc->first;
+    dcp_comm comm;
+    mini_comm(job->g, job->rank, &comm);
+    const void *fields[NUM_FIELDS];
+    void *outs[NUM_FIELDS];
+    for (int f = 0; f < NUM_FIELDS; f++) fields[f] = gc->input[r][f], outs[f] = gc->got[r][f];
+    size_t bytes = dcp_mtp_roll_exchange_bytes(gc->n + 1, sizes, NUM_FIELDS, comm.size);
+    void *exchange = malloc(bytes);
+    job->status = dcp_mtp_roll(&comm, gc->first, gc->cp, gc->cu, gc->n + 1, gc->local + gc->tail, fields, outs, sizes,
+                               NUM_FIELDS, exchange);
+    free(exchange);
+    return NULL;
+}
+
+/* Groups laid over one communicator of `ranks` ranks, as dcp plans them: sizes[i] ranks each, consecutive. */
+static void run_layout(const int32_t *group_sizes, int32_t groups)
+{
+    int32_t ranks = 0;
+    for (int32_t i = 0; i < groups; i++) ranks += group_sizes[i];
+    mini_group *g = mini_group_create(ranks);
+    group_case *cases = calloc((size_t)groups, sizeof *cases);
+    rank_job *jobs = calloc((size_t)ranks, sizeof *jobs);
+    pthread_t *threads = calloc((size_t)ranks, sizeof *threads);
+    int32_t at = 0;
+    for (int32_t i = 0; i < groups; i++) {
+        group_case_build(&cases[i], at, group_sizes[i]);
+        for (int32_t r = 0; r < group_sizes[i]; r++) jobs[at + r] = (rank_job){g, &cases[i], at + r, DCP_ERR_COMM};
+        at += group_sizes[i];
+    }
+    for (int32_t q = 0; q < ranks; q++) pthread_create(&threads[q], NULL, rank_run, &jobs[q]);
+    for (int32_t q = 0; q < ranks; q++) pthread_join(threads[q], NULL);
+    for (int32_t q = 0; q < ranks; q++) {
+        DCP_CHECK_STATUS(jobs[q].status, DCP_OK);
+        group_case *gc = jobs[q].gc;
+        int32_t r = q - gc->first;
+        for (int f = 0; f < NUM_FIELDS; f++) {
+            size_t bytes = (size_t)(gc->local + gc->tail) * sizes[f];
+            if (memcmp(gc->got[r][f], gc->want[r][f], bytes) != 0)
+                dcp_test_fail(__FILE__, __LINE__, "rank %d of a %d-rank group, field %d (%zu-byte): roll differs", r,
+                              gc->cp, f, sizes[f]);
+        }
+    }
+    for (int32_t i = 0; i < groups; i++) group_case_free(&cases[i]);
+    free(cases), free(jobs), free(threads);
+    mini_group_destroy(g);
+}
+
+DCP_TEST(generated_groups_of_one_to_eight_ranks)
+{
+    for (int round = 0; round < 40; round++) {
+        const int32_t one[] = {1}, two[] = {2}, four[] = {4}, eight[] = {8};
+        run_layout(one, 1);
+        run_layout(two, 1);
+        run_layout(four, 1);
+        run_layout(eight, 1);
+    }
+}
+
+DCP_TEST(several_groups_share_one_communicator)
+{
+    /* a dynamic-CP microbatch over 8 DPxCP ranks: groups of 4, 2, 1 and 1 */
+    for (int round = 0; round < 40; round++) {
+        const int32_t layout[] = {4, 2, 1, 1}, other[] = {1, 1, 2, 4};
+        run_layout(layout, 4);
+        run_layout(other, 4);
+    }
+}
