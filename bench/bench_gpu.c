@@ -4,10 +4,15 @@
  *   bench_gpu [--trace FILE] [--gpus N] [--steps K] [--pack-tokens T]
  *
  * 1. Pack kernel bandwidth: one launch of the segment-table kernel moving the
- *    four fields (28 bytes a token) of T tokens in CP-slice-sized pieces from
- *    16 source buffers to shuffled places of one destination, against
- *    cudaMemcpyAsync device-to-device of the same number of bytes.  Bytes
- *    count read + written; CUDA events, median of 30 after 5 warm-ups.
+ *    four fields (28 bytes a token) of T tokens (default 16M: 470 MB, many
+ *    times the L2) in pieces of a given mean length from 16 source buffers to
+ *    shuffled places of one destination, against cudaMemcpyAsync
+ *    device-to-device of the same number of bytes.  Pieces start at arbitrary
+ *    element offsets (as CP slices do), or 16-byte aligned in one row.  Each
+ *    row is one kernel build (gpu/kernels.h: variant 0 is the library's), and
+ *    a flat 16-byte copy kernel of the same bytes shows the ceiling of a
+ *    kernel of this kind.  Bytes count read + written; CUDA events, median of
+ *    30 after 5 warm-ups.
  * 2. Whole step: dcp_step for the trace's sequences (default 4096 of
  *    mlmdefault) on N GPUs (one thread each, NCCL), DP = N, dynamic CP; first
  *    verified against the oracle once, then K timed steps.  Reported: median
@@ -63,7 +68,7 @@ static int cmp_float(const void *a, const void *b)
 
 /* ---- 1. pack kernel bandwidth ------------------------------------------- */
 
-static void bench_pack(int64_t tokens, int64_t mean_piece)
+static void bench_pack(int64_t tokens, int64_t mean_piece, int aligned)
 {
     enum { SOURCES = 16, FIELDS = 4 };
     const int64_t elem[FIELDS] = {8, 8, 8, 4};
@@ -75,12 +80,13 @@ static void bench_pack(int64_t tokens, int64_t mean_piece)
     int64_t per_source = tokens / SOURCES + mean_piece * 2, source_at[SOURCES] = {0};
     while (left > 0 && n < cap) {
         int64_t len = mean_piece / 2 + (int64_t)(rnd() % (uint64_t)(mean_piece > 1 ? mean_piece : 1)) + 1;
+        if (aligned) len = (len + 3) & ~(int64_t)3; /* 4 elements: 16 bytes of every field */
         if (len > left) len = left;
         int32_t s = (int32_t)(n % SOURCES);
         if (source_at[s] + len > per_source) source_at[s] = 0;
         src_index[n] = s;
         src_offset[n] = source_at[s];
-        source_at[s] += len + (int64_t)(rnd() % 3); /* misaligned starts, as CP slices are */
+        source_at[s] += len + (aligned ? 0 : (int64_t)(rnd() % 3)); /* misaligned starts, as CP slices are */
         length[n] = len;
         left -= len;
         n++;
@@ -134,26 +140,46 @@ static void bench_pack(int64_t tokens, int64_t mean_piece)
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     enum { WARM = 5, REPS = 30 };
-    float pack_ms[REPS], copy_ms[REPS];
-    for (int i = 0; i < WARM + REPS; i++) {
-        CK(cudaEventRecord(e0, 0));
-        if (dcp_segment_table_pack_cuda(&table, total, fields, FIELDS, NULL) != 0) exit(1);
-        CK(cudaEventRecord(e1, 0));
-        CK(cudaEventSynchronize(e1));
-        if (i >= WARM) CK(cudaEventElapsedTime(&pack_ms[i - WARM], e0, e1));
-        CK(cudaEventRecord(e0, 0));
-        CK(cudaMemcpyAsync(copy_dst, copy_src, bytes, cudaMemcpyDeviceToDevice, 0));
-        CK(cudaEventRecord(e1, 0));
-        CK(cudaEventSynchronize(e1));
-        if (i >= WARM) CK(cudaEventElapsedTime(&copy_ms[i - WARM], e0, e1));
+    const int64_t tiles[] = {0, 4096, 16384, 4097, 4102}; /* kernel builds: 0 is the library's */
+    for (int k = 0; k < 5; k++) {
+        float pack_ms[REPS], copy_ms[REPS];
+        for (int i = 0; i < WARM + REPS; i++) {
+            CK(cudaEventRecord(e0, 0));
+            if (dcp_segment_table_pack_tile_cuda(&table, total, fields, FIELDS, tiles[k], NULL) != 0) exit(1);
+            CK(cudaEventRecord(e1, 0));
+            CK(cudaEventSynchronize(e1));
+            if (i >= WARM) CK(cudaEventElapsedTime(&pack_ms[i - WARM], e0, e1));
+            CK(cudaEventRecord(e0, 0));
+            CK(cudaMemcpyAsync(copy_dst, copy_src, bytes, cudaMemcpyDeviceToDevice, 0));
+            CK(cudaEventRecord(e1, 0));
+            CK(cudaEventSynchronize(e1));
+            if (i >= WARM) CK(cudaEventElapsedTime(&copy_ms[i - WARM], e0, e1));
+        }
+        qsort(pack_ms, REPS, sizeof(float), cmp_float);
+        qsort(copy_ms, REPS, sizeof(float), cmp_float);
+        double p = pack_ms[REPS / 2] * 1e-3, c = copy_ms[REPS / 2] * 1e-3;
+        printf("pack  | %10lld tokens | %8lld pieces (mean %5lld%s) | variant %4lld | %7.1f MB | kernel %8.3f ms %7.0f GB/s | "
+               "memcpy %8.3f ms %7.0f GB/s | kernel/memcpy %5.1f%%\n",
+               (long long)total, (long long)n, (long long)(total / (n ? n : 1)), aligned ? ", 16B-aligned" : "",
+               (long long)tiles[k], bytes / 1e6,
+               p * 1e3, 2.0 * bytes / p / 1e9, c * 1e3, 2.0 * bytes / c / 1e9, 100.0 * c / p);
     }
-    qsort(pack_ms, REPS, sizeof(float), cmp_float);
-    qsort(copy_ms, REPS, sizeof(float), cmp_float);
-    double p = pack_ms[REPS / 2] * 1e-3, c = copy_ms[REPS / 2] * 1e-3;
-    printf("pack  | %10lld tokens | %8lld pieces (mean %5lld) | %7.1f MB | kernel %8.3f ms %7.0f GB/s | "
-           "memcpy %8.3f ms %7.0f GB/s | kernel/memcpy %5.1f%%\n",
-           (long long)total, (long long)n, (long long)(total / (n ? n : 1)), bytes / 1e6, p * 1e3, 2.0 * bytes / p / 1e9,
-           c * 1e3, 2.0 * bytes / c / 1e9, 100.0 * c / p);
+    if (mean_piece == 4096 && !aligned) {
+        /* the ceiling of a kernel of this shape: one flat 16-byte copy of the same bytes */
+        for (int v = 0; v < 4; v++) {
+            float ms[REPS];
+            for (int i = 0; i < WARM + REPS; i++) {
+                CK(cudaEventRecord(e0, 0));
+                if (dcp_flat_copy_probe_cuda(copy_dst, copy_src, bytes & ~(size_t)15, v, NULL) != 0) exit(1);
+                CK(cudaEventRecord(e1, 0));
+                CK(cudaEventSynchronize(e1));
+                if (i >= WARM) CK(cudaEventElapsedTime(&ms[i - WARM], e0, e1));
+            }
+            qsort(ms, REPS, sizeof(float), cmp_float);
+            printf("flat  | %7.1f MB | variant %d | kernel %8.3f ms %7.0f GB/s\n", bytes / 1e6, v, ms[REPS / 2],
+                   2.0 * bytes / (ms[REPS / 2] * 1e-3) / 1e9);
+        }
+    }
     for (int f = 0; f < FIELDS; f++) {
         for (int s = 0; s < SOURCES; s++) cudaFree(sources[f][s]);
         cudaFree(dst[f]), cudaFree((void *)fields[f].src), cudaFree((void *)fields[f].dst);
@@ -289,9 +315,10 @@ static void bench_step(const char *trace_path, int32_t gpus, int32_t steps)
         if (s->reference_bytes_received > max_reference) max_reference = s->reference_bytes_received;
     }
     const dcp_step_stats *s = &r.rank_stats[slow];
-    printf("step  | %d sequences, %lld tokens, %d GPUs (DP%d dynamic_cp), %d microbatches | verified | heap %llu B, "
-           "device %lld B per step after warm-up\n",
+    printf("step  | %d sequences, %lld tokens, %d GPUs (DP%d dynamic_cp), %d microbatches | verified | per step after "
+           "warm-up: heap %llu B = %d collectives x NCCL's %llu B + %lld B, device memory %lld B\n",
            n, (long long)r.total_tokens, gpus, gpus, r.num_microbatches, (unsigned long long)r.heap_bytes_max,
+           r.rank_stats[0].collectives, (unsigned long long)r.nccl_heap_per_call, (long long)r.heap_bytes_beyond_nccl,
            (long long)r.device_bytes_delta);
     printf("step  | median %.3f ms, min %.3f ms | last step on rank %d: plan %.3f, stage %.3f, exchange %.3f, pack "
            "%.3f ms\n",
@@ -333,8 +360,9 @@ int main(int argc, char **argv)
     printf("device | %s, %d SMs, %.0f GB, %d visible\n", prop.name, prop.multiProcessorCount,
            prop.totalGlobalMem / 1e9, dcp_cuda_device_count());
     CK(cudaSetDevice(0));
-    const int64_t pieces[] = {64, 512, 4096};
-    for (int i = 0; i < 3; i++) bench_pack(pack_tokens, pieces[i]);
+    const int64_t pieces[] = {64, 512, 1024, 4096};
+    for (int i = 0; i < 4; i++) bench_pack(pack_tokens, pieces[i], 0);
+    bench_pack(pack_tokens, 1024, 1);
     if (gpus >= 1) bench_step(trace, gpus, steps);
     return 0;
 }

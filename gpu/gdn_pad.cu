@@ -14,7 +14,7 @@ __global__ void gdn_pad_kernel(const unsigned char *in, unsigned char *out, int6
                                int64_t zero_bytes, const int32_t *cu, int32_t num_cu, int32_t *out_cu, int32_t pad)
 {
     const int64_t index = dcp_gpu::grid_index(), count = dcp_gpu::grid_count();
-    if (copy_bytes > 0) dcp_gpu::copy_bytes(out, in, copy_bytes, index, count);
+    if (copy_bytes > 0) dcp_gpu::copy_bytes<0>(out, in, copy_bytes, index, count);
     if (zero_bytes > 0) dcp_gpu::fill_bytes(out + zero_start, 0, zero_bytes, index, count);
     if (cu) {
         if (out_cu != cu)

@@ -45,6 +45,20 @@ extern "C" {
 int dcp_segment_table_pack_cuda(const dcp_segment_table *table, int64_t total_elements,
                                 const dcp_segment_field *fields, int32_t num_fields, void *stream);
 
+/*
+ * Measurements only.  The segment kernel in another build: variant = the tile
+ * (elements per warp: 4096, 8192 or 16384), + 1 for streaming cache hints
+ * (4096 only), + 6 for 16-byte units assembled from word-aligned sources under
+ * a register cap (4096 only); 0 = the library's choice (8192).  And a flat
+ * 16-byte copy of one buffer (bytes a multiple of 16) in the same style:
+ * variant 0/1 = 4/8 loads in flight a thread, 2/3 = the same with streaming
+ * hints: the ceiling a kernel of this kind reaches.
+ */
+int dcp_segment_table_pack_tile_cuda(const dcp_segment_table *table, int64_t total_elements,
+                                     const dcp_segment_field *fields, int32_t num_fields, int64_t variant,
+                                     void *stream);
+int dcp_flat_copy_probe_cuda(void *dst, const void *src, size_t bytes, int variant, void *stream);
+
 /* dcp_pack_cpu on device: layout arrays, work_offset ([n + 1]) and src_buffers are device memory. */
 int dcp_pack_cuda(const dcp_pack_layout *layout, const int64_t *work_offset, int64_t total_elements,
                   const void *const *src_buffers, void *dst, size_t elem_size, void *stream);

@@ -11,6 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#ifdef DCP_HAVE_JEMALLOC
+#include <jemalloc/jemalloc.h>
+#endif
+
 struct dcp_gpu_world {
     int32_t size;
     ncclComm_t *comms;
@@ -170,6 +174,28 @@ dcp_status dcp_gpu_rank_download(dcp_gpu_rank *r, const dcp_step_output *out)
     }
     r->host_output.microbatches = r->host_views;
     return r->message[0] ? DCP_ERR_CUDA : DCP_OK;
+}
+
+uint64_t dcp_gpu_rank_nccl_call_heap(dcp_gpu_rank *r)
+{
+    uint64_t heap = 0;
+#ifdef DCP_HAVE_JEMALLOC
+    uint64_t *ap = NULL, *dp = NULL;
+    size_t len = sizeof ap;
+    mallctl("thread.allocatedp", &ap, &len, NULL, 0);
+    len = sizeof dp;
+    mallctl("thread.deallocatedp", &dp, &len, NULL, 0);
+    for (int rep = 0; rep < 3; rep++) { /* the first calls warm up */
+        uint64_t a0 = ap ? *ap : 0, d0 = dp ? *dp : 0;
+        dcp_status agreed;
+        int32_t failed;
+        r->world.ops->agree(&r->world, DCP_OK, &agreed, &failed);
+        heap = (ap ? *ap - a0 : 0) + (dp ? *dp - d0 : 0);
+    }
+#else
+    (void)r;
+#endif
+    return heap;
 }
 
 int64_t dcp_gpu_free_bytes(void)

@@ -52,6 +52,14 @@ dcp_status dcp_gpu_rank_attach(dcp_gpu_rank *rank, dcp_context *context, const d
 dcp_status dcp_gpu_rank_upload(dcp_gpu_rank *rank, const dcp_sample *samples, int32_t num_samples, uint32_t fields);
 /* Download a step's outputs into rank->host_output. */
 dcp_status dcp_gpu_rank_download(dcp_gpu_rank *rank, const dcp_step_output *output);
+/*
+ * Heap bytes (allocated + freed, jemalloc's counters for this thread) one
+ * NCCL collective costs after warm-up, measured on one all-reduce of the
+ * world communicator (its agree operation): NCCL 2.27 and later allocate and
+ * free a group job in every ncclGroupEnd.  0 without jemalloc.  Collective
+ * over the world.
+ */
+uint64_t dcp_gpu_rank_nccl_call_heap(dcp_gpu_rank *rank);
 /* Free device memory on this rank's GPU (cudaMemGetInfo). */
 int64_t dcp_gpu_free_bytes(void);
 void dcp_gpu_rank_end(dcp_gpu_rank *rank);

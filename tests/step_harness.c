@@ -318,6 +318,8 @@ typedef struct shared {
     pthread_barrier_t start;
     dcp_gpu_world *gpu;      /* gpu mode */
     int64_t device_delta;
+    uint64_t nccl_call_heap;
+    int64_t heap_beyond_nccl;
     /* results */
     pthread_mutex_t lock;
     dcp_status *status;      /* [steps * world] */
@@ -514,6 +516,13 @@ static void *rank_main(void *p)
         device_samples = gr.samples;
     }
     int64_t free_after_warmup = 0;
+    uint64_t nccl_call_heap = 0;
+    if (o->gpu && gs == DCP_OK) {
+        nccl_call_heap = dcp_gpu_rank_nccl_call_heap(&gr);
+        pthread_mutex_lock(&sh->lock);
+        if (nccl_call_heap > sh->nccl_call_heap) sh->nccl_call_heap = nccl_call_heap;
+        pthread_mutex_unlock(&sh->lock);
+    }
 #endif
     if (cs != DCP_OK) note(sh, "world rank %d: context: %s", w, dcp_status_str(cs));
 
@@ -562,6 +571,12 @@ static void *rank_main(void *p)
         sh->seconds[step * sh->world + w] = t1 - t0;
         /* on GPUs the first step is a warm-up: NCCL connects its peers lazily */
         if (!(o->gpu && step == 0) && allocated + deallocated > sh->heap_max) sh->heap_max = allocated + deallocated;
+#ifdef DCP_HAVE_NCCL
+        if (o->gpu && step > 0 && s == DCP_OK) {
+            int64_t beyond = (int64_t)(allocated + deallocated) - (int64_t)out->stats.collectives * (int64_t)nccl_call_heap;
+            if (beyond > sh->heap_beyond_nccl) sh->heap_beyond_nccl = beyond;
+        }
+#endif
         pthread_mutex_unlock(&sh->lock);
         if (s != DCP_OK) {
             if (!(o->fault != DCP_HARNESS_FAULT_NONE && step == o->fault_step))
@@ -752,6 +767,8 @@ dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *res
     result->num_microbatches = sh.microbatches;
     result->heap_bytes_max = sh.heap_max;
     result->device_bytes_delta = sh.device_delta;
+    result->nccl_heap_per_call = sh.nccl_call_heap;
+    result->heap_bytes_beyond_nccl = sh.heap_beyond_nccl;
     result->mismatches = sh.mismatches;
     int all_ok = 1;
     for (int32_t s = 0; s < o->steps; s++)

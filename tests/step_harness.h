@@ -53,6 +53,8 @@ typedef struct dcp_harness_result {
     uint64_t heap_calls_max;        /* same, in allocation events seen (0 or more) */
     int64_t device_bytes_delta;     /* gpu: most free device memory one GPU lost between the end of the first step
                                        and the end of the last (cudaMemGetInfo) */
+    uint64_t nccl_heap_per_call;    /* gpu: heap bytes one NCCL collective allocates + frees (NCCL's group job) */
+    int64_t heap_bytes_beyond_nccl; /* gpu: most heap bytes one rank's step took beyond its collectives x the above */
     double step_seconds_min, step_seconds_median; /* slowest rank's time per step */
     /* per world rank, last step */
     dcp_step_stats *rank_stats;     /* [world_size] */

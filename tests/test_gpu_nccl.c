@@ -11,6 +11,7 @@
 #include "mini_comm.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -215,6 +216,101 @@ static void operations(world *w, int32_t me, dcp_comm *comm, void *arg)
 
 static void run_operations(void) { run_world(world_size(), operations, NULL, 60000); }
 
+/* ---- allocation after warm-up --------------------------------------------- */
+
+/* Bytes allocated + freed on this thread by `stmt`, the third time it runs (the first two warm up). */
+#define HEAP_OF(out, stmt)                                                                                 \
+    do {                                                                                                   \
+        for (int rep_ = 0; rep_ < 3; rep_++) {                                                             \
+            dcp_alloc_probe probe_;                                                                        \
+            dcp_alloc_probe_begin(&probe_);                                                                \
+            stmt;                                                                                          \
+            (out) = dcp_alloc_probe_allocated(&probe_) + dcp_alloc_probe_deallocated(&probe_);             \
+        }                                                                                                  \
+    } while (0)
+
+static void no_allocation(world *w, int32_t me, dcp_comm *comm, void *arg)
+{
+    (void)arg;
+    const int32_t n = w->size;
+    size_t bytes = 4096, sb[MAX_RANKS], so[MAX_RANKS];
+    for (int32_t p = 0; p < n; p++) sb[p] = bytes, so[p] = bytes * (size_t)p;
+    unsigned char *host = calloc(bytes * (size_t)n * 2, 1), host_one[64] = {0};
+    void *dev = to_device(NULL, bytes * (size_t)n * 2);
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    struct cudaPointerAttributes attributes;
+    dcp_status agreed;
+    int32_t failed;
+    uint64_t heap[24];
+    const char *names[24];
+    int k = 0;
+    names[k] = "allgather device";
+    HEAP_OF(heap[k], comm->ops->allgather(comm, dev, bytes, (char *)dev + bytes * (size_t)n));
+    names[++k] = "allgather host";
+    HEAP_OF(heap[k], comm->ops->allgather(comm, host, 64, host + bytes * (size_t)n));
+    names[++k] = "allgatherv device";
+    HEAP_OF(heap[k], comm->ops->allgatherv(comm, (char *)dev + so[me], bytes, dev, sb, so));
+    names[++k] = "alltoallv device";
+    HEAP_OF(heap[k], comm->ops->alltoallv(comm, dev, sb, so, (char *)dev + bytes * (size_t)n, sb, so));
+    names[++k] = "alltoallv host";
+    HEAP_OF(heap[k], comm->ops->alltoallv(comm, host, sb, so, host + bytes * (size_t)n, sb, so));
+    names[++k] = "broadcast device";
+    HEAP_OF(heap[k], comm->ops->broadcast(comm, dev, bytes, 0));
+    names[++k] = "broadcast host";
+    HEAP_OF(heap[k], comm->ops->broadcast(comm, host, 64, 0));
+    names[++k] = "agree";
+    HEAP_OF(heap[k], comm->ops->agree(comm, DCP_OK, &agreed, &failed));
+    ncclComm_t raw = (ncclComm_t)dcp_nccl_comm_handle(comm);
+    ncclResult_t async_error;
+    names[++k] = "raw ncclAllReduce enqueue";
+    HEAP_OF(heap[k], (ncclAllReduce(dev, dev, 1, ncclInt64, ncclMin, raw, stream), cudaStreamSynchronize(stream)));
+    names[++k] = "raw ncclGroupStart+End empty";
+    HEAP_OF(heap[k], (ncclGroupStart(), ncclGroupEnd()));
+    names[++k] = "raw ncclCommGetAsyncError";
+    HEAP_OF(heap[k], ncclCommGetAsyncError(raw, &async_error));
+    names[++k] = "raw send/recv group";
+    HEAP_OF(heap[k], (ncclGroupStart(), ncclSend(dev, 64, ncclUint8, (me + 1) % n, raw, stream),
+                      ncclRecv((char *)dev + 64, 64, ncclUint8, (me + n - 1) % n, raw, stream), ncclGroupEnd(),
+                      cudaStreamSynchronize(stream)));
+    names[++k] = "cudaMemcpyAsync pageable H2D";
+    HEAP_OF(heap[k], cudaMemcpyAsync(dev, host_one, 64, cudaMemcpyHostToDevice, stream));
+    names[++k] = "cudaMemcpyAsync D2H + sync";
+    HEAP_OF(heap[k], (cudaMemcpyAsync(host_one, dev, 64, cudaMemcpyDeviceToHost, stream), cudaStreamSynchronize(stream)));
+    names[++k] = "cudaPointerGetAttributes";
+    HEAP_OF(heap[k], cudaPointerGetAttributes(&attributes, host));
+    names[++k] = "cudaStreamQuery";
+    HEAP_OF(heap[k], cudaStreamQuery(stream));
+    names[++k] = "cudaSetDevice";
+    HEAP_OF(heap[k], cudaSetDevice(me));
+    k++;
+    if (me == 0) {
+        int version = 0;
+        ncclGetVersion(&version);
+        printf("NCCL %d\n", version);
+        for (int i = 0; i < k; i++) printf("heap after warm-up: %-30s %llu B\n", names[i], (unsigned long long)heap[i]);
+    }
+    /* every operation is one NCCL call: it may cost what a bare NCCL call costs (NCCL 2.27+ allocates and frees a
+       group job in each ncclGroupEnd), and not a byte more */
+    const uint64_t bare = heap[8];
+    for (int i = 0; i < 8; i++)
+        if (heap[i] > bare)
+            dcp_test_fail(__FILE__, __LINE__, "rank %d: %s allocated %llu bytes, a bare NCCL call %llu", me, names[i],
+                          (unsigned long long)heap[i], (unsigned long long)bare);
+    for (int i = 10; i < k; i++)
+        if (i != 11 && heap[i] != 0) dcp_test_fail(__FILE__, __LINE__, "rank %d: %s allocated %llu bytes", me, names[i],
+                                        (unsigned long long)heap[i]);
+    cudaStreamDestroy(stream);
+    cudaFree(dev);
+    free(host);
+}
+
+static void run_no_allocation(void)
+{
+    if (!dcp_alloc_probe_available()) DCP_SKIP("jemalloc counters not available");
+    run_world(world_size(), no_allocation, NULL, 60000);
+}
+
 /* ---- a missing peer ------------------------------------------------------ */
 
 static void missing_peer(world *w, int32_t me, dcp_comm *comm, void *arg)
@@ -354,6 +450,7 @@ static void run_mtp_roll(void)
 }
 
 #else
+static void run_no_allocation(void) {}
 static void run_operations(void) {}
 static void run_missing_peer(void) {}
 static void run_cp_groups(void) {}
@@ -364,6 +461,12 @@ DCP_TEST(operations_on_device_and_host_buffers)
 {
     REQUIRE_TWO_GPUS();
     run_operations();
+}
+
+DCP_TEST(operations_allocate_nothing_beyond_nccl)
+{
+    REQUIRE_TWO_GPUS();
+    run_no_allocation();
 }
 
 DCP_TEST(missing_peer_times_out_then_aborts)
