@@ -27,7 +27,8 @@ sanitize)
   cmake --build "$out" -j "$jobs"
   # every CPU case; ASan reports leaks at exit (LeakSanitizer), UBSan aborts on the first report.
   # cli_install is left out: it links an uninstrumented consumer against the installed library.
-  ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
+  # DCP_TEST_TIME_SCALE: tests that wait out communicator timeouts stretch them under slow tools
+  DCP_TEST_TIME_SCALE=4 ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:detect_stack_use_after_return=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir "$out" -L cpu -E '^cli_install$' --output-on-failure -j "$jobs"
   ;;
@@ -39,7 +40,7 @@ valgrind)
   cmake -S "$src" -B "$out" "${common[@]}" -DDCP_WITH_JEMALLOC=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build "$out" -j "$jobs" --target "$test"
   cd "$src"
-  valgrind --tool=memcheck --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect \
+  DCP_TEST_TIME_SCALE=20 valgrind --tool=memcheck --error-exitcode=99 --leak-check=full --show-leak-kinds=definite,indirect \
     --errors-for-leak-kinds=definite,indirect --track-origins=yes "$out/$test" "${@:2}"
   ;;
 fuzz)

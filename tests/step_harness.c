@@ -27,171 +27,76 @@
 #endif
 
 /* ------------------------------------------------------------------------ */
-/* In-process group                                                          */
+/* In-process communicators, with a fault planted at a chosen collective     */
 /* ------------------------------------------------------------------------ */
 
-typedef struct hgroup {
-    int32_t size;
-    int32_t timeout_ms;
-    pthread_mutex_t mutex;
-    pthread_cond_t cond;
-    int32_t arrived;
-    uint64_t generation;
-    int broken; /* a barrier timed out: every later collective fails */
-    const void **send;
-    size_t *bytes;
-    const size_t **counts;
-    const size_t **offsets;
-    dcp_status *status;
-} hgroup;
+/*
+ * Every CPU rank talks through dcpack's in-process backend (one world per
+ * group).  Each of its communicators is wrapped so that the harness can plant
+ * a communicator fault on the k-th collective the rank makes in a step,
+ * whichever communicator that collective goes through.
+ */
+typedef struct fault_comm {
+    dcp_comm inner;
+    dcp_inproc_world *world;
+    int32_t *calls;    /* this rank's collectives so far in this step, over all its communicators */
+    const int32_t *fault_at; /* -1: none */
+    const dcp_inproc_fault *fault;
+} fault_comm;
 
-static hgroup *hgroup_create(int32_t size, int32_t timeout_ms)
+#define FC(comm) ((fault_comm *)(comm)->impl)
+
+static dcp_comm *fault_comm_next(dcp_comm *comm)
 {
-    hgroup *g = calloc(1, sizeof *g);
-    g->size = size;
-    g->timeout_ms = timeout_ms;
-    pthread_mutex_init(&g->mutex, NULL);
-    pthread_cond_init(&g->cond, NULL);
-    g->send = calloc((size_t)size, sizeof *g->send);
-    g->bytes = calloc((size_t)size, sizeof *g->bytes);
-    g->counts = calloc((size_t)size, sizeof *g->counts);
-    g->offsets = calloc((size_t)size, sizeof *g->offsets);
-    g->status = calloc((size_t)size, sizeof *g->status);
-    return g;
+    fault_comm *f = FC(comm);
+    if ((*f->calls)++ == *f->fault_at) dcp_inproc_inject_fault(f->world, f->inner.rank, *f->fault);
+    return &f->inner;
 }
 
-static void hgroup_destroy(hgroup *g)
+static dcp_status f_allgather(dcp_comm *comm, const void *send, size_t bytes, void *recv)
 {
-    if (!g) return;
-    pthread_mutex_destroy(&g->mutex);
-    pthread_cond_destroy(&g->cond);
-    free(g->send), free(g->bytes), free(g->counts), free(g->offsets), free(g->status), free(g);
+    dcp_comm *c = fault_comm_next(comm);
+    return c->ops->allgather(c, send, bytes, recv);
 }
 
-static dcp_status barrier(hgroup *g)
-{
-    pthread_mutex_lock(&g->mutex);
-    if (g->broken) {
-        pthread_mutex_unlock(&g->mutex);
-        return DCP_ERR_TIMEOUT;
-    }
-    uint64_t gen = g->generation;
-    if (++g->arrived == g->size) {
-        g->arrived = 0;
-        g->generation++;
-        pthread_cond_broadcast(&g->cond);
-        pthread_mutex_unlock(&g->mutex);
-        return DCP_OK;
-    }
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += g->timeout_ms / 1000;
-    deadline.tv_nsec += (long)(g->timeout_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) deadline.tv_sec++, deadline.tv_nsec -= 1000000000L;
-    while (gen == g->generation && !g->broken)
-        if (pthread_cond_timedwait(&g->cond, &g->mutex, &deadline) != 0 && gen == g->generation) {
-            g->broken = 1;
-            pthread_cond_broadcast(&g->cond);
-        }
-    dcp_status s = (gen == g->generation) ? DCP_ERR_TIMEOUT : DCP_OK;
-    pthread_mutex_unlock(&g->mutex);
-    return s;
-}
-
-#define G(comm) ((hgroup *)(comm)->impl)
-
-static dcp_status h_allgather(dcp_comm *comm, const void *send, size_t bytes, void *recv)
-{
-    hgroup *g = G(comm);
-    g->send[comm->rank] = send;
-    g->bytes[comm->rank] = bytes;
-    dcp_status s = barrier(g);
-    if (s != DCP_OK) return s;
-    dcp_status result = DCP_OK;
-    for (int32_t r = 0; r < g->size; r++) {
-        if (g->bytes[r] != bytes) result = DCP_ERR_COMM;
-        else memcpy((char *)recv + (size_t)r * bytes, g->send[r], bytes);
-    }
-    s = barrier(g);
-    return result != DCP_OK ? result : s;
-}
-
-static dcp_status h_allgatherv(dcp_comm *comm, const void *send, size_t send_bytes, void *recv,
+static dcp_status f_allgatherv(dcp_comm *comm, const void *send, size_t send_bytes, void *recv,
                                const size_t *recv_bytes, const size_t *recv_offsets)
 {
-    hgroup *g = G(comm);
-    g->send[comm->rank] = send;
-    g->bytes[comm->rank] = send_bytes;
-    dcp_status s = barrier(g);
-    if (s != DCP_OK) return s;
-    dcp_status result = DCP_OK;
-    for (int32_t r = 0; r < g->size; r++) {
-        if (g->bytes[r] != recv_bytes[r]) result = DCP_ERR_COMM;
-        else if (recv_bytes[r]) memcpy((char *)recv + recv_offsets[r], g->send[r], recv_bytes[r]);
-    }
-    s = barrier(g);
-    return result != DCP_OK ? result : s;
+    dcp_comm *c = fault_comm_next(comm);
+    return c->ops->allgatherv(c, send, send_bytes, recv, recv_bytes, recv_offsets);
 }
 
-static dcp_status h_alltoallv(dcp_comm *comm, const void *send, const size_t *send_bytes, const size_t *send_offsets,
+static dcp_status f_alltoallv(dcp_comm *comm, const void *send, const size_t *send_bytes, const size_t *send_offsets,
                               void *recv, const size_t *recv_bytes, const size_t *recv_offsets)
 {
-    hgroup *g = G(comm);
-    int32_t me = comm->rank;
-    g->send[me] = send;
-    g->counts[me] = send_bytes;
-    g->offsets[me] = send_offsets;
-    dcp_status s = barrier(g);
-    if (s != DCP_OK) return s;
-    dcp_status result = DCP_OK;
-    for (int32_t p = 0; p < g->size; p++) {
-        size_t bytes = g->counts[p][me];
-        if (bytes != recv_bytes[p]) result = DCP_ERR_COMM;
-        else if (bytes) memcpy((char *)recv + recv_offsets[p], (const char *)g->send[p] + g->offsets[p][me], bytes);
-    }
-    s = barrier(g);
-    return result != DCP_OK ? result : s;
+    dcp_comm *c = fault_comm_next(comm);
+    return c->ops->alltoallv(c, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets);
 }
 
-static dcp_status h_broadcast(dcp_comm *comm, void *buffer, size_t bytes, int32_t root)
+static dcp_status f_broadcast(dcp_comm *comm, void *buffer, size_t bytes, int32_t root)
 {
-    hgroup *g = G(comm);
-    g->send[comm->rank] = buffer;
-    g->bytes[comm->rank] = bytes;
-    dcp_status s = barrier(g);
-    if (s != DCP_OK) return s;
-    dcp_status result = DCP_OK;
-    if (g->bytes[root] != bytes) result = DCP_ERR_COMM;
-    else if (comm->rank != root && bytes) memcpy(buffer, g->send[root], bytes);
-    s = barrier(g);
-    return result != DCP_OK ? result : s;
+    dcp_comm *c = fault_comm_next(comm);
+    return c->ops->broadcast(c, buffer, bytes, root);
 }
 
-static dcp_status h_agree(dcp_comm *comm, dcp_status local, dcp_status *agreed, int32_t *failed_rank)
+static dcp_status f_agree(dcp_comm *comm, dcp_status local, dcp_status *agreed, int32_t *failed_rank)
 {
-    hgroup *g = G(comm);
-    g->status[comm->rank] = local;
-    dcp_status s = barrier(g);
-    if (s != DCP_OK) return s;
-    *agreed = DCP_OK;
-    *failed_rank = -1;
-    for (int32_t r = 0; r < g->size; r++)
-        if (g->status[r] != DCP_OK) {
-            *agreed = g->status[r];
-            *failed_rank = r;
-            break;
-        }
-    return barrier(g);
+    dcp_comm *c = fault_comm_next(comm);
+    return c->ops->agree(c, local, agreed, failed_rank);
 }
 
-static const dcp_comm_ops hgroup_ops = {h_allgather, h_allgatherv, h_alltoallv, h_broadcast, h_agree};
+static const dcp_comm_ops fault_comm_ops = {f_allgather, f_allgatherv, f_alltoallv, f_broadcast, f_agree};
 
-static void hgroup_comm(hgroup *g, int32_t rank, dcp_comm *comm)
+static dcp_status fault_comm_init(fault_comm *f, dcp_inproc_world *world, int32_t rank, int32_t *calls,
+                                  const int32_t *fault_at, const dcp_inproc_fault *fault, dcp_comm *comm)
 {
-    comm->ops = &hgroup_ops;
-    comm->rank = rank;
-    comm->size = g->size;
-    comm->impl = g;
+    f->world = world, f->calls = calls, f->fault_at = fault_at, f->fault = fault;
+    dcp_status s = dcp_inproc_comm(world, rank, &f->inner);
+    comm->ops = &fault_comm_ops;
+    comm->rank = f->inner.rank;
+    comm->size = f->inner.size;
+    comm->impl = f;
+    return s;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -312,9 +217,9 @@ typedef struct shared {
     dp_input faulty;  /* the planted bad input */
     uint32_t faulty_fields;
     dcp_plan *plan;   /* single-process plan for the oracle */
-    hgroup *world_group;
-    hgroup **lanes;   /* [pp * tp] */
-    hgroup **tps;     /* [pp * n] */
+    dcp_inproc_world *world_group;
+    dcp_inproc_world **lanes; /* [pp * tp] */
+    dcp_inproc_world **tps;   /* [pp * n] */
     pthread_barrier_t start;
     dcp_gpu_world *gpu;      /* gpu mode */
     int64_t device_delta;
@@ -483,10 +388,16 @@ static void *rank_main(void *p)
         args.cuda_stream = gr.stream;
     }
 #endif
+    fault_comm fworld, flane, ftp;
+    int32_t calls = 0, fault_at = -1;
+    const dcp_inproc_fault comm_fault = o->comm_fault;
     if (!o->gpu) {
-        hgroup_comm(sh->world_group, w, &world);
-        if (holds) hgroup_comm(sh->lanes[pp * tp_size + tp], dpxcp, &lane);
-        if (!o->tp_ranks_hold_data && tp_size > 1) hgroup_comm(sh->tps[pp * n + dpxcp], tp, &tpc);
+        gs = fault_comm_init(&fworld, sh->world_group, w, &calls, &fault_at, &comm_fault, &world);
+        if (gs == DCP_OK && holds)
+            gs = fault_comm_init(&flane, sh->lanes[pp * tp_size + tp], dpxcp, &calls, &fault_at, &comm_fault, &lane);
+        if (gs == DCP_OK && !o->tp_ranks_hold_data && tp_size > 1)
+            gs = fault_comm_init(&ftp, sh->tps[pp * n + dpxcp], tp, &calls, &fault_at, &comm_fault, &tpc);
+        if (gs != DCP_OK) note(sh, "world rank %d: communicators: %s", w, dcp_status_str(gs));
     }
     args.world = &world;
     if (holds) args.data_context_parallel = &lane;
@@ -536,6 +447,9 @@ static void *rank_main(void *p)
             input.num_samples = sh->faulty.num_samples;
             input.fields = sh->faulty_fields;
         }
+        calls = 0;
+        fault_at = o->comm_fault != DCP_FAULT_NONE && step == o->fault_step && w == o->fault_world_rank
+                       ? o->comm_fault_call : -1;
         pthread_barrier_wait(&sh->start);
         const dcp_step_output *out = NULL;
         dcp_status s = cs;
@@ -568,6 +482,7 @@ static void *rank_main(void *p)
 #endif
         pthread_mutex_lock(&sh->lock);
         sh->status[step * sh->world + w] = s;
+        sh->result->rank_collectives[w] = calls;
         sh->seconds[step * sh->world + w] = t1 - t0;
         /* on GPUs the first step is a warm-up: NCCL connects its peers lazily */
         if (!(o->gpu && step == 0) && allocated + deallocated > sh->heap_max) sh->heap_max = allocated + deallocated;
@@ -579,7 +494,7 @@ static void *rank_main(void *p)
 #endif
         pthread_mutex_unlock(&sh->lock);
         if (s != DCP_OK) {
-            if (!(o->fault != DCP_HARNESS_FAULT_NONE && step == o->fault_step))
+            if (!((o->fault != DCP_HARNESS_FAULT_NONE || o->comm_fault != DCP_FAULT_NONE) && step == o->fault_step))
                 note(sh, "world rank %d step %d: %s: %s", w, step, dcp_status_str(s), dcp_context_last_error(ctx));
             continue;
         }
@@ -727,11 +642,21 @@ dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *res
             goto cleanup_data;
         }
     }
-    sh.world_group = hgroup_create(sh.world, timeout);
+    /*
+     * A rank may wait out a lane's timeout before it reaches the TP broadcast,
+     * and a TP peer's before the world's agreement: each later communicator
+     * waits longer than all before it together, so a fault on one ends as that
+     * communicator's status instead of a second timeout racing it.
+     */
     sh.lanes = calloc((size_t)sh.pp * (size_t)sh.tp, sizeof *sh.lanes);
     sh.tps = calloc((size_t)sh.pp * (size_t)sh.n, sizeof *sh.tps);
-    for (int32_t i = 0; i < sh.pp * sh.tp; i++) sh.lanes[i] = hgroup_create(sh.n, timeout);
-    for (int32_t i = 0; i < sh.pp * sh.n; i++) sh.tps[i] = hgroup_create(sh.tp, timeout);
+    dcp_status ws = dcp_inproc_world_create(sh.world, timeout * 4, &sh.world_group);
+    for (int32_t i = 0; ws == DCP_OK && i < sh.pp * sh.tp; i++) ws = dcp_inproc_world_create(sh.n, timeout, &sh.lanes[i]);
+    for (int32_t i = 0; ws == DCP_OK && i < sh.pp * sh.n; i++) ws = dcp_inproc_world_create(sh.tp, timeout * 2, &sh.tps[i]);
+    if (ws != DCP_OK) {
+        snprintf(result->message, sizeof result->message, "in-process communicators: %s", dcp_status_str(ws));
+        st = ws;
+    }
     pthread_barrier_init(&sh.start, NULL, (unsigned)sh.world);
     pthread_mutex_init(&sh.lock, NULL);
     sh.status = calloc((size_t)o->steps * (size_t)sh.world, sizeof *sh.status);
@@ -741,6 +666,8 @@ dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *res
     result->rank_pipeline = calloc((size_t)sh.world, sizeof(int32_t));
     result->rank_tensor = calloc((size_t)sh.world, sizeof(int32_t));
     result->rank_dpxcp = calloc((size_t)sh.world, sizeof(int32_t));
+    result->rank_collectives = calloc((size_t)sh.world, sizeof(int32_t));
+    result->rank_step_status = sh.status;
 
     pthread_t *threads = calloc((size_t)sh.world, sizeof *threads);
     rank_arg *args = calloc((size_t)sh.world, sizeof *args);
@@ -773,19 +700,19 @@ dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *res
     int all_ok = 1;
     for (int32_t s = 0; s < o->steps; s++)
         if (sh.status[s * sh.world] != DCP_OK) all_ok = 0;
-    result->verified = o->check && sh.mismatches == 0 && (all_ok || o->fault != DCP_HARNESS_FAULT_NONE);
+    result->verified = o->check && sh.mismatches == 0 && (all_ok || o->fault != DCP_HARNESS_FAULT_NONE || o->comm_fault != DCP_FAULT_NONE);
     memcpy(result->message, sh.message, sizeof result->message);
 
     free(threads), free(args);
     pthread_barrier_destroy(&sh.start);
     pthread_mutex_destroy(&sh.lock);
-    hgroup_destroy(sh.world_group);
+    dcp_inproc_world_destroy(sh.world_group);
 #ifdef DCP_HAVE_NCCL
     dcp_gpu_world_destroy(sh.gpu);
 #endif
-    for (int32_t i = 0; i < sh.pp * sh.tp; i++) hgroup_destroy(sh.lanes[i]);
-    for (int32_t i = 0; i < sh.pp * sh.n; i++) hgroup_destroy(sh.tps[i]);
-    free(sh.lanes), free(sh.tps), free(sh.status), free(sh.seconds);
+    for (int32_t i = 0; i < sh.pp * sh.tp; i++) dcp_inproc_world_destroy(sh.lanes[i]);
+    for (int32_t i = 0; i < sh.pp * sh.n; i++) dcp_inproc_world_destroy(sh.tps[i]);
+    free(sh.lanes), free(sh.tps), free(sh.seconds);
     free(sh.faulty.samples), free(sh.faulty.cu);
     dcp_context_destroy(planner);
 cleanup_data:
@@ -798,5 +725,6 @@ cleanup_data:
 void dcp_harness_result_free(dcp_harness_result *r)
 {
     free(r->rank_stats), free(r->rank_pipeline), free(r->rank_tensor), free(r->rank_dpxcp);
+    free(r->rank_collectives), free(r->rank_step_status);
     memset(r, 0, sizeof *r);
 }

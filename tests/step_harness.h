@@ -33,9 +33,12 @@ typedef struct dcp_harness_options {
     int32_t steps;               /* >= 1 */
     int check;                   /* verify every rank against the oracle after each step */
     dcp_harness_fault fault;
-    int32_t fault_world_rank;
+    dcp_inproc_fault comm_fault; /* CPU ranks: a communicator fault on the fault rank in the fault step, */
+    int32_t comm_fault_call;     /* at its comm_fault_call-th collective of that step (0 = the first) */
+    int32_t fault_world_rank;    /* the rank that gets the planted input and/or communicator fault */
     int32_t fault_step;
-    int32_t timeout_ms;          /* collectives waiting longer fail (0: 60 s) */
+    int32_t timeout_ms;          /* DPxCP collectives waiting longer fail (0: 60 s); TP ones wait twice, the
+                                    world's agreements four times as long */
     int gpu;                     /* one thread per GPU, NCCL communicators, device data (gpu_harness.h); the
                                     first step is a warm-up for allocation counts.  Needs NCCL and world-size GPUs */
 } dcp_harness_options;
@@ -59,6 +62,8 @@ typedef struct dcp_harness_result {
     /* per world rank, last step */
     dcp_step_stats *rank_stats;     /* [world_size] */
     int32_t *rank_pipeline, *rank_tensor, *rank_dpxcp; /* [world_size] */
+    int32_t *rank_collectives;      /* [world_size]: collectives each rank made in the last step */
+    dcp_status *rank_step_status;   /* [steps * world_size]: what each rank's dcp_step returned */
 } dcp_harness_result;
 
 void dcp_harness_options_default(dcp_harness_options *options);

@@ -6,6 +6,7 @@
 #include "step_harness.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static int32_t trace[4096];
@@ -174,6 +175,109 @@ DCP_TEST(bad_input_is_agreed_and_the_next_step_works)
     check_fault(DCP_HARNESS_FAULT_FIELD_MISMATCH, 2, DCP_ERR_FIELD_MISMATCH, 0);
     check_fault(DCP_HARNESS_FAULT_CAPACITY, 3, DCP_ERR_CAPACITY, 0);
     check_fault(DCP_HARNESS_FAULT_SIBLINGS_DIFFER, 1, DCP_ERR_CORRUPT_INPUT, 0);
+}
+
+/*
+ * A communicator fault on one rank at its k-th collective of a step, for every
+ * k the step makes and each fault the in-process backend can plant: every rank
+ * returns an error in that step (the same one, except that a rank which
+ * never arrived at the world's own agreement knows only its local failure),
+ * and the next step verifies on every rank.  A truncation where the faulty
+ * rank has nothing to send changes nothing: that step must then verify too.
+ */
+static int32_t time_scale(void)
+{
+    const char *s = getenv("DCP_TEST_TIME_SCALE"); /* set by the sanitizer and valgrind jobs */
+    int v = s ? atoi(s) : 1;
+    return v >= 1 ? v : 1;
+}
+
+static void comm_fault_options(dcp_harness_options *o, int32_t n)
+{
+    base_options(o, n, 2, 2, 2, 1); /* DP2 x CP2 x TP2: lanes, TP broadcasts and world agreements */
+    o->config.scheduler = DCP_SCHEDULER_DYNAMIC_CP;
+    o->config.pad_alignment = 8;
+    o->timeout_ms = 150 * time_scale();
+}
+
+static void check_comm_fault(int32_t n, int32_t world_rank, dcp_inproc_fault fault, int32_t call)
+{
+    dcp_harness_options o;
+    comm_fault_options(&o, n);
+    o.steps = 2;
+    o.comm_fault = fault;
+    o.comm_fault_call = call;
+    o.fault_world_rank = world_rank;
+    o.fault_step = 0;
+    dcp_harness_result r;
+    DCP_REQUIRE_OK(dcp_harness_run(&o, &r));
+    const int32_t world = r.world_size;
+    dcp_status first_other = DCP_OK;
+    int others_agree = 1, some_ok = 0, some_failed = 0;
+    for (int32_t w = 0; w < world; w++) {
+        dcp_status s = r.rank_step_status[w];
+        if (s == DCP_OK) some_ok = 1;
+        else some_failed = 1;
+        if (w == world_rank) continue;
+        if (first_other == DCP_OK && w == (world_rank == 0 ? 1 : 0)) first_other = s;
+        else if (s != first_other) others_agree = 0;
+    }
+    dcp_status faulty = r.rank_step_status[world_rank];
+    if (some_ok && some_failed)
+        dcp_test_fail(__FILE__, __LINE__, "fault %d at rank %d call %d: some ranks succeeded, some failed (%s on rank %d)",
+                      (int)fault, world_rank, call, dcp_status_str(faulty), world_rank);
+    if (!others_agree)
+        dcp_test_fail(__FILE__, __LINE__, "fault %d at rank %d call %d: the other ranks disagree", (int)fault,
+                      world_rank, call);
+    switch (fault) {
+    case DCP_FAULT_RETURN_ERROR:
+        DCP_CHECK_EQ_INT(faulty, DCP_ERR_COMM);
+        DCP_CHECK_EQ_INT(first_other, DCP_ERR_COMM);
+        break;
+    case DCP_FAULT_NEVER_ARRIVE:
+        /* the missing rank is seen as a timeout; the agreement names the lowest failing rank's status */
+        DCP_CHECK(first_other == DCP_ERR_TIMEOUT || first_other == DCP_ERR_COMM);
+        DCP_CHECK(faulty == DCP_ERR_TIMEOUT || faulty == DCP_ERR_COMM);
+        break;
+    case DCP_FAULT_TRUNCATE:
+        DCP_CHECK(faulty == first_other);
+        DCP_CHECK(faulty == DCP_OK || faulty == DCP_ERR_CORRUPT_INPUT);
+        break;
+    default: break;
+    }
+    for (int32_t w = 0; w < world; w++)
+        if (r.rank_step_status[world + w] != DCP_OK)
+            dcp_test_fail(__FILE__, __LINE__, "fault %d at rank %d call %d: rank %d's next step returned %s", (int)fault,
+                          world_rank, call, w, dcp_status_str(r.rank_step_status[world + w]));
+    if (!r.verified || r.mismatches != 0)
+        dcp_test_fail(__FILE__, __LINE__, "fault %d at rank %d call %d: verified %d, %lld mismatches: %s", (int)fault,
+                      world_rank, call, r.verified, (long long)r.mismatches, r.message);
+    dcp_harness_result_free(&r);
+}
+
+DCP_TEST(communicator_faults_at_every_collective_are_agreed_and_the_next_step_works)
+{
+    int32_t n = load("mlmdefault_n256_seed1.txt", 128);
+    dcp_harness_options o;
+    comm_fault_options(&o, n);
+    dcp_harness_result r;
+    DCP_REQUIRE_OK(dcp_harness_run(&o, &r));
+    DCP_REQUIRE(r.step_status[0] == DCP_OK && r.verified);
+    /* world rank 1: TP rank 0 of a lane (gathers, exchanges, broadcasts); world rank 6: a TP rank that receives */
+    const int32_t ranks[2] = {1, 6};
+    int32_t calls[2] = {r.rank_collectives[1], r.rank_collectives[6]};
+    DCP_CHECK_EQ_INT(r.rank_tensor[1], 0);
+    DCP_CHECK_EQ_INT(r.rank_tensor[6], 1);
+    DCP_CHECK(calls[0] > calls[1] && calls[1] >= 4); /* three agreements and the TP broadcasts at least */
+    dcp_harness_result_free(&r);
+    const int slow = time_scale() > 1;
+    for (int i = 0; i < 2; i++)
+        for (int32_t k = 0; k < calls[i]; k++) {
+            check_comm_fault(n, ranks[i], DCP_FAULT_RETURN_ERROR, k);
+            check_comm_fault(n, ranks[i], DCP_FAULT_TRUNCATE, k);
+            /* each waits out timeouts: under slow tools only the first and last collective */
+            if (!slow || k == 0 || k == calls[i] - 1) check_comm_fault(n, ranks[i], DCP_FAULT_NEVER_ARRIVE, k);
+        }
 }
 
 DCP_TEST(zero_heap_allocations_for_a_4096_sequence_step)
