@@ -8,7 +8,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "dcp_test.h"
-#include "mini_comm.h"
+#include "dcpack.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -377,7 +377,7 @@ typedef struct roll_case {
 static const size_t roll_sizes[ROLL_FIELDS] = {8, 4};
 
 typedef struct host_roll_arg {
-    mini_group *g;
+    dcp_inproc_world *g;
     roll_case *rc;
     int32_t rank;
 } host_roll_arg;
@@ -387,7 +387,7 @@ static void *host_roll(void *p)
     host_roll_arg *a = (host_roll_arg *)p;
     roll_case *rc = a->rc;
     dcp_comm comm;
-    mini_comm(a->g, a->rank, &comm);
+    DCP_CHECK_STATUS(dcp_inproc_comm(a->g, a->rank, &comm), DCP_OK);
     const void *in[ROLL_FIELDS] = {rc->labels[a->rank], rc->mask[a->rank]};
     void *out[ROLL_FIELDS] = {rc->want_labels[a->rank], rc->want_mask[a->rank]};
     void *x = malloc(dcp_mtp_roll_exchange_bytes(rc->num_cu, roll_sizes, ROLL_FIELDS, comm.size));
@@ -436,7 +436,8 @@ static void run_mtp_roll(void)
             rc.mask[r][j] = 0.5f + (float)((j + r) % 3);
         }
     }
-    mini_group *g = mini_group_create(n);
+    dcp_inproc_world *g = NULL;
+    DCP_REQUIRE_OK(dcp_inproc_world_create(n, 60000, &g));
     pthread_t threads[MAX_RANKS];
     host_roll_arg args[MAX_RANKS];
     for (int32_t r = 0; r < n; r++) {
@@ -444,7 +445,7 @@ static void run_mtp_roll(void)
         pthread_create(&threads[r], NULL, host_roll, &args[r]);
     }
     for (int32_t r = 0; r < n; r++) pthread_join(threads[r], NULL);
-    mini_group_destroy(g);
+    dcp_inproc_world_destroy(g);
     run_world(n, device_roll, &rc, 60000);
     for (int32_t r = 0; r < n; r++) free(rc.labels[r]), free(rc.mask[r]), free(rc.want_labels[r]), free(rc.want_mask[r]);
 }

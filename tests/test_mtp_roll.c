@@ -7,7 +7,9 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "dcp_test.h"
-#include "mini_comm.h"
+#include "dcpack.h"
+
+#include <pthread.h>
 #include "../core/mtp_roll.h"
 
 #include <stdlib.h>
@@ -41,9 +43,10 @@ DCP_TEST(bad_arguments)
     size_t size8[] = {8}, size3[] = {3};
     const int32_t cu[] = {0, 4, 8}, down[] = {0, 6, 4}, not_zero[] = {2, 8}, odd[] = {0, 6};
     char exchange[1024];
-    mini_group *g = mini_group_create(1);
+    dcp_inproc_world *g = NULL;
+    DCP_REQUIRE_OK(dcp_inproc_world_create(1, 60000, &g));
     dcp_comm comm;
-    mini_comm(g, 0, &comm);
+    DCP_CHECK_STATUS(dcp_inproc_comm(g, 0, &comm), DCP_OK);
     DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 1, NULL, 3, 8, fields, outs, size8, 1, NULL), DCP_ERR_NULL_POINTER);
     DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 2, cu, 3, 4, fields, outs, size8, 1, NULL), DCP_ERR_NULL_POINTER);
     DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 3, cu, 3, 8, fields, outs, size8, 1, NULL), DCP_ERR_INVALID_ARGUMENT);
@@ -54,7 +57,7 @@ DCP_TEST(bad_arguments)
     DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 1, cu, 3, 7, fields, outs, size8, 1, NULL), DCP_ERR_CORRUPT_INPUT);
     /* a 2-rank group needs spans divisible by 4, and must hold the communicator's rank */
     DCP_CHECK_STATUS(dcp_mtp_roll(&comm, 0, 2, odd, 2, 3, fields, outs, size8, 1, exchange), DCP_ERR_INVALID_ARGUMENT);
-    mini_group_destroy(g);
+    dcp_inproc_world_destroy(g);
 }
 
 /* ---- generated cases ---------------------------------------------------- */
@@ -142,7 +145,7 @@ static void group_case_free(group_case *gc)
 }
 
 typedef struct rank_job {
-    mini_group *g;
+    dcp_inproc_world *g;
     group_case *gc;
     int32_t rank;
     dcp_status status;
@@ -154,7 +157,7 @@ static void *rank_run(void *p)
     group_case *gc = job->gc;
     int32_t r = job->rank - gc->first;
     dcp_comm comm;
-    mini_comm(job->g, job->rank, &comm);
+    DCP_CHECK_STATUS(dcp_inproc_comm(job->g, job->rank, &comm), DCP_OK);
     const void *fields[NUM_FIELDS];
     void *outs[NUM_FIELDS];
     for (int f = 0; f < NUM_FIELDS; f++) fields[f] = gc->input[r][f], outs[f] = gc->got[r][f];
@@ -171,7 +174,8 @@ static void run_layout(const int32_t *group_sizes, int32_t groups)
 {
     int32_t ranks = 0;
     for (int32_t i = 0; i < groups; i++) ranks += group_sizes[i];
-    mini_group *g = mini_group_create(ranks);
+    dcp_inproc_world *g = NULL;
+    DCP_REQUIRE_OK(dcp_inproc_world_create(ranks, 60000, &g));
     group_case *cases = calloc((size_t)groups, sizeof *cases);
     rank_job *jobs = calloc((size_t)ranks, sizeof *jobs);
     pthread_t *threads = calloc((size_t)ranks, sizeof *threads);
@@ -196,7 +200,7 @@ static void run_layout(const int32_t *group_sizes, int32_t groups)
     }
     for (int32_t i = 0; i < groups; i++) group_case_free(&cases[i]);
     free(cases), free(jobs), free(threads);
-    mini_group_destroy(g);
+    dcp_inproc_world_destroy(g);
 }
 
 DCP_TEST(generated_groups_of_one_to_eight_ranks)
