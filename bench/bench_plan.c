@@ -12,9 +12,13 @@
  * dcp_plan_compute, validation included).  Summary: balanced / dynamic_cp
  * makespan per configuration, median and minimum efficiency per scheduler.
  *
- * Scaling: balanced plan time against the number of sequences (a mlmdefault-
- * like synthetic trace, 1024..65536) and the number of ranks (8..16384:
- * ranks are only numbers to the planner).
+ * Speed targets: per scheduler, the slowest matrix cell at 4096 sequences on
+ * 128 ranks (target <= 1 ms) and at 16384 sequences on 512 ranks (<= 5 ms).
+ *
+ * Scaling: each scheduler's plan time against the number of sequences (a
+ * mlmdefault-like synthetic trace, 1024..65536, on 128 ranks) and the number
+ * of ranks (16384 sequences on 8..16384 ranks: ranks are only numbers to the
+ * planner).
  *
  * One thread; times from CLOCK_MONOTONIC.
  */
@@ -280,6 +284,38 @@ static void run_matrix(trace *traces, int num_traces, int repeats, int only_sche
         if (all_n[si])
             printf("  %-12s cells %4d  efficiency median %.4f  min %.4f\n", dcp_scheduler_name(schedulers[si]),
                    all_n[si], median(all_eff[si], all_n[si]), all_min[si]);
+
+    /* Speed targets: the slowest matrix cell of each scheduler at 4096 sequences on 128 ranks, 16384 on 512. */
+    static const struct {
+        int32_t n, ranks;
+        double limit_ms;
+    } speed[] = {{4096, 128, 1.0}, {16384, 512, 5.0}};
+    printf("\nSpeed targets (slowest cell over traces and max_seqlen_per_rank; plan time, validation included)\n");
+    for (size_t k = 0; k < sizeof speed / sizeof speed[0]; k++) {
+        for (int si = 0; si < NUM_SCHEDULERS; si++) {
+            int count = 0;
+            double slowest = 0;
+            const char *where = "";
+            char label[48] = "";
+            for (int ti = 0; ti < num_traces; ti++)
+                for (int ci = 0; ci < NUM_CONFIGS; ci++) {
+                    const cell *x = &cells[ti][ci][si];
+                    if ((only_config >= 0 && ci != only_config) || !x->ran || traces[ti].n != speed[k].n ||
+                        configs[ci].ranks != speed[k].ranks)
+                        continue;
+                    count++;
+                    if (x->plan_ms > slowest) {
+                        slowest = x->plan_ms;
+                        where = traces[ti].name;
+                        config_label(&configs[ci], label, sizeof label);
+                    }
+                }
+            if (count == 0) continue;
+            printf("  %5d sequences on %3d ranks  %-12s cells %2d  slowest %7.3f ms (%s %s)  target <= %.0f ms: %s\n",
+                   speed[k].n, speed[k].ranks, dcp_scheduler_name(schedulers[si]), count, slowest, where, label,
+                   speed[k].limit_ms, slowest <= speed[k].limit_ms ? "met" : "MISSED");
+        }
+    }
 }
 
 /* Deterministic lognormal-like lengths in [128, 8192] (mlmdefault's shape) without libm. */
@@ -306,8 +342,9 @@ static void synthetic_lengths(int32_t *out, int32_t n, uint64_t seed)
     }
 }
 
+/* Median plan time of one scheduler (dp_balanced: static CP, the smallest power of two holding `longest`); -1 when it cannot plan. */
 static double time_plan(dcp_scheduler s, int32_t ranks, int32_t max_seqlen, const int32_t *lengths, int32_t n,
-                        int repeats, int32_t *microbatches, double *efficiency)
+                        int32_t longest, int repeats, int32_t *microbatches, double *efficiency)
 {
     dcp_config c;
     dcp_config_default(&c);
@@ -315,6 +352,13 @@ static double time_plan(dcp_scheduler s, int32_t ranks, int32_t max_seqlen, cons
     c.max_sequences = n;
     c.max_seqlen_per_rank = max_seqlen;
     c.data_parallel_size = ranks;
+    if (s == DCP_SCHEDULER_DP_BALANCED) {
+        int32_t cp = 1;
+        while ((int64_t)cp * max_seqlen < longest) cp *= 2;
+        if (cp > ranks) return -1;
+        c.context_parallel_size = cp;
+        c.data_parallel_size = ranks / cp;
+    }
     dcp_context *ctx = NULL;
     if (dcp_context_create(&c, &ctx) != DCP_OK) return -1;
     const dcp_plan *plan = NULL;
@@ -337,27 +381,41 @@ static double time_plan(dcp_scheduler s, int32_t ranks, int32_t max_seqlen, cons
     return median(times, repeats);
 }
 
-static void run_scaling(int repeats)
+static void scaling_row(int32_t n, int32_t ranks, const int32_t *lengths, int repeats, int only_scheduler)
+{
+    int32_t longest = 0;
+    for (int32_t i = 0; i < n; i++)
+        if (lengths[i] > longest) longest = lengths[i];
+    printf("%-10d %-8d %-6d", n, ranks, 4096);
+    for (int si = 0; si < NUM_SCHEDULERS; si++) {
+        if (only_scheduler >= 0 && (int)schedulers[si] != only_scheduler) {
+            printf(" | %10s %5s %6s", "-", "-", "-");
+            continue;
+        }
+        int32_t mbs = 0;
+        double eff = 0;
+        double ms = time_plan(schedulers[si], ranks, 4096, lengths, n, longest, repeats, &mbs, &eff);
+        if (ms < 0) printf(" | %10s %5s %6s", "failed", "-", "-");
+        else printf(" | %10.3f %5d %6.4f", ms, mbs, eff);
+        fflush(stdout);
+    }
+    printf("\n");
+}
+
+static void run_scaling(int repeats, int only_scheduler)
 {
     int32_t *lengths = malloc((size_t)65536 * sizeof *lengths);
     synthetic_lengths(lengths, 65536, 1);
-    printf("\nScaling: balanced plan time (median of %d, validation included), synthetic mlmdefault-like lengths\n",
+    printf("\nScaling: plan time in ms (median of %d, validation included), microbatches, efficiency;\n"
+           "synthetic mlmdefault-like lengths, max_seqlen_per_rank 4096 (dp_balanced: static CP 2)\n",
            repeats);
-    printf("%-10s %-8s %-8s %12s %6s %7s\n", "sequences", "ranks", "M", "plan ms", "mbs", "eff");
+    printf("%-10s %-8s %-6s | %-24s | %-24s | %-24s\n", "sequences", "ranks", "M", "dp_balanced: ms mbs eff",
+           "dynamic_cp: ms mbs eff", "balanced: ms mbs eff");
     static const int32_t seqs[] = {1024, 4096, 16384, 65536};
-    for (size_t i = 0; i < sizeof seqs / sizeof seqs[0]; i++) {
-        int32_t mbs = 0;
-        double eff = 0;
-        double ms = time_plan(DCP_SCHEDULER_BALANCED, 128, 4096, lengths, seqs[i], repeats, &mbs, &eff);
-        printf("%-10d %-8d %-8d %12.3f %6d %7.4f\n", seqs[i], 128, 4096, ms, mbs, eff);
-    }
+    for (size_t i = 0; i < sizeof seqs / sizeof seqs[0]; i++) scaling_row(seqs[i], 128, lengths, repeats, only_scheduler);
     static const int32_t ranks[] = {8, 32, 128, 512, 2048, 8192, 16384};
-    for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; i++) {
-        int32_t mbs = 0;
-        double eff = 0;
-        double ms = time_plan(DCP_SCHEDULER_BALANCED, ranks[i], 4096, lengths, 16384, repeats, &mbs, &eff);
-        printf("%-10d %-8d %-8d %12.3f %6d %7.4f\n", 16384, ranks[i], 4096, ms, mbs, eff);
-    }
+    for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; i++)
+        scaling_row(16384, ranks[i], lengths, repeats, only_scheduler);
     free(lengths);
 }
 
@@ -409,7 +467,7 @@ int main(int argc, char **argv)
                NUM_CONFIGS, repeats);
         run_matrix(traces, num_traces, repeats, only_scheduler, only_config);
     }
-    if (scaling) run_scaling(repeats);
+    if (scaling) run_scaling(repeats, only_scheduler);
     for (int i = 0; i < num_traces; i++) free(traces[i].lengths);
     return 0;
 }
