@@ -1,11 +1,14 @@
 /*
- * test_bad_input.c - every kind of bad input the planning API can receive:
- * the status it gets, the message naming the offending value, nothing written
- * to the caller's outputs, and a context that works afterwards exactly as a
- * fresh one does (same status and plan hash for a good batch).
+ * test_bad_input.c - every kind of bad input the public API can receive
+ * (configuration, context, planning, validation, gather, step, communicator
+ * sizes, CUDA and NCCL entry points): the status it gets, the message naming
+ * the offending value, nothing written to the caller's outputs, and a context
+ * that works afterwards exactly as a fresh one does (same status and plan
+ * hash for a good batch, same packed tokens for a good step).
  *
- * The README's bad-input table points at these cases (and at the narrower
- * ones in test_config.c, test_validate.c, test_bucket.c).
+ * The README's bad-input table points at these cases (and at the narrower or
+ * multi-rank ones in test_config.c, test_validate.c, test_bucket.c,
+ * test_gather.c, test_step.c, test_comm.c, test_mtp_roll.c, test_gdn_pad.c).
  */
 #include "dcp_test.h"
 #include "../core/plan.h"
@@ -591,4 +594,294 @@ DCP_TEST(step_bad_inputs)
     DCP_CHECK_CONTAINS(dcp_context_last_error(ctx), "max_sequences = 2");
     dcp_context_destroy(ctx);
 #undef STEP_FAILS
+}
+
+/* ---- configuration values test_config.c's table leaves out ---- */
+
+/*
+ * Every other field dcp_config_validate() checks: the status and message, and
+ * the same refusal from dcp_workspace_size() (size untouched),
+ * dcp_context_create() and dcp_context_init_static() (no context).
+ */
+DCP_TEST(config_bad_values_refused_by_every_entry_point)
+{
+    static unsigned char memory[1 << 16];
+    enum { CASES = 17 };
+    for (int i = 0; i < CASES; i++) {
+        dcp_config c = small_config(DCP_SCHEDULER_DYNAMIC_CP);
+        dcp_status want = DCP_ERR_INVALID_CONFIG;
+        const char *part = "";
+        switch (i) {
+        case 0: c.virtual_pipeline_size = 0, part = "virtual_pipeline_size must be >= 1, got 0"; break;
+        case 1: c.min_cp_size = 0, part = "min_cp_size must be >= 1, got 0"; break;
+        case 2: c.world_size = -8, part = "world_size must be >= 0, got -8"; break;
+        case 3: c.max_sequences_per_microbatch = -1, part = "max_sequences_per_microbatch must be >= 0, got -1"; break;
+        case 4: c.max_tokens_per_rank = -1, part = "max_tokens_per_rank must be >= 0, got -1"; break;
+        case 5:
+            c.max_tokens_per_rank = ((int64_t)1 << 40) + 1, want = DCP_ERR_OVERFLOW;
+            part = "max_tokens_per_rank 1099511627777 exceeds 2^40";
+            break;
+        case 6: c.max_microbatches = -1, part = "max_microbatches must be >= 0, got -1"; break;
+        case 7: c.pad_alignment = -16, part = "pad_alignment must be >= 0, got -16"; break;
+        case 8: c.pad_to_max_seqlen = 2, part = "pad_to_max_seqlen must be 0 or 1, got 2"; break;
+        case 9: c.thd_tail_policy = (dcp_thd_tail)2, part = "thd_tail_policy 2 is not"; break;
+        case 10: c.cp_partition = (dcp_cp_partition)-1, part = "cp_partition -1 is not"; break;
+        case 11: c.cost.quadratic = -1, part = "cost.quadratic must be >= 0, got -1"; break;
+        case 12: c.cost.linear = INT64_MIN, part = "cost.linear must be >= 0, got -9223372036854775808"; break;
+        case 13: c.cost.round_latency = -3, part = "cost.round_latency must be >= 0, got -3"; break;
+        case 14: c.scheduler = (dcp_scheduler)-1, part = "scheduler -1 is not one of"; break;
+        case 15: c.fields = 1u << 31, part = "fields 0x80000000 has bits outside"; break;
+        case 16: c.max_seqlen_per_rank = INT32_MIN, part = "max_seqlen_per_rank must be >= 1, got -2147483648"; break;
+        }
+        char message[256];
+        dcp_status st = dcp_config_validate(&c, message, sizeof message);
+        if (st != want)
+            dcp_test_fail(__FILE__, __LINE__, "case %d: validate gave %s (%s), expected %s", i, dcp_status_str(st),
+                          message, dcp_status_str(want));
+        DCP_CHECK_CONTAINS(message, part);
+        size_t size = 777;
+        DCP_CHECK_STATUS(dcp_workspace_size(&c, &size), want);
+        DCP_CHECK_EQ_INT(size, 777);
+        dcp_context *ctx = NULL;
+        DCP_CHECK_STATUS(dcp_context_create(&c, &ctx), want);
+        DCP_CHECK(ctx == NULL);
+        DCP_CHECK_STATUS(dcp_context_init_static(memory, sizeof memory, &c, &ctx), want);
+        DCP_CHECK(ctx == NULL);
+    }
+}
+
+/* ---- dcp_step: missing arguments, and the planner's errors reached through a step ---- */
+
+DCP_TEST(step_missing_arguments_and_planning_errors)
+{
+    dcp_config c = step_config();
+    c.max_tokens_per_rank = 128; /* room for the 100-token sample below */
+    dcp_context *ctx = NULL;
+    DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+    step_fixture f;
+    const dcp_step_output *out = NULL;
+    const char *required = "args, output and the world communicator are required";
+
+    step_fixture_init(&f);
+    DCP_CHECK_STATUS(dcp_step(ctx, NULL, &f.input, &out), DCP_ERR_NULL_POINTER);
+    DCP_CHECK_CONTAINS(dcp_context_last_error(ctx), required);
+    DCP_CHECK(out == NULL);
+    check_step_usable(ctx, "NULL args", __LINE__);
+    DCP_CHECK_STATUS(dcp_step(ctx, &f.args, &f.input, NULL), DCP_ERR_NULL_POINTER);
+    DCP_CHECK_CONTAINS(dcp_context_last_error(ctx), required);
+    check_step_usable(ctx, "NULL output", __LINE__);
+    DCP_CHECK_STATUS(dcp_step(ctx, &f.args, NULL, &out), DCP_ERR_NULL_POINTER);
+    DCP_CHECK_CONTAINS(dcp_context_last_error(ctx), "input is NULL on a rank that holds data");
+    DCP_CHECK(out == NULL);
+    check_step_usable(ctx, "NULL input", __LINE__);
+
+    /* a sequence longer than the one rank holds (M = 64): the planner's DCP_ERR_BAD_LENGTH */
+    static int64_t long_tokens[100], long_labels[100], long_positions[100];
+    static float long_mask[100];
+    step_fixture_init(&f);
+    f.samples[0] = (dcp_sample){long_tokens, long_labels, long_mask, long_positions, 100, NULL, 0, 100, 100};
+    DCP_CHECK_STATUS(dcp_step(ctx, &f.args, &f.input, &out), DCP_ERR_BAD_LENGTH);
+    DCP_CHECK_CONTAINS(dcp_context_last_error(ctx), "length 100");
+    DCP_CHECK(out == NULL);
+    check_step_usable(ctx, "a sequence longer than the ranks hold", __LINE__);
+    dcp_context_destroy(ctx);
+
+    /* VPP: one sequence cannot make the 2 microbatches of a VPP group: DCP_ERR_INFEASIBLE */
+    c = step_config();
+    c.pipeline_parallel_size = 2;
+    c.virtual_pipeline_size = 2;
+    c.microbatch_group_size_per_vp_stage = 2;
+    DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+    step_fixture_init(&f);
+    f.input.num_samples = 1;
+    DCP_CHECK_STATUS(dcp_step(ctx, &f.args, &f.input, &out), DCP_ERR_INFEASIBLE);
+    DCP_CHECK_CONTAINS(dcp_context_last_error(ctx), "1 sequences cannot fill");
+    DCP_CHECK(out == NULL);
+    check_step_usable(ctx, "a VPP-infeasible batch", __LINE__); /* three sequences make 2 microbatches */
+    dcp_context_destroy(ctx);
+
+    /* TP 2 where only TP rank 0 holds the data, without a TP communicator */
+    c = step_config();
+    c.tensor_parallel_size = 2;
+    DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+    step_fixture_init(&f);
+    DCP_CHECK_STATUS(dcp_step(ctx, &f.args, &f.input, &out), DCP_ERR_NULL_POINTER);
+    DCP_CHECK_CONTAINS(dcp_context_last_error(ctx), "tensor_parallel_size 2 needs a TP communicator");
+    DCP_CHECK(out == NULL);
+    f.args.tp_ranks_hold_data = 1; /* every TP rank holds the data: no TP communicator needed */
+    DCP_CHECK_STATUS(dcp_step(ctx, &f.args, &f.input, &out), DCP_OK);
+    DCP_CHECK(out != NULL && out->num_sequences == 3);
+    dcp_context_destroy(ctx);
+}
+
+/* ---- dcp_step over two CP ranks: a span zigzag slicing cannot cut ---- */
+
+typedef struct cp_step_test {
+    dcp_inproc_world *world, *lane;
+    int32_t lengths[2]; /* the sample's length in step 0 and step 1 */
+    dcp_status status[2][2];
+    char message[2][256];
+    int64_t tokens_computed[2];
+} cp_step_test;
+
+static void cp_step_rank(int32_t rank, void *arg)
+{
+    cp_step_test *t = arg;
+    dcp_config c = step_config();
+    c.context_parallel_size = 2; /* dp_balanced, DP 1 x CP 2, zigzag, no padding */
+    dcp_context *ctx = NULL;
+    t->status[rank][0] = t->status[rank][1] = DCP_ERR_ALLOC;
+    if (dcp_context_create(&c, &ctx) != DCP_OK) return;
+    int64_t tokens[16], labels[16], positions[16];
+    float mask[16];
+    for (int i = 0; i < 16; i++) tokens[i] = labels[i] = positions[i] = i, mask[i] = 1.0f;
+    dcp_comm world, lane;
+    dcp_inproc_comm(t->world, rank, &world);
+    dcp_inproc_comm(t->lane, rank, &lane);
+    dcp_step_args args;
+    memset(&args, 0, sizeof args);
+    args.world = &world;
+    args.data_context_parallel = &lane;
+    for (int k = 0; k < 2; k++) {
+        /* CP siblings hold the same input */
+        dcp_sample s = {tokens, labels, mask, positions, t->lengths[k], NULL, 0, t->lengths[k], t->lengths[k]};
+        dcp_step_input in = {&s, 1, DCP_FIELD_ALL};
+        const dcp_step_output *out = NULL;
+        t->status[rank][k] = dcp_step(ctx, &args, &in, &out);
+        if (k == 0) snprintf(t->message[rank], sizeof t->message[rank], "%s", dcp_context_last_error(ctx));
+        if (k == 1 && t->status[rank][k] == DCP_OK) t->tokens_computed[rank] = out->stats.tokens_computed;
+    }
+    dcp_context_destroy(ctx);
+}
+
+DCP_TEST(step_span_cp_slicing_cannot_cut_fails_on_every_rank)
+{
+    cp_step_test t;
+    memset(&t, 0, sizeof t);
+    t.lengths[0] = 6; /* zigzag over CP 2 cuts a span into 4 equal chunks */
+    t.lengths[1] = 8;
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 30000, &t.world));
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 30000, &t.lane));
+    DCP_REQUIRE_OK(dcp_inproc_run(2, cp_step_rank, &t));
+    dcp_inproc_world_destroy(t.world);
+    dcp_inproc_world_destroy(t.lane);
+    for (int r = 0; r < 2; r++) {
+        DCP_CHECK_STATUS(t.status[r][0], DCP_ERR_BAD_LENGTH);
+        DCP_CHECK_STATUS(t.status[r][1], DCP_OK);
+        DCP_CHECK_EQ_INT(t.tokens_computed[r], 4); /* half of the 8-token sequence on each rank */
+    }
+    /* each rank finds it while laying out its own slice, and names the span */
+    DCP_CHECK_CONTAINS(t.message[0], "on rank 0: zigzag CP slicing: sequence 0 spans 6 slots, not divisible by 2*cp");
+    DCP_CHECK_CONTAINS(t.message[1], "on rank 1: zigzag CP slicing: sequence 0 spans 6 slots");
+}
+
+/* ---- a communicator operation with sizes past SIZE_MAX ---- */
+
+typedef struct overflow_test {
+    dcp_inproc_world *world;
+    dcp_status status[4][3];
+    int64_t recv[4][3][4];
+} overflow_test;
+
+static void overflow_rank(int32_t rank, void *arg)
+{
+    overflow_test *t = arg;
+    dcp_comm comm;
+    dcp_inproc_comm(t->world, rank, &comm);
+    int64_t send = 10 + rank;
+    for (int k = 0; k < 3; k++)
+        for (int p = 0; p < 4; p++) t->recv[rank][k][p] = -1;
+    /* rank 2 announces an allgather whose 4 blocks would not fit in size_t */
+    t->status[rank][0] = comm.ops->allgather(&comm, &send, rank == 2 ? SIZE_MAX / 2 : sizeof send, t->recv[rank][0]);
+    /* rank 1 places one allgatherv piece so that it ends past SIZE_MAX */
+    size_t bytes[4], offsets[4];
+    for (int p = 0; p < 4; p++) bytes[p] = sizeof(int64_t), offsets[p] = (size_t)p * sizeof(int64_t);
+    if (rank == 1) offsets[3] = SIZE_MAX - 4;
+    t->status[rank][1] = comm.ops->allgatherv(&comm, &send, sizeof send, t->recv[rank][1], bytes, offsets);
+    /* and the world works afterwards */
+    t->status[rank][2] = comm.ops->allgather(&comm, &send, sizeof send, t->recv[rank][2]);
+}
+
+DCP_TEST(communicator_sizes_past_size_max_abort_everywhere)
+{
+    overflow_test t;
+    memset(&t, 0, sizeof t);
+    DCP_REQUIRE_OK(dcp_inproc_world_create(4, 30000, &t.world));
+    DCP_REQUIRE_OK(dcp_inproc_run(4, overflow_rank, &t));
+    dcp_inproc_world_destroy(t.world);
+    for (int r = 0; r < 4; r++) {
+        DCP_CHECK_STATUS(t.status[r][0], DCP_ERR_OVERFLOW);
+        DCP_CHECK_STATUS(t.status[r][1], DCP_ERR_OVERFLOW);
+        DCP_CHECK_STATUS(t.status[r][2], DCP_OK);
+        for (int p = 0; p < 4; p++) {
+            DCP_CHECK_EQ_INT(t.recv[r][0][p], -1); /* nothing copied by an aborted collective */
+            DCP_CHECK_EQ_INT(t.recv[r][1][p], -1);
+            DCP_CHECK_EQ_INT(t.recv[r][2][p], 10 + p);
+        }
+    }
+}
+
+/* ---- CUDA and NCCL entry points on a machine or build without them ---- */
+
+DCP_TEST(cuda_and_nccl_entry_points_refuse_cleanly)
+{
+    dcp_config c = step_config();
+    dcp_context *ctx = NULL, *planning = NULL;
+    DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+    size_t device = 7, host = 7;
+    dcp_status st = dcp_cuda_workspace_size(&c, &device, &host);
+    DCP_CHECK_STATUS(dcp_context_attach_cuda(NULL, NULL, 0, NULL, 0), DCP_ERR_NULL_POINTER);
+    if (st == DCP_ERR_UNSUPPORTED) {
+        /* built without CUDA: every entry point says so and writes nothing */
+        DCP_CHECK(device == 7 && host == 7);
+        DCP_CHECK_EQ_INT(dcp_cuda_device_count(), 0);
+        DCP_CHECK_STATUS(dcp_context_attach_cuda(ctx, NULL, 0, NULL, 0), DCP_ERR_UNSUPPORTED);
+        DCP_CHECK_CONTAINS(dcp_context_last_error(ctx), "built without CUDA");
+        unsigned char rows[8] = {0};
+        DCP_CHECK_STATUS(dcp_gdn_pad_cuda(rows, 1, 1, 4, NULL, 0, rows, 8, NULL, NULL), DCP_ERR_UNSUPPORTED);
+        DCP_CHECK_STATUS(dcp_gdn_strip_cuda(rows, 1, 1, rows, NULL), DCP_ERR_UNSUPPORTED);
+        DCP_CHECK_STATUS(dcp_mtp_roll_cuda(NULL, 0, 1, NULL, 0, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL),
+                         DCP_ERR_UNSUPPORTED);
+    } else {
+        /* built with CUDA: sizes and caller memory are checked before any CUDA call */
+        DCP_CHECK_STATUS(st, DCP_OK);
+        DCP_CHECK(device > 0 && device != 7 && host > 0);
+        size_t d = 7, h = 7;
+        DCP_CHECK_STATUS(dcp_cuda_workspace_size(NULL, &d, &h), DCP_ERR_NULL_POINTER);
+        DCP_CHECK_STATUS(dcp_cuda_workspace_size(&c, NULL, &h), DCP_ERR_NULL_POINTER);
+        dcp_config bad = c;
+        bad.data_parallel_size = 0;
+        DCP_CHECK_STATUS(dcp_cuda_workspace_size(&bad, &d, &h), DCP_ERR_INVALID_CONFIG);
+        bad = c;
+        bad.max_tokens_per_rank = 0;
+        DCP_CHECK_STATUS(dcp_cuda_workspace_size(&bad, &d, &h), DCP_ERR_CAPACITY);
+        DCP_CHECK(d == 7 && h == 7);
+        unsigned char small[64];
+        DCP_CHECK_STATUS(dcp_context_attach_cuda(ctx, small, device - 1, NULL, 0), DCP_ERR_WORKSPACE_TOO_SMALL);
+        DCP_CHECK_CONTAINS(dcp_context_last_error(ctx), "attach_cuda: needs");
+        DCP_REQUIRE_OK(dcp_context_create(&bad, &planning));
+        DCP_CHECK_STATUS(dcp_context_attach_cuda(planning, NULL, 0, NULL, 0), DCP_ERR_CAPACITY);
+        DCP_CHECK_CONTAINS(dcp_context_last_error(planning), "max_tokens_per_rank is 0");
+        dcp_context_destroy(planning);
+    }
+    check_step_usable(ctx, "a refused CUDA attach", __LINE__); /* still a host context */
+    dcp_context_destroy(ctx);
+
+    dcp_comm comm;
+    memset(&comm, 0xAB, sizeof comm);
+    if (!dcp_nccl_available()) {
+        DCP_CHECK_STATUS(dcp_nccl_comm_init(&comm, NULL, NULL, NULL), DCP_ERR_UNSUPPORTED);
+        DCP_CHECK(comm.ops == NULL); /* a handle that no collective can run on */
+        dcp_comm child;
+        DCP_CHECK_STATUS(dcp_nccl_comm_split(&comm, 0, 0, &child), DCP_ERR_UNSUPPORTED);
+        DCP_CHECK(child.ops == NULL);
+        dcp_nccl_cp_groups groups;
+        DCP_CHECK_STATUS(dcp_nccl_cp_groups_create(&comm, &groups), DCP_ERR_UNSUPPORTED);
+        DCP_CHECK_EQ_INT(groups.count, 0);
+        DCP_CHECK(dcp_nccl_cp_group(&groups, 1) == NULL);
+        DCP_CHECK_STATUS(dcp_nccl_comm_abort(&comm), DCP_ERR_UNSUPPORTED);
+    } else {
+        DCP_CHECK_STATUS(dcp_nccl_comm_init(&comm, NULL, NULL, NULL), DCP_ERR_NULL_POINTER);
+        DCP_CHECK_STATUS(dcp_nccl_comm_init(NULL, &comm, NULL, NULL), DCP_ERR_NULL_POINTER);
+    }
 }
