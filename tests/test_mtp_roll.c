@@ -8,10 +8,9 @@
 #define _POSIX_C_SOURCE 200809L
 #include "dcp_test.h"
 #include "dcpack.h"
-
-#include <pthread.h>
 #include "../core/mtp_roll.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
