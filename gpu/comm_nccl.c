@@ -165,7 +165,7 @@ static dcp_status to_host(nccl_impl *c, void *dst, const void *src, size_t bytes
 
 static dcp_status op_allgather(dcp_comm *comm, const void *send, size_t bytes, void *recv)
 {
-    nccl_impl *c;
+    nccl_impl *c = NULL;
     dcp_status s = begin(comm, &c);
     if (s != DCP_OK) return s;
     if (bytes == 0) return DCP_OK;
@@ -189,7 +189,7 @@ static dcp_status op_allgather(dcp_comm *comm, const void *send, size_t bytes, v
 static dcp_status op_allgatherv(dcp_comm *comm, const void *send, size_t send_bytes, void *recv,
                                 const size_t *recv_bytes, const size_t *recv_offsets)
 {
-    nccl_impl *c;
+    nccl_impl *c = NULL;
     dcp_status s = begin(comm, &c);
     if (s != DCP_OK) return s;
     const int32_t me = comm->rank, n = comm->size;
@@ -249,7 +249,7 @@ static dcp_status op_allgatherv(dcp_comm *comm, const void *send, size_t send_by
 static dcp_status op_alltoallv(dcp_comm *comm, const void *send, const size_t *send_bytes, const size_t *send_offsets,
                                void *recv, const size_t *recv_bytes, const size_t *recv_offsets)
 {
-    nccl_impl *c;
+    nccl_impl *c = NULL;
     dcp_status s = begin(comm, &c);
     if (s != DCP_OK) return s;
     const int32_t me = comm->rank, n = comm->size;
@@ -303,7 +303,7 @@ static dcp_status op_alltoallv(dcp_comm *comm, const void *send, const size_t *s
 
 static dcp_status op_broadcast(dcp_comm *comm, void *buffer, size_t bytes, int32_t root)
 {
-    nccl_impl *c;
+    nccl_impl *c = NULL;
     dcp_status s = begin(comm, &c);
     if (s != DCP_OK) return s;
     if (bytes == 0) return DCP_OK; /* a bad root is NCCL's to refuse (DCP_ERR_NCCL) */
@@ -323,7 +323,7 @@ static dcp_status op_broadcast(dcp_comm *comm, void *buffer, size_t bytes, int32
 /* key = OK ? INT64_MAX : rank << 16 | -status; the minimum over ranks names the lowest failing rank. */
 static dcp_status op_agree(dcp_comm *comm, dcp_status local, dcp_status *agreed, int32_t *failed_rank)
 {
-    nccl_impl *c;
+    nccl_impl *c = NULL;
     dcp_status s = begin(comm, &c);
     if (s != DCP_OK) return s;
     int64_t key = local == DCP_OK ? INT64_MAX : ((int64_t)comm->rank << 16) | (int64_t)(-(int)local & 0xFFFF);
