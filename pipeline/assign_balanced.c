@@ -54,7 +54,13 @@
 
 #include <string.h>
 
-enum { NUM_CLASSES = DCP_MAX_LOG2_CP + 2, FULL_CLASS = DCP_MAX_LOG2_CP + 1 };
+/*
+ * CP-size classes: one per power of two up to the largest DPxCP group
+ * dcp_config_validate() accepts (2^20 ranks, past DCP_MAX_LOG2_CP: a group
+ * may span the whole pool), and FULL_CLASS for all N ranks when N is not a
+ * power of two.
+ */
+enum { MAX_LOG2_RANKS = 20, NUM_CLASSES = MAX_LOG2_RANKS + 2, FULL_CLASS = MAX_LOG2_RANKS + 1 };
 
 /* Largest microbatch (in sequences) that is repacked: the repacking is quadratic in it. */
 enum { REPACK_MAX = 4096 };

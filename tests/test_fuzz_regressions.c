@@ -62,3 +62,45 @@ DCP_TEST(dp_balanced_static_cp_not_power_of_two)
     DCP_CHECK_STATUS(dcp_plan_validate(ctx, &bad, small, 6, &v), DCP_OK);
     dcp_context_destroy(ctx);
 }
+
+/*
+ * fuzz_config: balanced on DP 8 x CP 65535 ranks indexed its per-CP-size
+ * tables (one class per power of two up to 2^16, and one for "all N ranks")
+ * past their end once a group grew beyond 65536 ranks: a 2^17-rank group
+ * shared the class of the whole pool and a 2^18-rank group read past the
+ * tables.  dcp_config_validate() allows 2^20 ranks, so CP groups go up to
+ * 2^20 ranks.  Here sequences whose minimal CP sizes are 2^17, 2^18 and the
+ * whole pool, on 2^20 ranks (the most dcp_config_validate() accepts) and on
+ * 3 x 2^17 (not a power of two), with M = 1.
+ */
+DCP_TEST(balanced_cp_groups_beyond_65536_ranks)
+{
+    const int32_t pools[2] = {1 << 20, 3 << 17};
+    for (int i = 0; i < 2; i++) {
+        const int32_t ranks = pools[i];
+        const int32_t lengths[5] = {1 << 18, 1 << 17, 100000, 1 << 17, ranks};
+        for (int s = DCP_SCHEDULER_DYNAMIC_CP; s <= DCP_SCHEDULER_BALANCED; s++) {
+            dcp_config c;
+            dcp_config_default(&c);
+            c.scheduler = (dcp_scheduler)s;
+            c.data_parallel_size = ranks;
+            c.max_sequences = 8;
+            c.max_seqlen_per_rank = 1;
+            dcp_context *ctx = NULL;
+            DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+            const dcp_plan *plan = NULL;
+            dcp_status st = dcp_plan_compute(ctx, lengths, 5, &plan);
+            if (st != DCP_OK)
+                dcp_test_fail(__FILE__, __LINE__, "%s on %d ranks: %s: %s", dcp_scheduler_name(c.scheduler), ranks,
+                              dcp_status_str(st), dcp_context_last_error(ctx));
+            else {
+                DCP_CHECK_STATUS(dcp_plan_validate(ctx, plan, lengths, 5, NULL), DCP_OK);
+                int32_t widest = 0;
+                for (int32_t g = 0; g < plan->num_groups; g++)
+                    if (plan->group_cp_size[g] > widest) widest = plan->group_cp_size[g];
+                DCP_CHECK(widest >= (1 << 18));
+            }
+            dcp_context_destroy(ctx);
+        }
+    }
+}
