@@ -160,21 +160,37 @@ dcp_status dcp_mtp_roll_exchange(dcp_comm *comm, int32_t first, int32_t cp, cons
     return DCP_OK;
 }
 
+dcp_status dcp_mtp_roll_agree(dcp_comm *comm, dcp_status local)
+{
+    if (!comm) return local;
+    if (!comm->ops) return local != DCP_OK ? local : DCP_ERR_NULL_POINTER; /* nobody to tell */
+    dcp_status agreed = DCP_OK;
+    int32_t failed = -1;
+    dcp_status s = comm->ops->agree(comm, local, &agreed, &failed);
+    return s != DCP_OK ? s : agreed;
+}
+
 dcp_status dcp_mtp_roll(dcp_comm *comm, int32_t first, int32_t cp, const int32_t *cu, int32_t num_cu,
                         int64_t num_tokens, const void *const *fields, void *const *out, const size_t *elem_size,
                         int32_t num_fields, void *exchange)
 {
-    if (!cu) return DCP_ERR_NULL_POINTER;
-    dcp_status s = dcp_mtp_roll_check(comm, first, cp, cu, num_cu, num_tokens, fields, out, elem_size, num_fields, NULL);
-    if (s != DCP_OK) return s;
-    if (comm && !exchange) return DCP_ERR_NULL_POINTER;
+    dcp_status s = cu ? dcp_mtp_roll_check(comm, first, cp, cu, num_cu, num_tokens, fields, out, elem_size, num_fields,
+                                           NULL)
+                      : DCP_ERR_NULL_POINTER;
+    if (s == DCP_OK && comm && !exchange) s = DCP_ERR_NULL_POINTER;
     const int32_t n = num_cu - 1, r = comm ? comm->rank - first : 0;
-    dcp_mtp_roll_layout l;
-    dcp_mtp_roll_layout_compute(n, elem_size, num_fields, &l);
+    dcp_mtp_roll_layout l = {0};
     unsigned char *x = (unsigned char *)exchange;
-    for (int32_t f = 0; f < num_fields && cp > 1; f++)
-        dcp_mtp_roll_boundary_cpu(fields[f], elem_size[f], cu, n, cp, x + l.to_prev + l.field_offset[f],
-                                  x + l.to_next + l.field_offset[f]);
+    if (s == DCP_OK) {
+        dcp_mtp_roll_layout_compute(n, elem_size, num_fields, &l);
+        for (int32_t f = 0; f < num_fields && cp > 1; f++)
+            dcp_mtp_roll_boundary_cpu(fields[f], elem_size[f], cu, n, cp, x + l.to_prev + l.field_offset[f],
+                                      x + l.to_next + l.field_offset[f]);
+    }
+    const dcp_status local = s;
+    s = dcp_mtp_roll_agree(comm, local);
+    if (s == DCP_OK) s = local;
+    if (s != DCP_OK) return s;
     if (comm) {
         size_t *counts = (size_t *)(x + l.data_bytes);
         s = dcp_mtp_roll_exchange(comm, first, cp, &l, x, counts, NULL);

@@ -68,4 +68,13 @@ void dcp_mtp_roll_apply_cpu(const void *field, void *out, size_t elem_size, cons
 dcp_status dcp_mtp_roll_exchange(dcp_comm *comm, int32_t group_first_rank, int32_t cp,
                                  const dcp_mtp_roll_layout *layout, void *exchange, size_t *counts, dcp_error *err);
 
+/*
+ * Before the exchange every rank of comm passes its local status (argument
+ * checks, the boundary gather) and gets the same answer: the lowest failing
+ * rank's status, or the communicator's failure.  A rank that cannot take part
+ * in the exchange thus never leaves its peers pairing their exchange with its
+ * next call.  Without comm (cp 1): the local status.
+ */
+dcp_status dcp_mtp_roll_agree(dcp_comm *comm, dcp_status local);
+
 #endif

@@ -27,22 +27,27 @@ dcp_status dcp_mtp_roll_cuda(dcp_comm *comm, int32_t first, int32_t cp, const in
                              int64_t num_tokens, const void *const *fields, void *const *out, const size_t *elem_size,
                              int32_t num_fields, void *exchange, void *host_scratch, void *stream)
 {
-    if (!cu) return DCP_ERR_NULL_POINTER;
-    dcp_status s =
-        dcp_mtp_roll_check(comm, first, cp, NULL, num_cu, num_tokens, fields, out, elem_size, num_fields, NULL);
-    if (s != DCP_OK) return s;
-    if (comm && (!exchange || !host_scratch)) return DCP_ERR_NULL_POINTER;
+    dcp_status s = cu ? dcp_mtp_roll_check(comm, first, cp, NULL, num_cu, num_tokens, fields, out, elem_size,
+                                           num_fields, NULL)
+                      : DCP_ERR_NULL_POINTER;
+    if (s == DCP_OK && comm && (!exchange || !host_scratch)) s = DCP_ERR_NULL_POINTER;
     const int32_t n = num_cu - 1, r = comm ? comm->rank - first : 0;
-    dcp_mtp_roll_layout l;
-    dcp_mtp_roll_layout_compute(n, elem_size, num_fields, &l);
+    dcp_mtp_roll_layout l = {0};
     unsigned char *x = (unsigned char *)exchange;
-    for (int32_t f = 0; f < num_fields && cp > 1; f++)
-        if (dcp_mtp_roll_boundary_cuda(fields[f], elem_size[f], cu, n, cp, x + l.to_prev + l.field_offset[f],
-                                       x + l.to_next + l.field_offset[f], stream) != 0)
-            return DCP_ERR_CUDA;
-    if (comm) {
+    if (s == DCP_OK) {
+        dcp_mtp_roll_layout_compute(n, elem_size, num_fields, &l);
+        for (int32_t f = 0; f < num_fields && cp > 1 && s == DCP_OK; f++)
+            if (dcp_mtp_roll_boundary_cuda(fields[f], elem_size[f], cu, n, cp, x + l.to_prev + l.field_offset[f],
+                                           x + l.to_next + l.field_offset[f], stream) != 0)
+                s = DCP_ERR_CUDA;
         /* the exchange may run on another stream: the boundary values must be in place first */
-        if (cudaStreamSynchronize((cudaStream_t)stream) != cudaSuccess) return DCP_ERR_CUDA;
+        if (s == DCP_OK && comm && cudaStreamSynchronize((cudaStream_t)stream) != cudaSuccess) s = DCP_ERR_CUDA;
+    }
+    const dcp_status local = s;
+    s = dcp_mtp_roll_agree(comm, local);
+    if (s == DCP_OK) s = local;
+    if (s != DCP_OK) return s;
+    if (comm) {
         s = dcp_mtp_roll_exchange(comm, first, cp, &l, x, (size_t *)host_scratch, NULL);
         if (s != DCP_OK) return s;
     }

@@ -665,7 +665,9 @@ dcp_status dcp_step(dcp_context *context, const dcp_step_args *args, const dcp_s
  * DCP_ERR_NULL_POINTER, DCP_ERR_INVALID_ARGUMENT (cp not a power of two or
  * outside comm, elem_size, num_fields outside [1, 4]), DCP_ERR_CORRUPT_INPUT
  * (cu_seqlens not starting at 0 or decreasing, a span not divisible by 2*cp, a
- * last boundary past cp * num_tokens), the communicator's errors.
+ * last boundary past cp * num_tokens), the communicator's errors.  With comm,
+ * errors are agreed over it before the exchange (one agree()): every rank of
+ * comm returns the same status, the lowest-numbered failing rank's.
  */
 #define DCP_MTP_ROLL_MAX_FIELDS 4
 size_t dcp_mtp_roll_exchange_bytes(int32_t num_cu_seqlens, const size_t *elem_size, int32_t num_fields,

@@ -10,10 +10,13 @@
  * multi-rank ones in test_config.c, test_validate.c, test_bucket.c,
  * test_gather.c, test_step.c, test_comm.c, test_mtp_roll.c, test_gdn_pad.c).
  */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime */
+
 #include "dcp_test.h"
 #include "../core/plan.h"
 
 #include <stdlib.h>
+#include <time.h>
 
 /* ---- a one-rank communicator: collectives are local copies ---- */
 
@@ -883,5 +886,76 @@ DCP_TEST(cuda_and_nccl_entry_points_refuse_cleanly)
     } else {
         DCP_CHECK_STATUS(dcp_nccl_comm_init(&comm, NULL, NULL, NULL), DCP_ERR_NULL_POINTER);
         DCP_CHECK_STATUS(dcp_nccl_comm_init(NULL, &comm, NULL, NULL), DCP_ERR_NULL_POINTER);
+    }
+}
+
+/* ---- dcp_mtp_roll: a bad argument on one rank of the group ---- */
+
+/*
+ * Rounds of a roll over one CP group of 2 ranks (cu_seqlens_padded {0, 8, 16},
+ * 8 slots a rank): round 0, rank 1's cu_seqlens decrease; round 1, rank 0
+ * passes no exchange scratch; round 2 is good.  Before the rolls agreed their
+ * errors, rank 0's round 0 met rank 1's round 1 and returned DCP_OK with its
+ * neighbour's values from another call.
+ */
+typedef struct roll_test {
+    dcp_inproc_world *world;
+    int rounds, bad;
+    dcp_status status[2][3];
+    int64_t out[2][3][8];
+    double elapsed_ms[2][3];
+} roll_test;
+
+static double monotonic_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static void roll_rank(int32_t rank, void *arg)
+{
+    roll_test *t = arg;
+    dcp_comm comm;
+    dcp_inproc_comm(t->world, rank, &comm);
+    static const int32_t good[3] = {0, 8, 16}, down[3] = {0, 12, 8};
+    const size_t sizes[1] = {8};
+    char exchange[1024];
+    for (int k = 0; k < t->rounds; k++) {
+        int round = t->rounds == 1 ? 2 : k;
+        int64_t in[8];
+        for (int i = 0; i < 8; i++) in[i] = 1000 * round + 100 * rank + i;
+        const void *fields[1] = {in};
+        void *outs[1] = {t->out[rank][k]};
+        const int32_t *cu = t->bad && round == 0 && rank == 1 ? down : good;
+        void *x = t->bad && round == 1 && rank == 0 ? NULL : exchange;
+        double start = monotonic_ms();
+        t->status[rank][k] = dcp_mtp_roll(&comm, 0, 2, cu, 3, 8, fields, outs, sizes, 1, x);
+        t->elapsed_ms[rank][k] = monotonic_ms() - start;
+    }
+}
+
+DCP_TEST(mtp_roll_bad_argument_on_one_rank_is_agreed)
+{
+    roll_test t, fresh;
+    memset(&t, 0, sizeof t);
+    memset(&fresh, 0, sizeof fresh);
+    t.rounds = 3;
+    t.bad = 1;
+    fresh.rounds = 1; /* round 2 alone, on a world of its own */
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 20000, &t.world));
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 20000, &fresh.world));
+    DCP_REQUIRE_OK(dcp_inproc_run(2, roll_rank, &t));
+    DCP_REQUIRE_OK(dcp_inproc_run(2, roll_rank, &fresh));
+    dcp_inproc_world_destroy(t.world);
+    dcp_inproc_world_destroy(fresh.world);
+    for (int r = 0; r < 2; r++) {
+        DCP_CHECK_STATUS(t.status[r][0], DCP_ERR_CORRUPT_INPUT);
+        DCP_CHECK_STATUS(t.status[r][1], DCP_ERR_NULL_POINTER);
+        DCP_CHECK_STATUS(t.status[r][2], DCP_OK);
+        DCP_CHECK_STATUS(fresh.status[r][0], DCP_OK);
+        for (int k = 0; k < 2; k++) DCP_CHECK(t.elapsed_ms[r][k] < 10000); /* at once, not after the timeout */
+        /* the good round gives what it gives on a fresh world */
+        DCP_CHECK(memcmp(t.out[r][2], fresh.out[r][0], sizeof t.out[r][2]) == 0);
     }
 }
