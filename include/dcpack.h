@@ -440,9 +440,10 @@ dcp_status dcp_inproc_inject_fault(dcp_inproc_world *world, int32_t rank, dcp_in
  * context and stay valid until the next dcp_gather()/dcp_step().
  * Allocation-free.  Errors are agreed over `comm`, so every rank returns the
  * same status: the status of the lowest-numbered failing DP rank, or the
- * communicator's own failure (e.g. DCP_ERR_TIMEOUT).  Only argument errors
- * found before any communication (a NULL pointer, a communicator whose size
- * is not data_parallel_size) are returned on the calling rank alone.
+ * communicator's own failure (e.g. DCP_ERR_TIMEOUT); a NULL input or output
+ * pointer is agreed too.  Only a communicator that cannot be used (NULL, no
+ * operations, a size that is not data_parallel_size) fails on the calling
+ * rank alone.
  */
 dcp_status dcp_gather(dcp_context *context, dcp_comm *comm, const int32_t *local_lengths,
                       int32_t num_local, const int32_t **global_lengths, int32_t *num_global,
@@ -621,8 +622,10 @@ typedef struct dcp_step_output {
  * lack one this stage needs), DCP_ERR_CAPACITY (more sequences, tokens or
  * cu_seqlens entries than the configuration holds), DCP_ERR_BAD_LENGTH (a
  * span CP slicing cannot cut), the planner's errors, and the communicator's.
- * Nothing is written to caller memory except *output on success; the next
- * step works as if a failed one had not been made.
+ * A NULL output is agreed like any local error; only a call without args or
+ * a usable world communicator (or with a world rank outside it) fails on the
+ * calling rank alone.  Nothing is written to caller memory except *output on
+ * success; the next step works as if a failed one had not been made.
  */
 dcp_status dcp_step(dcp_context *context, const dcp_step_args *args, const dcp_step_input *input,
                     const dcp_step_output **output);

@@ -3,10 +3,12 @@
  * every rank.  Global id = the DP rank's offset (exclusive prefix sum of the
  * counts) + the local index, as in the reference.
  *
- * Local problems (a negative length, corrupt cu_seqlens, too many sequences,
- * no scratch) go through the communicator's agreement step first, so every
- * rank of the DP group returns the same status instead of some ranks waiting
- * forever in the all-gather.  Nothing after the agreement can fail on one
+ * Local problems (a NULL input or output pointer, a negative length, corrupt
+ * cu_seqlens, too many sequences, no scratch) go through the communicator's
+ * agreement step first, so every rank of the DP group returns the same status
+ * instead of some ranks waiting forever in the all-gather, or pairing it with
+ * the failed rank's next call.  Only a communicator that cannot be used (NULL,
+ * no operations, not data_parallel_size ranks) fails on the calling rank alone.  Nothing after the agreement can fail on one
  * rank alone: every later decision is taken on data all ranks share.
  */
 #include "stages.h"
@@ -86,15 +88,22 @@ static dcp_status gather_lengths(dcp_context *ctx, dcp_comm *comm, const int32_t
     return DCP_OK;
 }
 
-static dcp_status check_args(dcp_context *ctx, dcp_comm *comm, const void *data, int32_t n,
-                             const int32_t **global_lengths, int32_t *num_global, const int32_t **rank_offsets,
-                             dcp_error *err)
+/* The communicator: without a usable one no peer can be told, so these errors are local. */
+static dcp_status check_comm(dcp_context *ctx, dcp_comm *comm, dcp_error *err)
 {
-    if (!comm || !comm->ops || !global_lengths || !num_global || !rank_offsets || (!data && n > 0))
-        return dcp_fail(err, DCP_ERR_NULL_POINTER, "gather: a required pointer is NULL");
+    if (!comm || !comm->ops) return dcp_fail(err, DCP_ERR_NULL_POINTER, "gather: the communicator is NULL");
     if (comm->size != ctx->config.data_parallel_size)
         return dcp_fail(err, DCP_ERR_INVALID_ARGUMENT, "gather: communicator has %d ranks, data_parallel_size is %d",
                         comm->size, ctx->config.data_parallel_size);
+    return DCP_OK;
+}
+
+/* The caller's other pointers: a local error like any other, agreed before the all-gather. */
+static dcp_status check_pointers(const void *data, int32_t n, const int32_t **global_lengths, int32_t *num_global,
+                                 const int32_t **rank_offsets, dcp_error *err)
+{
+    if (!global_lengths || !num_global || !rank_offsets || (!data && n > 0))
+        return dcp_fail(err, DCP_ERR_NULL_POINTER, "gather: a required pointer is NULL");
     return DCP_OK;
 }
 
@@ -118,17 +127,17 @@ dcp_status dcp_gather(dcp_context *ctx, dcp_comm *comm, const int32_t *local_len
     if (!ctx) return DCP_ERR_NULL_POINTER;
     dcp_error err;
     dcp_error_clear(&err);
-    dcp_status st = check_args(ctx, comm, local_lengths, num_local, global_lengths, num_global, rank_offsets, &err);
-    if (st != DCP_OK) return dcp_context_fail(ctx, st, &err); /* argument errors are local: no peer can be told */
+    dcp_status st = check_comm(ctx, comm, &err);
+    if (st != DCP_OK) return dcp_context_fail(ctx, st, &err); /* no peer can be told */
 
     dcp_arena *scratch = dcp_context_scratch(ctx);
     int32_t *local = DCP_ARENA_NEW(scratch, int32_t, ctx->config.max_sequences);
     int32_t count = 0;
-    dcp_status local_status = DCP_OK;
-    if (!local)
+    dcp_status local_status = check_pointers(local_lengths, num_local, global_lengths, num_global, rank_offsets, &err);
+    if (local_status == DCP_OK && !local)
         local_status = dcp_fail(&err, DCP_ERR_CAPACITY, "gather: scratch too small for %d sequences",
                                 ctx->config.max_sequences);
-    else if (num_local < 0)
+    if (local_status == DCP_OK && num_local < 0)
         local_status = dcp_fail(&err, DCP_ERR_INVALID_ARGUMENT, "gather: num_local %d is negative", num_local);
     for (int32_t i = 0; i < num_local && local_status == DCP_OK; i++) {
         int32_t s = local_lengths[i];
@@ -153,21 +162,21 @@ dcp_status dcp_gather_packed(dcp_context *ctx, dcp_comm *comm, const int32_t *cu
     if (!ctx) return DCP_ERR_NULL_POINTER;
     dcp_error err;
     dcp_error_clear(&err);
-    dcp_status st =
-        check_args(ctx, comm, cu_seqlens, num_cu_seqlens, global_lengths, num_global, rank_offsets, &err);
-    if (st != DCP_OK) return dcp_context_fail(ctx, st, &err);
+    dcp_status st = check_comm(ctx, comm, &err);
+    if (st != DCP_OK) return dcp_context_fail(ctx, st, &err); /* no peer can be told */
 
     dcp_arena *scratch = dcp_context_scratch(ctx);
     int32_t *local = DCP_ARENA_NEW(scratch, int32_t, ctx->config.max_sequences);
     int32_t count = 0;
-    dcp_status local_status = DCP_OK;
-    if (!local)
+    dcp_status local_status =
+        check_pointers(cu_seqlens, num_cu_seqlens, global_lengths, num_global, rank_offsets, &err);
+    if (local_status == DCP_OK && !local)
         local_status = dcp_fail(&err, DCP_ERR_CAPACITY, "gather: scratch too small for %d sequences",
                                 ctx->config.max_sequences);
-    else if (num_cu_seqlens < 1 || total_tokens < 0)
+    if (local_status == DCP_OK && (num_cu_seqlens < 1 || total_tokens < 0))
         local_status = dcp_fail(&err, DCP_ERR_CORRUPT_INPUT, "gather: %d cu_seqlens entries for %lld tokens",
                                 num_cu_seqlens, (long long)total_tokens);
-    else if (cu_seqlens[0] != 0)
+    if (local_status == DCP_OK && cu_seqlens[0] != 0)
         local_status = dcp_fail(&err, DCP_ERR_CORRUPT_INPUT, "gather: cu_seqlens[0] is %d, not 0", cu_seqlens[0]);
     for (int32_t i = 1; i < num_cu_seqlens && local_status == DCP_OK; i++) {
         int64_t s = (int64_t)cu_seqlens[i] - cu_seqlens[i - 1];

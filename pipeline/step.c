@@ -820,9 +820,9 @@ dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_
         return dcp_context_fail(ctx, dcp_fail(&err, DCP_ERR_CAPACITY,
                                               "step: max_tokens_per_rank is 0: this context plans but holds no data"),
                                 &err);
-    if (!args || !output || !args->world || !args->world->ops)
+    if (!args || !args->world || !args->world->ops)
         return dcp_context_fail(ctx, dcp_fail(&err, DCP_ERR_NULL_POINTER,
-                                              "step: args, output and the world communicator are required"),
+                                              "step: args and the world communicator are required"),
                                 &err); /* no communicator to tell the others through */
     if (args->world->size < 1 || args->world->rank < 0 || args->world->rank >= args->world->size)
         return dcp_context_fail(ctx, dcp_fail(&err, DCP_ERR_INVALID_ARGUMENT,
@@ -845,7 +845,8 @@ dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_
     const int holds_data = !broadcasts || args->tensor_parallel->rank == 0;
 
     /* phase 0: local checks, agreed before any data collective */
-    dcp_status s = check_args(ctx, args, holds_data, &err);
+    dcp_status s = output ? check_args(ctx, args, holds_data, &err)
+                          : dcp_fail(&err, DCP_ERR_NULL_POINTER, "step: output is NULL");
     if (s == DCP_OK && holds_data) {
         r.rank = r.lane->rank;
         s = read_input(ctx, input, r.kept, &err);

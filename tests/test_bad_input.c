@@ -663,7 +663,7 @@ DCP_TEST(step_missing_arguments_and_planning_errors)
     DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
     step_fixture f;
     const dcp_step_output *out = NULL;
-    const char *required = "args, output and the world communicator are required";
+    const char *required = "args and the world communicator are required";
 
     step_fixture_init(&f);
     DCP_CHECK_STATUS(dcp_step(ctx, NULL, &f.input, &out), DCP_ERR_NULL_POINTER);
@@ -671,7 +671,7 @@ DCP_TEST(step_missing_arguments_and_planning_errors)
     DCP_CHECK(out == NULL);
     check_step_usable(ctx, "NULL args", __LINE__);
     DCP_CHECK_STATUS(dcp_step(ctx, &f.args, &f.input, NULL), DCP_ERR_NULL_POINTER);
-    DCP_CHECK_CONTAINS(dcp_context_last_error(ctx), required);
+    DCP_CHECK_CONTAINS(dcp_context_last_error(ctx), "output is NULL");
     check_step_usable(ctx, "NULL output", __LINE__);
     DCP_CHECK_STATUS(dcp_step(ctx, &f.args, NULL, &out), DCP_ERR_NULL_POINTER);
     DCP_CHECK_CONTAINS(dcp_context_last_error(ctx), "input is NULL on a rank that holds data");
@@ -717,12 +717,12 @@ DCP_TEST(step_missing_arguments_and_planning_errors)
     dcp_context_destroy(ctx);
 }
 
-/* ---- dcp_step over two CP ranks: a span zigzag slicing cannot cut ---- */
+/* ---- dcp_step over two CP ranks: a span zigzag slicing cannot cut, a NULL output on one rank ---- */
 
 typedef struct cp_step_test {
     dcp_inproc_world *world, *lane;
-    int32_t lengths[2]; /* the sample's length in step 0 and step 1 */
-    dcp_status status[2][2];
+    int32_t lengths[3]; /* the sample's length in each step */
+    dcp_status status[2][3];
     char message[2][256];
     int64_t tokens_computed[2];
 } cp_step_test;
@@ -733,7 +733,7 @@ static void cp_step_rank(int32_t rank, void *arg)
     dcp_config c = step_config();
     c.context_parallel_size = 2; /* dp_balanced, DP 1 x CP 2, zigzag, no padding */
     dcp_context *ctx = NULL;
-    t->status[rank][0] = t->status[rank][1] = DCP_ERR_ALLOC;
+    t->status[rank][0] = t->status[rank][1] = t->status[rank][2] = DCP_ERR_ALLOC;
     if (dcp_context_create(&c, &ctx) != DCP_OK) return;
     int64_t tokens[16], labels[16], positions[16];
     float mask[16];
@@ -745,24 +745,25 @@ static void cp_step_rank(int32_t rank, void *arg)
     memset(&args, 0, sizeof args);
     args.world = &world;
     args.data_context_parallel = &lane;
-    for (int k = 0; k < 2; k++) {
-        /* CP siblings hold the same input */
+    for (int k = 0; k < 3; k++) {
+        /* CP siblings hold the same input; in step 1 rank 1 passes no output pointer */
         dcp_sample s = {tokens, labels, mask, positions, t->lengths[k], NULL, 0, t->lengths[k], t->lengths[k]};
         dcp_step_input in = {&s, 1, DCP_FIELD_ALL};
         const dcp_step_output *out = NULL;
-        t->status[rank][k] = dcp_step(ctx, &args, &in, &out);
+        t->status[rank][k] = dcp_step(ctx, &args, &in, k == 1 && rank == 1 ? NULL : &out);
         if (k == 0) snprintf(t->message[rank], sizeof t->message[rank], "%s", dcp_context_last_error(ctx));
-        if (k == 1 && t->status[rank][k] == DCP_OK) t->tokens_computed[rank] = out->stats.tokens_computed;
+        if (k == 2 && t->status[rank][k] == DCP_OK) t->tokens_computed[rank] = out->stats.tokens_computed;
     }
     dcp_context_destroy(ctx);
 }
 
-DCP_TEST(step_span_cp_slicing_cannot_cut_fails_on_every_rank)
+DCP_TEST(step_over_two_cp_ranks_uncuttable_span_and_null_output_fail_on_every_rank)
 {
     cp_step_test t;
     memset(&t, 0, sizeof t);
     t.lengths[0] = 6; /* zigzag over CP 2 cuts a span into 4 equal chunks */
     t.lengths[1] = 8;
+    t.lengths[2] = 12;
     DCP_REQUIRE_OK(dcp_inproc_world_create(2, 30000, &t.world));
     DCP_REQUIRE_OK(dcp_inproc_world_create(2, 30000, &t.lane));
     DCP_REQUIRE_OK(dcp_inproc_run(2, cp_step_rank, &t));
@@ -770,8 +771,9 @@ DCP_TEST(step_span_cp_slicing_cannot_cut_fails_on_every_rank)
     dcp_inproc_world_destroy(t.lane);
     for (int r = 0; r < 2; r++) {
         DCP_CHECK_STATUS(t.status[r][0], DCP_ERR_BAD_LENGTH);
-        DCP_CHECK_STATUS(t.status[r][1], DCP_OK);
-        DCP_CHECK_EQ_INT(t.tokens_computed[r], 4); /* half of the 8-token sequence on each rank */
+        DCP_CHECK_STATUS(t.status[r][1], DCP_ERR_NULL_POINTER); /* agreed: rank 0 does not wait or pair on */
+        DCP_CHECK_STATUS(t.status[r][2], DCP_OK);
+        DCP_CHECK_EQ_INT(t.tokens_computed[r], 6); /* half of step 2's 12-token sequence on each rank */
     }
     /* each rank finds it while laying out its own slice, and names the span */
     DCP_CHECK_CONTAINS(t.message[0], "on rank 0: zigzag CP slicing: sequence 0 spans 6 slots, not divisible by 2*cp");
@@ -957,5 +959,58 @@ DCP_TEST(mtp_roll_bad_argument_on_one_rank_is_agreed)
         for (int k = 0; k < 2; k++) DCP_CHECK(t.elapsed_ms[r][k] < 10000); /* at once, not after the timeout */
         /* the good round gives what it gives on a fresh world */
         DCP_CHECK(memcmp(t.out[r][2], fresh.out[r][0], sizeof t.out[r][2]) == 0);
+    }
+}
+
+/* ---- dcp_gather over two DP ranks: a NULL output pointer on one of them ---- */
+
+typedef struct gather_null_test {
+    dcp_inproc_world *world;
+    dcp_status status[2][2];
+    int32_t count[2], second_rank_first[2];
+} gather_null_test;
+
+static void gather_null_rank(int32_t rank, void *arg)
+{
+    gather_null_test *t = arg;
+    dcp_config c;
+    dcp_config_default(&c);
+    c.data_parallel_size = 2;
+    c.max_sequences = 16;
+    dcp_context *ctx = NULL;
+    t->status[rank][0] = t->status[rank][1] = DCP_ERR_ALLOC;
+    if (dcp_context_create(&c, &ctx) != DCP_OK) return;
+    dcp_comm comm;
+    dcp_inproc_comm(t->world, rank, &comm);
+    for (int k = 0; k < 2; k++) {
+        const int32_t lengths[2] = {100 * k + 10 * rank + 1, 100 * k + 10 * rank + 2};
+        const int32_t *global = NULL, *offsets = NULL;
+        int32_t n = 0;
+        /* call 0: rank 1 passes no global_lengths pointer */
+        t->status[rank][k] = dcp_gather(ctx, &comm, lengths, 2, k == 0 && rank == 1 ? NULL : &global, &n, &offsets);
+        if (k == 1 && t->status[rank][k] == DCP_OK) {
+            t->count[rank] = n;
+            t->second_rank_first[rank] = global[offsets[1]];
+        }
+    }
+    dcp_context_destroy(ctx);
+}
+
+/*
+ * Before the pointers were agreed, rank 1 returned alone, and rank 0's
+ * gather met rank 1's next one: DCP_OK with rank 1's lengths of the next call.
+ */
+DCP_TEST(gather_null_output_on_one_rank_fails_on_every_rank)
+{
+    gather_null_test t;
+    memset(&t, 0, sizeof t);
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 20000, &t.world));
+    DCP_REQUIRE_OK(dcp_inproc_run(2, gather_null_rank, &t));
+    dcp_inproc_world_destroy(t.world);
+    for (int r = 0; r < 2; r++) {
+        DCP_CHECK_STATUS(t.status[r][0], DCP_ERR_NULL_POINTER);
+        DCP_CHECK_STATUS(t.status[r][1], DCP_OK);
+        DCP_CHECK_EQ_INT(t.count[r], 4);
+        DCP_CHECK_EQ_INT(t.second_rank_first[r], 111); /* call 1's lengths, not another call's */
     }
 }
