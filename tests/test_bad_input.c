@@ -1014,3 +1014,24 @@ DCP_TEST(gather_null_output_on_one_rank_fails_on_every_rank)
         DCP_CHECK_EQ_INT(t.second_rank_first[r], 111); /* call 1's lengths, not another call's */
     }
 }
+
+/* ---- a plan that breaks max_sequences_per_microbatch ---- */
+
+DCP_TEST(validate_sequence_cap)
+{
+    dcp_config c = small_config(DCP_SCHEDULER_DYNAMIC_CP);
+    c.max_sequences_per_microbatch = 2;
+    dcp_context *ctx = NULL;
+    DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+    hand_plan h;
+    hand_plan_init(&h); /* microbatch 1: six sequences on all 4 ranks */
+    dcp_plan_violation v;
+    DCP_CHECK_STATUS(dcp_plan_validate(ctx, &h.plan, good_lengths, 8, &v), DCP_ERR_INVALID_PLAN);
+    DCP_CHECK_EQ_INT(v.invariant, DCP_INVARIANT_SEQUENCE_CAP);
+    DCP_CHECK_EQ_INT(v.microbatch, 1);
+    DCP_CHECK_CONTAINS(v.message, "rank 0 holds 6 sequences, cap 2");
+    dcp_plan_stats stats;
+    DCP_CHECK_STATUS(dcp_plan_stats_compute(ctx, &h.plan, good_lengths, 8, &stats), DCP_ERR_INVALID_PLAN);
+    check_usable(ctx, "a plan over the sequence cap", __LINE__);
+    dcp_context_destroy(ctx);
+}
