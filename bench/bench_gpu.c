@@ -140,8 +140,8 @@ static void bench_pack(int64_t tokens, int64_t mean_piece, int aligned)
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     enum { WARM = 5, REPS = 30 };
-    const int64_t tiles[] = {0, 4096, 16384, 4097, 4102}; /* kernel builds: 0 is the library's */
-    for (int k = 0; k < 5; k++) {
+    const int64_t tiles[] = {0, 8192, 4096, 16384, 4097, 4102}; /* kernel builds: 0 is the library's */
+    for (int k = 0; k < (int)(sizeof tiles / sizeof tiles[0]); k++) {
         float pack_ms[REPS], copy_ms[REPS];
         for (int i = 0; i < WARM + REPS; i++) {
             CK(cudaEventRecord(e0, 0));

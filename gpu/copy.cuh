@@ -84,13 +84,13 @@ __device__ __forceinline__ void copy_aligned(unsigned char *dst, const unsigned 
     if (edge_at >= 0) dst[edge_at] = edge;
 }
 
-/* The widest path source and destination allow; C as above. */
-template <int C, bool S = false>
+/* The widest path source and destination allow; C as above; U16 16-byte loads in flight a thread. */
+template <int C, bool S = false, int U16 = 4>
 __device__ __forceinline__ void copy_bytes(unsigned char *dst, const unsigned char *src, int64_t bytes, int64_t index,
                                            int64_t count)
 {
     const uintptr_t x = reinterpret_cast<uintptr_t>(dst) ^ reinterpret_cast<uintptr_t>(src);
-    if ((x & 15) == 0) copy_aligned<uint4, 4, C, S>(dst, src, bytes, index, count);
+    if ((x & 15) == 0) copy_aligned<uint4, U16, C, S>(dst, src, bytes, index, count);
     else if ((x & 7) == 0) copy_aligned<uint2, 8, C, S>(dst, src, bytes, index, count);
     else if ((x & 3) == 0) copy_aligned<unsigned int, 8, C, S>(dst, src, bytes, index, count);
     else

@@ -47,9 +47,10 @@ int dcp_segment_table_pack_cuda(const dcp_segment_table *table, int64_t total_el
 
 /*
  * Measurements only.  The segment kernel in another build: variant = the tile
- * (elements per warp: 4096, 8192 or 16384), + 1 for streaming cache hints
- * (4096 only), + 6 for 16-byte units assembled from word-aligned sources under
- * a register cap (4096 only); 0 = the library's choice (8192).  And a flat
+ * (elements per warp: 4096, 8192 or 16384) with 4 16-byte loads in flight a
+ * thread, + 1 for streaming cache hints (4096 only), + 6 for 16-byte units
+ * assembled from word-aligned sources under a register cap (4096 only); 0 =
+ * the library's choice (tile 8192, 8 loads in flight: gpu/pack.cu).  And a flat
  * 16-byte copy of one buffer (bytes a multiple of 16) in the same style:
  * variant 0/1 = 4/8 loads in flight a thread, 2/3 = the same with streaming
  * hints: the ceiling a kernel of this kind reaches.

@@ -57,7 +57,7 @@ template <typename P> __device__ __forceinline__ P *shfl_ptr(P *p, int lane)
  * shuffle.  So a short segment costs one copy instruction, not a round of
  * dependent loads, and a long one is cut over as many warps as its tiles.
  */
-template <int64_t kTile, bool kStream, bool kWide, int kMinBlocks>
+template <int64_t kTile, bool kStream, bool kWide, int kMinBlocks, int kU16>
 __global__ void __launch_bounds__(kThreads, kMinBlocks) segment_pack_kernel(Table t, Fields fields, int64_t total)
 {
     const Field f = fields.f[blockIdx.y];
@@ -105,27 +105,33 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) segment_pack_kernel(Tabl
                 if (!f.src) dcp_gpu::fill_bytes(dst, sj < 0 ? 1 : 0, bytes, lane, 32);
                 else if (sj < 0) dcp_gpu::fill_bytes(dst, 0, bytes, lane, 32);
                 else if (kWide) dcp_gpu::copy_bytes_wide<32, kStream>(dst, src + (shfl64(so, j) + off) * f.elem, bytes, lane, 32);
-                else dcp_gpu::copy_bytes<32, kStream>(dst, src + (shfl64(so, j) + off) * f.elem, bytes, lane, 32);
+                else dcp_gpu::copy_bytes<32, kStream, kU16>(dst, src + (shfl64(so, j) + off) * f.elem, bytes, lane, 32);
             }
             if (count < 32) break;
         }
     }
 }
 
-template <int64_t kTile, bool kStream, bool kWide, int kMinBlocks>
+template <int64_t kTile, bool kStream, bool kWide, int kMinBlocks, int kU16 = 4>
 int launch_tile(const Table &t, const Fields &fields, int32_t num_fields, int64_t total, void *stream)
 {
     const int64_t tiles = (total + kTile - 1) / kTile, blocks = (tiles + kWarps - 1) / kWarps;
     dim3 grid((unsigned int)(blocks < 65535 ? blocks : 65535), (unsigned int)num_fields);
-    segment_pack_kernel<kTile, kStream, kWide, kMinBlocks><<<grid, kThreads, 0, (cudaStream_t)stream>>>(t, fields, total);
+    segment_pack_kernel<kTile, kStream, kWide, kMinBlocks, kU16><<<grid, kThreads, 0, (cudaStream_t)stream>>>(t, fields, total);
     return (int)cudaGetLastError();
 }
 
 /*
- * variant: 0 = the library's choice (tile 8192, measured best on H200 of those
- * below: bench/bench_gpu.c); else the tile (elements per warp), + 1 for
- * streaming cache hints, + 6 for 16-byte units assembled from word-aligned
- * sources under a register cap fitting 3 blocks per multiprocessor.
+ * variant: 0 = the library's choice: tile 8192 with 8 16-byte loads in flight
+ * a thread where source and destination agree modulo 16, under a register cap
+ * that keeps 2 blocks on a multiprocessor (without the cap the compiler takes
+ * 150 registers and 1 block fits).  Measured on H100 (bench/bench_gpu.c)
+ * against 8192, the former choice with 4 loads in flight: equal on pieces of
+ * 512 elements at arbitrary offsets, 0.4 to 0.7 points of memcpy ahead on
+ * longer ones, 1.4 ahead on 16-byte-aligned ones.
+ * Else the tile (elements per warp), + 1 for streaming cache hints, + 6 for
+ * 16-byte units assembled from word-aligned sources under a register cap
+ * fitting 3 blocks per multiprocessor.
  */
 int launch(const Table &t, const Fields &fields, int32_t num_fields, int64_t total, void *stream, int64_t variant = 0)
 {
@@ -135,8 +141,9 @@ int launch(const Table &t, const Fields &fields, int32_t num_fields, int64_t tot
     case 4096: return launch_tile<4096, false, false, 1>(t, fields, num_fields, total, stream);
     case 4096 + 1: return launch_tile<4096, true, false, 1>(t, fields, num_fields, total, stream);
     case 4096 + 6: return launch_tile<4096, false, true, 3>(t, fields, num_fields, total, stream);
+    case 8192: return launch_tile<8192, false, false, 1>(t, fields, num_fields, total, stream);
     case 16384: return launch_tile<16384, false, false, 1>(t, fields, num_fields, total, stream);
-    default: return launch_tile<8192, false, false, 1>(t, fields, num_fields, total, stream);
+    default: return launch_tile<8192, false, false, 2, 8>(t, fields, num_fields, total, stream);
     }
 }
 
