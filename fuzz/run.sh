@@ -43,8 +43,10 @@ run_target() {
   rm -rf "$findings" # findings of this run only (move earlier ones away to keep them)
   mkdir -p "$corpus" "$findings"
   [ -d "$src/fuzz/corpus/$t" ] && seeds=("$src/fuzz/corpus/$t")
-  # -timeout: one input running longer than 10 s is a hang; -rss_limit_mb: memory blow-up is a finding
-  "$exe" "$corpus" "${seeds[@]}" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  # -timeout: one input running longer than 30 s is a hang (a pack or step input runs up to 16 ranks
+  # as threads, each planning, which a loaded 2-core machine slows several-fold); -rss_limit_mb:
+  # memory blow-up is a finding
+  "$exe" "$corpus" "${seeds[@]}" -max_total_time="$seconds" -timeout=30 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="$findings/" >"$build/fuzz_$t.log" 2>&1 && rc=0 || rc=$?
   echo "$rc" >"$build/fuzz_$t.rc"
 }

@@ -65,6 +65,9 @@ enum { MAX_LOG2_RANKS = 20, NUM_CLASSES = MAX_LOG2_RANKS + 2, FULL_CLASS = MAX_L
 /* Largest microbatch (in sequences) that is repacked: the repacking is quadratic in it. */
 enum { REPACK_MAX = 4096 };
 
+/* Trial merges remembered within one merge loop (the window's 28 pairs and the rounds after). */
+enum { MERGE_MEMO = 64 };
+
 /* Sequences all repacking trials of one call may go through together: bounds the polishing time. */
 #define POLISH_WORK ((int64_t)1 << 22)
 
@@ -93,6 +96,12 @@ typedef struct saved_plan {
 } saved_plan;
 
 enum { NUM_KEPT = 3 };
+
+/* A trial merge of microbatches a < b under a bound: the merged level, or -1. */
+typedef struct merge_trial {
+    int32_t a, b;
+    int64_t bound, merged;
+} merge_trial;
 
 /* Scratch of one planning call. */
 typedef struct balanced {
@@ -161,6 +170,21 @@ typedef struct balanced {
     int32_t *rp_seg;  /* [NUM_CLASSES * repack_limit]: trial groups of each class, by load descending */
     int32_t *rp_head, *rp_tail, *rp_next; /* [repack_limit] each: a trial group's sequences (list indices) */
     int64_t polish_work; /* sequences repacking may still go through (each trial counts them) */
+    /*
+     * Few sequences per rank: every position's cost at every class, and its
+     * cheapest, computed once a call (repacking asks for them over and over).
+     */
+    int32_t table_n;        /* positions the table holds: min(n, 16N - 1, REPACK_MAX) */
+    int table_ready;
+    int64_t *cost_table;    /* [table_n * NUM_CLASSES]: INT64_MAX where the size does not fit */
+    int64_t *cost_cheapest; /* [table_n] */
+    /*
+     * Trial merges of the current merge loop: a pair's trial gives the same
+     * level until a merge changes one of its microbatches, so each is
+     * repacked once per loop instead of once per round.
+     */
+    merge_trial memo[MERGE_MEMO];
+    int num_memo;
     int32_t *saved_mb;        /* [n] group -> microbatch before a regrouping */
 
     /* the best plan so far */
@@ -223,6 +247,12 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->rp_cost = DCP_ARENA_NEW(a, int64_t, dcp_size_mul(ul, NUM_CLASSES));
     b->rp_seg = DCP_ARENA_NEW(a, int32_t, dcp_size_mul(ul, NUM_CLASSES));
     b->rp_head = DCP_ARENA_NEW(a, int32_t, ul);
+    int64_t table_n = 16 * (int64_t)num_ranks - 1;
+    if (table_n > n) table_n = n;
+    if (table_n > REPACK_MAX) table_n = REPACK_MAX; /* at most 720 KiB; larger calls compute rows as they go */
+    b->table_n = (int32_t)table_n;
+    b->cost_table = DCP_ARENA_NEW(a, int64_t, dcp_size_mul((size_t)table_n, NUM_CLASSES));
+    b->cost_cheapest = DCP_ARENA_NEW(a, int64_t, (size_t)table_n);
     b->rp_tail = DCP_ARENA_NEW(a, int32_t, ul);
     b->rp_next = DCP_ARENA_NEW(a, int32_t, ul);
     b->alive_next = DCP_ARENA_NEW(a, int32_t, un + 1);
@@ -238,7 +268,8 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
            b->item_group && b->item_next && b->free_groups && b->g_mb && b->g_cp && b->g_head && b->g_tail && b->g_count &&
            b->g_load && b->g_tokens && b->g_key && b->mb_free && b->mb_cap && b->mb_level && b->mb_order &&
            b->mb_first && b->mb_groups && b->heap && b->park && b->cursor && b->local && kept_ok && b->sort_a && b->sort_b && b->saved_mb && b->alive_next && b->g_slot && b->room_tree && b->rp_items && b->rp_of &&
-           b->rp_size && b->rp_count && b->rp_load && b->rp_tokens && b->rp_cost && b->rp_seg && b->rp_head && b->rp_tail && b->rp_next;
+           b->rp_size && b->rp_count && b->rp_load && b->rp_tokens && b->rp_cost && b->rp_seg && b->rp_head && b->rp_tail && b->rp_next &&
+           (table_n == 0 || (b->cost_table && b->cost_cheapest));
 }
 
 size_t dcp_assign_balanced_scratch_size(const dcp_config *config)
@@ -631,18 +662,35 @@ static int class_valid(const balanced *b, int k)
  * (INT64_MAX elsewhere); returns the least level any arrangement can reach
  * (the largest over sequences of their cheapest per-rank cost).
  */
+static int64_t class_costs(const balanced *b, int32_t p, int64_t *row)
+{
+    int64_t cheapest = INT64_MAX;
+    for (int k = 0; k < NUM_CLASSES; k++) {
+        int32_t size = class_size(b, k);
+        row[k] = INT64_MAX;
+        if (!class_valid(b, k) || size < b->min_cp[p] || b->len[p] > (int64_t)size * b->max_seqlen) continue;
+        row[k] = dcp_cost(b->model, b->len[p], size);
+        if (row[k] < cheapest) cheapest = row[k];
+    }
+    return cheapest;
+}
+
 static int64_t repack_costs(balanced *b, int32_t count)
 {
+    if (b->dense && !b->table_ready && b->n <= b->table_n) {
+        for (int32_t p = 0; p < b->n; p++)
+            b->cost_cheapest[p] = class_costs(b, p, b->cost_table + (size_t)p * NUM_CLASSES);
+        b->table_ready = 1;
+    }
     int64_t floor_level = 0;
     for (int32_t i = 0; i < count; i++) {
         int32_t p = b->rp_items[i];
-        int64_t cheapest = INT64_MAX, *row = b->rp_cost + (size_t)i * NUM_CLASSES;
-        for (int k = 0; k < NUM_CLASSES; k++) {
-            int32_t size = class_size(b, k);
-            row[k] = INT64_MAX;
-            if (!class_valid(b, k) || size < b->min_cp[p] || b->len[p] > (int64_t)size * b->max_seqlen) continue;
-            row[k] = dcp_cost(b->model, b->len[p], size);
-            if (row[k] < cheapest) cheapest = row[k];
+        int64_t cheapest, *row = b->rp_cost + (size_t)i * NUM_CLASSES;
+        if (b->table_ready) {
+            memcpy(row, b->cost_table + (size_t)p * NUM_CLASSES, NUM_CLASSES * sizeof *row);
+            cheapest = b->cost_cheapest[p];
+        } else {
+            cheapest = class_costs(b, p, row);
         }
         if (cheapest > floor_level) floor_level = cheapest;
     }
@@ -954,6 +1002,8 @@ static void repack_microbatches(balanced *b, int32_t limit)
  * sequences between them.  Without `force`, the pair whose merge lowers the
  * makespan most is merged (if any does); with it, the pair with the lowest
  * merged level, whatever the makespan.  Returns 1 when a merge was made.
+ * A merge loop clears b->num_memo before its first round; without `force`
+ * the trials go through the memo.
  */
 static int merge_microbatches(balanced *b, int32_t limit, int force)
 {
@@ -987,7 +1037,15 @@ static int merge_microbatches(balanced *b, int32_t limit, int force)
             int32_t pair[2] = {window[i], window[j]};
             int64_t both = sat_add(sat_add(b->mb_level[pair[0]], b->mb_level[pair[1]]), b->model->microbatch_overhead);
             int64_t bound = force ? INT64_MAX : both;
-            int64_t merged = repack(b, pair, 2, bound, 0);
+            int64_t merged = -2;
+            for (int e = 0; !force && e < b->num_memo; e++)
+                if (b->memo[e].a == pair[0] && b->memo[e].b == pair[1] && b->memo[e].bound == bound)
+                    merged = b->memo[e].merged;
+            if (merged == -2) {
+                merged = repack(b, pair, 2, bound, 0);
+                if (!force && b->num_memo < MERGE_MEMO)
+                    b->memo[b->num_memo++] = (merge_trial){pair[0], pair[1], bound, merged};
+            }
             if (merged < 0) continue;
             int64_t gain = both - merged;
             if (gain > best_gain) {
@@ -999,6 +1057,12 @@ static int merge_microbatches(balanced *b, int32_t limit, int force)
         }
     }
     if (best[0] < 0) return 0;
+    /* trials that involved either microbatch are stale now */
+    int kept = 0;
+    for (int e = 0; e < b->num_memo; e++)
+        if (b->memo[e].a != best[0] && b->memo[e].a != best[1] && b->memo[e].b != best[0] && b->memo[e].b != best[1])
+            b->memo[kept++] = b->memo[e];
+    b->num_memo = kept;
     /* the same bound as the trial: the search is deterministic, so the commit repeats it exactly */
     return repack(b, best, 2, best_bound, 1) >= 0;
 }
@@ -1585,6 +1649,7 @@ static int64_t finish_pass(balanced *b, int merge_down)
     if (b->dense) {
         /* few sequences per rank: repack each microbatch, merge microbatches while that pays */
         repack_microbatches(b, b->repack_limit);
+        b->num_memo = 0;
         while (merge_microbatches(b, b->repack_limit, 0)) {
         }
         compact_mbs(b);
@@ -1685,6 +1750,7 @@ static void polish_plan(balanced *b, int slot, int32_t max_microbatches)
 {
     restore_plan(b, &b->kept[slot]);
     repack_microbatches(b, b->repack_limit);
+    b->num_memo = 0;
     while (merge_microbatches(b, b->repack_limit, 0)) {
     }
     compact_mbs(b);
