@@ -106,6 +106,16 @@ dcp_status dcp_context_init_static(void *memory, size_t size, const dcp_config *
     return init_in(memory, size, config, context);
 }
 
+#ifdef DCP_HAVE_JEMALLOC
+/* Hand a context's jemalloc arena back (its one allocation already freed). */
+static void destroy_arena(unsigned arena_index)
+{
+    char name[64];
+    snprintf(name, sizeof name, "arena.%u.destroy", arena_index);
+    mallctl(name, NULL, NULL, NULL, 0);
+}
+#endif
+
 dcp_status dcp_context_create(const dcp_config *config, dcp_context **context)
 {
     if (!config || !context) return DCP_ERR_NULL_POINTER;
@@ -118,15 +128,20 @@ dcp_status dcp_context_create(const dcp_config *config, dcp_context **context)
     size_t len = sizeof arena_index;
     if (mallctl("arenas.create", &arena_index, &len, NULL, 0) != 0) return DCP_ERR_ALLOC;
     memory = mallocx(need, MALLOCX_ARENA(arena_index) | MALLOCX_TCACHE_NONE | MALLOCX_ALIGN(DCP_ARENA_ALIGN));
+    if (!memory) {
+        destroy_arena(arena_index); /* a failed create leaves no arena behind */
+        return DCP_ERR_ALLOC;
+    }
 #else
     memory = aligned_alloc(DCP_ARENA_ALIGN, (need + DCP_ARENA_ALIGN - 1) / DCP_ARENA_ALIGN * DCP_ARENA_ALIGN);
-#endif
     if (!memory) return DCP_ERR_ALLOC;
+#endif
     dcp_context *ctx = NULL;
     st = init_in(memory, need, config, &ctx);
     if (st != DCP_OK) {
 #ifdef DCP_HAVE_JEMALLOC
         dallocx(memory, MALLOCX_TCACHE_NONE);
+        destroy_arena(arena_index);
 #else
         free(memory);
 #endif
@@ -153,9 +168,7 @@ void dcp_context_destroy(dcp_context *context)
     if (context->uses_jemalloc) {
         unsigned arena_index = context->jemalloc_arena;
         dallocx(memory, MALLOCX_TCACHE_NONE);
-        char name[64];
-        snprintf(name, sizeof name, "arena.%u.destroy", arena_index);
-        mallctl(name, NULL, NULL, NULL, 0);
+        destroy_arena(arena_index);
         return;
     }
 #endif

@@ -8,7 +8,7 @@
  * (segment tables) are computed once on the host by the geometry functions
  * below and handed to either engine unchanged.
  *
- * Vocabulary, for one microbatch on one DPxCP rank (SPEC.md sections 1, 4):
+ * Vocabulary, for one microbatch on one DPxCP rank (as Megatron-LM's reference does):
  *  - the packed buffer: the microbatch's sequences concatenated in plan order,
  *    sequence k occupying [cu_seqlens_padded[k], cu_seqlens_padded[k+1]) of
  *    which the first original[k] slots hold real tokens and the rest are

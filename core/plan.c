@@ -99,6 +99,7 @@ static uint64_t fnv1a(uint64_t h, const int32_t *v, int32_t n)
 
 uint64_t dcp_plan_hash(const dcp_plan *plan)
 {
+    if (!plan) return 0;
     uint64_t h = 14695981039346656037ull;
     int32_t header[4] = {plan->num_ranks, plan->num_microbatches, plan->num_groups, plan->num_ids};
     h = fnv1a(h, header, 4);

@@ -30,8 +30,6 @@ void dcp_plan_close_microbatch(dcp_plan *plan);
 /* Number of ids a rank holds in a microbatch (0 when none). */
 int32_t dcp_plan_rank_count(const dcp_plan *plan, int32_t microbatch, int32_t rank);
 
-/* FNV-1a 64 over the plan's used arrays: equal plans have equal hashes. */
-uint64_t dcp_plan_hash(const dcp_plan *plan);
 
 /*
  * Validate a plan without a context: the pure function behind
@@ -41,7 +39,7 @@ dcp_status dcp_plan_check(const dcp_plan *plan, const dcp_config *config, const 
                           int32_t num_lengths, dcp_arena *scratch, dcp_plan_violation *violation);
 size_t dcp_validate_scratch_size(const dcp_config *config);
 
-/* COSTMODEL.md lower bound of a batch's makespan (saturating). */
+/* lower bound (README, cost model) of a batch's makespan (saturating). */
 int64_t dcp_cost_lower_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
                              int32_t max_seqlen_per_rank);
 

@@ -1,5 +1,5 @@
 /*
- * stats.c - the step cost model of a plan (COSTMODEL.md): makespan, lower
+ * stats.c - the step cost model of a plan (README, cost model): makespan, lower
  * bound, the reference's quadratic model.  Every rank of a group carries the
  * same cost, so this walks groups, not ranks.
  */

@@ -21,7 +21,6 @@ const char *dcp_status_str(dcp_status status)
     case DCP_ERR_FIELD_MISMATCH: return "DCP_ERR_FIELD_MISMATCH";
     case DCP_ERR_COMM: return "DCP_ERR_COMM";
     case DCP_ERR_TIMEOUT: return "DCP_ERR_TIMEOUT";
-    case DCP_ERR_PEER: return "DCP_ERR_PEER";
     case DCP_ERR_ALLOC: return "DCP_ERR_ALLOC";
     case DCP_ERR_CUDA: return "DCP_ERR_CUDA";
     case DCP_ERR_NCCL: return "DCP_ERR_NCCL";

@@ -105,7 +105,7 @@ static void decode(const uint8_t *data, size_t size, fuzz_case *fc)
     else c->max_sequences = need + (slack & 0x7F);
 }
 
-/* ---- the independent checker: the invariants of COSTMODEL.md, written per rank ---- */
+/* ---- the independent checker: the plan invariants (README), written per rank ---- */
 
 static int is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 

@@ -56,7 +56,6 @@ typedef enum dcp_status {
     DCP_ERR_FIELD_MISMATCH = -11,   /* ranks disagree on the set of fields */
     DCP_ERR_COMM = -12,             /* the communicator failed */
     DCP_ERR_TIMEOUT = -13,          /* a peer did not arrive in time */
-    DCP_ERR_PEER = -14,             /* another rank of the step failed; see the message */
     DCP_ERR_ALLOC = -15,            /* init could not obtain its memory */
     DCP_ERR_CUDA = -16,             /* a CUDA runtime call failed */
     DCP_ERR_NCCL = -17,             /* an NCCL call failed */
@@ -80,11 +79,15 @@ typedef enum dcp_scheduler {
 const char *dcp_scheduler_name(dcp_scheduler scheduler);
 dcp_status dcp_scheduler_from_name(const char *name, dcp_scheduler *out);
 
-/* Largest supported log2(CP size): CP groups of up to 65536 ranks. */
+/*
+ * Cost-model coefficients are given per log2(CP size) up to this; CP groups
+ * wider than 65536 ranks (up to the whole pool of at most 2^20 DPxCP ranks)
+ * use the last coefficient.
+ */
 #define DCP_MAX_LOG2_CP 16
 
 /*
- * The step cost model (COSTMODEL.md).  For a sequence of s tokens on cp
+ * The step cost model (README, cost model).  For a sequence of s tokens on cp
  * ranks, each of those ranks spends
  *
  *   cost(s, cp) = (quadratic * s^2 + linear * s) / cp
@@ -105,7 +108,7 @@ typedef struct dcp_cost_model {
     int64_t microbatch_overhead;          /* per microbatch (default 819200) */
 } dcp_cost_model;
 
-/* Fill a cost model with COSTMODEL.md's defaults (H = 4096, 8 GPUs a node). */
+/* Fill a cost model with the README's default coefficients (H = 4096, 8 GPUs a node). */
 void dcp_cost_model_default(dcp_cost_model *model);
 
 /* Per-rank cost of a sequence of `length` tokens on `cp` ranks (cp a power of two). */
@@ -120,7 +123,7 @@ enum {
     DCP_FIELD_ALL = 0xFu
 };
 
-/* How a sequence's padded span is cut over the ranks of its CP group (SPEC.md section 4). */
+/* How a sequence's padded span is cut over the ranks of its CP group (as Megatron-LM's reference does). */
 typedef enum dcp_cp_partition {
     DCP_CP_ZIGZAG = 0,    /* 2*cp equal chunks per sequence; rank r takes chunks r and 2*cp-1-r */
     DCP_CP_CONTIGUOUS = 1 /* the packed microbatch in cp equal slices; rank r takes slice r */
@@ -263,11 +266,11 @@ typedef struct dcp_plan {
 /* Group of `rank` in microbatch `microbatch`, or -1 if the rank holds nothing. O(log groups). */
 int32_t dcp_plan_group_of_rank(const dcp_plan *plan, int32_t microbatch, int32_t rank);
 
-/* Step-model statistics of a plan (COSTMODEL.md), all integer. */
+/* Step-model statistics of a plan (README, cost model), all integer. */
 typedef struct dcp_plan_stats {
     int32_t num_microbatches;
     int64_t makespan;          /* sum over microbatches of (slowest rank + overhead) */
-    int64_t lower_bound;       /* COSTMODEL.md lower bound */
+    int64_t lower_bound;       /* lower bound (README, cost model) */
     int64_t quad_makespan;     /* the reference's model: per rank sum of s^2/cp, summed over microbatch maxima */
     int64_t busy_sum;          /* sum over microbatches and ranks of rank cost (for imbalance) */
     int64_t max_rank_sum;      /* sum over microbatches of the slowest rank */
@@ -285,12 +288,13 @@ typedef struct dcp_plan_stats {
 dcp_status dcp_plan_stats_compute(dcp_context *context, const dcp_plan *plan, const int32_t *lengths,
                                   int32_t num_lengths, dcp_plan_stats *stats);
 
-/* Which invariant of a plan broke (COSTMODEL.md numbering). */
+/* Which invariant of a plan broke (numbered as in the README's cost model section). */
 typedef enum dcp_invariant {
     DCP_INVARIANT_NONE = 0,
     DCP_INVARIANT_EACH_ID_ONCE = 1,    /* every id in exactly one microbatch, once */
     DCP_INVARIANT_BLOCK_SHAPE = 2,     /* groups are disjoint power-of-two, full or static-CP rank blocks */
-    DCP_INVARIANT_SAME_IDS = 3,        /* ranks of a block hold the same ids (rank-list form) */
+    DCP_INVARIANT_SAME_IDS = 3,        /* ranks of a block hold the same ids: true by construction of dcp_plan's
+                                          group form, so never reported; kept for the numbering */
     DCP_INVARIANT_TOKEN_CAPACITY = 4,  /* sum s / cp <= max_seqlen_per_rank on every rank */
     DCP_INVARIANT_NO_EMPTY_RANK = 5,   /* every rank holds something in every microbatch */
     DCP_INVARIANT_VPP_MULTIPLE = 6,    /* microbatch count a multiple of the VPP group */
@@ -463,7 +467,8 @@ dcp_status dcp_gather_packed(dcp_context *context, dcp_comm *comm, const int32_t
  * Plan one global batch from its gathered lengths (the same on every rank),
  * with the context's scheduler, and validate it.  A pure function of the
  * lengths and the configuration: every rank gets a bit-identical plan.
- * Allocation-free.  Errors: DCP_ERR_NULL_POINTER, DCP_ERR_CAPACITY (more
+ * Allocation-free.  Errors: DCP_ERR_NULL_POINTER, DCP_ERR_INVALID_ARGUMENT
+ * (an empty batch or a negative count), DCP_ERR_CAPACITY (more
  * sequences than config.max_sequences, or more microbatches than
  * max_microbatches), DCP_ERR_BAD_LENGTH (a length <= 0 or longer than all
  * ranks together hold), DCP_ERR_INFEASIBLE, DCP_ERR_INVALID_PLAN (a bug: the
@@ -480,6 +485,12 @@ dcp_status dcp_plan_compute(dcp_context *context, const int32_t *lengths, int32_
 dcp_status dcp_plan_validate(dcp_context *context, const dcp_plan *plan, const int32_t *lengths,
                              int32_t num_lengths, dcp_plan_violation *violation);
 
+/*
+ * FNV-1a 64 over a plan's arrays: equal plans have equal hashes, so ranks (or
+ * builds) can compare plans by exchanging 8 bytes.  0 for NULL.
+ */
+uint64_t dcp_plan_hash(const dcp_plan *plan);
+
 /* ------------------------------------------------------------------------ */
 /* Data plane: one step                                                      */
 /* ------------------------------------------------------------------------ */
@@ -487,7 +498,7 @@ dcp_status dcp_plan_validate(dcp_context *context, const dcp_plan *plan, const i
 /*
  * One sample of a rank's input, as the trainer's loader produced it.  The
  * buffers are the caller's: dcp_step() only reads them, during the call.
- * Two shapes (SPEC.md section 1, step 2):
+ * Two shapes (as Megatron-LM's reference does):
  *  - pre-packed: cu_seqlens != NULL cuts the buffers into sub-samples
  *    (num_cu_seqlens entries, starting at 0, non-decreasing, the last at most
  *    num_tokens); each non-empty sub-sample is one sequence whose original and
@@ -541,10 +552,11 @@ typedef struct dcp_step_args {
 
 /*
  * One microbatch as one rank computes on it: exactly what the reference's
- * get_batch_on_this_rank_for_sequence_packing gives that rank (SPEC.md
- * sections 1 and 4), as flat arrays.  Fields a (virtual) stage does not need
- * are NULL: tokens and position_ids on the first stage and MTP stages,
- * labels and loss_mask on the last stage and MTP stages.  Padding slots hold
+ * get_batch_on_this_rank_for_sequence_packing gives that rank (as
+ * Megatron-LM's reference does), as flat arrays.  Fields a (virtual) stage does not need
+ * are NULL; present are tokens and position_ids on the first stage and MTP
+ * stages, labels and loss_mask on the last stage and MTP stages, none of the
+ * four on middle stages.  Padding slots hold
  * 0 in every field and 1 in padding_mask.
  */
 typedef struct dcp_microbatch {
@@ -635,7 +647,7 @@ dcp_status dcp_step(dcp_context *context, const dcp_step_args *args, const dcp_s
 /* ------------------------------------------------------------------------ */
 
 /*
- * MTP roll (SPEC.md section 5): shift a packed field left by one token within
+ * MTP roll (as Megatron-LM's reference does): shift a packed field left by one token within
  * each sequence, writing 0 at each sequence's last position, so no value
  * crosses into the next sequence.  `cu_seqlens_padded` are the microbatch's
  * global boundaries (before CP slicing; num_cu_seqlens entries, starting at 0,
@@ -680,7 +692,7 @@ dcp_status dcp_mtp_roll(dcp_comm *comm, int32_t group_first_rank, int32_t cp, co
                         const size_t *elem_size, int32_t num_fields, void *exchange);
 
 /*
- * GDN causal-conv padding (SPEC.md section 5).  A packed buffer of `rows`
+ * GDN causal-conv padding (as Megatron-LM's reference does).  A packed buffer of `rows`
  * rows of row_bytes bytes is padded with zero rows up to a multiple of
  * `alignment` (4096 by default: DCP_GDN_ALIGNMENT; <= 0 means no padding), and
  * the last cu_seqlens entry grows by the same number of rows, so the conv
@@ -746,7 +758,13 @@ dcp_status dcp_cuda_workspace_size(const dcp_config *config, size_t *device_byte
 dcp_status dcp_context_attach_cuda(dcp_context *context, void *device_memory, size_t device_bytes,
                                    void *pinned_host_memory, size_t host_bytes);
 
-/* The MTP roll and GDN padding on device memory, on `cuda_stream` (see above; cu arrays are device memory). */
+/*
+ * The MTP roll and GDN padding on device memory, on `cuda_stream` (see above;
+ * cu arrays are device memory).  dcp_mtp_roll_cuda checks its arguments but
+ * not the contents of device_cu_seqlens_padded (reading them back would cost a
+ * synchronisation per call): pass the cu_seqlens_padded a step produced, or
+ * check them on the host with dcp_mtp_roll first.
+ */
 dcp_status dcp_mtp_roll_cuda(dcp_comm *comm, int32_t group_first_rank, int32_t cp,
                              const int32_t *device_cu_seqlens_padded, int32_t num_cu_seqlens, int64_t num_tokens,
                              const void *const *device_fields, void *const *device_out, const size_t *elem_size,
@@ -808,6 +826,10 @@ void dcp_nccl_comm_destroy(dcp_comm *comm);
  * two up to N, plus the full group), like the reference's pre-built groups;
  * dcp_nccl_cp_group() picks the one of a microbatch.  A caller with its own
  * process groups passes their ncclComm_t to dcp_nccl_comm_init() instead.
+ * Blocks are built for power-of-two CP sizes up to 2^DCP_MAX_LOG2_CP = 65536
+ * ranks (plus the full group of a pool whose size is not a power of two);
+ * dcp_nccl_cp_group() returns NULL for a wider power-of-two block, which only
+ * a DPxCP pool of more than 65536 GPUs can need: its caller builds those.
  */
 typedef struct dcp_nccl_cp_groups {
     int32_t count;                              /* entries of group[] in use */

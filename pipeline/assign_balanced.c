@@ -1,6 +1,6 @@
 /*
  * assign_balanced.c - dcpack's own scheduler: minimise the step cost model's
- * makespan (COSTMODEL.md), the sum over microbatches of (slowest rank +
+ * makespan (README, cost model), the sum over microbatches of (slowest rank +
  * microbatch overhead), under every invariant of a plan.
  *
  * A microbatch is a multiset of groups: a group is a power-of-two block of

@@ -195,7 +195,7 @@ dcp_status dcp_step_layout(dcp_context *ctx, dcp_arena *arena, const dcp_config 
 /* Helpers                                                                   */
 /* ------------------------------------------------------------------------ */
 
-/* Fields a PP stage keeps (SPEC.md section 1, step 5). */
+/* Fields a PP stage keeps (as Megatron-LM's reference does). */
 static uint32_t stage_fields(const dcp_config *c, int32_t pipeline_rank, uint32_t mtp)
 {
     uint32_t f = 0;

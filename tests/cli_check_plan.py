@@ -6,8 +6,8 @@ usage: cli_check_plan.py PLAN_JSON LENGTHS_FILE --ranks N --max-seqlen-per-rank 
                          [--max-per-microbatch K] [--scheduler S]
 
 PLAN_JSON is {"plan": [[[ids of rank 0], ...], ...], "stats": {...}}; LENGTHS_FILE holds one length
-per line (id = 0-based line).  COST_JSON is `dcpack cost --format json` (default: COSTMODEL.md's
-coefficients).  Every invariant of COSTMODEL.md is checked, and makespan, lower bound and every
+per line (id = 0-based line).  COST_JSON is `dcpack cost --format json` (default: the default
+coefficients).  Every plan invariant is checked, and makespan, lower bound and every
 derived statistic are recomputed here from the plan and the lengths.
 """
 import argparse

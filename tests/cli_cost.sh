@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cli_cost.sh - `dcpack cost`: the effective model (defaults or a profile over them), sample costs
-# equal to COSTMODEL.md's formula evaluated independently, profile semantics (comments, hidden,
+# equal to the cost model's formula evaluated independently, profile semantics (comments, hidden,
 # kv, kv.<cp>, kv.<cp>+, later lines win), and a printed profile that loads back to the same model.
 # usage: cli_cost.sh <path-to-dcpack> <source-dir>
 set -euo pipefail

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # cli_plan_json.sh - `dcpack plan --format json` keeps its contract: one object {"plan", "stats"},
-# N rank lists per microbatch, every id exactly once, every COSTMODEL.md invariant, and statistics
+# N rank lists per microbatch, every id exactly once, every plan invariant, and statistics
 # that an independent Python model recomputes from the plan.  Also: CSV, JSON Lines, standard
 # input, --generate and the embedded default give the same plan as the same lengths in a text file.
 # usage: cli_plan_json.sh <path-to-dcpack> <source-dir>

@@ -81,3 +81,50 @@ DCP_TEST(probe_catches_planted_allocation)
     DCP_CHECK_EQ_INT(dcp_alloc_probe_allocated(&probe), 0);
     DCP_CHECK_EQ_INT(sum, 4950);
 }
+
+#ifdef DCP_HAVE_JEMALLOC
+#include <jemalloc/jemalloc.h>
+#endif
+
+/*
+ * dcp_context_create() makes a jemalloc arena before it asks for the
+ * workspace; when that request fails, the arena must go too, or every failed
+ * create leaks one.  A workspace of about 93 TB is refused by Linux's default
+ * (heuristic) overcommit policy, being far beyond memory plus swap.
+ */
+DCP_TEST(failed_create_leaves_no_jemalloc_arena)
+{
+#ifndef DCP_HAVE_JEMALLOC
+    DCP_SKIP("built without jemalloc");
+#else
+    dcp_config c;
+    dcp_config_default(&c);
+    c.data_parallel_size = 8;
+    c.max_sequences = 1 << 20;
+    c.max_tokens_per_rank = (int64_t)1 << 40;
+    size_t need = 0;
+    DCP_REQUIRE_OK(dcp_workspace_size(&c, &need));
+    DCP_REQUIRE(need > ((size_t)1 << 46));
+    unsigned before = 0, after = 0;
+    size_t len = sizeof before;
+    DCP_REQUIRE(mallctl("arenas.narenas", &before, &len, NULL, 0) == 0);
+    dcp_context *ctx = NULL;
+    if (dcp_context_create(&c, &ctx) == DCP_OK) {
+        dcp_context_destroy(ctx);
+        DCP_SKIP("this machine's overcommit policy maps a 93 TB workspace");
+    }
+    for (int i = 0; i < 32; i++) {
+        ctx = NULL;
+        DCP_CHECK_STATUS(dcp_context_create(&c, &ctx), DCP_ERR_ALLOC);
+        DCP_CHECK(ctx == NULL);
+    }
+    len = sizeof after;
+    DCP_REQUIRE(mallctl("arenas.narenas", &after, &len, NULL, 0) == 0);
+    /* a destroyed arena's index is reused: at most one new index for all 33 tries */
+    DCP_CHECK(after <= before + 1);
+    /* and a context of a sane size still comes */
+    c.max_tokens_per_rank = 4096;
+    DCP_CHECK_STATUS(dcp_context_create(&c, &ctx), DCP_OK);
+    dcp_context_destroy(ctx);
+#endif
+}
