@@ -4,8 +4,8 @@
  *   bench_plan [--traces DIR] [--repeats R] [--quick] [--no-matrix] [--no-scaling] [--scheduler NAME]
  *              [--trace NAME] [--config INDEX]
  *
- * Matrix: every trace of DIR (default /work/shared/workloads, else
- * tests/data/workloads) x every configuration below, planned by dp_balanced
+ * Matrix: every trace of DIR (default tests/data/workloads: the four
+ * families at 256, 1024, 4096 and 16384 sequences) x every configuration below, planned by dp_balanced
  * (static CP: the smallest power of two that holds the longest sequence),
  * dynamic_cp and balanced.  Per cell: microbatches, step-model makespan,
  * efficiency (lower bound / makespan) and plan time (median of R runs of
@@ -450,15 +450,8 @@ int main(int argc, char **argv)
     static trace traces[MAX_TRACES];
     int num_traces = 0;
     if (matrix) {
-        if (dir) num_traces = load_traces(dir, only_trace, traces);
-        else {
-            dir = "/work/shared/workloads";
-            num_traces = load_traces(dir, only_trace, traces);
-            if (num_traces <= 0) {
-                dir = DCP_SOURCE_DIR "/tests/data/workloads";
-                num_traces = load_traces(dir, only_trace, traces);
-            }
-        }
+        if (!dir) dir = DCP_SOURCE_DIR "/tests/data/workloads";
+        num_traces = load_traces(dir, only_trace, traces);
         if (num_traces <= 0) {
             fprintf(stderr, "no traces (*.txt) in %s\n", dir ? dir : "(none)");
             return 1;

@@ -302,9 +302,7 @@ def seconds(x):
 
 
 def main():
-    workloads_default = "/work/shared/workloads"
-    if not os.path.isdir(workloads_default):
-        workloads_default = os.path.join(SOURCE_DIR, "tests", "data", "workloads")
+    workloads_default = os.path.join(SOURCE_DIR, "tests", "data", "workloads")
     p = argparse.ArgumentParser(
         description="Planning time of dcpack against the reference schedulers "
                     "(Megatron-LM data_schedule.py), measured in the same run; fails if any "

@@ -1,8 +1,8 @@
 /*
  * pyrandom.c - the Mersenne Twister (MT19937) with Python's seeding from a
  * string and the few draws the trace families use (random, lognormvariate,
- * randint), operation for operation, so `dcpack --generate` reproduces
- * /work/shared/workloads/workloads.py (and random.Random(seed) in general)
+ * randint), operation for operation, so `dcpack --generate` reproduces the
+ * reference benchmark's workload generator (and random.Random(seed) in general)
  * bit for bit on a platform whose libm exp/log match Python's.
  */
 #include "cli.h"
