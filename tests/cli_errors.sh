@@ -32,6 +32,7 @@ expect() {
 printf '100\n-5\n' >negative.txt
 printf '100\n0\n' >zero.txt
 printf '100\nabc\n' >word.txt
+printf '100\nabc\n300\n' >middle.txt
 printf '100\n12.5\n' >fraction.txt
 printf '100\n99999999999\n' >huge.txt
 printf '100\n200000\n' >long.txt
@@ -122,7 +123,19 @@ expect 3 "array.jsonl:2: not a JSON object" -- plan --trace array.jsonl --column
 expect 3 "exponent.jsonl:2: '1e3' is not a length" -- plan --trace exponent.jsonl --column len
 expect 3 "negative.txt:2: length -5 is negative" -- compare --trace three.txt --trace negative.txt
 expect 3 "cannot open directory nodir" -- compare --traces nodir
-expect 3 "dcpack step: cannot read missing.txt" -- step --trace missing.txt --dp 2
+# step reads its trace as plan does: same messages, same statuses, no sequence dropped
+expect 3 "dcpack step: cannot open missing.txt" -- step --trace missing.txt --dp 2
+expect 3 "dcpack step: middle.txt:2: 'abc' is not a length" -- step --trace middle.txt
+expect 3 "dcpack plan: middle.txt:2: 'abc' is not a length" -- plan --trace middle.txt
+expect 3 "dcpack step: negative.txt:2: length -5 is negative" -- step --trace negative.txt
+expect 3 "dcpack step: gap.txt:2: empty line" -- step --trace gap.txt
+expect 3 "dcpack step: <stdin>: empty trace" -- step --trace -
+expect 3 "dcpack step: word.csv:3: 'x7' is not a length" -- step --trace word.csv --column len
+expect 3 "dcpack step: twenty.txt: 20 sequences exceed the capacity --max-sequences 10" -- step --trace twenty.txt --max-sequences 10
+expect 3 "dcpack step: long.txt:2: length 200000 exceeds what all 2 ranks hold together" -- step --trace long.txt --dp 2
+expect 2 "dcpack step: --trace and --generate" -- step --trace three.txt --generate mlmdefault
+expect 2 "dcpack step: --tail: 'x' is not" -- step --trace three.txt --tail x
+expect 2 "dcpack step: invalid configuration: virtual_pipeline_size 2 needs pipeline_parallel_size" -- step --trace three.txt --vpp 2
 mkdir emptydir
 expect 3 "emptydir holds no trace files" -- compare --traces emptydir
 
@@ -169,5 +182,23 @@ done
 "$dcpack" --help >out.txt
 for c in plan compare cost generate step; do grep -q "^  $c " out.txt || { echo "FAIL dcpack --help lacks $c"; exit 1; }; done
 grep -q "^  3  bad input" out.txt || { echo "FAIL dcpack --help lacks the exit statuses"; exit 1; }
+# the table says what the code returns: a batch over --max-sequences is status 3 (tested above), not 1
+sed -n '/^  3  bad input/,/^$/p' out.txt | grep -q -- "--max-sequences" ||
+  { echo "FAIL dcpack --help: status 3 does not cover a batch over --max-sequences"; exit 1; }
+sed -n '/^  1  /,/^  2  /p' out.txt | grep -qi "capacit" && { echo "FAIL dcpack --help: status 1 claims capacities"; exit 1; }
+"$dcpack" plan --help >out.txt
+grep -q '"best"' out.txt && grep -q '{"status", "message"}' out.txt ||
+  { echo "FAIL dcpack plan --help: the comparison's \"best\" and \"error\" shape are not described"; exit 1; }
+# step --help describes every option it names, one description line each, as the other commands do
+"$dcpack" step --help >out.txt
+for opt in $(grep -Eo -- '--[a-z][a-z-]*' out.txt | sort -u); do
+  grep -Eq -- "^  (-h, |--[a-z-]+ [A-Z]+, )?$opt( |$)" out.txt || { echo "FAIL dcpack step --help: $opt not described"; exit 1; }
+done
+for opt in --trace --column --input-format --generate --dp --cp --tp --pp --vpp --microbatch-group --scheduler \
+           --max-seqlen --max-sequences --max-sequences-per-microbatch --pad-alignment --pad-to-max --tail \
+           --cp-partition --mtp-stage --mtp-virtual-stages --prepacked --tp-ranks-hold-data --steps --check; do
+  grep -q -- "$opt" out.txt || { echo "FAIL dcpack step --help lacks $opt"; exit 1; }
+done
+grep -q "heap_allocations_per_step" out.txt || { echo "FAIL dcpack step --help: the JSON fields are not described"; exit 1; }
 "$dcpack" --version | grep -Eq '^dcpack [0-9]+\.[0-9]+\.[0-9]+$' || { echo "FAIL --version"; exit 1; }
 echo "cli_errors: ok"

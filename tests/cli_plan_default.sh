@@ -37,4 +37,10 @@ grep -Eq ' [0-9.]+ (us|ms|s)$' "$tmp/timed.txt" || { echo "cli_plan_default: no 
 grep -Ec '^(dp_balanced|dynamic_cp|balanced)( \(cp [0-9]+\))? +([0-9]|not available|not configurable|failed)' "$tmp/out.txt" | grep -qx 3 || { echo "cli_plan_default: not three scheduler rows"; exit 1; }
 grep -Eq '^(dp_balanced|dynamic_cp|balanced)[^ ]* .*has the lowest makespan|is the only scheduler' "$tmp/out.txt" ||
   { echo "cli_plan_default: no conclusion line"; exit 1; }
+# text output points only to documents the repository ships
+"$dcpack" cost >"$tmp/cost.txt"
+"$dcpack" compare --generate mlmdefault:n=64 --steps 1 --no-timing >"$tmp/compare.txt"
+for doc in $(cat "$tmp/out.txt" "$tmp/cost.txt" "$tmp/compare.txt" | grep -Eo '[A-Za-z0-9_./-]+\.md' | sort -u); do
+  [ -e "$src/$doc" ] || { echo "cli_plan_default: the output points to $doc, which the repository lacks"; exit 1; }
+done
 echo "cli_plan_default: ok (${elapsed_ms} ms)"

@@ -693,6 +693,14 @@ dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *res
     free(per_step);
     result->num_microbatches = sh.microbatches;
     result->heap_bytes_max = sh.heap_max;
+#ifdef DCP_HAVE_JEMALLOC
+    {
+        /* a jemalloc built without statistics has no thread.allocatedp: the byte counts above stayed 0 */
+        uint64_t *counter = NULL;
+        size_t len = sizeof counter;
+        result->heap_measured = mallctl("thread.allocatedp", &counter, &len, NULL, 0) == 0 && counter != NULL;
+    }
+#endif
     result->device_bytes_delta = sh.device_delta;
     result->nccl_heap_per_call = sh.nccl_call_heap;
     result->heap_bytes_beyond_nccl = sh.heap_beyond_nccl;

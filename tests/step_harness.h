@@ -54,6 +54,7 @@ typedef struct dcp_harness_result {
     int64_t mismatches;
     uint64_t heap_bytes_max;        /* most bytes one rank allocated inside one dcp_step() */
     uint64_t heap_calls_max;        /* same, in allocation events seen (0 or more) */
+    int heap_measured;              /* jemalloc's per-thread counters were readable: heap_bytes_max means something */
     int64_t device_bytes_delta;     /* gpu: most free device memory one GPU lost between the end of the first step
                                        and the end of the last (cudaMemGetInfo) */
     uint64_t nccl_heap_per_call;    /* gpu: heap bytes one NCCL collective allocates + frees (NCCL's group job) */

@@ -24,9 +24,13 @@
 /* Exit statuses of every command (`dcpack --help` lists them). */
 enum {
     DCP_EXIT_OK = 0,    /* success */
-    DCP_EXIT_ERROR = 1, /* the library refused to plan (infeasible, capacity), or an output could not be written */
-    DCP_EXIT_USAGE = 2, /* bad command line: unknown option, missing or malformed value, conflicting options */
-    DCP_EXIT_INPUT = 3  /* a trace or cost profile that cannot be read or holds a bad value (file:line named) */
+    DCP_EXIT_ERROR = 1, /* the library could not plan (infeasible) or a step failed, a context could not be
+                           created, out of memory, or an output could not be written */
+    DCP_EXIT_USAGE = 2, /* bad command line: unknown option, missing or malformed value, conflicting options,
+                           a configuration the library rejects */
+    DCP_EXIT_INPUT = 3  /* a trace or cost profile that cannot be read or holds a bad value (file:line named),
+                           or a batch the configuration cannot hold: a sequence longer than its ranks hold,
+                           more sequences than --max-sequences */
 };
 
 /* "dcpack <command>: <message>" on stderr; returns `status` so a failure site is one line. */
@@ -148,7 +152,7 @@ typedef struct dcp_cli_input {
 /* --trace, --column, --input-format, --generate: same contract as dcp_cli_setup_option. */
 int dcp_cli_input_option(dcp_cli_args *args, dcp_cli_input *input, int *status);
 
-/* Write s as a JSON string literal. */
+/* Write s as a JSON string literal: every string the program writes into JSON goes through here. */
 void dcp_cli_json_string(FILE *out, const char *s);
 
 /*
@@ -161,6 +165,14 @@ void dcp_cli_json_string(FILE *out, const char *s);
  */
 int dcp_cli_config_make(const dcp_cli_setup *setup, const dcp_cli_trace *const *traces, int num_traces,
                         dcp_config *config, int32_t *cp_used, char *message, size_t message_size);
+
+/*
+ * The context capacity for traces: `requested` (--max-sequences), or when 0
+ * the largest count rounded up to a multiple of 256.  DCP_EXIT_INPUT with the
+ * reason in message (nothing printed) when a trace holds more.
+ */
+int dcp_cli_capacity(int32_t requested, const dcp_cli_trace *const *traces, int num_traces, int32_t *capacity,
+                     char *message, size_t message_size);
 
 /* One planning context and the timings of its runs. */
 typedef struct dcp_cli_planner {
@@ -180,7 +192,7 @@ void dcp_cli_planner_destroy(dcp_cli_planner *planner);
 dcp_status dcp_cli_plan_timed(dcp_cli_planner *planner, const dcp_cli_trace *trace, int32_t repeat,
                               double *seconds, const dcp_plan **plan, dcp_plan_stats *stats);
 
-/* Plan-derived numbers the commands print (definitions in the README's "Command line" section). */
+/* Plan-derived numbers the commands print (definitions in the README's "The dcpack program" section). */
 typedef struct dcp_cli_metrics {
     double efficiency;    /* lower_bound / makespan */
     double imbalance;     /* max_rank_sum / (busy_sum / N): slowest rank over the mean rank, summed over microbatches */

@@ -53,8 +53,10 @@ static const char compare_usage[] =
     "  dcpack compare --generate longsft:n=2048 --steps 8 --ranks 64 --max-seqlen-per-rank 16384 \\\n"
     "      --config dp_balanced:cp=8 --config dynamic_cp --config dynamic_cp:min_cp_size=2\n"
     "\n"
-    "exit status: 0 ok; 1 some batch could not be planned (the table still prints); 2 usage\n"
-    "error; 3 bad input.\n";
+    "exit status: 0 ok; 1 some batch could not be planned (the table still prints) or an output\n"
+    "not written; 2 usage error or a configuration the library rejects; 3 bad input: a trace or\n"
+    "profile that cannot be read or holds a bad value, a sequence longer than its ranks hold,\n"
+    "more sequences than --max-sequences (the file, line and value are named).\n";
 
 #define MAX_CONFIGS 32
 #define MAX_FILES 100000
@@ -428,10 +430,11 @@ int dcp_cli_compare(int argc, char **argv)
                 double per = r->planned ? 1.0 / r->planned : 0.0;
                 printf("    {\"label\": ");
                 dcp_cli_json_string(stdout, r->label);
-                printf(", \"scheduler\": \"%s\", \"ranks\": %d, \"cp\": %d, \"max_seqlen_per_rank\": %d, "
-                       "\"min_cp_size\": %d, \"vpp_group\": %d, \"cost_model\": ",
-                       dcp_scheduler_name(r->setup.scheduler), r->setup.ranks, r->cp, r->setup.max_seqlen_per_rank,
-                       r->setup.min_cp_size, r->setup.vpp_group);
+                printf(", \"scheduler\": ");
+                dcp_cli_json_string(stdout, dcp_scheduler_name(r->setup.scheduler));
+                printf(", \"ranks\": %d, \"cp\": %d, \"max_seqlen_per_rank\": %d, \"min_cp_size\": %d, "
+                       "\"vpp_group\": %d, \"cost_model\": ",
+                       r->setup.ranks, r->cp, r->setup.max_seqlen_per_rank, r->setup.min_cp_size, r->setup.vpp_group);
                 dcp_cli_json_string(stdout, r->cost_path ? r->cost_path : "default");
                 printf(",\n     \"batches\": %d, \"planned\": %d, \"failed\": %d, \"microbatches_mean\": %.6f, "
                        "\"makespan_mean\": %.1f, \"lower_bound_mean\": %.1f, \"efficiency\": %.6f, \"imbalance\": "
@@ -456,7 +459,7 @@ int dcp_cli_compare(int argc, char **argv)
             printf("dcpack compare: %d batches (%s), %lld sequences in all\n", num_batches,
                    traces_dir ? traces_dir : num_trace_files ? "trace files" : spec, (long long)seqs);
             printf("ranks %d, max_seqlen_per_rank %d unless a configuration says otherwise; cost model: %s\n\n",
-                   defaults.ranks, defaults.max_seqlen_per_rank, default_cost ? default_cost : "defaults (COSTMODEL.md)");
+                   defaults.ranks, defaults.max_seqlen_per_rank, default_cost ? default_cost : "defaults (README, Cost model)");
             printf("%-28s %7s %9s %16s %10s %9s %7s %7s %10s %10s\n", "configuration", "batches", "microbat.",
                    "makespan/batch", "efficiency", "imbalance", "mean CP", "padding", "plan med.", "plan p99");
             for (int k = 0; k < num_rows; k++) {

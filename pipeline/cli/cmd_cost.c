@@ -42,7 +42,8 @@ static const char cost_usage[] =
     "  dcpack cost --format profile > my_model.txt      (edit, then:)\n"
     "  dcpack cost --profile my_model.txt --lengths 2048,65536 --max-cp 64\n"
     "\n"
-    "exit status: 0 ok; 2 usage error; 3 a profile that cannot be read or holds a bad line.\n";
+    "exit status: 0 ok; 1 the output could not be written; 2 usage error; 3 a profile that cannot\n"
+    "be read or holds a bad line.\n";
 
 #define MAX_SAMPLES 64
 
@@ -136,7 +137,7 @@ int dcp_cli_cost(int argc, char **argv)
         int st = dcp_cli_cost_profile_load("cost", profile, &model);
         if (st != DCP_EXIT_OK) return st;
     }
-    const char *source = profile ? profile : "defaults (COSTMODEL.md)";
+    const char *source = profile ? profile : "defaults (README, Cost model)";
 
     if (strcmp(format, "profile") == 0) {
         printf("# dcpack cost profile: %s\n", source);

@@ -26,7 +26,8 @@ static const char generate_usage[] =
     "  dcpack generate mlmdefault:n=4096,seed=2 > batch.txt\n"
     "  dcpack generate lognormal:mean=2048,sigma=1.0,min=64,max=32768,n=8192 | dcpack plan --trace -\n"
     "\n"
-    "exit status: 0 ok; 2 usage error (unknown family or key, bad value).\n";
+    "exit status: 0 ok; 1 out of memory or the output could not be written; 2 usage error\n"
+    "(unknown family or key, bad value).\n";
 
 int dcp_cli_generate(int argc, char **argv)
 {

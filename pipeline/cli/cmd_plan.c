@@ -43,7 +43,9 @@ static const char plan_usage[] =
     "output:\n"
     "  --format text|json      json: {\"plan\": [[[ids of rank 0], [ids of rank 1], ...], ...per\n"
     "                          microbatch], \"stats\": {...}}; without --scheduler:\n"
-    "                          {\"comparison\": [{\"scheduler\", \"stats\"} or {\"scheduler\", \"error\"}, ...]}\n"
+    "                          {\"comparison\": [{\"scheduler\", \"stats\"} or {\"scheduler\", \"error\"}, ...],\n"
+    "                          \"best\"}: \"error\" is {\"status\", \"message\"} (the library's status name and\n"
+    "                          why), \"best\" the scheduler with the lowest makespan, or null if none planned\n"
     "  --svg FILE              draw the plan (needs --scheduler)\n"
     "  --repeat R              plan R times; plan time is the median (default 5)\n"
     "  --summary               text: statistics only, no per-microbatch listing\n"
@@ -57,8 +59,11 @@ static const char plan_usage[] =
     "  dcpack plan --generate longsft:n=4096,seed=3 --ranks 128 --max-seqlen-per-rank 16384\n"
     "  cat lengths.txt | dcpack plan --trace - --scheduler balanced --cost my_profile.txt --svg plan.svg\n"
     "\n"
-    "exit status: 0 ok; 1 the batch could not be planned (or an output not written); 2 usage\n"
-    "error; 3 bad input (the file, line and value are named).\n";
+    "exit status: 0 ok (without --scheduler: some scheduler planned the batch); 1 the batch could\n"
+    "not be planned (or an output not written); 2 usage error or a configuration the library\n"
+    "rejects; 3 bad input: a trace or profile that cannot be read or holds a bad value, a sequence\n"
+    "longer than its ranks hold, more sequences than --max-sequences (the file, line and value\n"
+    "are named).\n";
 
 typedef struct plan_options {
     dcp_cli_input input;
@@ -123,7 +128,7 @@ static void print_header(const plan_options *o, const dcp_cli_trace *trace)
     if (o->setup.vpp_group > 1) printf(", vpp_group %d", o->setup.vpp_group);
     if (o->setup.max_sequences_per_microbatch > 0)
         printf(", max_sequences_per_microbatch %d", o->setup.max_sequences_per_microbatch);
-    printf("; cost model: %s\n", o->cost_path ? o->cost_path : "defaults (COSTMODEL.md)");
+    printf("; cost model: %s\n", o->cost_path ? o->cost_path : "defaults (README, Cost model)");
 }
 
 static void print_plan_text(const plan_options *o, const plan_run *r, const dcp_cli_trace *trace)
@@ -181,7 +186,9 @@ static void print_stats_json(const plan_options *o, const plan_run *r, const dcp
     const dcp_plan_stats *s = &r->stats;
     const dcp_cli_metrics *m = &r->metrics;
     printf("{\n");
-    printf("%s  \"scheduler\": \"%s\",\n", indent, dcp_scheduler_name(r->config.scheduler));
+    printf("%s  \"scheduler\": ", indent);
+    dcp_cli_json_string(stdout, dcp_scheduler_name(r->config.scheduler));
+    printf(",\n");
     printf("%s  \"ranks\": %d,\n", indent, dcp_config_num_ranks(&r->config));
     printf("%s  \"data_parallel_size\": %d,\n", indent, r->config.data_parallel_size);
     printf("%s  \"context_parallel_size\": %d,\n", indent, r->config.context_parallel_size);
@@ -306,20 +313,25 @@ static int compare_schedulers(const plan_options *o, const dcp_cli_trace *trace)
         printf("{\n  \"comparison\": [\n");
         for (int k = 0; k < COUNT; k++) {
             const plan_run *r = &runs[k];
-            printf("    {\"scheduler\": \"%s\", ", dcp_scheduler_name(all[k]));
+            printf("    {\"scheduler\": ");
+            dcp_cli_json_string(stdout, dcp_scheduler_name(all[k]));
+            printf(", ");
             if (r->status == DCP_OK) {
                 printf("\"stats\": ");
                 print_stats_json(o, r, trace, "    ");
             } else {
-                printf("\"error\": {\"status\": \"%s\", \"message\": ", dcp_status_str(r->status));
+                printf("\"error\": {\"status\": ");
+                dcp_cli_json_string(stdout, dcp_status_str(r->status));
+                printf(", \"message\": ");
                 dcp_cli_json_string(stdout, r->message);
                 printf("}");
             }
             printf("}%s\n", k + 1 < COUNT ? "," : "");
         }
         printf("  ],\n  \"best\": ");
-        if (best >= 0) printf("\"%s\"\n}\n", dcp_scheduler_name(all[best]));
-        else printf("null\n}\n");
+        if (best >= 0) dcp_cli_json_string(stdout, dcp_scheduler_name(all[best]));
+        else printf("null");
+        printf("\n}\n");
     } else {
         printf("dcpack plan: every scheduler on one global batch\n");
         print_header(o, trace);
@@ -343,7 +355,7 @@ static int compare_schedulers(const plan_options *o, const dcp_cli_trace *trace)
                 else printf("%s: %s (%s)\n", what, r->message, dcp_status_str(r->status));
             }
         }
-        printf("\nmakespan: step-model cost units (COSTMODEL.md); efficiency = lower bound / makespan;\n"
+        printf("\nmakespan: step-model cost units (README, Cost model); efficiency = lower bound / makespan;\n"
                "imbalance = slowest rank / mean rank, summed over microbatches (1.000 = perfectly even).\n\n");
         if (best < 0) {
             printf("no scheduler could plan this batch.\n");

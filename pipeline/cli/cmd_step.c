@@ -1,45 +1,148 @@
 /*
- * cmd_step.c - `dcpack step`: one whole step over in-process ranks on
+ * cmd_step.c - `dcpack step`: whole data-plane steps over in-process ranks on
  * synthetic token data, optionally every rank checked against the oracle;
- * prints JSON.
- *
- *   dcpack step --trace FILE --dp D --cp C --tp T --pp P [--vpp V] [--scheduler S] [--check]
- *               [--max-seqlen M] [--max-sequences N] [--pad-alignment A | --pad-to-max]
- *               [--tail append_dummy|extend_last] [--cp-partition zigzag|contiguous]
- *               [--microbatch-group G] [--mtp-stage P] [--mtp-virtual-stages MASK]
- *               [--max-sequences-per-microbatch K] [--prepacked] [--tp-ranks-hold-data] [--steps K]
- *
- * Exit status: 0 when every step succeeded (and verified, with --check), 1 otherwise, 2 on bad usage,
- * 3 when the trace cannot be read.
+ * prints JSON.  The trace is read as `dcpack plan` reads it.
  */
-#include "dcpack.h"
+#include "cli.h"
 #include "step_harness.h"
 
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-int dcp_cli_step(int argc, char **argv);
+static const char step_usage[] =
+    "usage: dcpack step [input] [configuration] [--steps K] [--check]\n"
+    "\n"
+    "Run whole dcp_step() calls over in-process ranks, one thread per rank of DP x CP x TP x PP,\n"
+    "on synthetic token data, and print a JSON report: per-rank exchange bytes, step times and\n"
+    "heap use. Each length is rounded up to a multiple of 2 x DP x CP (so zigzag can cut it).\n"
+    "\n"
+    "input (one of; required):\n"
+    "  --trace FILE|-          lengths from FILE ('-': standard input), read as dcpack plan reads them\n"
+    "  --column NAME           the length column of a CSV file or the key of a JSON Lines file\n"
+    "  --input-format F        auto (default), text (one length per line), csv, jsonl\n"
+    "  --generate SPEC         a generated trace (see dcpack generate --help)\n"
+    "\n"
+    "configuration:\n"
+    "  --dp D, --cp C          data- and context-parallel sizes: D x C DPxCP ranks (default 1, 1)\n"
+    "  --tp T, --pp P          tensor- and pipeline-parallel sizes (default 1, 1)\n"
+    "  --vpp V                 virtual pipeline stages per PP stage (default 1: none)\n"
+    "  --microbatch-group G    microbatch count must be a multiple of G (default: P with --vpp > 1,\n"
+    "                          else 0: none)\n"
+    "  --scheduler S           dp_balanced, dynamic_cp (default) or balanced; with dp_balanced,\n"
+    "                          --cp is the static CP size\n"
+    "  --max-seqlen M          tokens one DPxCP rank holds in a microbatch (default 8192)\n"
+    "  --max-sequences K       capacity of the contexts (default: the trace's count rounded up);\n"
+    "                          a trace with more sequences is bad input\n"
+    "  --max-sequences-per-microbatch K   per rank (default 0: unlimited)\n"
+    "  --pad-alignment A       pad each rank's THD tensors to a multiple of A (default 0: no padding)\n"
+    "  --pad-to-max            pad each rank's THD tensors to --max-seqlen exactly (wins over\n"
+    "                          --pad-alignment)\n"
+    "  --tail T                where the padding goes: append_dummy (default: one more, dummy,\n"
+    "                          sequence) or extend_last (the last real sequence's padded end)\n"
+    "  --cp-partition P        how a sequence is cut over its CP group: zigzag (default) or contiguous\n"
+    "  --mtp-stage P           the PP stage that holds MTP layers (default -1: none)\n"
+    "  --mtp-virtual-stages MASK   on that stage, bit v: virtual stage v holds them (default 0)\n"
+    "  --prepacked             samples arrive pre-packed (4 sequences each, with cu_seqlens)\n"
+    "  --tp-ranks-hold-data    every TP rank brings the batch and runs the step (default: TP rank 0\n"
+    "                          does and broadcasts the outputs)\n"
+    "\n"
+    "run:\n"
+    "  --steps K               steps to run (default 3); the times are the slowest rank's, over steps\n"
+    "  --check                 after each step, compare every rank's outputs with an independent\n"
+    "                          reference (\"verified\", \"mismatches\")\n"
+    "  -h, --help              this help\n"
+    "\n"
+    "output: one JSON object {\"trace\", \"sequences\", \"tokens\" (padded), \"dp\", \"cp\", \"tp\", \"pp\",\n"
+    "\"vpp\", \"scheduler\", \"status\", \"statuses_agree\", \"verified\" (null without --check),\n"
+    "[\"mismatches\",] \"heap_bytes_per_step\", \"heap_allocations_per_step\", \"microbatches\",\n"
+    "\"steps\", \"step_seconds_min\", \"step_seconds_median\", \"ranks\": [{...} per world rank],\n"
+    "\"bytes_received_total\", \"reference_bytes_received_total\", \"tokens_computed_total\",\n"
+    "\"reference_over_dcpack\"}. heap_bytes_per_step is the most heap bytes one rank allocated\n"
+    "plus freed inside one dcp_step() (jemalloc's per-thread counters), null when they cannot be\n"
+    "read (a build without jemalloc); heap_allocations_per_step is 0 when that is 0 bytes, and\n"
+    "null otherwise (the counters count bytes, not calls). When the step cannot run at all the\n"
+    "object is {\"trace\", \"error\": {\"status\", \"message\"}}.\n"
+    "\n"
+    "examples:\n"
+    "  dcpack step --trace lengths.txt --dp 2 --cp 2 --tp 2 --pp 2 --check\n"
+    "  dcpack step --trace batch.csv --column seq_len --dp 4 --cp 2 --scheduler dp_balanced --check\n"
+    "  dcpack step --generate mlmdefault:n=256 --dp 2 --pp 4 --vpp 2 --mtp-stage 3 --mtp-virtual-stages 2\n"
+    "\n"
+    "exit status: 0 every step succeeded (and verified, with --check); 1 a step failed, the ranks'\n"
+    "statuses differ or a rank did not verify (the JSON still prints), or the steps could not run;\n"
+    "2 usage error or an invalid configuration; 3 bad input (a trace that cannot be read or holds\n"
+    "a bad value, more sequences than --max-sequences, a sequence longer than its ranks hold).\n";
 
-static void usage_to(FILE *out)
+/* A length no group of ranks may hold: named by file:line, as plan names it. */
+static int check_lengths(const dcp_harness_options *o, const dcp_cli_trace *trace)
 {
-    fprintf(out,
-            "usage: dcpack step --trace FILE --dp D --cp C --tp T --pp P [--vpp V] [--scheduler S] [--check]\n"
-            "       [--max-seqlen M] [--max-sequences N] [--pad-alignment A | --pad-to-max]\n"
-            "       [--tail append_dummy|extend_last] [--cp-partition zigzag|contiguous] [--microbatch-group G]\n"
-            "       [--mtp-stage P] [--mtp-virtual-stages MASK] [--max-sequences-per-microbatch K]\n"
-            "       [--prepacked] [--tp-ranks-hold-data] [--steps K]\n");
+    const dcp_config *c = &o->config;
+    const int64_t ranks = (int64_t)c->data_parallel_size * c->context_parallel_size;
+    const int64_t group = c->scheduler == DCP_SCHEDULER_DP_BALANCED ? c->context_parallel_size : ranks;
+    const int64_t m = c->max_seqlen_per_rank;
+    char where[600];
+    for (int32_t i = 0; i < trace->count; i++) {
+        if (trace->lengths[i] <= group * m) continue;
+        dcp_cli_trace_where(trace, i, where, sizeof where);
+        if (c->scheduler == DCP_SCHEDULER_DP_BALANCED)
+            return dcp_cli_fail(DCP_EXIT_INPUT, "step",
+                                "%s: length %d exceeds the static CP group: %lld ranks x max_seqlen_per_rank %lld = "
+                                "%lld tokens (raise --cp or --max-seqlen)",
+                                where, trace->lengths[i], (long long)group, (long long)m, (long long)(group * m));
+        return dcp_cli_fail(DCP_EXIT_INPUT, "step",
+                            "%s: length %d exceeds what all %lld ranks hold together: %lld x max_seqlen_per_rank %lld "
+                            "= %lld tokens",
+                            where, trace->lengths[i], (long long)ranks, (long long)ranks, (long long)m,
+                            (long long)(ranks * m));
+    }
+    return DCP_EXIT_OK;
 }
 
-static void usage(void) { usage_to(stderr); }
-
-static int parse_int(const char *text, long lo, long hi, long *out)
+static void print_report(const dcp_harness_options *o, const dcp_harness_result *r, const dcp_cli_trace *trace)
 {
-    char *end = NULL;
-    long v = strtol(text, &end, 10);
-    if (!text[0] || *end || v < lo || v > hi) return -1;
-    *out = v;
-    return 0;
+    int64_t ours = 0, reference = 0, computed = 0;
+    printf("{\n  \"trace\": ");
+    dcp_cli_json_string(stdout, trace->name);
+    printf(",\n  \"sequences\": %d,\n  \"tokens\": %lld,\n", trace->count, (long long)r->total_tokens);
+    printf("  \"dp\": %d, \"cp\": %d, \"tp\": %d, \"pp\": %d, \"vpp\": %d, \"scheduler\": ",
+           o->config.data_parallel_size, o->config.context_parallel_size, o->config.tensor_parallel_size,
+           o->config.pipeline_parallel_size, o->config.virtual_pipeline_size);
+    dcp_cli_json_string(stdout, dcp_scheduler_name(o->config.scheduler));
+    printf(",\n  \"status\": ");
+    dcp_cli_json_string(stdout, dcp_status_str(r->step_status[0]));
+    printf(",\n  \"statuses_agree\": %s,\n", r->statuses_agree ? "true" : "false");
+    if (o->check)
+        printf("  \"verified\": %s,\n  \"mismatches\": %lld,\n", r->verified ? "true" : "false", (long long)r->mismatches);
+    else printf("  \"verified\": null,\n");
+    /* the counters count bytes: 0 bytes is 0 allocations, any other amount an unknown number of them */
+    if (r->heap_measured)
+        printf("  \"heap_bytes_per_step\": %llu,\n  \"heap_allocations_per_step\": %s,\n",
+               (unsigned long long)r->heap_bytes_max, r->heap_bytes_max == 0 ? "0" : "null");
+    else printf("  \"heap_bytes_per_step\": null,\n  \"heap_allocations_per_step\": null,\n");
+    printf("  \"microbatches\": %d,\n  \"steps\": %d,\n", r->num_microbatches, o->steps);
+    printf("  \"step_seconds_min\": %.6f,\n  \"step_seconds_median\": %.6f,\n", r->step_seconds_min,
+           r->step_seconds_median);
+    printf("  \"ranks\": [\n");
+    for (int32_t w = 0; w < r->world_size; w++) {
+        const dcp_step_stats *s = &r->rank_stats[w];
+        ours += s->exchange_bytes_received;
+        reference += s->reference_bytes_received;
+        computed += s->tokens_computed;
+        printf("    {\"world_rank\": %d, \"pp\": %d, \"tp\": %d, \"dpxcp\": %d, \"tokens_computed\": %lld, "
+               "\"tokens_out\": %lld, \"bytes_received\": %lld, \"bytes_sent\": %lld, \"bytes_local\": %lld, "
+               "\"reference_bytes_received\": %lld, \"metadata_bytes_received\": %lld, \"broadcast_bytes\": %lld, "
+               "\"collectives\": %d}%s\n",
+               w, r->rank_pipeline[w], r->rank_tensor[w], r->rank_dpxcp[w], (long long)s->tokens_computed,
+               (long long)s->tokens_out, (long long)s->exchange_bytes_received, (long long)s->exchange_bytes_sent,
+               (long long)s->exchange_bytes_local, (long long)s->reference_bytes_received,
+               (long long)s->metadata_bytes_received, (long long)s->broadcast_bytes, s->collectives,
+               w + 1 < r->world_size ? "," : "");
+    }
+    printf("  ],\n  \"bytes_received_total\": %lld,\n  \"reference_bytes_received_total\": %lld,\n", (long long)ours,
+           (long long)reference);
+    printf("  \"tokens_computed_total\": %lld,\n", (long long)computed);
+    printf("  \"reference_over_dcpack\": %.3f\n", ours > 0 ? (double)reference / (double)ours : 0.0);
+    printf("}\n");
 }
 
 int dcp_cli_step(int argc, char **argv)
@@ -49,153 +152,128 @@ int dcp_cli_step(int argc, char **argv)
     o.check = 0;
     o.steps = 3;
     o.config.max_seqlen_per_rank = 8192;
-    const char *trace = NULL;
+    dcp_cli_input input;
+    memset(&input, 0, sizeof input);
+    int32_t max_sequences = 0, mtp_virtual_stages = 0;
     int group_set = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        long x = 0;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-            usage_to(stdout);
-            printf("\nexample:\n  dcpack step --trace lengths.txt --dp 2 --cp 2 --tp 2 --pp 2 --check\n"
-                   "\nexit status: 0 every step succeeded (and verified, with --check); 1 otherwise; 2 usage error;\n"
-                   "3 a trace that cannot be read.\n");
-            return 0;
+    const struct {
+        const char *name;
+        int64_t lo, hi;
+        int32_t *field;
+    } ints[] = {
+        {"--dp", 1, 1 << 16, &o.config.data_parallel_size},
+        {"--cp", 1, 1 << 16, &o.config.context_parallel_size},
+        {"--tp", 1, 1 << 10, &o.config.tensor_parallel_size},
+        {"--pp", 1, 1 << 10, &o.config.pipeline_parallel_size},
+        {"--vpp", 1, 64, &o.config.virtual_pipeline_size},
+        {"--max-seqlen", 1, 1 << 30, &o.config.max_seqlen_per_rank},
+        {"--max-sequences", 1, DCP_CLI_MAX_SEQUENCES, &max_sequences},
+        {"--pad-alignment", 0, 1 << 20, &o.config.pad_alignment},
+        {"--max-sequences-per-microbatch", 0, 1 << 24, &o.config.max_sequences_per_microbatch},
+        {"--microbatch-group", 0, 1 << 16, &o.config.microbatch_group_size_per_vp_stage},
+        {"--mtp-stage", -1, 1 << 10, &o.mtp_pipeline_rank},
+        {"--mtp-virtual-stages", 0, INT32_MAX, &mtp_virtual_stages},
+        {"--steps", 1, 1000, &o.steps},
+    };
+    dcp_cli_args args = {argc, argv, 1, "step"};
+    for (; args.i < argc; args.i++) {
+        const char *v = NULL;
+        int st = DCP_EXIT_OK, got;
+        if (dcp_cli_flag(&args, "-h") || dcp_cli_flag(&args, "--help")) {
+            fputs(step_usage, stdout);
+            return DCP_EXIT_OK;
         }
-#define INT_ARG(name, lo, hi, dst)                                                                                 \
-    if (strcmp(a, name) == 0) {                                                                                    \
-        if (!v || parse_int(v, lo, hi, &x) != 0) {                                                                 \
-            fprintf(stderr, "dcpack step: %s needs an integer in [%ld, %ld]\n", name, (long)(lo), (long)(hi));     \
-            return 2;                                                                                              \
-        }                                                                                                          \
-        dst = (int32_t)x;                                                                                          \
-        i++;                                                                                                       \
-        continue;                                                                                                  \
-    }
-        INT_ARG("--dp", 1, 1 << 16, o.config.data_parallel_size)
-        INT_ARG("--cp", 1, 1 << 16, o.config.context_parallel_size)
-        INT_ARG("--tp", 1, 1 << 10, o.config.tensor_parallel_size)
-        INT_ARG("--pp", 1, 1 << 10, o.config.pipeline_parallel_size)
-        INT_ARG("--vpp", 1, 64, o.config.virtual_pipeline_size)
-        INT_ARG("--max-seqlen", 1, 1 << 30, o.config.max_seqlen_per_rank)
-        INT_ARG("--max-sequences", 1, 1 << 24, o.config.max_sequences)
-        INT_ARG("--pad-alignment", 0, 1 << 20, o.config.pad_alignment)
-        INT_ARG("--max-sequences-per-microbatch", 0, 1 << 24, o.config.max_sequences_per_microbatch)
-        INT_ARG("--mtp-stage", -1, 1 << 10, o.mtp_pipeline_rank)
-        INT_ARG("--steps", 1, 1000, o.steps)
-        if (strcmp(a, "--microbatch-group") == 0) {
-            if (!v || parse_int(v, 0, 1 << 16, &x) != 0) return usage(), 2;
-            o.config.microbatch_group_size_per_vp_stage = (int32_t)x;
-            group_set = 1;
-            i++;
+        if ((got = dcp_cli_input_option(&args, &input, &st)) != 0) {
+            if (got < 0) return st;
             continue;
         }
-        if (strcmp(a, "--mtp-virtual-stages") == 0) {
-            if (!v || parse_int(v, 0, 0x7fffffff, &x) != 0) return usage(), 2;
-            o.mtp_virtual_stages = (uint32_t)x;
-            i++;
+        size_t k = 0;
+        for (; k < sizeof ints / sizeof ints[0]; k++)
+            if ((got = dcp_cli_option(&args, ints[k].name, &v)) != 0) break;
+        if (k < sizeof ints / sizeof ints[0]) {
+            int64_t x = 0;
+            if (got < 0 || dcp_cli_parse_int("step", ints[k].name, v, ints[k].lo, ints[k].hi, &x) != DCP_EXIT_OK)
+                return DCP_EXIT_USAGE;
+            *ints[k].field = (int32_t)x;
+            if (ints[k].field == &o.config.microbatch_group_size_per_vp_stage) group_set = 1;
             continue;
         }
-        if (strcmp(a, "--trace") == 0 && v) {
-            trace = v;
-            i++;
+        if ((got = dcp_cli_option(&args, "--scheduler", &v)) != 0) {
+            if (got < 0) return DCP_EXIT_USAGE;
+            if (dcp_scheduler_from_name(v, &o.config.scheduler) != DCP_OK)
+                return dcp_cli_fail(DCP_EXIT_USAGE, "step", "--scheduler: '%s' is not dp_balanced, dynamic_cp or balanced",
+                                    v);
             continue;
         }
-        if (strcmp(a, "--scheduler") == 0 && v) {
-            if (dcp_scheduler_from_name(v, &o.config.scheduler) != DCP_OK) {
-                fprintf(stderr, "dcpack step: unknown scheduler %s (dp_balanced, dynamic_cp, balanced)\n", v);
-                return 2;
-            }
-            i++;
-            continue;
-        }
-        if (strcmp(a, "--tail") == 0 && v) {
+        if ((got = dcp_cli_option(&args, "--tail", &v)) != 0) {
+            if (got < 0) return DCP_EXIT_USAGE;
             if (strcmp(v, "append_dummy") == 0) o.config.thd_tail_policy = DCP_THD_TAIL_APPEND_DUMMY;
             else if (strcmp(v, "extend_last") == 0) o.config.thd_tail_policy = DCP_THD_TAIL_EXTEND_LAST;
-            else return usage(), 2;
-            i++;
+            else return dcp_cli_fail(DCP_EXIT_USAGE, "step", "--tail: '%s' is not append_dummy or extend_last", v);
             continue;
         }
-        if (strcmp(a, "--cp-partition") == 0 && v) {
+        if ((got = dcp_cli_option(&args, "--cp-partition", &v)) != 0) {
+            if (got < 0) return DCP_EXIT_USAGE;
             if (strcmp(v, "zigzag") == 0) o.config.cp_partition = DCP_CP_ZIGZAG;
             else if (strcmp(v, "contiguous") == 0) o.config.cp_partition = DCP_CP_CONTIGUOUS;
-            else return usage(), 2;
-            i++;
+            else return dcp_cli_fail(DCP_EXIT_USAGE, "step", "--cp-partition: '%s' is not zigzag or contiguous", v);
             continue;
         }
-        if (strcmp(a, "--pad-to-max") == 0) { o.config.pad_to_max_seqlen = 1; continue; }
-        if (strcmp(a, "--check") == 0) { o.check = 1; continue; }
-        if (strcmp(a, "--prepacked") == 0) { o.prepacked = 1; continue; }
-        if (strcmp(a, "--tp-ranks-hold-data") == 0) { o.tp_ranks_hold_data = 1; continue; }
-        fprintf(stderr, "dcpack step: unknown argument %s\n", a);
-        usage();
-        return 2;
-#undef INT_ARG
+        if (dcp_cli_flag(&args, "--pad-to-max")) o.config.pad_to_max_seqlen = 1;
+        else if (dcp_cli_flag(&args, "--check")) o.check = 1;
+        else if (dcp_cli_flag(&args, "--prepacked")) o.prepacked = 1;
+        else if (dcp_cli_flag(&args, "--tp-ranks-hold-data")) o.tp_ranks_hold_data = 1;
+        else return dcp_cli_fail(DCP_EXIT_USAGE, "step", "unknown argument '%s' (see dcpack step --help)", argv[args.i]);
     }
-    if (!trace) {
-        usage();
-        return 2;
-    }
+    if (!input.trace && !input.generate)
+        return dcp_cli_fail(DCP_EXIT_USAGE, "step", "no input: give --trace FILE or --generate SPEC (see dcpack step --help)");
+    if (input.trace && input.generate)
+        return dcp_cli_fail(DCP_EXIT_USAGE, "step", "--trace and --generate are two inputs: give one");
+    if ((input.column || input.input_format) && !input.trace)
+        return dcp_cli_fail(DCP_EXIT_USAGE, "step", "--column and --input-format describe a --trace file");
+    o.mtp_virtual_stages = (uint32_t)mtp_virtual_stages;
     if (o.config.virtual_pipeline_size > 1 && !group_set)
         o.config.microbatch_group_size_per_vp_stage = o.config.pipeline_parallel_size;
 
-    int32_t capacity = o.config.max_sequences > 0 ? o.config.max_sequences : 4096;
-    int32_t *lengths = malloc(sizeof *lengths * (size_t)capacity);
-    int32_t n = lengths ? dcp_harness_read_trace(trace, lengths, capacity) : -1;
-    if (n <= 0) {
-        fprintf(stderr, "dcpack step: cannot read %s (at most %d lengths)\n", trace, capacity);
-        free(lengths);
-        return 3; /* bad input, as for every command */
+    dcp_cli_trace trace;
+    int st = input.trace ? dcp_cli_trace_read("step", input.trace, input.input_format, input.column, &trace)
+                         : dcp_cli_trace_generate("step", input.generate, 0, &trace);
+    if (st != DCP_EXIT_OK) return st;
+    char message[700], why[256];
+    const dcp_cli_trace *traces[1] = {&trace};
+    st = dcp_cli_capacity(max_sequences, traces, 1, &o.config.max_sequences, message, sizeof message);
+    if (st != DCP_EXIT_OK) st = dcp_cli_fail(st, "step", "%s", message);
+    else if (dcp_config_validate(&o.config, why, sizeof why) != DCP_OK)
+        st = dcp_cli_fail(DCP_EXIT_USAGE, "step", "invalid configuration: %s", why);
+    else st = check_lengths(&o, &trace);
+    if (st != DCP_EXIT_OK) {
+        dcp_cli_trace_free(&trace);
+        return st;
     }
-    o.lengths = lengths;
-    o.num_lengths = n;
+    o.lengths = trace.lengths;
+    o.num_lengths = trace.count;
 
     dcp_harness_result r;
-    dcp_status st = dcp_harness_run(&o, &r);
-    if (st != DCP_OK) {
-        printf("{\"error\": \"%s\", \"message\": \"%s\"}\n", dcp_status_str(st), r.message);
-        free(lengths);
-        dcp_harness_result_free(&r);
-        return 1;
+    dcp_status hs = dcp_harness_run(&o, &r);
+    if (hs == DCP_ERR_BAD_LENGTH) { /* a length the plan refused (after rounding up): bad input, as for plan */
+        st = dcp_cli_fail(DCP_EXIT_INPUT, "step", "%s: %s", trace.name, r.message);
+    } else if (hs != DCP_OK) {
+        printf("{\n  \"trace\": ");
+        dcp_cli_json_string(stdout, trace.name);
+        printf(",\n  \"error\": {\"status\": ");
+        dcp_cli_json_string(stdout, dcp_status_str(hs));
+        printf(", \"message\": ");
+        dcp_cli_json_string(stdout, r.message);
+        printf("}\n}\n");
+        st = dcp_cli_fail(DCP_EXIT_ERROR, "step", "%s: %s (%s)", trace.name, r.message, dcp_status_str(hs));
+    } else {
+        print_report(&o, &r, &trace);
+        int ok = r.statuses_agree && r.step_status[0] == DCP_OK && (!o.check || r.verified);
+        if (fflush(stdout) != 0) st = dcp_cli_fail(DCP_EXIT_ERROR, "step", "cannot write the output");
+        else if (!ok)
+            st = dcp_cli_fail(DCP_EXIT_ERROR, "step", "%s", r.message[0] ? r.message : "a step failed or did not verify");
     }
-    int ok = r.statuses_agree && r.step_status[0] == DCP_OK && (!o.check || r.verified);
-    int64_t ours = 0, reference = 0, computed = 0;
-    printf("{\n  \"trace\": \"%s\",\n  \"sequences\": %d,\n  \"tokens\": %lld,\n", trace, n, (long long)r.total_tokens);
-    printf("  \"dp\": %d, \"cp\": %d, \"tp\": %d, \"pp\": %d, \"vpp\": %d, \"scheduler\": \"%s\",\n",
-           o.config.data_parallel_size, o.config.context_parallel_size, o.config.tensor_parallel_size,
-           o.config.pipeline_parallel_size, o.config.virtual_pipeline_size, dcp_scheduler_name(o.config.scheduler));
-    printf("  \"status\": \"%s\",\n  \"statuses_agree\": %s,\n", dcp_status_str(r.step_status[0]),
-           r.statuses_agree ? "true" : "false");
-    if (o.check) printf("  \"verified\": %s,\n  \"mismatches\": %lld,\n", r.verified ? "true" : "false", (long long)r.mismatches);
-    else printf("  \"verified\": null,\n");
-    /* jemalloc counts bytes per thread: 0 bytes allocated or freed inside every dcp_step means 0 allocations */
-    printf("  \"heap_bytes_per_step\": %llu,\n  \"heap_allocations_per_step\": %s,\n",
-           (unsigned long long)r.heap_bytes_max, r.heap_bytes_max == 0 ? "0" : "\"nonzero: see heap_bytes_per_step\"");
-    printf("  \"microbatches\": %d,\n  \"steps\": %d,\n", r.num_microbatches, o.steps);
-    printf("  \"step_seconds_min\": %.6f,\n  \"step_seconds_median\": %.6f,\n", r.step_seconds_min, r.step_seconds_median);
-    printf("  \"ranks\": [\n");
-    for (int32_t w = 0; w < r.world_size; w++) {
-        const dcp_step_stats *s = &r.rank_stats[w];
-        ours += s->exchange_bytes_received;
-        reference += s->reference_bytes_received;
-        computed += s->tokens_computed;
-        printf("    {\"world_rank\": %d, \"pp\": %d, \"tp\": %d, \"dpxcp\": %d, \"tokens_computed\": %lld, "
-               "\"tokens_out\": %lld, \"bytes_received\": %lld, \"bytes_sent\": %lld, \"bytes_local\": %lld, "
-               "\"reference_bytes_received\": %lld, \"metadata_bytes_received\": %lld, \"broadcast_bytes\": %lld, "
-               "\"collectives\": %d}%s\n",
-               w, r.rank_pipeline[w], r.rank_tensor[w], r.rank_dpxcp[w], (long long)s->tokens_computed,
-               (long long)s->tokens_out, (long long)s->exchange_bytes_received, (long long)s->exchange_bytes_sent,
-               (long long)s->exchange_bytes_local, (long long)s->reference_bytes_received,
-               (long long)s->metadata_bytes_received, (long long)s->broadcast_bytes, s->collectives,
-               w + 1 < r.world_size ? "," : "");
-    }
-    printf("  ],\n  \"bytes_received_total\": %lld,\n  \"reference_bytes_received_total\": %lld,\n", (long long)ours,
-           (long long)reference);
-    printf("  \"tokens_computed_total\": %lld,\n", (long long)computed);
-    printf("  \"reference_over_dcpack\": %.3f\n", ours > 0 ? (double)reference / (double)ours : 0.0);
-    printf("}\n");
-    if (!ok && r.message[0]) fprintf(stderr, "dcpack step: %s\n", r.message);
-    free(lengths);
+    dcp_cli_trace_free(&trace);
     dcp_harness_result_free(&r);
-    return ok ? 0 : 1;
+    return st;
 }

@@ -1,6 +1,6 @@
 /*
  * cost_profile.c - cost-model coefficients from a text file, so users plan
- * with a profile of their own model (COSTMODEL.md, dcp_cost_model).
+ * with a profile of their own model (the README's "Cost model", dcp_cost_model).
  *
  * Format: one `key = value` per line; '#' starts a comment; blank lines are
  * ignored; values are non-negative integers; a later line overrides an

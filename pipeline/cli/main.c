@@ -16,7 +16,7 @@ static const struct {
     {"compare", dcp_cli_compare, "compare schedulers or configurations over many global batches"},
     {"cost", dcp_cli_cost, "show the cost model (defaults or a --profile file) and sample costs per CP size"},
     {"generate", dcp_cli_generate, "print a generated trace (the workloads.py families), one length per line"},
-    {"step", dcp_cli_step, "run one data-plane step over in-process ranks, optionally checked (--check)"},
+    {"step", dcp_cli_step, "run data-plane steps over in-process ranks on a trace, optionally checked (--check)"},
 };
 enum { COMMAND_COUNT = sizeof commands / sizeof commands[0] };
 
@@ -30,12 +30,16 @@ static void usage(FILE *out)
             "  dcpack plan --trace lengths.txt --ranks 64 --scheduler dynamic_cp --format json\n"
             "  dcpack compare --generate mlmdefault:n=4096 --steps 20 --ranks 64\n"
             "  dcpack cost --profile my_model.txt\n"
+            "  dcpack step --trace lengths.txt --dp 2 --cp 2 --tp 2 --pp 2 --check\n"
             "\nexit status (every command):\n"
             "  0  success\n"
-            "  1  the batch could not be planned (infeasible, over a capacity) or an output could not be written\n"
-            "  2  usage error: unknown option, missing or malformed value, conflicting options\n"
-            "  3  bad input: a trace or cost profile that cannot be read or holds a bad value\n"
-            "     (the message names the file, the line and the value)\n"
+            "  1  failure: the library could not plan a batch (infeasible), a step failed or did not verify,\n"
+            "     a planning context could not be created, out of memory, or an output could not be written\n"
+            "  2  usage error: unknown option, missing or malformed value, conflicting options, or a\n"
+            "     configuration the library rejects\n"
+            "  3  bad input: a trace or cost profile that cannot be read or holds a bad value, or a batch\n"
+            "     the configuration cannot hold (a sequence longer than its ranks hold together, more\n"
+            "     sequences than --max-sequences); the message names the file, the line and the value\n"
             "\ndcpack %d.%d.%d\n",
             DCP_VERSION_MAJOR, DCP_VERSION_MINOR, DCP_VERSION_PATCH);
 }

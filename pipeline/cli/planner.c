@@ -20,11 +20,26 @@ void dcp_cli_setup_default(dcp_cli_setup *s)
 
 #define REFUSE(status, ...) (snprintf(message, message_size, __VA_ARGS__), (status))
 
+int dcp_cli_capacity(int32_t requested, const dcp_cli_trace *const *traces, int num_traces, int32_t *capacity,
+                     char *message, size_t message_size)
+{
+    int64_t cap = requested, most = 0;
+    for (int t = 0; t < num_traces; t++)
+        if (traces[t]->count > most) most = traces[t]->count;
+    if (cap == 0) cap = (most + 255) / 256 * 256;
+    for (int t = 0; t < num_traces; t++)
+        if (traces[t]->count > cap)
+            return REFUSE(DCP_EXIT_INPUT, "%s: %d sequences exceed the capacity --max-sequences %lld", traces[t]->name,
+                          traces[t]->count, (long long)cap);
+    *capacity = (int32_t)cap;
+    return DCP_EXIT_OK;
+}
+
 int dcp_cli_config_make(const dcp_cli_setup *s, const dcp_cli_trace *const *traces, int num_traces, dcp_config *config,
                         int32_t *cp_used, char *message, size_t message_size)
 {
     const int64_t n = s->ranks, m = s->max_seqlen_per_rank;
-    int32_t longest = 0, most = 0;
+    int32_t longest = 0;
     const dcp_cli_trace *longest_trace = NULL;
     int32_t longest_id = 0;
     for (int t = 0; t < num_traces; t++) {
@@ -34,7 +49,6 @@ int dcp_cli_config_make(const dcp_cli_setup *s, const dcp_cli_trace *const *trac
                 longest_trace = traces[t];
                 longest_id = i;
             }
-        if (traces[t]->count > most) most = traces[t]->count;
     }
     char where[600];
 
@@ -80,12 +94,9 @@ int dcp_cli_config_make(const dcp_cli_setup *s, const dcp_cli_trace *const *trac
                                     (long long)n, (long long)n, (long long)m, (long long)(n * m));
             }
 
-    int64_t capacity = s->max_sequences;
-    if (capacity == 0) capacity = ((int64_t)most + 255) / 256 * 256;
-    for (int t = 0; t < num_traces; t++)
-        if (traces[t]->count > capacity)
-            return REFUSE(DCP_EXIT_INPUT, "%s: %d sequences exceed the capacity --max-sequences %lld",
-                                traces[t]->name, traces[t]->count, (long long)capacity);
+    int32_t capacity = 0;
+    int st = dcp_cli_capacity(s->max_sequences, traces, num_traces, &capacity, message, message_size);
+    if (st != DCP_EXIT_OK) return st;
 
     dcp_config_default(config);
     config->scheduler = s->scheduler;
@@ -95,7 +106,7 @@ int dcp_cli_config_make(const dcp_cli_setup *s, const dcp_cli_trace *const *trac
     config->min_cp_size = s->min_cp_size;
     config->microbatch_group_size_per_vp_stage = s->vpp_group;
     config->max_sequences_per_microbatch = s->max_sequences_per_microbatch;
-    config->max_sequences = (int32_t)capacity;
+    config->max_sequences = capacity;
     config->cost = s->cost;
     char why[256];
     if (dcp_config_validate(config, why, sizeof why) != DCP_OK)

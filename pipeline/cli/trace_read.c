@@ -50,7 +50,7 @@ static int read_all(const char *command, const char *path, char **data, size_t *
     for (;;) {
         if (!buf) {
             if (f != stdin) fclose(f);
-            return dcp_cli_fail(DCP_EXIT_INPUT, command, "%s: out of memory", path);
+            return dcp_cli_fail(DCP_EXIT_ERROR, command, "%s: out of memory", path);
         }
         n += fread(buf + n, 1, cap - n, f);
         if (n < cap) break;
@@ -83,7 +83,7 @@ static int push(reader *r, int32_t length, int32_t line)
         if (l) t->lengths = l;
         int32_t *ln = realloc(t->lines, sizeof *ln * (size_t)cap);
         if (ln) t->lines = ln;
-        if (!l || !ln) return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s: out of memory", r->name);
+        if (!l || !ln) return dcp_cli_fail(DCP_EXIT_ERROR, r->command, "%s: out of memory", r->name);
         r->capacity = cap;
     }
     t->lengths[t->count] = length;
