@@ -98,6 +98,18 @@ static int check_lengths(const dcp_harness_options *o, const dcp_cli_trace *trac
     return DCP_EXIT_OK;
 }
 
+/* The first failed step's status (every step is reported on, not only the first), else DCP_OK. */
+static dcp_status steps_status(const dcp_harness_options *o, const dcp_harness_result *r)
+{
+    const int32_t n = o->steps < 8 ? o->steps : 8;
+    for (int32_t i = 0; i < n; i++)
+        if (r->step_status[i] != DCP_OK) return r->step_status[i];
+    if (r->rank_step_status)
+        for (int64_t i = 0; i < (int64_t)o->steps * r->world_size; i++)
+            if (r->rank_step_status[i] != DCP_OK) return r->rank_step_status[i];
+    return DCP_OK;
+}
+
 static void print_report(const dcp_harness_options *o, const dcp_harness_result *r, const dcp_cli_trace *trace)
 {
     int64_t ours = 0, reference = 0, computed = 0;
@@ -109,7 +121,7 @@ static void print_report(const dcp_harness_options *o, const dcp_harness_result 
            o->config.pipeline_parallel_size, o->config.virtual_pipeline_size);
     dcp_cli_json_string(stdout, dcp_scheduler_name(o->config.scheduler));
     printf(",\n  \"status\": ");
-    dcp_cli_json_string(stdout, dcp_status_str(r->step_status[0]));
+    dcp_cli_json_string(stdout, dcp_status_str(steps_status(o, r)));
     printf(",\n  \"statuses_agree\": %s,\n", r->statuses_agree ? "true" : "false");
     if (o->check)
         printf("  \"verified\": %s,\n  \"mismatches\": %lld,\n", r->verified ? "true" : "false", (long long)r->mismatches);
@@ -268,7 +280,7 @@ int dcp_cli_step(int argc, char **argv)
         st = dcp_cli_fail(DCP_EXIT_ERROR, "step", "%s: %s (%s)", trace.name, r.message, dcp_status_str(hs));
     } else {
         print_report(&o, &r, &trace);
-        int ok = r.statuses_agree && r.step_status[0] == DCP_OK && (!o.check || r.verified);
+        int ok = r.statuses_agree && steps_status(&o, &r) == DCP_OK && (!o.check || r.verified);
         if (fflush(stdout) != 0) st = dcp_cli_fail(DCP_EXIT_ERROR, "step", "cannot write the output");
         else if (!ok)
             st = dcp_cli_fail(DCP_EXIT_ERROR, "step", "%s", r.message[0] ? r.message : "a step failed or did not verify");
