@@ -80,10 +80,16 @@ static int64_t clamp128(__int128 v)
     return (int64_t)v;
 }
 
-/* An entry of a 4-ary min-heap: the key travels with the id, so sifting reads one array. */
+/*
+ * An entry of a 4-ary min-heap: the key travels with the id, so sifting reads
+ * one array.  In the construction heaps `room` is the group's free tokens
+ * (saturated; -1 at the sequence cap), so the scan for a wider group with room
+ * reads only the heap's first entries.
+ */
 typedef struct heap_entry {
     int64_t key;
     int32_t id;
+    int32_t room;
 } heap_entry;
 
 /* A plan kept from a pass: each sequence's group, each group's microbatch (-1: unused) and CP size. */
@@ -186,6 +192,8 @@ typedef struct balanced {
     merge_trial memo[MERGE_MEMO];
     int num_memo;
     int32_t *saved_mb;        /* [n] group -> microbatch before a regrouping */
+    /* the last length costed at each class when joining a wider group: equal lengths come in runs */
+    int64_t join_len[NUM_CLASSES], join_cost[NUM_CLASSES];
 
     /* the best plan so far */
     /* the best plans so far, by makespan (kept[0] the best); few sequences per rank: all are polished */
@@ -283,12 +291,10 @@ size_t dcp_assign_balanced_scratch_size(const dcp_config *config)
 
 /* ---- sizes ---- */
 
-static int class_of(int32_t cp)
+static inline int class_of(int32_t cp)
 {
     if (cp & (cp - 1)) return FULL_CLASS; /* all N ranks, N not a power of two */
-    int k = 0;
-    while ((1 << k) < cp) k++;
-    return k;
+    return cp > 0 ? __builtin_ctz((uint32_t)cp) : 0;
 }
 
 /* The next CP size after cp on num_ranks ranks: double, or all ranks; 0 when cp is already all of them. */
@@ -320,9 +326,9 @@ static void heap_sift_down(heap_entry *h, int32_t size, int32_t i)
     h[i] = x;
 }
 
-static void heap_push(heap_entry *h, int32_t *size, int32_t id, int64_t key)
+static void heap_push(heap_entry *h, int32_t *size, int32_t id, int64_t key, int32_t room)
 {
-    heap_entry x = {key, id};
+    heap_entry x = {key, id, room};
     int32_t i = (*size)++;
     while (i > 0) {
         int32_t p = (i - 1) / 4;
@@ -355,10 +361,11 @@ static void heap_fix(heap_entry *h, int32_t size, int32_t i)
     heap_sift_down(h, size, i);
 }
 
-/* The root's key changed to `key`: restore the order. */
-static void heap_rekey_top(heap_entry *h, int32_t size, int64_t key)
+/* The root's key changed to `key` (its room to `room`): restore the order. */
+static void heap_rekey_top(heap_entry *h, int32_t size, int64_t key, int32_t room)
 {
     h[0].key = key;
+    h[0].room = room;
     heap_sift_down(h, size, 0);
 }
 
@@ -398,6 +405,14 @@ static void group_add(balanced *b, int32_t g, int32_t p, int64_t cost)
     b->g_tokens[g] += b->len[p];
 }
 
+/* A group's free tokens for a heap entry: saturated to int32 (lengths are int32), -1 at the sequence cap. */
+static inline int32_t entry_room(const balanced *b, int32_t g)
+{
+    if (b->seq_cap > 0 && b->g_count[g] >= b->seq_cap) return -1;
+    int64_t room = (int64_t)b->max_seqlen * b->g_cp[g] - b->g_tokens[g];
+    return room > INT32_MAX ? INT32_MAX : room < -1 ? -1 : (int32_t)room;
+}
+
 /* Re-cost every sequence of g at CP size cp. */
 static void group_recost(balanced *b, int32_t g, int32_t cp)
 {
@@ -430,6 +445,16 @@ static int32_t group_split(balanced *b, int32_t g)
     return g2;
 }
 
+/* dcp_cost() of s tokens at class k2's size c2, remembered per class for the next sequence of the same length. */
+static inline int64_t join_cost(balanced *b, int k2, int32_t s, int32_t c2)
+{
+    if (b->join_len[k2] != s) {
+        b->join_len[k2] = s;
+        b->join_cost[k2] = dcp_cost(b->model, s, c2);
+    }
+    return b->join_cost[k2];
+}
+
 /*
  * A group of a wider class that has token (and count) room for a sequence of
  * s tokens: among the first entries of the class's heap (the least loaded,
@@ -441,11 +466,8 @@ static int32_t wide_candidate(const balanced *b, const heap_entry *heap, int32_t
                               int32_t park_size, int32_t s)
 {
     int32_t look = heap_size < 8 ? heap_size : 8;
-    for (int32_t x = 0; x < look; x++) {
-        int32_t g = heap[x].id;
-        if (b->g_tokens[g] + s <= (int64_t)b->max_seqlen * b->g_cp[g] && (b->seq_cap == 0 || b->g_count[g] < b->seq_cap))
-            return x;
-    }
+    for (int32_t x = 0; x < look; x++)
+        if (heap[x].room >= s) return x; /* tokens + s <= M * cp, under the sequence cap */
     if (park_size > 0 && -park[0].key >= s && (b->seq_cap == 0 || b->g_count[park[0].id] < b->seq_cap)) return WIDE_PARKED;
     return WIDE_NONE;
 }
@@ -472,11 +494,12 @@ static int32_t wide_join(balanced *b, heap_entry *heap, int32_t *heap_size, heap
             if (at < *heap_size) heap_fix(heap, *heap_size, at);
         } else {
             heap[at].key = b->g_key[g];
+            heap[at].room = entry_room(b, g);
             heap_sift_down(heap, *heap_size, at);
         }
     } else {
         heap_pop(park, park_size);
-        if (!full) heap_push(heap, heap_size, g, b->g_key[g]);
+        if (!full) heap_push(heap, heap_size, g, b->g_key[g], entry_room(b, g));
     }
     return g;
 }
@@ -506,9 +529,13 @@ static __int128 choose_sizes(balanced *b, int64_t level, int64_t widen_num, int6
     const int32_t n = b->n;
     int32_t count[NUM_CLASSES] = {0};
     __int128 work = 0;
+    int32_t c = 0;
+    int64_t h = 0;
     for (int32_t p = 0; p < n; p++) {
-        int32_t c = b->min_cp[p];
-        int64_t h = b->min_cost[p];
+        /* lengths descend: a run of equal lengths (and minimal sizes) widens alike, so only its first is costed */
+        if (p > 0 && b->len[p] == b->len[p - 1] && b->min_cp[p] == b->min_cp[p - 1]) goto chosen;
+        c = b->min_cp[p];
+        h = b->min_cost[p];
         while (h > level) {
             int32_t c2 = next_size(c, b->num_ranks);
             if (c2 == 0) break;
@@ -519,6 +546,7 @@ static __int128 choose_sizes(balanced *b, int64_t level, int64_t widen_num, int6
             c = c2;
             h = h2;
         }
+    chosen:
         b->cp[p] = c;
         b->cost[p] = h;
         if (c != b->min_cp[p]) sig = (sig ^ (uint64_t)p ^ ((uint64_t)c << 32)) * 1099511628211ull;
@@ -568,7 +596,7 @@ static int repair(balanced *b)
         int32_t size = 0;
         for (int32_t j = b->mb_first[m]; j < b->mb_first[m + 1]; j++) {
             int32_t g = b->mb_groups[j];
-            heap_push(b->local, &size, g, -b->g_load[g]);
+            heap_push(b->local, &size, g, -b->g_load[g], 0);
         }
         while (b->mb_free[m] > 0 && size > 0) {
             int32_t g = heap_pop(b->local, &size);
@@ -576,14 +604,14 @@ static int repair(balanced *b)
             if (c > b->mb_free[m]) continue; /* free ranks only shrink: g never fits again */
             if (b->g_count[g] >= 2) {
                 int32_t g2 = group_split(b, g);
-                heap_push(b->local, &size, g, -b->g_load[g]);
-                heap_push(b->local, &size, g2, -b->g_load[g2]);
+                heap_push(b->local, &size, g, -b->g_load[g], 0);
+                heap_push(b->local, &size, g2, -b->g_load[g2], 0);
             } else {
                 int32_t c2 = next_size(c, b->num_ranks);
                 if (c2 == 0 || c2 - c > b->mb_free[m]) continue;
                 group_recost(b, g, c2);
                 b->mb_free[m] -= c2 - c;
-                heap_push(b->local, &size, g, -b->g_load[g]);
+                heap_push(b->local, &size, g, -b->g_load[g], 0);
             }
         }
         if (b->mb_free[m] > 0) {
@@ -837,7 +865,7 @@ static int64_t repack_fill(balanced *b, int32_t *num_groups, int32_t free_ranks)
         /* many groups and many free ranks: repair()'s rule, the most loaded group first, through a heap */
         int32_t size = 0;
         for (int32_t j = 0; j < groups; j++)
-            if (b->rp_size[j] <= free_ranks) heap_push(b->local, &size, j, -b->rp_load[j]);
+            if (b->rp_size[j] <= free_ranks) heap_push(b->local, &size, j, -b->rp_load[j], 0);
         while (free_ranks > 0) {
             if (size == 0) return INT64_MAX;
             int32_t g = heap_pop(b->local, &size);
@@ -846,14 +874,14 @@ static int64_t repack_fill(balanced *b, int32_t *num_groups, int32_t free_ranks)
             if (b->rp_count[g] >= 2) {
                 int32_t g2 = rp_split(b, g, &groups);
                 free_ranks -= gs;
-                heap_push(b->local, &size, g, -b->rp_load[g]);
-                heap_push(b->local, &size, g2, -b->rp_load[g2]);
+                heap_push(b->local, &size, g, -b->rp_load[g], 0);
+                heap_push(b->local, &size, g2, -b->rp_load[g2], 0);
             } else {
                 int32_t size2 = next_size(gs, N);
                 if (size2 == 0 || size2 - gs > free_ranks) continue;
                 rp_widen(b, g, size2);
                 free_ranks -= size2 - gs;
-                heap_push(b->local, &size, g, -b->rp_load[g]);
+                heap_push(b->local, &size, g, -b->rp_load[g], 0);
             }
         }
     }
@@ -1093,9 +1121,10 @@ static int32_t *sort_groups_by_load(balanced *b, int32_t count)
 
 /*
  * The same order as sort_groups_by_load() (load descending, ties by id) for
- * many groups: LSD radix sort, one byte at a time, of (complemented load, id)
- * pairs through the heap/park arrays (free outside construction); bytes all
- * groups share are skipped.  Returns the ids, sorted, in sort_a.
+ * many groups: LSD radix sort of (complemented load, id) pairs through the
+ * heap/park arrays (free outside construction), over the bits where the
+ * loads differ, 11 at a time (8 below 4096 groups, where the counting costs
+ * more than a pass).  Returns the ids, sorted, in sort_a.
  */
 static int32_t *radix_sort_groups_by_load(balanced *b, int32_t count)
 {
@@ -1109,18 +1138,21 @@ static int32_t *radix_sort_groups_by_load(balanced *b, int32_t count)
         all_or |= key;
         all_and &= key;
     }
-    uint32_t counts[256];
-    for (int shift = 0; shift < 64; shift += 8) {
-        if ((((all_or ^ all_and) >> shift) & 0xFFu) == 0) continue; /* every key has the same byte here */
-        memset(counts, 0, sizeof counts);
-        for (int32_t j = 0; j < count; j++) counts[((uint64_t)src[j].key >> shift) & 0xFFu]++;
+    /* only the bits where keys differ decide the order */
+    uint64_t differ = all_or ^ all_and;
+    const int bits = count >= 4096 ? 11 : 8;
+    const uint32_t mask = (1u << bits) - 1;
+    uint32_t counts[1 << 11];
+    for (int shift = differ ? __builtin_ctzll(differ) : 64; shift < 64 && (differ >> shift); shift += bits) {
+        memset(counts, 0, (mask + 1) * sizeof counts[0]);
+        for (int32_t j = 0; j < count; j++) counts[((uint64_t)src[j].key >> shift) & mask]++;
         uint32_t sum = 0;
-        for (int d = 0; d < 256; d++) {
+        for (uint32_t d = 0; d <= mask; d++) {
             uint32_t c = counts[d];
             counts[d] = sum;
             sum += c;
         }
-        for (int32_t j = 0; j < count; j++) dst[counts[((uint64_t)src[j].key >> shift) & 0xFFu]++] = src[j];
+        for (int32_t j = 0; j < count; j++) dst[counts[((uint64_t)src[j].key >> shift) & mask]++] = src[j];
         heap_entry *t = src;
         src = dst;
         dst = t;
@@ -1313,9 +1345,8 @@ static int64_t open_room(balanced *b, open_mb *o, int k)
     int64_t room = b->room_tree[1];
     int32_t f = b->mb_free[o->m];
     if (f >= b->min_cp_size && f >= class_size(b, k)) {
-        int32_t size = f == b->num_ranks ? f : 1;
-        if (f < b->num_ranks)
-            while (size * 2 <= f) size *= 2;
+        /* all ranks, or the largest power of two within them */
+        int32_t size = f == b->num_ranks ? f : (int32_t)(1u << (31 - __builtin_clz((uint32_t)f)));
         if ((int64_t)size * b->max_seqlen > room) room = (int64_t)size * b->max_seqlen;
     }
     return room;
@@ -1331,7 +1362,7 @@ static int open_place(balanced *b, open_mb *o, int32_t p)
     heap_entry *heap = b->heap + o->class_offset[k], *park = b->park + o->class_offset[k];
     while (o->park_size[k] > 0 && -park[0].key >= s) {
         int32_t g = heap_pop(park, &o->park_size[k]);
-        heap_push(heap, &o->heap_size[k], g, b->g_key[g]);
+        heap_push(heap, &o->heap_size[k], g, b->g_key[g], entry_room(b, g));
     }
     int32_t same = -1;
     while (o->heap_size[k] > 0) {
@@ -1341,7 +1372,7 @@ static int open_place(balanced *b, open_mb *o, int32_t p)
             break;
         }
         heap_pop(heap, &o->heap_size[k]);
-        heap_push(park, &o->park_size[k], top, b->g_tokens[top] - (int64_t)c * M);
+        heap_push(park, &o->park_size[k], top, b->g_tokens[top] - (int64_t)c * M, 0);
     }
     int wide_class = -1;
     int32_t wide_at = 0;
@@ -1354,7 +1385,7 @@ static int open_place(balanced *b, open_mb *o, int32_t p)
                                     o->park_size[k2], s);
         if (at == WIDE_NONE) continue;
         int32_t g = at >= 0 ? b->heap[o->class_offset[k2] + at].id : b->park[o->class_offset[k2]].id, c2 = b->g_cp[g];
-        int64_t h2 = dcp_cost(b->model, s, c2);
+        int64_t h2 = join_cost(b, (int)k2, s, c2);
         if ((__int128)c2 * h2 * b->join_den > (__int128)c * h * (b->join_den + b->join_num)) continue;
         int64_t after = sat_add(b->g_load[g], h2);
         if (after < wide_after) {
@@ -1372,14 +1403,14 @@ static int open_place(balanced *b, open_mb *o, int32_t p)
         group_add(b, g, p, h);
         b->g_key[g] = b->g_load[g];
         open_room_moved(b, o, g, -1);
-        if (b->seq_cap != 1) heap_push(heap, &o->heap_size[k], g, b->g_key[g]);
+        if (b->seq_cap != 1) heap_push(heap, &o->heap_size[k], g, b->g_key[g], entry_room(b, g));
     } else if (same >= 0 && same_after <= wide_after) {
         g = same;
         int64_t before = group_room(b, g);
         group_add(b, g, p, h);
         b->g_key[g] = b->g_load[g];
         if (b->seq_cap > 0 && b->g_count[g] >= b->seq_cap) heap_pop(heap, &o->heap_size[k]);
-        else heap_rekey_top(heap, o->heap_size[k], b->g_key[g]);
+        else heap_rekey_top(heap, o->heap_size[k], b->g_key[g], entry_room(b, g));
         open_room_moved(b, o, g, before);
     } else if (wide_class >= 0) {
         heap_entry *wide_heap = b->heap + o->class_offset[wide_class], *wide_park = b->park + o->class_offset[wide_class];
@@ -1548,7 +1579,7 @@ static int64_t run_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int6
         if (b->seq_cap > 0 && b->g_count[g] >= b->seq_cap) continue;
         int k = class_of(b->g_cp[g]);
         b->g_key[g] = b->g_load[g] - b->mb_cap[b->g_mb[g]];
-        heap_push(b->heap + class_offset[k], &heap_size[k], g, b->g_key[g]);
+        heap_push(b->heap + class_offset[k], &heap_size[k], g, b->g_key[g], entry_room(b, g));
     }
     int32_t ptr_new[NUM_CLASSES] = {0};
     uint32_t present = 0; /* classes with sequences: only their heaps can be non-empty */
@@ -1562,7 +1593,7 @@ static int64_t run_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int6
         heap_entry *heap = b->heap + class_offset[k], *park = b->park + class_offset[k];
         while (park_size[k] > 0 && -park[0].key >= s) {
             int32_t g = heap_pop(park, &park_size[k]);
-            heap_push(heap, &heap_size[k], g, b->g_key[g]);
+            heap_push(heap, &heap_size[k], g, b->g_key[g], entry_room(b, g));
         }
         int32_t g = -1;
         while (heap_size[k] > 0) {
@@ -1572,7 +1603,7 @@ static int64_t run_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int6
                 break;
             }
             heap_pop(heap, &heap_size[k]);
-            heap_push(park, &park_size[k], top, b->g_tokens[top] - room_limit);
+            heap_push(park, &park_size[k], top, b->g_tokens[top] - room_limit, 0);
         }
         while (ptr_new[k] < num_order && b->mb_free[b->mb_order[ptr_new[k]]] < c) ptr_new[k]++;
         int32_t fresh = ptr_new[k] < num_order ? b->mb_order[ptr_new[k]] : -1;
@@ -1590,7 +1621,7 @@ static int64_t run_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int6
                                         park_size[k2], s);
             if (at == WIDE_NONE) continue;
             int32_t top = at >= 0 ? b->heap[class_offset[k2] + at].id : b->park[class_offset[k2]].id, c2 = b->g_cp[top];
-            int64_t h2 = dcp_cost(b->model, s, c2);
+            int64_t h2 = join_cost(b, (int)k2, s, c2);
             int64_t after = sat_add(b->g_key[top], h2);
             if (after < any_after) {
                 any_after = after;
@@ -1619,12 +1650,12 @@ static int64_t run_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int6
             g = new_group(b, fresh, c);
             group_add(b, g, p, h);
             b->g_key[g] = h - b->mb_cap[fresh];
-            if (b->seq_cap != 1) heap_push(heap, &heap_size[k], g, b->g_key[g]);
+            if (b->seq_cap != 1) heap_push(heap, &heap_size[k], g, b->g_key[g], entry_room(b, g));
         } else if (g >= 0 && same_after <= wide_after) {
             group_add(b, g, p, h);
             b->g_key[g] = b->g_load[g] - b->mb_cap[b->g_mb[g]];
             if (b->seq_cap > 0 && b->g_count[g] >= b->seq_cap) heap_pop(heap, &heap_size[k]);
-            else heap_rekey_top(heap, heap_size[k], b->g_key[g]);
+            else heap_rekey_top(heap, heap_size[k], b->g_key[g], entry_room(b, g));
         } else if (wide_class >= 0) {
             g = wide_join(b, b->heap + class_offset[wide_class], &heap_size[wide_class], b->park + class_offset[wide_class],
                           &park_size[wide_class], wide_at, p, wide_cost, 1);
@@ -1634,7 +1665,7 @@ static int64_t run_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int6
             g = new_group(b, grown, c);
             group_add(b, g, p, h);
             b->g_key[g] = h - plain_cap;
-            if (b->seq_cap != 1) heap_push(heap, &heap_size[k], g, b->g_key[g]);
+            if (b->seq_cap != 1) heap_push(heap, &heap_size[k], g, b->g_key[g], entry_room(b, g));
         }
     }
 
@@ -1838,7 +1869,10 @@ dcp_status dcp_assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp
         int32_t id = in->sorted_ids[p];
         b.len[p] = in->lengths[id];
         b.min_cp[p] = in->min_cp[id];
-        b.min_cost[p] = dcp_cost(b.model, b.len[p], b.min_cp[p]);
+        /* lengths descend: equal ones come in runs */
+        b.min_cost[p] = p > 0 && b.len[p] == b.len[p - 1] && b.min_cp[p] == b.min_cp[p - 1]
+                            ? b.min_cost[p - 1]
+                            : dcp_cost(b.model, b.len[p], b.min_cp[p]);
         b.min_work += (__int128)b.min_cp[p] * b.min_cost[p];
         b.total_tokens += b.len[p];
     }
@@ -1852,6 +1886,7 @@ dcp_status dcp_assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp
                         (long long)k0, b.vpp);
     b.join_num = 1;
     b.join_den = 8;
+    for (int k = 0; k < NUM_CLASSES; k++) b.join_len[k] = -1;
     b.polish_work = POLISH_WORK;
     /*
      * Which passes (chosen by measurement over the benchmark matrix): with
