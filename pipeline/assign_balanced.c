@@ -315,11 +315,20 @@ static void heap_sift_down(heap_entry *h, int32_t size, int32_t i)
     for (;;) {
         int32_t c = 4 * i + 1;
         if (c >= size) break;
+        /*
+         * The first least child, chosen by selects rather than branches: which
+         * child wins is data-dependent and mispredicted about half the time.
+         */
         int32_t best = c;
+        int64_t best_key = h[c].key;
         int32_t last = c + 4 < size ? c + 4 : size;
-        for (int32_t j = c + 1; j < last; j++)
-            if (entry_less(h[j], h[best])) best = j;
-        if (!entry_less(h[best], x)) break;
+        for (int32_t j = c + 1; j < last; j++) {
+            int64_t k = h[j].key;
+            int less = k < best_key;
+            best = less ? j : best;
+            best_key = less ? k : best_key;
+        }
+        if (!(best_key < x.key)) break;
         h[i] = h[best];
         i = best;
     }
@@ -1329,10 +1338,10 @@ static void open_room_moved(balanced *b, open_mb *o, int32_t g, int64_t before)
     int64_t *tree = b->room_tree;
     int32_t i = b->room_leaves + b->g_slot[g];
     tree[i] = group_room(b, g);
+    /* to the root without an early exit: a fixed, branch-free walk beats a mispredicted stop */
     for (i >>= 1; i > 0; i >>= 1) {
-        int64_t up = tree[2 * i] > tree[2 * i + 1] ? tree[2 * i] : tree[2 * i + 1];
-        if (tree[i] == up) break; /* the maxima above are unchanged */
-        tree[i] = up;
+        int64_t l = tree[2 * i], r = tree[2 * i + 1];
+        tree[i] = l > r ? l : r;
     }
 }
 
@@ -1367,7 +1376,7 @@ static int open_place(balanced *b, open_mb *o, int32_t p)
     int32_t same = -1;
     while (o->heap_size[k] > 0) {
         int32_t top = heap[0].id;
-        if (b->g_tokens[top] + s <= (int64_t)c * M) {
+        if (s <= heap[0].room) { /* the entry's room is the group's c * M - tokens, kept with it */
             same = top;
             break;
         }
@@ -1598,7 +1607,7 @@ static int64_t run_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int6
         int32_t g = -1;
         while (heap_size[k] > 0) {
             int32_t top = heap[0].id;
-            if (b->g_tokens[top] + s <= room_limit) {
+            if (s <= heap[0].room) { /* room_limit - tokens, kept in the entry */
                 g = top;
                 break;
             }
