@@ -694,11 +694,7 @@ static int class_valid(const balanced *b, int k)
     return ((int64_t)1 << k) <= b->num_ranks;
 }
 
-/*
- * Cost of each of the `count` sequences in rp_items at every class it fits
- * (INT64_MAX elsewhere); returns the least level any arrangement can reach
- * (the largest over sequences of their cheapest per-rank cost).
- */
+/* Position p's per-rank cost at every class into row[] (INT64_MAX where it does not fit); returns the cheapest. */
 static int64_t class_costs(const balanced *b, int32_t p, int64_t *row)
 {
     int64_t cheapest = INT64_MAX;
@@ -712,6 +708,11 @@ static int64_t class_costs(const balanced *b, int32_t p, int64_t *row)
     return cheapest;
 }
 
+/*
+ * Cost of each of the `count` sequences in rp_items at every class it fits
+ * (INT64_MAX elsewhere); returns the least level any arrangement can reach
+ * (the largest over sequences of their cheapest per-rank cost).
+ */
 static int64_t repack_costs(balanced *b, int32_t count)
 {
     if (b->dense && !b->table_ready && b->n <= b->table_n) {
@@ -1076,8 +1077,10 @@ static int merge_microbatches(balanced *b, int32_t limit, int force)
             int64_t bound = force ? INT64_MAX : both;
             int64_t merged = -2;
             for (int e = 0; !force && e < b->num_memo; e++)
-                if (b->memo[e].a == pair[0] && b->memo[e].b == pair[1] && b->memo[e].bound == bound)
+                if (b->memo[e].a == pair[0] && b->memo[e].b == pair[1] && b->memo[e].bound == bound) {
                     merged = b->memo[e].merged;
+                    break;
+                }
             if (merged == -2) {
                 merged = repack(b, pair, 2, bound, 0);
                 if (!force && b->num_memo < MERGE_MEMO)

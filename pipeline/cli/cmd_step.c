@@ -98,15 +98,20 @@ static int check_lengths(const dcp_harness_options *o, const dcp_cli_trace *trac
     return DCP_EXIT_OK;
 }
 
-/* The first failed step's status (every step is reported on, not only the first), else DCP_OK. */
+/*
+ * The first failed step's status over every rank (the table is step-major:
+ * step_status only holds rank 0's first 8), else DCP_OK.
+ */
 static dcp_status steps_status(const dcp_harness_options *o, const dcp_harness_result *r)
 {
-    const int32_t n = o->steps < 8 ? o->steps : 8;
-    for (int32_t i = 0; i < n; i++)
-        if (r->step_status[i] != DCP_OK) return r->step_status[i];
-    if (r->rank_step_status)
-        for (int64_t i = 0; i < (int64_t)o->steps * r->world_size; i++)
-            if (r->rank_step_status[i] != DCP_OK) return r->rank_step_status[i];
+    if (!r->rank_step_status) {
+        const int32_t n = o->steps < 8 ? o->steps : 8;
+        for (int32_t i = 0; i < n; i++)
+            if (r->step_status[i] != DCP_OK) return r->step_status[i];
+        return DCP_OK;
+    }
+    for (int64_t i = 0; i < (int64_t)o->steps * r->world_size; i++)
+        if (r->rank_step_status[i] != DCP_OK) return r->rank_step_status[i];
     return DCP_OK;
 }
 
