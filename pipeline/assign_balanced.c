@@ -1340,11 +1340,17 @@ static void open_room_moved(balanced *b, open_mb *o, int32_t g, int64_t before)
     if (before < 0) b->g_slot[g] = o->num_slots++;
     int64_t *tree = b->room_tree;
     int32_t i = b->room_leaves + b->g_slot[g];
-    tree[i] = group_room(b, g);
-    /* to the root without an early exit: a fixed, branch-free walk beats a mispredicted stop */
-    for (i >>= 1; i > 0; i >>= 1) {
-        int64_t l = tree[2 * i], r = tree[2 * i + 1];
-        tree[i] = l > r ? l : r;
+    int64_t v = group_room(b, g);
+    tree[i] = v;
+    /*
+     * To the root without an early exit (a fixed, branch-free walk beats a
+     * mispredicted stop), carrying the running maximum: each level reads only
+     * the sibling, never a node just written.
+     */
+    for (; i > 1; i >>= 1) {
+        int64_t sibling = tree[i ^ 1];
+        v = v > sibling ? v : sibling;
+        tree[i >> 1] = v;
     }
 }
 
@@ -1463,6 +1469,9 @@ static int64_t run_sequential_pass(balanced *b, int64_t target_mbs, int64_t wide
         if (class_offset[k + 1] > class_offset[k]) o.present |= 1u << k;
     /* unplaced sequences, per class in length order: indices into class_list, path-compressed */
     for (int32_t x = 0; x <= n; x++) b->alive_next[x] = x;
+    /* lengths in class_list order (order is free in this pass): the scans below read one array, not two */
+    int32_t *class_len = b->order;
+    for (int32_t x = 0; x < n; x++) class_len[x] = b->len[b->class_list[x]];
     for (int32_t p = 0; p < n; p++) b->item_group[p] = -1;
     for (int32_t left = n; left > 0;) {
         o.m = new_mb(b, 0);
@@ -1481,23 +1490,24 @@ static int64_t run_sequential_pass(balanced *b, int64_t target_mbs, int64_t wide
         while (open) {
             /* the longest unplaced sequence of the classes still open (ties: the lower position) */
             int k = -1;
-            int32_t p = 0;
+            int32_t p = 0, s = 0;
             for (uint32_t bits = open, j = 0; bits; bits >>= 1, j++) {
                 if (!(bits & 1u)) continue;
-                int32_t q = b->class_list[head[j]];
-                if (k < 0 || b->len[q] > b->len[p] || (b->len[q] == b->len[p] && q < p)) {
+                int32_t sq = class_len[head[j]];
+                if (k < 0 || sq > s || (sq == s && b->class_list[head[j]] < p)) {
                     k = (int)j;
-                    p = q;
+                    s = sq;
+                    p = b->class_list[head[j]];
                 }
             }
             int64_t room = open_room(b, &o, k);
             int32_t end = class_offset[k + 1];
-            if (b->len[p] > room) {
+            if (s > room) {
                 /* lengths only fall along a class: jump to the first that fits the room */
                 int32_t lo = head[k] + 1, hi = end;
                 while (lo < hi) {
                     int32_t mid = lo + (hi - lo) / 2;
-                    if (b->len[b->class_list[mid]] > room) lo = mid + 1;
+                    if (class_len[mid] > room) lo = mid + 1;
                     else hi = mid;
                 }
                 head[k] = lo < end ? alive_find(b->alive_next, lo) : end;
