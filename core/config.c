@@ -25,11 +25,10 @@ static int64_t saturate(__int128 v)
     return (int64_t)v;
 }
 
-static int log2_exact(int32_t v)
+/* The least k with 2^k >= v (v >= 1): log2 of a power of two, rounded up otherwise. */
+static int log2_ceil(int32_t v)
 {
-    int k = 0;
-    while (k < 31 && ((int64_t)1 << k) < v) k++;
-    return k;
+    return v <= 1 ? 0 : 32 - __builtin_clz((uint32_t)v - 1u);
 }
 
 /*
@@ -61,7 +60,7 @@ static int cost_int64(const dcp_cost_model *model, int64_t length, int32_t cp, i
         __builtin_mul_overflow(model->linear, length, &linear) || __builtin_add_overflow(quad, linear, &work))
         return 0;
     if (cp > 1) {
-        int k = log2_exact(cp);
+        int k = log2_ceil(cp);
         if (k > DCP_MAX_LOG2_CP) k = DCP_MAX_LOG2_CP;
         int64_t kv_bytes, kv_total;
         if (model->kv[k] < 0 || model->round_latency < 0) return 0;
@@ -72,7 +71,8 @@ static int cost_int64(const dcp_cost_model *model, int64_t length, int32_t cp, i
         int64_t exposed = kv_total - quad; /* both >= 0: no overflow */
         if (exposed > 0 && __builtin_add_overflow(work, exposed, &work)) return 0;
     }
-    int64_t per_rank = work / cp;
+    /* work >= 0: a power-of-two size divides by a shift (a 64-bit division costs tens of cycles) */
+    int64_t per_rank = (cp & (cp - 1)) == 0 ? work >> __builtin_ctz((uint32_t)cp) : work / cp;
     if (__builtin_add_overflow(per_rank, fixed, &per_rank)) return 0;
     *cost = per_rank;
     return 1;
@@ -88,7 +88,7 @@ int64_t dcp_cost(const dcp_cost_model *model, int64_t length, int32_t cp)
     __int128 work = quad + mul_capped(model->linear, s);
     __int128 fixed = 0;
     if (cp > 1) {
-        int k = log2_exact(cp);
+        int k = log2_ceil(cp);
         if (k > DCP_MAX_LOG2_CP) k = DCP_MAX_LOG2_CP;
         /* KV traffic the attention compute does not hide; once capped, work is past INT64_MAX * cp anyway */
         __int128 exposed = mul_capped(mul_capped(model->kv[k], s), cp - 1) - quad;

@@ -127,6 +127,7 @@ typedef struct balanced {
     const int32_t *ids; /* position -> global id */
     int32_t *len;       /* [n] */
     int32_t *min_cp;    /* [n] */
+    int32_t *run_end;   /* [n] at the first position of a run of equal lengths and minimal sizes: its end */
     int64_t *min_cost;  /* [n] per-rank cost at min_cp */
     __int128 min_work;  /* sum of cp * cost at min_cp */
     int64_t total_tokens;
@@ -208,6 +209,7 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     int32_t local = n < num_ranks ? n : num_ranks;
     b->len = DCP_ARENA_NEW(a, int32_t, un);
     b->min_cp = DCP_ARENA_NEW(a, int32_t, un);
+    b->run_end = DCP_ARENA_NEW(a, int32_t, un);
     b->min_cost = DCP_ARENA_NEW(a, int64_t, un);
     b->cp = DCP_ARENA_NEW(a, int32_t, un);
     b->cost = DCP_ARENA_NEW(a, int64_t, un);
@@ -272,7 +274,7 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->sort_b = DCP_ARENA_NEW(a, int32_t, un);
     b->saved_mb = DCP_ARENA_NEW(a, int32_t, un);
     b->local_cap = local;
-    return b->len && b->min_cp && b->min_cost && b->cp && b->cost && b->order && b->class_list &&
+    return b->len && b->min_cp && b->run_end && b->min_cost && b->cp && b->cost && b->order && b->class_list &&
            b->item_group && b->item_next && b->free_groups && b->g_mb && b->g_cp && b->g_head && b->g_tail && b->g_count &&
            b->g_load && b->g_tokens && b->g_key && b->mb_free && b->mb_cap && b->mb_level && b->mb_order &&
            b->mb_first && b->mb_groups && b->heap && b->park && b->cursor && b->local && kept_ok && b->sort_a && b->sort_b && b->saved_mb && b->alive_next && b->g_slot && b->room_tree && b->rp_items && b->rp_of &&
@@ -534,33 +536,33 @@ static void index_groups(balanced *b)
 static __int128 choose_sizes(balanced *b, int64_t level, int64_t widen_num, int64_t widen_den,
                              int32_t class_offset[NUM_CLASSES + 1], uint64_t *signature, int merge)
 {
-    uint64_t sig = 14695981039346656037ull;
+    uint64_t sig = 14695981039346656037ull; /* FNV-1a over the widened positions and their sizes */
     const int32_t n = b->n;
     int32_t count[NUM_CLASSES] = {0};
     __int128 work = 0;
-    int32_t c = 0;
-    int64_t h = 0;
-    for (int32_t p = 0; p < n; p++) {
-        /* lengths descend: a run of equal lengths (and minimal sizes) widens alike, so only its first is costed */
-        if (p > 0 && b->len[p] == b->len[p - 1] && b->min_cp[p] == b->min_cp[p - 1]) goto chosen;
-        c = b->min_cp[p];
-        h = b->min_cost[p];
+    /* a run of equal lengths (and minimal sizes) widens alike: one decision per run */
+    for (int32_t p = 0, stop; p < n; p = stop) {
+        stop = b->run_end[p];
+        int32_t c = b->min_cp[p];
+        int64_t h = b->min_cost[p];
         while (h > level) {
             int32_t c2 = next_size(c, b->num_ranks);
             if (c2 == 0) break;
             int64_t h2 = dcp_cost(b->model, b->len[p], c2);
             if (h2 >= h) break;
             /* the extra GPU time of the wider group must stay within the allowance */
-            if ((__int128)c2 * h2 * widen_den > (__int128)c * h * (widen_den + widen_num)) break;
+            if ((__int128)((int64_t)c2 * widen_den) * h2 > (__int128)c * h * (widen_den + widen_num)) break;
             c = c2;
             h = h2;
         }
-    chosen:
-        b->cp[p] = c;
-        b->cost[p] = h;
-        if (c != b->min_cp[p]) sig = (sig ^ (uint64_t)p ^ ((uint64_t)c << 32)) * 1099511628211ull;
-        work += (__int128)c * h;
-        count[class_of(c)]++;
+        for (int32_t q = p; q < stop; q++) {
+            b->cp[q] = c;
+            b->cost[q] = h;
+        }
+        if (c != b->min_cp[p])
+            for (int32_t q = p; q < stop; q++) sig = (sig ^ (uint64_t)q ^ ((uint64_t)c << 32)) * 1099511628211ull;
+        work += (__int128)c * h * (stop - p);
+        count[class_of(c)] += stop - p;
     }
     *signature = sig;
     /* each class, in position order, is already by cost descending: merge the classes */
@@ -572,9 +574,10 @@ static __int128 choose_sizes(balanced *b, int64_t level, int64_t widen_num, int6
         end[k] = class_offset[k];
         if (count[k] > 0) live[num_live++] = k;
     }
-    for (int32_t p = 0; p < n; p++) {
+    for (int32_t p = 0, stop; p < n; p = stop) {
+        stop = b->run_end[p];
         int k = class_of(b->cp[p]);
-        b->class_list[end[k]++] = p;
+        for (int32_t q = p; q < stop; q++) b->class_list[end[k]++] = q;
     }
     for (int32_t i = 0; i < n && merge; i++) {
         int best = -1;
@@ -1397,6 +1400,8 @@ static int open_place(balanced *b, open_mb *o, int32_t p)
     int64_t wide_cost = 0, wide_after = INT64_MAX;
     /* free ranks take the sequence at its own size: a wider group only matters when there are none */
     const int fresh_possible = b->mb_free[o->m] >= c;
+    /* GPU time a wider group may spend on the sequence: c * h * (1 + join_num / join_den), times join_den */
+    const __int128 allowance = (__int128)c * h * (b->join_den + b->join_num);
     for (uint32_t wider = fresh_possible ? 0 : o->present >> (k + 1), k2 = (uint32_t)k + 1; wider; wider >>= 1, k2++) {
         if (!(wider & 1u)) continue;
         int32_t at = wide_candidate(b, b->heap + o->class_offset[k2], o->heap_size[k2], b->park + o->class_offset[k2],
@@ -1404,7 +1409,7 @@ static int open_place(balanced *b, open_mb *o, int32_t p)
         if (at == WIDE_NONE) continue;
         int32_t g = at >= 0 ? b->heap[o->class_offset[k2] + at].id : b->park[o->class_offset[k2]].id, c2 = b->g_cp[g];
         int64_t h2 = join_cost(b, (int)k2, s, c2);
-        if ((__int128)c2 * h2 * b->join_den > (__int128)c * h * (b->join_den + b->join_num)) continue;
+        if ((__int128)((int64_t)c2 * b->join_den) * h2 > allowance) continue;
         int64_t after = sat_add(b->g_load[g], h2);
         if (after < wide_after) {
             wide_after = after;
@@ -1504,11 +1509,12 @@ static int64_t run_sequential_pass(balanced *b, int64_t target_mbs, int64_t wide
             int32_t end = class_offset[k + 1];
             if (s > room) {
                 /* lengths only fall along a class: jump to the first that fits the room */
-                int32_t lo = head[k] + 1, hi = end;
-                while (lo < hi) {
-                    int32_t mid = lo + (hi - lo) / 2;
-                    if (class_len[mid] > room) lo = mid + 1;
-                    else hi = mid;
+                int32_t lo = head[k] + 1, span = end - lo;
+                while (span > 0) { /* branch-free: which half holds the answer is a coin toss */
+                    int32_t half = span / 2;
+                    int longer = class_len[lo + half] > room;
+                    lo = longer ? lo + half + 1 : lo;
+                    span = longer ? span - half - 1 : half;
                 }
                 head[k] = lo < end ? alive_find(b->alive_next, lo) : end;
             } else if (open_place(b, &o, p)) {
@@ -1634,6 +1640,7 @@ static int64_t run_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int6
          * size, for a bounded extra cost; beyond that bound only when the
          * alternative is a new microbatch, which costs more.
          */
+        const __int128 allowance = (__int128)c * h * (b->join_den + b->join_num); /* as in open_place() */
         int wide_class = -1, any_class = -1;
         int32_t wide_at = 0, any_at = 0;
         int64_t wide_cost = 0, wide_after = INT64_MAX, any_cost = 0, any_after = INT64_MAX;
@@ -1651,7 +1658,7 @@ static int64_t run_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int6
                 any_at = at;
                 any_cost = h2;
             }
-            if ((__int128)c2 * h2 * b->join_den > (__int128)c * h * (b->join_den + b->join_num)) continue;
+            if ((__int128)((int64_t)c2 * b->join_den) * h2 > allowance) continue;
             if (after < wide_after) {
                 wide_after = after;
                 wide_class = (int)k2;
@@ -1887,14 +1894,18 @@ dcp_status dcp_assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp
     b.vpp = c->microbatch_group_size_per_vp_stage > 1 ? c->microbatch_group_size_per_vp_stage : 1;
     b.model = &c->cost;
     b.ids = in->sorted_ids;
-    for (int32_t p = 0; p < b.n; p++) {
+    for (int32_t p = 0, run = 0; p < b.n; p++) {
         int32_t id = in->sorted_ids[p];
         b.len[p] = in->lengths[id];
         b.min_cp[p] = in->min_cp[id];
         /* lengths descend: equal ones come in runs */
-        b.min_cost[p] = p > 0 && b.len[p] == b.len[p - 1] && b.min_cp[p] == b.min_cp[p - 1]
-                            ? b.min_cost[p - 1]
-                            : dcp_cost(b.model, b.len[p], b.min_cp[p]);
+        if (p > 0 && b.len[p] == b.len[p - 1] && b.min_cp[p] == b.min_cp[p - 1]) {
+            b.min_cost[p] = b.min_cost[p - 1];
+        } else {
+            b.min_cost[p] = dcp_cost(b.model, b.len[p], b.min_cp[p]);
+            run = p;
+        }
+        b.run_end[run] = p + 1;
         b.min_work += (__int128)b.min_cp[p] * b.min_cost[p];
         b.total_tokens += b.len[p];
     }
@@ -1923,9 +1934,18 @@ dcp_status dcp_assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp
     static const int64_t widen[][2] = {{0, 1}, {1, 4}, {1, 16}, {1, 0}};
     b.dense = (int64_t)b.n < 16 * (int64_t)b.num_ranks;
     int over_capacity = 0;
+    /*
+     * The step model's bound at minimal CP sizes: the work spread over all
+     * ranks plus the overhead of the microbatches the tokens need.  With many
+     * sequences per rank the widened pass runs only while the best plan is
+     * more than 1% above it, so skipping it gives up less than 1%.
+     */
+    const __int128 bound = b.min_work / b.num_ranks + (__int128)((b.total_tokens + capacity - 1) / capacity) *
+                                                          b.model->microbatch_overhead;
     for (int t = 0; t < (b.dense ? 5 : 2); t++) {
         const int64_t k = k0 + (int64_t)t * b.vpp;
         if (k > b.n) break;
+        if (!b.dense && t > 0 && b.num_kept > 0 && (__int128)b.kept[0].makespan * 99 <= bound * 100) break;
         for (int w = 0; w < (b.dense ? 4 : 2); w++) {
             for (int sequential = 0; sequential < 2; sequential++) {
                 if (!b.dense && (w != t || (!sequential && t > 0))) continue;

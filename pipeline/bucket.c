@@ -1,7 +1,8 @@
 /*
  * bucket.c - sort sequences by length (descending, stable) and give each its
- * minimal CP size.  LSD radix sort on the complemented length: four stable
- * byte passes, O(n), no comparisons, the same order on every platform.
+ * minimal CP size.  LSD radix sort on the complemented length: stable
+ * 11-bit passes over the bits where lengths differ, O(n), no comparisons,
+ * the same order on every platform.
  */
 #include "stages.h"
 
@@ -11,16 +12,20 @@ int32_t dcp_min_cp_size(int64_t length, int32_t max_seqlen_per_rank, int32_t min
 {
     if (length <= 0 || max_seqlen_per_rank <= 0 || num_ranks <= 0) return 0;
     if (length > (int64_t)num_ranks * max_seqlen_per_rank) return 0;
-    int64_t needed = (length + max_seqlen_per_rank - 1) / max_seqlen_per_rank;
+    /* the least power of two (from min_cp_size) with cp * max_seqlen_per_rank >= length, without a division */
     int64_t cp = min_cp_size > 1 ? min_cp_size : 1;
-    while (cp < needed) cp *= 2;
+    while (cp * max_seqlen_per_rank < length) cp *= 2;
     if (cp > num_ranks) cp = num_ranks; /* not a power of two: the whole group */
     return (int32_t)cp;
 }
 
+/* Digits of the radix sort: 11 bits (lengths below 2^22 take two passes), 8 below 1024 sequences. */
+enum { DIGIT_BITS = 11, DIGITS = 1 << DIGIT_BITS };
+
 size_t dcp_bucket_scratch_size(const dcp_config *config)
 {
-    return dcp_size_add(DCP_ARENA_BYTES(int32_t, config->max_sequences), DCP_ARENA_BYTES(uint32_t, 256));
+    size_t keys = DCP_ARENA_BYTES(uint64_t, config->max_sequences);
+    return dcp_size_add(dcp_size_add(keys, keys), DCP_ARENA_BYTES(uint32_t, DIGITS));
 }
 
 dcp_status dcp_bucket(const int32_t *lengths, int32_t n, const dcp_config *config, int32_t *sorted_ids,
@@ -42,30 +47,42 @@ dcp_status dcp_bucket(const int32_t *lengths, int32_t n, const dcp_config *confi
                             i, s, group, m, (long long)group * m);
         if (config->scheduler == DCP_SCHEDULER_DP_BALANCED) cp = group;
         min_cp[i] = cp;
-        sorted_ids[i] = i;
     }
     if (n == 0) return DCP_OK;
-    int32_t *tmp = DCP_ARENA_NEW(scratch, int32_t, n);
-    uint32_t *count = DCP_ARENA_NEW(scratch, uint32_t, 256);
-    if (!tmp || !count)
+    uint64_t *src = DCP_ARENA_NEW(scratch, uint64_t, n), *dst = DCP_ARENA_NEW(scratch, uint64_t, n);
+    uint32_t *count = DCP_ARENA_NEW(scratch, uint32_t, DIGITS);
+    if (!src || !dst || !count)
         return dcp_fail(err, DCP_ERR_CAPACITY, "bucket scratch too small for %d sequences", n);
-    int32_t *src = sorted_ids, *dst = tmp;
-    for (int pass = 0; pass < 4; pass++) {
-        int shift = 8 * pass;
-        memset(count, 0, 256 * sizeof *count);
-        for (int32_t i = 0; i < n; i++) count[(~(uint32_t)lengths[src[i]] >> shift) & 0xFFu]++;
-        if (count[(~(uint32_t)lengths[src[0]] >> shift) & 0xFFu] == (uint32_t)n) continue; /* one bucket: order unchanged */
+    /*
+     * Key: the complemented length above the id, so the passes read one
+     * array in order; they cover only the length bits where the keys differ,
+     * and the ids below keep equal lengths in id order (the passes are stable).
+     */
+    uint32_t all_or = 0, all_and = ~0u;
+    for (int32_t i = 0; i < n; i++) {
+        uint32_t key = ~(uint32_t)lengths[i];
+        src[i] = (uint64_t)key << 32 | (uint32_t)i;
+        all_or |= key;
+        all_and &= key;
+    }
+    uint32_t differ = all_or ^ all_and;
+    const int bits = n >= 1024 ? DIGIT_BITS : 8;
+    const uint32_t mask = (1u << bits) - 1;
+    for (int shift = differ ? __builtin_ctz(differ) : 32; shift < 32 && (differ >> shift); shift += bits) {
+        const int at = 32 + shift;
+        memset(count, 0, (mask + 1) * sizeof *count);
+        for (int32_t i = 0; i < n; i++) count[(src[i] >> at) & mask]++;
         uint32_t sum = 0;
-        for (int b = 0; b < 256; b++) {
-            uint32_t c = count[b];
-            count[b] = sum;
+        for (uint32_t d = 0; d <= mask; d++) {
+            uint32_t c = count[d];
+            count[d] = sum;
             sum += c;
         }
-        for (int32_t i = 0; i < n; i++) dst[count[(~(uint32_t)lengths[src[i]] >> shift) & 0xFFu]++] = src[i];
-        int32_t *t = src;
+        for (int32_t i = 0; i < n; i++) dst[count[(src[i] >> at) & mask]++] = src[i];
+        uint64_t *t = src;
         src = dst;
         dst = t;
     }
-    if (src != sorted_ids) memcpy(sorted_ids, src, (size_t)n * sizeof *sorted_ids);
+    for (int32_t i = 0; i < n; i++) sorted_ids[i] = (int32_t)(uint32_t)src[i];
     return DCP_OK;
 }
