@@ -128,9 +128,23 @@ typedef struct balanced {
     int32_t *len;       /* [n] */
     int32_t *min_cp;    /* [n] */
     int32_t *run_end;   /* [n] at the first position of a run of equal lengths and minimal sizes: its end */
+    int64_t *next_cost; /* [n] at a run's first position: per-rank cost one size above min_cp (-1: not yet known) */
     int64_t *min_cost;  /* [n] per-rank cost at min_cp */
     __int128 min_work;  /* sum of cp * cost at min_cp */
     int64_t total_tokens;
+
+    /*
+     * The last CP-size choice (choose_sizes) and its inputs: the sequential
+     * pass at the LPT pass's target and allowance reuses it instead of
+     * choosing again (class_list stays as that choice left it).
+     */
+    int sizes_valid;
+    int64_t sizes_level, sizes_widen_num, sizes_widen_den;
+    uint64_t sizes_signature;
+    __int128 sizes_work;
+    int32_t sizes_class_offset[NUM_CLASSES + 1];
+    int32_t *sizes_cp;   /* [n] */
+    int64_t *sizes_cost; /* [n] */
 
     /* one pass */
     int32_t *cp;         /* [n] */
@@ -210,8 +224,11 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->len = DCP_ARENA_NEW(a, int32_t, un);
     b->min_cp = DCP_ARENA_NEW(a, int32_t, un);
     b->run_end = DCP_ARENA_NEW(a, int32_t, un);
+    b->next_cost = DCP_ARENA_NEW(a, int64_t, un);
     b->min_cost = DCP_ARENA_NEW(a, int64_t, un);
     b->cp = DCP_ARENA_NEW(a, int32_t, un);
+    b->sizes_cp = DCP_ARENA_NEW(a, int32_t, un);
+    b->sizes_cost = DCP_ARENA_NEW(a, int64_t, un);
     b->cost = DCP_ARENA_NEW(a, int64_t, un);
     b->order = DCP_ARENA_NEW(a, int32_t, un);
     b->class_list = DCP_ARENA_NEW(a, int32_t, un);
@@ -274,7 +291,7 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->sort_b = DCP_ARENA_NEW(a, int32_t, un);
     b->saved_mb = DCP_ARENA_NEW(a, int32_t, un);
     b->local_cap = local;
-    return b->len && b->min_cp && b->run_end && b->min_cost && b->cp && b->cost && b->order && b->class_list &&
+    return b->len && b->min_cp && b->run_end && b->next_cost && b->min_cost && b->cp && b->sizes_cp && b->sizes_cost && b->cost && b->order && b->class_list &&
            b->item_group && b->item_next && b->free_groups && b->g_mb && b->g_cp && b->g_head && b->g_tail && b->g_count &&
            b->g_load && b->g_tokens && b->g_key && b->mb_free && b->mb_cap && b->mb_level && b->mb_order &&
            b->mb_first && b->mb_groups && b->heap && b->park && b->cursor && b->local && kept_ok && b->sort_a && b->sort_b && b->saved_mb && b->alive_next && b->g_slot && b->room_tree && b->rp_items && b->rp_of &&
@@ -536,6 +553,14 @@ static void index_groups(balanced *b)
 static __int128 choose_sizes(balanced *b, int64_t level, int64_t widen_num, int64_t widen_den,
                              int32_t class_offset[NUM_CLASSES + 1], uint64_t *signature, int merge)
 {
+    if (!merge && b->sizes_valid && b->sizes_level == level && b->sizes_widen_num == widen_num &&
+        b->sizes_widen_den == widen_den) {
+        memcpy(b->cp, b->sizes_cp, (size_t)b->n * sizeof *b->cp);
+        memcpy(b->cost, b->sizes_cost, (size_t)b->n * sizeof *b->cost);
+        memcpy(class_offset, b->sizes_class_offset, sizeof b->sizes_class_offset);
+        *signature = b->sizes_signature;
+        return b->sizes_work;
+    }
     uint64_t sig = 14695981039346656037ull; /* FNV-1a over the widened positions and their sizes */
     const int32_t n = b->n;
     int32_t count[NUM_CLASSES] = {0};
@@ -548,7 +573,13 @@ static __int128 choose_sizes(balanced *b, int64_t level, int64_t widen_num, int6
         while (h > level) {
             int32_t c2 = next_size(c, b->num_ranks);
             if (c2 == 0) break;
-            int64_t h2 = dcp_cost(b->model, b->len[p], c2);
+            int64_t h2;
+            if (c == b->min_cp[p]) { /* every pass asks for the first step: remember it */
+                if (b->next_cost[p] < 0) b->next_cost[p] = dcp_cost(b->model, b->len[p], c2);
+                h2 = b->next_cost[p];
+            } else {
+                h2 = dcp_cost(b->model, b->len[p], c2);
+            }
             if (h2 >= h) break;
             /* the extra GPU time of the wider group must stay within the allowance */
             if ((__int128)((int64_t)c2 * widen_den) * h2 > (__int128)c * h * (widen_den + widen_num)) break;
@@ -594,6 +625,15 @@ static __int128 choose_sizes(balanced *b, int64_t level, int64_t widen_num, int6
         int k = live[best];
         if (++head[k] == end[k]) live[best] = live[--num_live];
     }
+    b->sizes_valid = 1;
+    b->sizes_level = level;
+    b->sizes_widen_num = widen_num;
+    b->sizes_widen_den = widen_den;
+    b->sizes_signature = sig;
+    b->sizes_work = work;
+    memcpy(b->sizes_class_offset, class_offset, sizeof b->sizes_class_offset);
+    memcpy(b->sizes_cp, b->cp, (size_t)n * sizeof *b->cp);
+    memcpy(b->sizes_cost, b->cost, (size_t)n * sizeof *b->cost);
     return work;
 }
 
@@ -602,6 +642,9 @@ static int64_t ceil_div128(__int128 a, __int128 d) { return clamp128(a <= 0 ? 0 
 /* Step 4: fill free ranks of every microbatch by splitting or widening its most loaded group. */
 static int repair(balanced *b)
 {
+    int any_free = 0;
+    for (int32_t m = 0; m < b->num_mbs && !any_free; m++) any_free = b->mb_free[m] > 0;
+    if (!any_free) return 1; /* full microbatches (the usual case with many sequences per rank): nothing to index */
     index_groups(b);
     for (int32_t m = 0; m < b->num_mbs; m++) {
         if (b->mb_free[m] == 0 || b->mb_first[m + 1] == b->mb_first[m]) continue;
@@ -1180,17 +1223,17 @@ static int32_t *radix_sort_groups_by_load(balanced *b, int32_t count)
  * Regroup: deal all groups, by load descending, first-fit into the same
  * number of microbatches, so each microbatch holds groups of like load (for
  * equal sizes this ordering minimises the sum of microbatch maxima).  Kept
- * only when the makespan drops.
+ * only when the makespan drops.  `makespan` and `live` are evaluate()'s for
+ * the plan as it stands.
  */
-static int64_t regroup(balanced *b, int64_t makespan)
+static int64_t regroup(balanced *b, int64_t makespan, int32_t live)
 {
-    int32_t count = 0, live = 0;
+    int32_t count = 0;
     for (int32_t g = 0; g < b->num_groups; g++) {
         if (b->g_count[g] == 0) continue;
         b->sort_a[count++] = g;
         b->saved_mb[g] = b->g_mb[g];
     }
-    evaluate(b, &live);
     const int32_t old_mbs = b->num_mbs;
     int32_t *sorted = radix_sort_groups_by_load(b, count);
     for (int32_t m = 0; m < live; m++) b->mb_free[m] = b->num_ranks;
@@ -1723,7 +1766,7 @@ static int64_t finish_pass(balanced *b, int merge_down)
         compact_mbs(b);
     }
     int64_t makespan = evaluate(b, &live);
-    makespan = regroup(b, makespan);
+    makespan = regroup(b, makespan, live);
     return makespan;
 }
 
@@ -1823,7 +1866,8 @@ static void polish_plan(balanced *b, int slot, int32_t max_microbatches)
             repack_microbatches(b, b->repack_limit);
         }
     }
-    int64_t makespan = regroup(b, evaluate(b, &live));
+    int64_t makespan = evaluate(b, &live);
+    makespan = regroup(b, makespan, live);
     if (makespan < b->kept[slot].makespan && b->num_mbs <= max_microbatches) keep_plan(b, makespan, slot);
 }
 
@@ -1903,6 +1947,7 @@ dcp_status dcp_assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp
             b.min_cost[p] = b.min_cost[p - 1];
         } else {
             b.min_cost[p] = dcp_cost(b.model, b.len[p], b.min_cp[p]);
+            b.next_cost[p] = -1;
             run = p;
         }
         b.run_end[run] = p + 1;

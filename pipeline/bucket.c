@@ -14,7 +14,14 @@ int32_t dcp_min_cp_size(int64_t length, int32_t max_seqlen_per_rank, int32_t min
     if (length > (int64_t)num_ranks * max_seqlen_per_rank) return 0;
     /* the least power of two (from min_cp_size) with cp * max_seqlen_per_rank >= length, without a division */
     int64_t cp = min_cp_size > 1 ? min_cp_size : 1;
-    while (cp * max_seqlen_per_rank < length) cp *= 2;
+    if ((cp & (cp - 1)) == 0 && (max_seqlen_per_rank & (max_seqlen_per_rank - 1)) == 0) {
+        /* powers of two (the usual configuration): ranks needed by a shift, rounded up by clz */
+        int64_t needed = (length + max_seqlen_per_rank - 1) >> __builtin_ctz((uint32_t)max_seqlen_per_rank);
+        int64_t pow2 = needed <= 1 ? 1 : (int64_t)1 << (64 - __builtin_clzll((uint64_t)needed - 1));
+        if (pow2 > cp) cp = pow2;
+    } else {
+        while (cp * max_seqlen_per_rank < length) cp *= 2;
+    }
     if (cp > num_ranks) cp = num_ranks; /* not a power of two: the whole group */
     return (int32_t)cp;
 }

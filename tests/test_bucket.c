@@ -21,6 +21,45 @@ DCP_TEST(min_cp_size_rules)
     DCP_CHECK_EQ_INT(dcp_min_cp_size(INT32_MAX, INT32_MAX, 1, 65536), 1);
 }
 
+/* The rule by its definition: double from min_cp_size until the ranks hold the sequence. */
+static int32_t min_cp_by_doubling(int64_t s, int32_t m, int32_t min_cp, int32_t ranks)
+{
+    if (s <= 0 || s > (int64_t)ranks * m) return 0;
+    int64_t cp = min_cp > 1 ? min_cp : 1;
+    while (cp * m < s) cp *= 2;
+    return (int32_t)(cp > ranks ? ranks : cp);
+}
+
+DCP_TEST(min_cp_size_matches_doubling)
+{
+    /* powers of two take a shift-and-clz path; other sizes double: both give the defined size */
+    static const int32_t ms[] = {1, 2, 64, 100, 2048, 4096, 6000, 8192, 1 << 20, INT32_MAX};
+    static const int32_t mins[] = {1, 2, 3, 4, 16, 64};
+    static const int32_t ranks[] = {1, 8, 24, 512, 1 << 20};
+    int checked = 0;
+    for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
+        for (size_t k = 0; k < sizeof mins / sizeof mins[0]; k++)
+            for (size_t r = 0; r < sizeof ranks / sizeof ranks[0]; r++) {
+                int64_t m = ms[a];
+                /* lengths around every multiple-of-a-power-of-two boundary, and a spread */
+                for (int e = 0; e < 32; e++) {
+                    for (int d = -1; d <= 1; d++) {
+                        int64_t s = (m << e) + d;
+                        if (s < 1 || s > INT32_MAX) continue;
+                        DCP_CHECK_EQ_INT(dcp_min_cp_size(s, ms[a], mins[k], ranks[r]),
+                                         min_cp_by_doubling(s, ms[a], mins[k], ranks[r]));
+                        checked++;
+                    }
+                }
+                for (int64_t s = 1; s < 100000; s += 997) {
+                    DCP_CHECK_EQ_INT(dcp_min_cp_size(s, ms[a], mins[k], ranks[r]),
+                                     min_cp_by_doubling(s, ms[a], mins[k], ranks[r]));
+                    checked++;
+                }
+            }
+    DCP_CHECK(checked > 10000);
+}
+
 static dcp_config config_for(int32_t ranks, int32_t m, int32_t max_seq)
 {
     dcp_config c;
