@@ -1553,6 +1553,15 @@ static int64_t run_sequential_pass(balanced *b, int64_t target_mbs, int64_t wide
             if (s > room) {
                 /* lengths only fall along a class: jump to the first that fits the room */
                 int32_t lo = head[k] + 1, span = end - lo;
+                /* the answer is usually near: gallop to a bracket, then halve it */
+                for (int32_t step = 1; step < span; step *= 2) {
+                    if (class_len[lo + step - 1] <= room) {
+                        span = step;
+                        break;
+                    }
+                    lo += step;
+                    span -= step;
+                }
                 while (span > 0) { /* branch-free: which half holds the answer is a coin toss */
                     int32_t half = span / 2;
                     int longer = class_len[lo + half] > room;

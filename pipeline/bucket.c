@@ -8,7 +8,9 @@
 
 #include <string.h>
 
-int32_t dcp_min_cp_size(int64_t length, int32_t max_seqlen_per_rank, int32_t min_cp_size, int32_t num_ranks)
+/* dcp_min_cp_size(), inlined into the bucket loop (called once per sequence). */
+static inline int32_t min_cp_size_of(int64_t length, int32_t max_seqlen_per_rank, int32_t min_cp_size,
+                                     int32_t num_ranks)
 {
     if (length <= 0 || max_seqlen_per_rank <= 0 || num_ranks <= 0) return 0;
     if (length > (int64_t)num_ranks * max_seqlen_per_rank) return 0;
@@ -29,6 +31,11 @@ int32_t dcp_min_cp_size(int64_t length, int32_t max_seqlen_per_rank, int32_t min
 /* Digits of the radix sort: 11 bits (lengths below 2^22 take two passes), 8 below 1024 sequences. */
 enum { DIGIT_BITS = 11, DIGITS = 1 << DIGIT_BITS };
 
+int32_t dcp_min_cp_size(int64_t length, int32_t max_seqlen_per_rank, int32_t min_cp_size, int32_t num_ranks)
+{
+    return min_cp_size_of(length, max_seqlen_per_rank, min_cp_size, num_ranks);
+}
+
 size_t dcp_bucket_scratch_size(const dcp_config *config)
 {
     size_t keys = DCP_ARENA_BYTES(uint64_t, config->max_sequences);
@@ -47,7 +54,7 @@ dcp_status dcp_bucket(const int32_t *lengths, int32_t n, const dcp_config *confi
         int32_t s = lengths[i];
         if (s <= 0)
             return dcp_fail(err, DCP_ERR_BAD_LENGTH, "sequence %d has length %d; lengths must be >= 1", i, s);
-        int32_t cp = dcp_min_cp_size(s, m, config->min_cp_size, group);
+        int32_t cp = min_cp_size_of(s, m, config->min_cp_size, group);
         if (cp == 0)
             return dcp_fail(err, DCP_ERR_BAD_LENGTH,
                             "sequence %d has length %d, more than %d ranks x max_seqlen_per_rank %d = %lld tokens",
