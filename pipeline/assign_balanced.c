@@ -209,6 +209,16 @@ typedef struct balanced {
     int32_t *saved_mb;        /* [n] group -> microbatch before a regrouping */
     /* the last length costed at each class when joining a wider group: equal lengths come in runs */
     int64_t join_len[NUM_CLASSES], join_cost[NUM_CLASSES];
+    /*
+     * A sequence alone on one rank (CP size 1: its per-rank cost h is all its
+     * work) with h < join_below[k2] cannot join a group of class k2 (size c2)
+     * within the allowance, whatever its length: c2 * cost(s, c2) is at least
+     * h - (c2 - 1) + c2 * (c2 - 1) * round_latency (the work, floored per
+     * rank, plus the ring's fixed cost), which exceeds h * (1 + join_num /
+     * join_den) while h * join_num < (c2 * (c2 - 1) * round_latency - (c2 - 1))
+     * * join_den.  Saves costing and scanning classes that could never take it.
+     */
+    int64_t join_below[NUM_CLASSES];
 
     /* the best plan so far */
     /* the best plans so far, by makespan (kept[0] the best); few sequences per rank: all are polished */
@@ -1447,6 +1457,7 @@ static int open_place(balanced *b, open_mb *o, int32_t p)
     const __int128 allowance = (__int128)c * h * (b->join_den + b->join_num);
     for (uint32_t wider = fresh_possible ? 0 : o->present >> (k + 1), k2 = (uint32_t)k + 1; wider; wider >>= 1, k2++) {
         if (!(wider & 1u)) continue;
+        if (c == 1 && h < b->join_below[k2]) continue; /* over the allowance for sure */
         int32_t at = wide_candidate(b, b->heap + o->class_offset[k2], o->heap_size[k2], b->park + o->class_offset[k2],
                                     o->park_size[k2], s);
         if (at == WIDE_NONE) continue;
@@ -1696,8 +1707,11 @@ static int64_t run_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int6
         int wide_class = -1, any_class = -1;
         int32_t wide_at = 0, any_at = 0;
         int64_t wide_cost = 0, wide_after = INT64_MAX, any_cost = 0, any_after = INT64_MAX;
+        /* a wider class surely over the allowance matters only as the last resort before a new microbatch */
+        const int last_resort = fresh < 0 && g < 0;
         for (uint32_t wider = present >> (k + 1), k2 = (uint32_t)k + 1; wider; wider >>= 1, k2++) {
             if (!(wider & 1u)) continue;
+            if (!last_resort && c == 1 && h < b->join_below[k2]) continue;
             int32_t at = wide_candidate(b, b->heap + class_offset[k2], heap_size[k2], b->park + class_offset[k2],
                                         park_size[k2], s);
             if (at == WIDE_NONE) continue;
@@ -1973,7 +1987,20 @@ dcp_status dcp_assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp
                         (long long)k0, b.vpp);
     b.join_num = 1;
     b.join_den = 8;
-    for (int k = 0; k < NUM_CLASSES; k++) b.join_len[k] = -1;
+    const int64_t latency = b.model->round_latency > 0 ? b.model->round_latency : 0;
+    for (int k = 0; k < NUM_CLASSES; k++) {
+        b.join_len[k] = -1;
+        const int64_t c2 = class_size(&b, k);
+        const __int128 ring = (__int128)c2 * (c2 - 1) * latency;
+        const __int128 least = (ring - (c2 - 1)) * b.join_den;
+        /*
+         * h * join_num < least  <=>  h < ceil(least / join_num).  Only while the
+         * ring term is far below INT64_MAX, so that no cost involved saturates
+         * (a saturated cost would break the inequality); else no shortcut.
+         */
+        const __int128 below = least <= 0 || ring >= ((__int128)1 << 61) ? 0 : (least + b.join_num - 1) / b.join_num;
+        b.join_below[k] = below > ((__int128)1 << 61) ? (int64_t)1 << 61 : (int64_t)below;
+    }
     b.polish_work = POLISH_WORK;
     /*
      * Which passes (chosen by measurement over the benchmark matrix): with
