@@ -1581,10 +1581,12 @@ static int64_t run_sequential_pass(balanced *b, int64_t target_mbs, int64_t wide
                 }
                 head[k] = lo < end ? alive_find(b->alive_next, lo) : end;
             } else if (open_place(b, &o, p)) {
-                b->alive_next[head[k]] = head[k] + 1;
+                /* the placed position points past itself, straight to the next unplaced one */
+                const int32_t placed = head[k];
+                head[k] = alive_find(b->alive_next, placed + 1);
+                b->alive_next[placed] = head[k];
                 left--;
                 misses[k] = 0;
-                head[k] = alive_find(b->alive_next, head[k]);
             } else {
                 /* room enough, yet no place (sizes, caps, allowance): a class that keeps missing closes */
                 if (++misses[k] >= 8) open &= ~(1u << k);
