@@ -134,9 +134,10 @@ typedef struct balanced {
     int64_t total_tokens;
 
     /*
-     * The last CP-size choice (choose_sizes) and its inputs: the sequential
-     * pass at the LPT pass's target and allowance reuses it instead of
-     * choosing again (class_list stays as that choice left it).
+     * The last LPT pass's CP-size choice (choose_sizes) and its inputs: the
+     * sequential pass at the same target and allowance reuses it instead of
+     * choosing again (class_list stays as that choice left it until another
+     * choice, which clears sizes_valid).
      */
     int sizes_valid;
     int64_t sizes_level, sizes_widen_num, sizes_widen_den;
@@ -635,7 +636,9 @@ static __int128 choose_sizes(balanced *b, int64_t level, int64_t widen_num, int6
         int k = live[best];
         if (++head[k] == end[k]) live[best] = live[--num_live];
     }
-    b->sizes_valid = 1;
+    /* only an LPT pass's choice is reused (by the sequential pass after it); any other leaves class_list changed */
+    b->sizes_valid = merge;
+    if (!merge) return work;
     b->sizes_level = level;
     b->sizes_widen_num = widen_num;
     b->sizes_widen_den = widen_den;
