@@ -903,17 +903,21 @@ static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *
         }
         rp_append(b, best, i, row[best_class]);
         /*
-         * Its load grew: move it forward in its class's descending order.  A
-         * best fit is the fullest group that fits, and a new group starts
-         * light at the end, so the moves are short.
+         * Its load grew: move it forward in its class's descending order,
+         * behind every group at least as heavy.  Loads cluster under the
+         * level, so the move can be long: find the place by halving (the
+         * prefix is sorted) and shift the block at once.
          */
         int32_t *seg = b->rp_seg + (size_t)best_class * limit;
-        int32_t x = best_at;
-        while (x > 0 && b->rp_load[seg[x - 1]] < b->rp_load[best]) {
-            seg[x] = seg[x - 1];
-            x--;
+        const int64_t load = b->rp_load[best];
+        int32_t lo = 0, hi = best_at; /* the first of seg[0, best_at) lighter than the group */
+        while (lo < hi) {
+            int32_t mid = lo + (hi - lo) / 2;
+            if (b->rp_load[seg[mid]] < load) hi = mid;
+            else lo = mid + 1;
         }
-        seg[x] = best;
+        memmove(seg + lo + 1, seg + lo, (size_t)(best_at - lo) * sizeof *seg);
+        seg[lo] = best;
     }
     *num_groups = groups;
     return ranks;
