@@ -25,22 +25,22 @@
 #define UNPOISON(p, n) ((void)(p), (void)(n))
 #endif
 
-size_t dcp_size_add(size_t a, size_t b) { return (a > SIZE_MAX - b) ? SIZE_MAX : a + b; }
+size_t dcp__size_add(size_t a, size_t b) { return (a > SIZE_MAX - b) ? SIZE_MAX : a + b; }
 
-size_t dcp_size_mul(size_t a, size_t b)
+size_t dcp__size_mul(size_t a, size_t b)
 {
     if (a != 0 && b > SIZE_MAX / a) return SIZE_MAX;
     return a * b;
 }
 
-size_t dcp_arena_bytes(size_t size, size_t count)
+size_t dcp__arena_bytes(size_t size, size_t count)
 {
-    size_t bytes = dcp_size_mul(size, count);
+    size_t bytes = dcp__size_mul(size, count);
     if (bytes > SIZE_MAX - (DCP_ARENA_ALIGN - 1)) return SIZE_MAX;
     return (bytes + DCP_ARENA_ALIGN - 1) & ~(size_t)(DCP_ARENA_ALIGN - 1);
 }
 
-void dcp_arena_init(dcp_arena *arena, void *memory, size_t capacity)
+void dcp__arena_init(dcp_arena *arena, void *memory, size_t capacity)
 {
     /* Align the start so that every allocation is 64-byte aligned in memory too. */
     uintptr_t start = (uintptr_t)memory;
@@ -53,12 +53,12 @@ void dcp_arena_init(dcp_arena *arena, void *memory, size_t capacity)
     if (arena->capacity) POISON(arena->base, arena->capacity);
 }
 
-void dcp_arena_release(dcp_arena *arena)
+void dcp__arena_release(dcp_arena *arena)
 {
     if (arena->base && arena->capacity) UNPOISON(arena->base, arena->capacity);
 }
 
-void dcp_arena_init_measure(dcp_arena *arena)
+void dcp__arena_init_measure(dcp_arena *arena)
 {
     arena->base = NULL;
     arena->capacity = SIZE_MAX;
@@ -66,9 +66,9 @@ void dcp_arena_init_measure(dcp_arena *arena)
     arena->high_water = 0;
 }
 
-void *dcp_arena_alloc(dcp_arena *arena, size_t size, size_t count)
+void *dcp__arena_alloc(dcp_arena *arena, size_t size, size_t count)
 {
-    size_t bytes = dcp_arena_bytes(size, count);
+    size_t bytes = dcp__arena_bytes(size, count);
     if (bytes == SIZE_MAX || bytes > arena->capacity - arena->used) return NULL;
     void *p = arena->base ? (void *)(arena->base + arena->used) : (void *)(uintptr_t)DCP_ARENA_ALIGN;
     if (arena->base) UNPOISON(p, size * count);
@@ -77,16 +77,16 @@ void *dcp_arena_alloc(dcp_arena *arena, size_t size, size_t count)
     return p;
 }
 
-void *dcp_arena_calloc(dcp_arena *arena, size_t size, size_t count)
+void *dcp__arena_calloc(dcp_arena *arena, size_t size, size_t count)
 {
-    void *p = dcp_arena_alloc(arena, size, count);
+    void *p = dcp__arena_alloc(arena, size, count);
     if (p && arena->base) memset(p, 0, size * count);
     return p;
 }
 
-size_t dcp_arena_remaining(const dcp_arena *arena) { return arena->capacity - arena->used; }
+size_t dcp__arena_remaining(const dcp_arena *arena) { return arena->capacity - arena->used; }
 
-void dcp_arena_reset(dcp_arena *arena, size_t mark)
+void dcp__arena_reset(dcp_arena *arena, size_t mark)
 {
     if (mark <= arena->used) {
         if (arena->base && arena->used > mark) POISON(arena->base + mark, arena->used - mark);
@@ -94,12 +94,12 @@ void dcp_arena_reset(dcp_arena *arena, size_t mark)
     }
 }
 
-int dcp_arena_split(dcp_arena *parent, size_t capacity, dcp_arena *child)
+int dcp__arena_split(dcp_arena *parent, size_t capacity, dcp_arena *child)
 {
-    void *p = dcp_arena_alloc(parent, 1, capacity);
+    void *p = dcp__arena_alloc(parent, 1, capacity);
     if (!p) return -1;
     child->base = parent->base ? (unsigned char *)p : NULL;
-    child->capacity = dcp_arena_bytes(1, capacity);
+    child->capacity = dcp__arena_bytes(1, capacity);
     if (child->base) POISON(child->base, child->capacity);
     child->used = 0;
     child->high_water = 0;

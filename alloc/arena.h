@@ -7,7 +7,7 @@
  * returns NULL and leaves the arena untouched; callers turn that into
  * DCP_ERR_CAPACITY.  Scratch is released by resetting to a mark.
  *
- * A "measuring" arena (dcp_arena_init_measure) has no memory: it only counts
+ * A "measuring" arena (dcp__arena_init_measure) has no memory: it only counts
  * the bytes a sequence of allocations would take, and hands back a non-NULL
  * pointer that must not be dereferenced.
  */
@@ -20,12 +20,12 @@
 #define DCP_ARENA_ALIGN 64u
 
 /* Bytes `count` elements of `size` bytes take in an arena; SIZE_MAX on overflow. */
-size_t dcp_arena_bytes(size_t size, size_t count);
-#define DCP_ARENA_BYTES(type, count) dcp_arena_bytes(sizeof(type), (size_t)(count))
+size_t dcp__arena_bytes(size_t size, size_t count);
+#define DCP_ARENA_BYTES(type, count) dcp__arena_bytes(sizeof(type), (size_t)(count))
 
 /* a + b and a * b, saturating at SIZE_MAX (so an overflow reaches the caller as "too big"). */
-size_t dcp_size_add(size_t a, size_t b);
-size_t dcp_size_mul(size_t a, size_t b);
+size_t dcp__size_add(size_t a, size_t b);
+size_t dcp__size_mul(size_t a, size_t b);
 
 typedef struct dcp_arena {
     unsigned char *base; /* NULL for a measuring arena */
@@ -34,29 +34,29 @@ typedef struct dcp_arena {
     size_t high_water;
 } dcp_arena;
 
-void dcp_arena_init(dcp_arena *arena, void *memory, size_t capacity);
-void dcp_arena_init_measure(dcp_arena *arena);
+void dcp__arena_init(dcp_arena *arena, void *memory, size_t capacity);
+void dcp__arena_init_measure(dcp_arena *arena);
 /* Hand the memory back to its owner (under AddressSanitizer: make it addressable again). */
-void dcp_arena_release(dcp_arena *arena);
+void dcp__arena_release(dcp_arena *arena);
 
 /* `count` elements of `size` bytes, 64-byte aligned, uninitialised; NULL if it does not fit. */
-void *dcp_arena_alloc(dcp_arena *arena, size_t size, size_t count);
+void *dcp__arena_alloc(dcp_arena *arena, size_t size, size_t count);
 /* Same, zero-filled. */
-void *dcp_arena_calloc(dcp_arena *arena, size_t size, size_t count);
-#define DCP_ARENA_NEW(arena, type, count) ((type *)dcp_arena_alloc((arena), sizeof(type), (size_t)(count)))
-#define DCP_ARENA_NEW_ZERO(arena, type, count) ((type *)dcp_arena_calloc((arena), sizeof(type), (size_t)(count)))
+void *dcp__arena_calloc(dcp_arena *arena, size_t size, size_t count);
+#define DCP_ARENA_NEW(arena, type, count) ((type *)dcp__arena_alloc((arena), sizeof(type), (size_t)(count)))
+#define DCP_ARENA_NEW_ZERO(arena, type, count) ((type *)dcp__arena_calloc((arena), sizeof(type), (size_t)(count)))
 
 /* Bytes still free. */
-size_t dcp_arena_remaining(const dcp_arena *arena);
+size_t dcp__arena_remaining(const dcp_arena *arena);
 
 /* Everything allocated after a mark is released by resetting to it. */
-static inline size_t dcp_arena_mark(const dcp_arena *arena) { return arena->used; }
-void dcp_arena_reset(dcp_arena *arena, size_t mark);
+static inline size_t dcp__arena_mark(const dcp_arena *arena) { return arena->used; }
+void dcp__arena_reset(dcp_arena *arena, size_t mark);
 
 /*
  * Carve a sub-arena of `capacity` bytes from `parent` (for a stage's scratch).
  * Returns 0 on success, -1 if it does not fit.
  */
-int dcp_arena_split(dcp_arena *parent, size_t capacity, dcp_arena *child);
+int dcp__arena_split(dcp_arena *parent, size_t capacity, dcp_arena *child);
 
 #endif

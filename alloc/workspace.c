@@ -3,7 +3,7 @@
  * memory from a jemalloc arena of its own.
  *
  * Layout of a workspace:   [slack to 64 B][dcp_context][persistent buffers][scratch]
- * dcp_context_layout() allocates the persistent buffers in a fixed order and
+ * dcp__context_layout() allocates the persistent buffers in a fixed order and
  * reserves the largest scratch any stage needs; run on a measuring arena it
  * gives the exact size, run on the real one it places the buffers.
  */
@@ -21,21 +21,21 @@
 #include <jemalloc/jemalloc.h>
 #endif
 
-#define CONTEXT_BYTES (dcp_arena_bytes(sizeof(dcp_context), 1))
+#define CONTEXT_BYTES (dcp__arena_bytes(sizeof(dcp_context), 1))
 
 static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 
 static size_t scratch_size(const dcp_config *c)
 {
-    size_t s = dcp_gather_scratch_size(c);
-    s = max_size(s, dcp_bucket_scratch_size(c));
-    s = max_size(s, dcp_assign_scratch_size(c));
-    s = max_size(s, dcp_validate_scratch_size(c));
-    s = max_size(s, dcp_step_scratch_size(c));
+    size_t s = dcp__gather_scratch_size(c);
+    s = max_size(s, dcp__bucket_scratch_size(c));
+    s = max_size(s, dcp__assign_scratch_size(c));
+    s = max_size(s, dcp__validate_scratch_size(c));
+    s = max_size(s, dcp__step_scratch_size(c));
     return s;
 }
 
-dcp_status dcp_context_layout(dcp_context *ctx, dcp_arena *arena, const dcp_config *config)
+dcp_status dcp__context_layout(dcp_context *ctx, dcp_arena *arena, const dcp_config *config)
 {
     const int32_t max_seq = config->max_sequences;
     const int32_t max_mb = config->max_microbatches > 0 ? config->max_microbatches : max_seq;
@@ -44,7 +44,7 @@ dcp_status dcp_context_layout(dcp_context *ctx, dcp_arena *arena, const dcp_conf
     ctx->max_microbatches = max_mb;
 
     /* a group holds at least one id, so there are at most max_sequences groups */
-    dcp_status st = dcp_plan_init(&ctx->plan, arena, max_mb, max_seq, max_seq);
+    dcp_status st = dcp__plan_init(&ctx->plan, arena, max_mb, max_seq, max_seq);
     if (st != DCP_OK) return st;
     ctx->global_lengths = DCP_ARENA_NEW(arena, int32_t, max_seq);
     ctx->rank_offsets = DCP_ARENA_NEW(arena, int32_t, (size_t)config->data_parallel_size + 1);
@@ -53,13 +53,13 @@ dcp_status dcp_context_layout(dcp_context *ctx, dcp_arena *arena, const dcp_conf
     if (!ctx->global_lengths || !ctx->rank_offsets || !ctx->sorted_ids || !ctx->min_cp)
         return DCP_ERR_WORKSPACE_TOO_SMALL;
 
-    st = dcp_step_layout(ctx, arena, config); /* data-plane buffers (none when max_tokens_per_rank is 0) */
+    st = dcp__step_layout(ctx, arena, config); /* data-plane buffers (none when max_tokens_per_rank is 0) */
     if (st != DCP_OK) return st;
 
     ctx->scratch_bytes = scratch_size(config);
     if (ctx->scratch_bytes == SIZE_MAX) return DCP_ERR_OVERFLOW;
-    ctx->scratch_mark = dcp_arena_mark(arena);
-    if (dcp_arena_remaining(arena) < ctx->scratch_bytes) return DCP_ERR_WORKSPACE_TOO_SMALL;
+    ctx->scratch_mark = dcp__arena_mark(arena);
+    if (dcp__arena_remaining(arena) < ctx->scratch_bytes) return DCP_ERR_WORKSPACE_TOO_SMALL;
     return DCP_OK;
 }
 
@@ -71,12 +71,12 @@ dcp_status dcp_workspace_size(const dcp_config *config, size_t *size)
     dcp_context probe;
     memset(&probe, 0, sizeof probe);
     dcp_arena measure;
-    dcp_arena_init_measure(&measure);
-    st = dcp_context_layout(&probe, &measure, config);
+    dcp__arena_init_measure(&measure);
+    st = dcp__context_layout(&probe, &measure, config);
     if (st != DCP_OK) return st == DCP_ERR_WORKSPACE_TOO_SMALL ? DCP_ERR_OVERFLOW : st;
-    size_t total = dcp_size_add(DCP_ARENA_ALIGN, CONTEXT_BYTES);
-    total = dcp_size_add(total, measure.used);
-    total = dcp_size_add(total, probe.scratch_bytes);
+    size_t total = dcp__size_add(DCP_ARENA_ALIGN, CONTEXT_BYTES);
+    total = dcp__size_add(total, measure.used);
+    total = dcp__size_add(total, probe.scratch_bytes);
     if (total == SIZE_MAX) return DCP_ERR_OVERFLOW;
     *size = total;
     return DCP_OK;
@@ -89,8 +89,8 @@ static dcp_status init_in(void *memory, size_t size, const dcp_config *config, d
     dcp_context *ctx = (dcp_context *)aligned;
     memset(ctx, 0, sizeof *ctx);
     size_t used = (size_t)(aligned - start) + CONTEXT_BYTES;
-    dcp_arena_init(&ctx->arena, (unsigned char *)ctx + CONTEXT_BYTES, size - used);
-    dcp_status st = dcp_context_layout(ctx, &ctx->arena, config);
+    dcp__arena_init(&ctx->arena, (unsigned char *)ctx + CONTEXT_BYTES, size - used);
+    dcp_status st = dcp__context_layout(ctx, &ctx->arena, config);
     if (st != DCP_OK) return st;
     *out = ctx;
     return DCP_OK;
@@ -160,8 +160,8 @@ dcp_status dcp_context_create(const dcp_config *config, dcp_context **context)
 void dcp_context_destroy(dcp_context *context)
 {
     if (!context) return;
-    dcp_cuda_release(context); /* device and pinned memory first: their state sits outside the arena */
-    dcp_arena_release(&context->arena); /* caller memory is the caller's again */
+    dcp__cuda_release(context); /* device and pinned memory first: their state sits outside the arena */
+    dcp__arena_release(&context->arena); /* caller memory is the caller's again */
     if (!context->owned_memory) return;
     void *memory = context->owned_memory;
 #ifdef DCP_HAVE_JEMALLOC
@@ -193,11 +193,11 @@ size_t dcp_context_scratch_high_water(const dcp_context *context)
     return context->arena.high_water > context->scratch_mark ? context->arena.high_water - context->scratch_mark : 0;
 }
 
-dcp_status dcp_context_fail(dcp_context *ctx, dcp_status status, const dcp_error *err)
+dcp_status dcp__context_fail(dcp_context *ctx, dcp_status status, const dcp_error *err)
 {
     if (ctx && status != DCP_OK) {
         if (err && err->message[0]) memcpy(&ctx->last_error, err, sizeof *err);
-        else dcp_fail(&ctx->last_error, status, "%s", dcp_status_str(status));
+        else dcp__fail(&ctx->last_error, status, "%s", dcp_status_str(status));
     }
     return status;
 }

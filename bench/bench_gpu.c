@@ -100,7 +100,7 @@ static void bench_pack(int64_t tokens, int64_t mean_piece, int aligned)
     }
     int64_t at = 0;
     for (int64_t i = 0; i < n; i++) dst_offset[order[i]] = at, at += length[order[i]];
-    int64_t total = dcp_segment_work_offsets(length, n, work);
+    int64_t total = dcp__segment_work_offsets(length, n, work);
 
     void *dev[7];
     const size_t dev_bytes[6] = {(size_t)n * 4, (size_t)n * 4, (size_t)n * 8, (size_t)n * 8, (size_t)n * 8,
@@ -145,7 +145,7 @@ static void bench_pack(int64_t tokens, int64_t mean_piece, int aligned)
         float pack_ms[REPS], copy_ms[REPS];
         for (int i = 0; i < WARM + REPS; i++) {
             CK(cudaEventRecord(e0, 0));
-            if (dcp_segment_table_pack_tile_cuda(&table, total, fields, FIELDS, tiles[k], NULL) != 0) exit(1);
+            if (dcp__segment_table_pack_tile_cuda(&table, total, fields, FIELDS, tiles[k], NULL) != 0) exit(1);
             CK(cudaEventRecord(e1, 0));
             CK(cudaEventSynchronize(e1));
             if (i >= WARM) CK(cudaEventElapsedTime(&pack_ms[i - WARM], e0, e1));
@@ -170,7 +170,7 @@ static void bench_pack(int64_t tokens, int64_t mean_piece, int aligned)
             float ms[REPS];
             for (int i = 0; i < WARM + REPS; i++) {
                 CK(cudaEventRecord(e0, 0));
-                if (dcp_flat_copy_probe_cuda(copy_dst, copy_src, bytes & ~(size_t)15, v, NULL) != 0) exit(1);
+                if (dcp__flat_copy_probe_cuda(copy_dst, copy_src, bytes & ~(size_t)15, v, NULL) != 0) exit(1);
                 CK(cudaEventRecord(e1, 0));
                 CK(cudaEventSynchronize(e1));
                 if (i >= WARM) CK(cudaEventElapsedTime(&ms[i - WARM], e0, e1));

@@ -2,7 +2,7 @@
  * context.h - what a dcp_context holds.  Internal.
  *
  * The context lives at the start of its own workspace; everything after it is
- * one arena.  dcp_context_layout() lays out the persistent buffers (the plan,
+ * one arena.  dcp__context_layout() lays out the persistent buffers (the plan,
  * the gathered lengths, the bucket outputs), then the rest is scratch that
  * each stage bump-allocates from and releases by resetting to scratch_mark.
  * The same layout function, run on a measuring arena, gives
@@ -52,16 +52,16 @@ struct dcp_context {
 };
 
 /* Lay out the persistent buffers on `arena` and return the scratch capacity reserved. */
-dcp_status dcp_context_layout(dcp_context *ctx, dcp_arena *arena, const dcp_config *config);
+dcp_status dcp__context_layout(dcp_context *ctx, dcp_arena *arena, const dcp_config *config);
 
 /* A fresh scratch arena for one stage call: everything past scratch_mark is free. */
-static inline dcp_arena *dcp_context_scratch(dcp_context *ctx)
+static inline dcp_arena *dcp__context_scratch(dcp_context *ctx)
 {
-    dcp_arena_reset(&ctx->arena, ctx->scratch_mark);
+    dcp__arena_reset(&ctx->arena, ctx->scratch_mark);
     return &ctx->arena;
 }
 
 /* Record a failure in the context's last-error text and return the status. */
-dcp_status dcp_context_fail(dcp_context *ctx, dcp_status status, const dcp_error *err);
+dcp_status dcp__context_fail(dcp_context *ctx, dcp_status status, const dcp_error *err);
 
 #endif

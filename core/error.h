@@ -3,8 +3,8 @@
  *
  * A stage returns a dcp_status and, on failure, fills a dcp_error with a
  * message naming the offending value.  The context copies it into its
- * last-error text.  dcp_fail() formats and returns the status, so a failure
- * site is one line:  return dcp_fail(err, DCP_ERR_BAD_LENGTH, "length %d ...", s);
+ * last-error text.  dcp__fail() formats and returns the status, so a failure
+ * site is one line:  return dcp__fail(err, DCP_ERR_BAD_LENGTH, "length %d ...", s);
  */
 #ifndef DCP_ERROR_H
 #define DCP_ERROR_H
@@ -24,10 +24,10 @@ typedef struct dcp_error {
 #endif
 
 /* Record a message (may be NULL err) and return `status`. */
-dcp_status dcp_fail(dcp_error *err, dcp_status status, const char *format, ...) DCP_PRINTF(3, 4);
+dcp_status dcp__fail(dcp_error *err, dcp_status status, const char *format, ...) DCP_PRINTF(3, 4);
 
 /* Clear the message. */
-static inline void dcp_error_clear(dcp_error *err)
+static inline void dcp__error_clear(dcp_error *err)
 {
     if (err) err->message[0] = '\0';
 }

@@ -17,23 +17,23 @@ int64_t dcp_gdn_padded_rows(int64_t rows, int32_t alignment)
     return (rows + a - 1) / a * a;
 }
 
-dcp_status dcp_gdn_pad_check(const void *in, int64_t rows, size_t row_bytes, int32_t alignment, int has_cu,
+dcp_status dcp__gdn_pad_check(const void *in, int64_t rows, size_t row_bytes, int32_t alignment, int has_cu,
                              int32_t num_cu, const void *out, int64_t capacity, const void *out_cu, dcp_error *err)
 {
     if (rows < 0 || row_bytes == 0)
-        return dcp_fail(err, DCP_ERR_INVALID_ARGUMENT, "gdn_pad: %lld rows of %zu bytes", (long long)rows, row_bytes);
-    if ((rows > 0 && !in) || !out) return dcp_fail(err, DCP_ERR_NULL_POINTER, "gdn_pad: in and out are required");
+        return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "gdn_pad: %lld rows of %zu bytes", (long long)rows, row_bytes);
+    if ((rows > 0 && !in) || !out) return dcp__fail(err, DCP_ERR_NULL_POINTER, "gdn_pad: in and out are required");
     int64_t padded = dcp_gdn_padded_rows(rows, alignment);
     if (padded > capacity)
-        return dcp_fail(err, DCP_ERR_CAPACITY, "gdn_pad: %lld padded rows exceed the output's %lld",
+        return dcp__fail(err, DCP_ERR_CAPACITY, "gdn_pad: %lld padded rows exceed the output's %lld",
                         (long long)padded, (long long)capacity);
     if ((uint64_t)padded > SIZE_MAX / row_bytes)
-        return dcp_fail(err, DCP_ERR_OVERFLOW, "gdn_pad: %lld rows of %zu bytes", (long long)padded, row_bytes);
+        return dcp__fail(err, DCP_ERR_OVERFLOW, "gdn_pad: %lld rows of %zu bytes", (long long)padded, row_bytes);
     if (has_cu) {
-        if (num_cu < 1) return dcp_fail(err, DCP_ERR_INVALID_ARGUMENT, "gdn_pad: %d cu_seqlens entries", num_cu);
-        if (!out_cu) return dcp_fail(err, DCP_ERR_NULL_POINTER, "gdn_pad: cu_seqlens given without an output for them");
+        if (num_cu < 1) return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "gdn_pad: %d cu_seqlens entries", num_cu);
+        if (!out_cu) return dcp__fail(err, DCP_ERR_NULL_POINTER, "gdn_pad: cu_seqlens given without an output for them");
         if (padded > INT32_MAX)
-            return dcp_fail(err, DCP_ERR_OVERFLOW, "gdn_pad: %lld padded rows do not fit int32 cu_seqlens",
+            return dcp__fail(err, DCP_ERR_OVERFLOW, "gdn_pad: %lld padded rows do not fit int32 cu_seqlens",
                             (long long)padded);
     }
     return DCP_OK;
@@ -42,7 +42,7 @@ dcp_status dcp_gdn_pad_check(const void *in, int64_t rows, size_t row_bytes, int
 dcp_status dcp_gdn_pad(const void *in, int64_t rows, size_t row_bytes, int32_t alignment, const int32_t *cu,
                        int32_t num_cu, void *out, int64_t capacity, int32_t *out_cu)
 {
-    dcp_status s = dcp_gdn_pad_check(in, rows, row_bytes, alignment, cu != NULL, num_cu, out, capacity, out_cu, NULL);
+    dcp_status s = dcp__gdn_pad_check(in, rows, row_bytes, alignment, cu != NULL, num_cu, out, capacity, out_cu, NULL);
     if (s != DCP_OK) return s;
     int64_t pad = dcp_gdn_padded_rows(rows, alignment) - rows;
     if (cu) {

@@ -8,7 +8,7 @@
 
 static size_t round8(size_t v) { return (v + 7) & ~(size_t)7; }
 
-void dcp_mtp_roll_layout_compute(int32_t n, const size_t *elem_size, int32_t num_fields, dcp_mtp_roll_layout *l)
+void dcp__mtp_roll_layout_compute(int32_t n, const size_t *elem_size, int32_t num_fields, dcp_mtp_roll_layout *l)
 {
     memset(l, 0, sizeof *l);
     l->num_sequences = n;
@@ -32,59 +32,59 @@ size_t dcp_mtp_roll_exchange_bytes(int32_t num_cu_seqlens, const size_t *elem_si
     size_t bytes = 0;
     if (num_cu_seqlens > 1 && elem_size && num_fields > 0 && num_fields <= DCP_MTP_ROLL_MAX_FIELDS) {
         dcp_mtp_roll_layout l;
-        dcp_mtp_roll_layout_compute(num_cu_seqlens - 1, elem_size, num_fields, &l);
+        dcp__mtp_roll_layout_compute(num_cu_seqlens - 1, elem_size, num_fields, &l);
         bytes = l.data_bytes;
     }
     if (comm_size > 0) bytes += 4 * (size_t)comm_size * sizeof(size_t);
     return bytes;
 }
 
-dcp_status dcp_mtp_roll_check(const dcp_comm *comm, int32_t first, int32_t cp, const int32_t *cu, int32_t num_cu,
+dcp_status dcp__mtp_roll_check(const dcp_comm *comm, int32_t first, int32_t cp, const int32_t *cu, int32_t num_cu,
                               int64_t num_tokens, const void *const *fields, void *const *out,
                               const size_t *elem_size, int32_t num_fields, dcp_error *err)
 {
     if (!fields || !out || !elem_size)
-        return dcp_fail(err, DCP_ERR_NULL_POINTER, "mtp_roll: fields, out and elem_size are required");
+        return dcp__fail(err, DCP_ERR_NULL_POINTER, "mtp_roll: fields, out and elem_size are required");
     if (num_fields < 1 || num_fields > DCP_MTP_ROLL_MAX_FIELDS)
-        return dcp_fail(err, DCP_ERR_INVALID_ARGUMENT, "mtp_roll: %d fields, expected 1 to %d", num_fields,
+        return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "mtp_roll: %d fields, expected 1 to %d", num_fields,
                         DCP_MTP_ROLL_MAX_FIELDS);
     if (cp < 1 || (cp & (cp - 1)) != 0)
-        return dcp_fail(err, DCP_ERR_INVALID_ARGUMENT, "mtp_roll: CP size %d is not a power of two", cp);
+        return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "mtp_roll: CP size %d is not a power of two", cp);
     if (!comm && cp != 1)
-        return dcp_fail(err, DCP_ERR_NULL_POINTER, "mtp_roll: a CP group of %d ranks needs a communicator", cp);
+        return dcp__fail(err, DCP_ERR_NULL_POINTER, "mtp_roll: a CP group of %d ranks needs a communicator", cp);
     if (comm && (!comm->ops || first < 0 || comm->rank < first || comm->rank >= first + cp ||
                  (int64_t)first + cp > comm->size))
-        return dcp_fail(err, DCP_ERR_INVALID_ARGUMENT,
+        return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT,
                         "mtp_roll: group [%d, %d) does not hold rank %d of a %d-rank communicator", first, first + cp,
                         comm->rank, comm->size);
-    if (num_cu < 1) return dcp_fail(err, DCP_ERR_INVALID_ARGUMENT, "mtp_roll: %d cu_seqlens entries", num_cu);
-    if (num_tokens < 0) return dcp_fail(err, DCP_ERR_INVALID_ARGUMENT, "mtp_roll: %lld tokens", (long long)num_tokens);
+    if (num_cu < 1) return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "mtp_roll: %d cu_seqlens entries", num_cu);
+    if (num_tokens < 0) return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "mtp_roll: %lld tokens", (long long)num_tokens);
     for (int32_t f = 0; f < num_fields; f++) {
         size_t e = elem_size[f];
         if (e != 1 && e != 2 && e != 4 && e != 8)
-            return dcp_fail(err, DCP_ERR_INVALID_ARGUMENT, "mtp_roll: field %d has %zu-byte elements", f, e);
+            return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "mtp_roll: field %d has %zu-byte elements", f, e);
         if (num_tokens > 0 && (!fields[f] || !out[f]))
-            return dcp_fail(err, DCP_ERR_NULL_POINTER, "mtp_roll: field %d has no buffer", f);
+            return dcp__fail(err, DCP_ERR_NULL_POINTER, "mtp_roll: field %d has no buffer", f);
     }
     if (!cu) return DCP_OK; /* device cu_seqlens: the kernel trusts them */
-    if (cu[0] != 0) return dcp_fail(err, DCP_ERR_CORRUPT_INPUT, "mtp_roll: cu_seqlens_padded[0] is %d, not 0", cu[0]);
+    if (cu[0] != 0) return dcp__fail(err, DCP_ERR_CORRUPT_INPUT, "mtp_roll: cu_seqlens_padded[0] is %d, not 0", cu[0]);
     for (int32_t k = 0; k + 1 < num_cu; k++) {
         int64_t span = (int64_t)cu[k + 1] - cu[k];
         if (span < 0)
-            return dcp_fail(err, DCP_ERR_CORRUPT_INPUT, "mtp_roll: cu_seqlens_padded decreases at %d (%d -> %d)", k + 1,
+            return dcp__fail(err, DCP_ERR_CORRUPT_INPUT, "mtp_roll: cu_seqlens_padded decreases at %d (%d -> %d)", k + 1,
                             cu[k], cu[k + 1]);
         if (cp > 1 && span % (2 * (int64_t)cp) != 0)
-            return dcp_fail(err, DCP_ERR_CORRUPT_INPUT,
+            return dcp__fail(err, DCP_ERR_CORRUPT_INPUT,
                             "mtp_roll: sequence %d spans %lld slots, not a multiple of 2 * cp = %d", k,
                             (long long)span, 2 * cp);
     }
     if ((int64_t)cu[num_cu - 1] > (int64_t)cp * num_tokens)
-        return dcp_fail(err, DCP_ERR_CORRUPT_INPUT, "mtp_roll: last boundary %d is past %d ranks x %lld slots",
+        return dcp__fail(err, DCP_ERR_CORRUPT_INPUT, "mtp_roll: last boundary %d is past %d ranks x %lld slots",
                         cu[num_cu - 1], cp, (long long)num_tokens);
     return DCP_OK;
 }
 
-void dcp_mtp_roll_boundary_cpu(const void *field, size_t e, const int32_t *cu, int32_t n, int32_t cp, void *to_prev,
+void dcp__mtp_roll_boundary_cpu(const void *field, size_t e, const int32_t *cu, int32_t n, int32_t cp, void *to_prev,
                                void *to_next)
 {
     if (cp == 1) return;
@@ -111,7 +111,7 @@ static void shift_span(const unsigned char *in, unsigned char *out, size_t e, in
     else memset(out + (size_t)(b - 1) * e, 0, e);
 }
 
-void dcp_mtp_roll_apply_cpu(const void *field, void *out, size_t e, const int32_t *cu, int32_t n, int64_t num_tokens,
+void dcp__mtp_roll_apply_cpu(const void *field, void *out, size_t e, const int32_t *cu, int32_t n, int64_t num_tokens,
                             int32_t cp, int32_t cp_rank, const void *own_to_next, const void *from_next,
                             const void *from_prev)
 {
@@ -134,7 +134,7 @@ void dcp_mtp_roll_apply_cpu(const void *field, void *out, size_t e, const int32_
     shift_span(in, o, e, cu[n] / cp, num_tokens, NULL);
 }
 
-dcp_status dcp_mtp_roll_exchange(dcp_comm *comm, int32_t first, int32_t cp, const dcp_mtp_roll_layout *l,
+dcp_status dcp__mtp_roll_exchange(dcp_comm *comm, int32_t first, int32_t cp, const dcp_mtp_roll_layout *l,
                                  void *exchange, size_t *counts, dcp_error *err)
 {
     const int32_t size = comm->size, me = comm->rank, r = me - first;
@@ -156,11 +156,11 @@ dcp_status dcp_mtp_roll_exchange(dcp_comm *comm, int32_t first, int32_t cp, cons
         }
     }
     dcp_status s = comm->ops->alltoallv(comm, exchange, send_bytes, send_offsets, exchange, recv_bytes, recv_offsets);
-    if (s != DCP_OK) return dcp_fail(err, s, "mtp_roll: boundary exchange failed: %s", dcp_status_str(s));
+    if (s != DCP_OK) return dcp__fail(err, s, "mtp_roll: boundary exchange failed: %s", dcp_status_str(s));
     return DCP_OK;
 }
 
-dcp_status dcp_mtp_roll_agree(dcp_comm *comm, dcp_status local)
+dcp_status dcp__mtp_roll_agree(dcp_comm *comm, dcp_status local)
 {
     if (!comm) return local;
     if (!comm->ops) return local != DCP_OK ? local : DCP_ERR_NULL_POINTER; /* nobody to tell */
@@ -174,7 +174,7 @@ dcp_status dcp_mtp_roll(dcp_comm *comm, int32_t first, int32_t cp, const int32_t
                         int64_t num_tokens, const void *const *fields, void *const *out, const size_t *elem_size,
                         int32_t num_fields, void *exchange)
 {
-    dcp_status s = cu ? dcp_mtp_roll_check(comm, first, cp, cu, num_cu, num_tokens, fields, out, elem_size, num_fields,
+    dcp_status s = cu ? dcp__mtp_roll_check(comm, first, cp, cu, num_cu, num_tokens, fields, out, elem_size, num_fields,
                                            NULL)
                       : DCP_ERR_NULL_POINTER;
     if (s == DCP_OK && comm && !exchange) s = DCP_ERR_NULL_POINTER;
@@ -182,23 +182,23 @@ dcp_status dcp_mtp_roll(dcp_comm *comm, int32_t first, int32_t cp, const int32_t
     dcp_mtp_roll_layout l = {0};
     unsigned char *x = (unsigned char *)exchange;
     if (s == DCP_OK) {
-        dcp_mtp_roll_layout_compute(n, elem_size, num_fields, &l);
+        dcp__mtp_roll_layout_compute(n, elem_size, num_fields, &l);
         for (int32_t f = 0; f < num_fields && cp > 1; f++)
-            dcp_mtp_roll_boundary_cpu(fields[f], elem_size[f], cu, n, cp, x + l.to_prev + l.field_offset[f],
+            dcp__mtp_roll_boundary_cpu(fields[f], elem_size[f], cu, n, cp, x + l.to_prev + l.field_offset[f],
                                       x + l.to_next + l.field_offset[f]);
     }
     const dcp_status local = s;
-    s = dcp_mtp_roll_agree(comm, local);
+    s = dcp__mtp_roll_agree(comm, local);
     if (s == DCP_OK) s = local;
     if (s != DCP_OK) return s;
     if (comm) {
         size_t *counts = (size_t *)(x + l.data_bytes);
-        s = dcp_mtp_roll_exchange(comm, first, cp, &l, x, counts, NULL);
+        s = dcp__mtp_roll_exchange(comm, first, cp, &l, x, counts, NULL);
         if (s != DCP_OK) return s;
     }
     for (int32_t f = 0; f < num_fields; f++) {
         size_t o = l.field_offset[f];
-        dcp_mtp_roll_apply_cpu(fields[f], out[f], elem_size[f], cu, n, num_tokens, cp, r,
+        dcp__mtp_roll_apply_cpu(fields[f], out[f], elem_size[f], cu, n, num_tokens, cp, r,
                                x ? x + l.to_next + o : NULL, x ? x + l.from_next + o : NULL,
                                x ? x + l.from_prev + o : NULL);
     }

@@ -32,11 +32,11 @@ typedef struct dcp_mtp_roll_layout {
     size_t data_bytes;                            /* 4 sections */
 } dcp_mtp_roll_layout;
 
-void dcp_mtp_roll_layout_compute(int32_t num_sequences, const size_t *elem_size, int32_t num_fields,
+void dcp__mtp_roll_layout_compute(int32_t num_sequences, const size_t *elem_size, int32_t num_fields,
                                  dcp_mtp_roll_layout *layout);
 
 /* Host-side checks of the arguments and of cu_seqlens_padded (when not NULL). */
-dcp_status dcp_mtp_roll_check(const dcp_comm *comm, int32_t group_first_rank, int32_t cp, const int32_t *cu,
+dcp_status dcp__mtp_roll_check(const dcp_comm *comm, int32_t group_first_rank, int32_t cp, const int32_t *cu,
                               int32_t num_cu_seqlens, int64_t num_tokens, const void *const *fields,
                               void *const *out, const size_t *elem_size, int32_t num_fields, dcp_error *err);
 
@@ -45,7 +45,7 @@ dcp_status dcp_mtp_roll_check(const dcp_comm *comm, int32_t group_first_rank, in
  * value), to_next[k] = field[s + c] (chunk 1's first value); zero bytes for an
  * empty span.  With cp == 1 nothing is needed and nothing is written.
  */
-void dcp_mtp_roll_boundary_cpu(const void *field, size_t elem_size, const int32_t *cu, int32_t n, int32_t cp,
+void dcp__mtp_roll_boundary_cpu(const void *field, size_t elem_size, const int32_t *cu, int32_t n, int32_t cp,
                                void *to_prev, void *to_next);
 
 /*
@@ -54,7 +54,7 @@ void dcp_mtp_roll_boundary_cpu(const void *field, size_t elem_size, const int32_
  * = from_next[k] (own to_next[k] on the group's last rank) and chunk 1's last
  * slot = from_prev[k] (0 on the group's first rank).
  */
-void dcp_mtp_roll_apply_cpu(const void *field, void *out, size_t elem_size, const int32_t *cu, int32_t n,
+void dcp__mtp_roll_apply_cpu(const void *field, void *out, size_t elem_size, const int32_t *cu, int32_t n,
                             int64_t num_tokens, int32_t cp, int32_t cp_rank, const void *own_to_next,
                             const void *from_next, const void *from_prev);
 
@@ -65,7 +65,7 @@ void dcp_mtp_roll_apply_cpu(const void *field, void *out, size_t elem_size, cons
  * holds the layout's sections (host or device memory, as comm accepts);
  * counts is 4 * comm->size size_t of host scratch.
  */
-dcp_status dcp_mtp_roll_exchange(dcp_comm *comm, int32_t group_first_rank, int32_t cp,
+dcp_status dcp__mtp_roll_exchange(dcp_comm *comm, int32_t group_first_rank, int32_t cp,
                                  const dcp_mtp_roll_layout *layout, void *exchange, size_t *counts, dcp_error *err);
 
 /*
@@ -75,6 +75,6 @@ dcp_status dcp_mtp_roll_exchange(dcp_comm *comm, int32_t group_first_rank, int32
  * in the exchange thus never leaves its peers pairing their exchange with its
  * next call.  Without comm (cp 1): the local status.
  */
-dcp_status dcp_mtp_roll_agree(dcp_comm *comm, dcp_status local);
+dcp_status dcp__mtp_roll_agree(dcp_comm *comm, dcp_status local);
 
 #endif

@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-void dcp_pack_cpu(const dcp_pack_layout *layout, const void *const *src_buffers, void *dst, size_t elem_size)
+void dcp__pack_cpu(const dcp_pack_layout *layout, const void *const *src_buffers, void *dst, size_t elem_size)
 {
     unsigned char *out = (unsigned char *)dst;
     for (int64_t i = 0; i < layout->num_segments; i++) {
@@ -17,14 +17,14 @@ void dcp_pack_cpu(const dcp_pack_layout *layout, const void *const *src_buffers,
     }
 }
 
-void dcp_padding_mask_from_layout_cpu(const dcp_pack_layout *layout, int64_t num_tokens, uint8_t *mask)
+void dcp__padding_mask_from_layout_cpu(const dcp_pack_layout *layout, int64_t num_tokens, uint8_t *mask)
 {
     memset(mask, 1, (size_t)num_tokens);
     for (int64_t i = 0; i < layout->num_segments; i++)
         memset(mask + layout->dst_offset[i], 0, (size_t)layout->length[i]);
 }
 
-void dcp_cu_seqlens_cpu(const int32_t *original, const int32_t *padded, int32_t n, int32_t *cu_seqlens,
+void dcp__cu_seqlens_cpu(const int32_t *original, const int32_t *padded, int32_t n, int32_t *cu_seqlens,
                         int32_t *cu_seqlens_padded, int32_t *max_seqlen)
 {
     int32_t longest = 0;
@@ -38,7 +38,7 @@ void dcp_cu_seqlens_cpu(const int32_t *original, const int32_t *padded, int32_t 
     *max_seqlen = longest;
 }
 
-void dcp_thd_padding_mask_cpu(const int32_t *cu_seqlens, const int32_t *cu_seqlens_padded, int32_t num_sequences,
+void dcp__thd_padding_mask_cpu(const int32_t *cu_seqlens, const int32_t *cu_seqlens_padded, int32_t num_sequences,
                               int64_t num_tokens, uint8_t *mask)
 {
     memset(mask, 1, (size_t)num_tokens);
@@ -51,14 +51,14 @@ void dcp_thd_padding_mask_cpu(const int32_t *cu_seqlens, const int32_t *cu_seqle
     }
 }
 
-void dcp_thd_sanitize_cpu(const uint8_t *mask, int64_t num_tokens, void *field, size_t elem_size)
+void dcp__thd_sanitize_cpu(const uint8_t *mask, int64_t num_tokens, void *field, size_t elem_size)
 {
     unsigned char *out = (unsigned char *)field;
     for (int64_t t = 0; t < num_tokens; t++)
         if (mask[t]) memset(out + (size_t)t * elem_size, 0, elem_size);
 }
 
-int64_t dcp_cp_slice_layout_cpu(const int32_t *cu_seqlens_padded, int32_t num_sequences, int64_t partition_total,
+int64_t dcp__cp_slice_layout_cpu(const int32_t *cu_seqlens_padded, int32_t num_sequences, int64_t partition_total,
                                 int32_t cp, int32_t cp_rank, dcp_cp_partition partition, int64_t *src_offset,
                                 int64_t *dst_offset, int64_t *length)
 {

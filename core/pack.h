@@ -47,14 +47,14 @@ typedef struct dcp_pack_layout {
 } dcp_pack_layout;
 
 /* Copy every segment of `layout` (elements of elem_size bytes).  Slots of dst no segment covers are untouched. */
-void dcp_pack_cpu(const dcp_pack_layout *layout, const void *const *src_buffers, void *dst, size_t elem_size);
+void dcp__pack_cpu(const dcp_pack_layout *layout, const void *const *src_buffers, void *dst, size_t elem_size);
 
 /*
  * Padding mask of a rank's buffer from the layout that filled it with real
  * tokens: mask[t] = 0 where a segment's destination covers t, 1 everywhere
  * else in [0, num_tokens).
  */
-void dcp_padding_mask_from_layout_cpu(const dcp_pack_layout *layout, int64_t num_tokens, uint8_t *mask);
+void dcp__padding_mask_from_layout_cpu(const dcp_pack_layout *layout, int64_t num_tokens, uint8_t *mask);
 
 /* ------------------------------------------------------------------------ */
 /* THD metadata and reference-order operations on a packed buffer            */
@@ -64,9 +64,9 @@ void dcp_padding_mask_from_layout_cpu(const dcp_pack_layout *layout, int64_t num
  * cu_seqlens[0] = cu_seqlens_padded[0] = 0; cu_seqlens[k+1] = cu_seqlens[k] +
  * original[k]; cu_seqlens_padded[k+1] = cu_seqlens_padded[k] + padded[k];
  * *max_seqlen = max padded[k] (0 when n is 0).  The caller guarantees the
- * sums fit int32 (dcp_thd_geometry_compute() checks it).
+ * sums fit int32 (dcp__thd_geometry_compute() checks it).
  */
-void dcp_cu_seqlens_cpu(const int32_t *original, const int32_t *padded, int32_t n, int32_t *cu_seqlens,
+void dcp__cu_seqlens_cpu(const int32_t *original, const int32_t *padded, int32_t n, int32_t *cu_seqlens,
                         int32_t *cu_seqlens_padded, int32_t *max_seqlen);
 
 /*
@@ -75,11 +75,11 @@ void dcp_cu_seqlens_cpu(const int32_t *original, const int32_t *padded, int32_t 
  * past cu_seqlens_padded[k] + (cu_seqlens[k+1] - cu_seqlens[k]), or past
  * cu_seqlens_padded[num_sequences]; 0 otherwise.
  */
-void dcp_thd_padding_mask_cpu(const int32_t *cu_seqlens, const int32_t *cu_seqlens_padded, int32_t num_sequences,
+void dcp__thd_padding_mask_cpu(const int32_t *cu_seqlens, const int32_t *cu_seqlens_padded, int32_t num_sequences,
                               int64_t num_tokens, uint8_t *mask);
 
 /* Pad-slot sanitising: every element t of field with mask[t] = 1 becomes all-zero bytes. */
-void dcp_thd_sanitize_cpu(const uint8_t *mask, int64_t num_tokens, void *field, size_t elem_size);
+void dcp__thd_sanitize_cpu(const uint8_t *mask, int64_t num_tokens, void *field, size_t elem_size);
 
 /*
  * The CP slice as source offsets: the segments of a packed buffer of
@@ -94,7 +94,7 @@ void dcp_thd_sanitize_cpu(const uint8_t *mask, int64_t num_tokens, void *field, 
  * Writes at most max(2*num_sequences, 1) segments; returns their number, or
  * -1 (writing nothing) when the shape cannot be cut that way.
  */
-int64_t dcp_cp_slice_layout_cpu(const int32_t *cu_seqlens_padded, int32_t num_sequences, int64_t partition_total,
+int64_t dcp__cp_slice_layout_cpu(const int32_t *cu_seqlens_padded, int32_t num_sequences, int64_t partition_total,
                                 int32_t cp, int32_t cp_rank, dcp_cp_partition partition, int64_t *src_offset,
                                 int64_t *dst_offset, int64_t *length);
 
@@ -112,7 +112,7 @@ typedef struct dcp_thd_params {
 } dcp_thd_params;
 
 /* Fill params from a configuration for a group of `cp` ranks (S per the header's mapping). */
-void dcp_thd_params_from_config(const dcp_config *config, int32_t cp, dcp_thd_params *params);
+void dcp__thd_params_from_config(const dcp_config *config, int32_t cp, dcp_thd_params *params);
 
 /* The shape of one microbatch on the ranks of one CP group (the same on each of them). */
 typedef struct dcp_thd_geometry {
@@ -138,7 +138,7 @@ typedef struct dcp_thd_geometry {
  * the padding target, more cu_seqlens entries than S+1), DCP_ERR_OVERFLOW
  * (a boundary past INT32_MAX).
  */
-dcp_status dcp_thd_geometry_compute(const dcp_thd_params *params, const int32_t *original, const int32_t *padded,
+dcp_status dcp__thd_geometry_compute(const dcp_thd_params *params, const int32_t *original, const int32_t *padded,
                                     int32_t n, dcp_thd_geometry *geometry, dcp_error *err);
 
 /*
@@ -148,7 +148,7 @@ dcp_status dcp_thd_geometry_compute(const dcp_thd_params *params, const int32_t 
  * dummy length, cu_seqlens_padded ends at the padding target), then the last
  * value repeated up to the fixed entry count.
  */
-void dcp_thd_cu_seqlens_write(const dcp_thd_geometry *geometry, const int32_t *original, const int32_t *padded,
+void dcp__thd_cu_seqlens_write(const dcp_thd_geometry *geometry, const int32_t *original, const int32_t *padded,
                               int32_t n, int32_t *cu_seqlens, int32_t *cu_seqlens_padded);
 
 /*
@@ -157,9 +157,9 @@ void dcp_thd_cu_seqlens_write(const dcp_thd_geometry *geometry, const int32_t *o
  * of that sequence, landing at local_offset[i] of the buffer.  Only slots
  * before the sequence's original length are real; everything else of the
  * buffer is padding.  cu_seqlens_padded is the final one (from
- * dcp_thd_cu_seqlens_write).  Writes at most 2*n pieces; returns their number.
+ * dcp__thd_cu_seqlens_write).  Writes at most 2*n pieces; returns their number.
  */
-int32_t dcp_thd_real_pieces(const dcp_thd_geometry *geometry, const dcp_thd_params *params, const int32_t *original,
+int32_t dcp__thd_real_pieces(const dcp_thd_geometry *geometry, const dcp_thd_params *params, const int32_t *original,
                             const int32_t *cu_seqlens_padded, int32_t cp_rank, int32_t *seq, int64_t *seq_offset,
                             int64_t *local_offset, int64_t *length);
 

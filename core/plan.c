@@ -1,7 +1,7 @@
 /* plan.c - building, querying and hashing plans; see plan.h. */
 #include "plan.h"
 
-dcp_status dcp_plan_init(dcp_plan *plan, dcp_arena *arena, int32_t max_microbatches, int32_t max_groups,
+dcp_status dcp__plan_init(dcp_plan *plan, dcp_arena *arena, int32_t max_microbatches, int32_t max_groups,
                          int32_t max_ids)
 {
     plan->microbatch_first_group = DCP_ARENA_NEW(arena, int32_t, (size_t)max_microbatches + 1);
@@ -15,11 +15,11 @@ dcp_status dcp_plan_init(dcp_plan *plan, dcp_arena *arena, int32_t max_microbatc
     plan->max_microbatches = max_microbatches;
     plan->max_groups = max_groups;
     plan->max_ids = max_ids;
-    if (arena->base) dcp_plan_clear(plan, 0);
+    if (arena->base) dcp__plan_clear(plan, 0);
     return DCP_OK;
 }
 
-void dcp_plan_clear(dcp_plan *plan, int32_t num_ranks)
+void dcp__plan_clear(dcp_plan *plan, int32_t num_ranks)
 {
     plan->num_ranks = num_ranks;
     plan->num_microbatches = 0;
@@ -29,22 +29,22 @@ void dcp_plan_clear(dcp_plan *plan, int32_t num_ranks)
     plan->group_first_id[0] = 0;
 }
 
-dcp_status dcp_plan_open_microbatch(dcp_plan *plan, dcp_error *err)
+dcp_status dcp__plan_open_microbatch(dcp_plan *plan, dcp_error *err)
 {
     if (plan->num_microbatches >= plan->max_microbatches)
-        return dcp_fail(err, DCP_ERR_CAPACITY, "plan needs more than max_microbatches = %d microbatches",
+        return dcp__fail(err, DCP_ERR_CAPACITY, "plan needs more than max_microbatches = %d microbatches",
                         plan->max_microbatches);
     plan->microbatch_first_group[plan->num_microbatches + 1] = plan->num_groups;
     return DCP_OK;
 }
 
-dcp_status dcp_plan_push_group(dcp_plan *plan, int32_t first_rank, int32_t cp_size, const int32_t *ids,
+dcp_status dcp__plan_push_group(dcp_plan *plan, int32_t first_rank, int32_t cp_size, const int32_t *ids,
                                int32_t count, dcp_error *err)
 {
     if (plan->num_groups >= plan->max_groups)
-        return dcp_fail(err, DCP_ERR_CAPACITY, "plan needs more than %d groups", plan->max_groups);
+        return dcp__fail(err, DCP_ERR_CAPACITY, "plan needs more than %d groups", plan->max_groups);
     if (count < 0 || count > plan->max_ids - plan->num_ids)
-        return dcp_fail(err, DCP_ERR_CAPACITY, "plan needs more than %d sequence slots (have %d, adding %d)",
+        return dcp__fail(err, DCP_ERR_CAPACITY, "plan needs more than %d sequence slots (have %d, adding %d)",
                         plan->max_ids, plan->num_ids, count);
     int32_t g = plan->num_groups++;
     plan->group_first_rank[g] = first_rank;
@@ -56,7 +56,7 @@ dcp_status dcp_plan_push_group(dcp_plan *plan, int32_t first_rank, int32_t cp_si
     return DCP_OK;
 }
 
-void dcp_plan_close_microbatch(dcp_plan *plan)
+void dcp__plan_close_microbatch(dcp_plan *plan)
 {
     plan->microbatch_first_group[plan->num_microbatches + 1] = plan->num_groups;
     plan->num_microbatches++;
@@ -79,7 +79,7 @@ int32_t dcp_plan_group_of_rank(const dcp_plan *plan, int32_t microbatch, int32_t
     return g;
 }
 
-int32_t dcp_plan_rank_count(const dcp_plan *plan, int32_t microbatch, int32_t rank)
+int32_t dcp__plan_rank_count(const dcp_plan *plan, int32_t microbatch, int32_t rank)
 {
     int32_t g = dcp_plan_group_of_rank(plan, microbatch, rank);
     return g < 0 ? 0 : plan->group_first_id[g + 1] - plan->group_first_id[g];

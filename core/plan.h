@@ -1,9 +1,9 @@
 /*
  * plan.h - building a dcp_plan.  Internal.
  *
- * A scheduler emits microbatches one at a time: dcp_plan_open_microbatch(),
- * then its groups in ascending first-rank order with dcp_plan_push_group(),
- * then dcp_plan_close_microbatch().  Each push checks the plan's fixed
+ * A scheduler emits microbatches one at a time: dcp__plan_open_microbatch(),
+ * then its groups in ascending first-rank order with dcp__plan_push_group(),
+ * then dcp__plan_close_microbatch().  Each push checks the plan's fixed
  * capacities and returns DCP_ERR_CAPACITY instead of writing past them.  The
  * shape invariants (blocks, coverage, order) are not checked here: that is
  * the validator's job, so a scheduler bug is caught, not hidden.
@@ -16,31 +16,31 @@
 #include "../alloc/arena.h"
 
 /* Allocate the plan's arrays for the given capacities (NULL-free on success). */
-dcp_status dcp_plan_init(dcp_plan *plan, dcp_arena *arena, int32_t max_microbatches, int32_t max_groups,
+dcp_status dcp__plan_init(dcp_plan *plan, dcp_arena *arena, int32_t max_microbatches, int32_t max_groups,
                          int32_t max_ids);
 
 /* Empty the plan for `num_ranks` ranks. */
-void dcp_plan_clear(dcp_plan *plan, int32_t num_ranks);
+void dcp__plan_clear(dcp_plan *plan, int32_t num_ranks);
 
-dcp_status dcp_plan_open_microbatch(dcp_plan *plan, dcp_error *err);
-dcp_status dcp_plan_push_group(dcp_plan *plan, int32_t first_rank, int32_t cp_size, const int32_t *ids,
+dcp_status dcp__plan_open_microbatch(dcp_plan *plan, dcp_error *err);
+dcp_status dcp__plan_push_group(dcp_plan *plan, int32_t first_rank, int32_t cp_size, const int32_t *ids,
                                int32_t count, dcp_error *err);
-void dcp_plan_close_microbatch(dcp_plan *plan);
+void dcp__plan_close_microbatch(dcp_plan *plan);
 
 /* Number of ids a rank holds in a microbatch (0 when none). */
-int32_t dcp_plan_rank_count(const dcp_plan *plan, int32_t microbatch, int32_t rank);
+int32_t dcp__plan_rank_count(const dcp_plan *plan, int32_t microbatch, int32_t rank);
 
 
 /*
  * Validate a plan without a context: the pure function behind
- * dcp_plan_validate().  `scratch` needs dcp_validate_scratch_size() bytes.
+ * dcp_plan_validate().  `scratch` needs dcp__validate_scratch_size() bytes.
  */
-dcp_status dcp_plan_check(const dcp_plan *plan, const dcp_config *config, const int32_t *lengths,
+dcp_status dcp__plan_check(const dcp_plan *plan, const dcp_config *config, const int32_t *lengths,
                           int32_t num_lengths, dcp_arena *scratch, dcp_plan_violation *violation);
-size_t dcp_validate_scratch_size(const dcp_config *config);
+size_t dcp__validate_scratch_size(const dcp_config *config);
 
 /* lower bound (README, cost model) of a batch's makespan (saturating). */
-int64_t dcp_cost_lower_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
+int64_t dcp__cost_lower_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
                              int32_t max_seqlen_per_rank);
 
 #endif

@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-int64_t dcp_segment_work_offsets(const int64_t *length, int64_t n, int64_t *work_offset)
+int64_t dcp__segment_work_offsets(const int64_t *length, int64_t n, int64_t *work_offset)
 {
     int64_t at = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -16,7 +16,7 @@ int64_t dcp_segment_work_offsets(const int64_t *length, int64_t n, int64_t *work
     return at;
 }
 
-void dcp_segment_table_pack_cpu(const dcp_segment_table *t, const dcp_segment_field *fields, int32_t num_fields)
+void dcp__segment_table_pack_cpu(const dcp_segment_table *t, const dcp_segment_field *fields, int32_t num_fields)
 {
     for (int32_t f = 0; f < num_fields; f++) {
         const dcp_segment_field *fd = &fields[f];

@@ -42,9 +42,9 @@ typedef struct dcp_segment_field {
 } dcp_segment_field;
 
 /* work_offset from length (host arrays); returns the total. */
-int64_t dcp_segment_work_offsets(const int64_t *length, int64_t n, int64_t *work_offset);
+int64_t dcp__segment_work_offsets(const int64_t *length, int64_t n, int64_t *work_offset);
 
 /* The sequential form of the kernel: every segment of every field, in order. */
-void dcp_segment_table_pack_cpu(const dcp_segment_table *table, const dcp_segment_field *fields, int32_t num_fields);
+void dcp__segment_table_pack_cpu(const dcp_segment_table *table, const dcp_segment_field *fields, int32_t num_fields);
 
 #endif

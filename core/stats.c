@@ -8,7 +8,7 @@
 
 static int64_t sat_add(int64_t a, int64_t b) { return (a > INT64_MAX - b) ? INT64_MAX : a + b; }
 
-int64_t dcp_cost_lower_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
+int64_t dcp__cost_lower_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
                              int32_t max_seqlen_per_rank)
 {
     __int128 work = 0, tokens = 0;
@@ -39,14 +39,14 @@ dcp_status dcp_plan_stats_compute(dcp_context *context, const dcp_plan *plan, co
     /* the walk below trusts the plan's offsets: check them (and every invariant) first */
     dcp_error err;
     if (num_lengths < 0 || num_lengths > config->max_sequences)
-        return dcp_context_fail(context, dcp_fail(&err, DCP_ERR_CAPACITY,
+        return dcp__context_fail(context, dcp__fail(&err, DCP_ERR_CAPACITY,
                                                   "plan stats: num_lengths %d outside [0, max_sequences %d]",
                                                   num_lengths, config->max_sequences), &err);
     dcp_plan_violation v;
-    dcp_status checked = dcp_plan_check(plan, config, lengths, num_lengths, dcp_context_scratch(context), &v);
-    dcp_arena_reset(&context->arena, context->scratch_mark);
+    dcp_status checked = dcp__plan_check(plan, config, lengths, num_lengths, dcp__context_scratch(context), &v);
+    dcp__arena_reset(&context->arena, context->scratch_mark);
     if (checked != DCP_OK)
-        return dcp_context_fail(context, dcp_fail(&err, checked, "plan stats: invalid plan (invariant %d): %s",
+        return dcp__context_fail(context, dcp__fail(&err, checked, "plan stats: invalid plan (invariant %d): %s",
                                                   (int)v.invariant, v.message), &err);
     const dcp_cost_model *model = &config->cost;
     dcp_plan_stats st = {0};
@@ -73,7 +73,7 @@ dcp_status dcp_plan_stats_compute(dcp_context *context, const dcp_plan *plan, co
         st.makespan = sat_add(st.makespan, sat_add(slowest, model->microbatch_overhead));
         st.quad_makespan = sat_add(st.quad_makespan, slowest_quad);
     }
-    st.lower_bound = dcp_cost_lower_bound(model, lengths, num_lengths, plan->num_ranks, config->max_seqlen_per_rank);
+    st.lower_bound = dcp__cost_lower_bound(model, lengths, num_lengths, plan->num_ranks, config->max_seqlen_per_rank);
     *stats = st;
     return DCP_OK;
 }

@@ -29,7 +29,7 @@ const char *dcp_status_str(dcp_status status)
     return "DCP_ERR_UNKNOWN";
 }
 
-dcp_status dcp_fail(dcp_error *err, dcp_status status, const char *format, ...)
+dcp_status dcp__fail(dcp_error *err, dcp_status status, const char *format, ...)
 {
     if (err) {
         va_list args;

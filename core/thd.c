@@ -13,7 +13,7 @@
 
 static int64_t round_up(int64_t value, int64_t alignment) { return (value + alignment - 1) / alignment * alignment; }
 
-void dcp_thd_params_from_config(const dcp_config *c, int32_t cp, dcp_thd_params *p)
+void dcp__thd_params_from_config(const dcp_config *c, int32_t cp, dcp_thd_params *p)
 {
     p->cp = cp;
     p->partition = c->cp_partition;
@@ -26,18 +26,18 @@ void dcp_thd_params_from_config(const dcp_config *c, int32_t cp, dcp_thd_params 
     p->max_packed_sequences = (int32_t)(s < INT32_MAX ? s : INT32_MAX); /* INT32_MAX: no cap in practice */
 }
 
-dcp_status dcp_thd_geometry_compute(const dcp_thd_params *p, const int32_t *original, const int32_t *padded, int32_t n,
+dcp_status dcp__thd_geometry_compute(const dcp_thd_params *p, const int32_t *original, const int32_t *padded, int32_t n,
                                     dcp_thd_geometry *g, dcp_error *err)
 {
     const int64_t cp = p->cp;
     if (cp < 1 || n < 1)
-        return dcp_fail(err, DCP_ERR_INVALID_ARGUMENT, "THD geometry: %d sequences on a CP group of %lld", n,
+        return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "THD geometry: %d sequences on a CP group of %lld", n,
                         (long long)cp);
     int64_t packed = 0, longest_original = 0;
     int32_t longest = 0;
     for (int32_t k = 0; k < n; k++) {
         if (padded[k] < 1 || original[k] < 0 || original[k] > padded[k])
-            return dcp_fail(err, DCP_ERR_BAD_LENGTH, "THD geometry: sequence %d has original length %d, padded %d", k,
+            return dcp__fail(err, DCP_ERR_BAD_LENGTH, "THD geometry: sequence %d has original length %d, padded %d", k,
                             original[k], padded[k]);
         packed += padded[k];
         if (padded[k] > longest) longest = padded[k];
@@ -58,10 +58,10 @@ dcp_status dcp_thd_geometry_compute(const dcp_thd_params *p, const int32_t *orig
                                                          : round_up((packed + cp - 1) / cp, p->alignment);
         int64_t global_target = local_target * cp;
         if (packed > global_target)
-            return dcp_fail(err, DCP_ERR_CAPACITY, "THD padding: %lld packed tokens exceed the target of %lld",
+            return dcp__fail(err, DCP_ERR_CAPACITY, "THD padding: %lld packed tokens exceed the target of %lld",
                             (long long)packed, (long long)global_target);
         if (zigzag && global_target % (2 * cp) != 0)
-            return dcp_fail(err, DCP_ERR_BAD_LENGTH, "THD padding: target %lld is not divisible by 2*cp = %lld",
+            return dcp__fail(err, DCP_ERR_BAD_LENGTH, "THD padding: target %lld is not divisible by 2*cp = %lld",
                             (long long)global_target, (long long)(2 * cp));
         if (packed < global_target) {
             last_end = global_target;
@@ -72,22 +72,22 @@ dcp_status dcp_thd_geometry_compute(const dcp_thd_params *p, const int32_t *orig
     } else if (contiguous_local > 0) {
         partition_total = contiguous_local * cp;
         if (packed > partition_total)
-            return dcp_fail(err, DCP_ERR_CAPACITY, "THD padding: %lld packed tokens exceed the target of %lld",
+            return dcp__fail(err, DCP_ERR_CAPACITY, "THD padding: %lld packed tokens exceed the target of %lld",
                             (long long)packed, (long long)partition_total);
     }
     if (last_end > INT32_MAX || partition_total > INT32_MAX)
-        return dcp_fail(err, DCP_ERR_OVERFLOW, "THD geometry: %lld tokens overflow int32 cu_seqlens",
+        return dcp__fail(err, DCP_ERR_OVERFLOW, "THD geometry: %lld tokens overflow int32 cu_seqlens",
                         (long long)partition_total);
 
     if (cp > 1 && p->partition == DCP_CP_CONTIGUOUS && partition_total % cp != 0)
-        return dcp_fail(err, DCP_ERR_BAD_LENGTH, "contiguous CP slicing: %lld tokens not divisible by cp = %lld",
+        return dcp__fail(err, DCP_ERR_BAD_LENGTH, "contiguous CP slicing: %lld tokens not divisible by cp = %lld",
                         (long long)partition_total, (long long)cp);
     if (zigzag) {
         int64_t start = 0;
         for (int32_t k = 0; k < n; k++) {
             int64_t span = (k == n - 1) ? last_end - start : padded[k];
             if (span % (2 * cp) != 0)
-                return dcp_fail(err, DCP_ERR_BAD_LENGTH,
+                return dcp__fail(err, DCP_ERR_BAD_LENGTH,
                                 "zigzag CP slicing: sequence %d spans %lld slots, not divisible by 2*cp = %lld", k,
                                 (long long)span, (long long)(2 * cp));
             start += span;
@@ -98,19 +98,19 @@ dcp_status dcp_thd_geometry_compute(const dcp_thd_params *p, const int32_t *orig
     if (padding) {
         num_tokens = p->target > 0 ? p->target : round_up(local, p->alignment);
         if (num_tokens < local)
-            return dcp_fail(err, DCP_ERR_CAPACITY, "THD padding: %lld local tokens exceed the target of %lld",
+            return dcp__fail(err, DCP_ERR_CAPACITY, "THD padding: %lld local tokens exceed the target of %lld",
                             (long long)local, (long long)num_tokens);
         int64_t global_target = num_tokens * cp;
         if (global_target > INT32_MAX)
-            return dcp_fail(err, DCP_ERR_OVERFLOW, "THD padding: target %lld overflows int32 cu_seqlens",
+            return dcp__fail(err, DCP_ERR_OVERFLOW, "THD padding: target %lld overflows int32 cu_seqlens",
                             (long long)global_target);
         if (longest_original > global_target)
-            return dcp_fail(err, DCP_ERR_CAPACITY, "THD padding: a sequence of %lld tokens exceeds the target %lld",
+            return dcp__fail(err, DCP_ERR_CAPACITY, "THD padding: a sequence of %lld tokens exceeds the target %lld",
                             (long long)longest_original, (long long)global_target);
         if (global_target > last_end && p->tail == DCP_THD_TAIL_APPEND_DUMMY) {
             dummy = global_target - last_end;
             if (zigzag && dummy % (2 * cp) != 0)
-                return dcp_fail(err, DCP_ERR_BAD_LENGTH,
+                return dcp__fail(err, DCP_ERR_BAD_LENGTH,
                                 "THD padding: dummy sequence of %lld tokens not divisible by 2*cp = %lld; use an "
                                 "even CP-local alignment",
                                 (long long)dummy, (long long)(2 * cp));
@@ -118,7 +118,7 @@ dcp_status dcp_thd_geometry_compute(const dcp_thd_params *p, const int32_t *orig
         }
         if (p->max_packed_sequences > 0) {
             if (entries > (int64_t)p->max_packed_sequences + 1)
-                return dcp_fail(err, DCP_ERR_CAPACITY,
+                return dcp__fail(err, DCP_ERR_CAPACITY,
                                 "THD padding: %lld sequences (dummy included) exceed the fixed capacity of %d",
                                 (long long)(entries - 1), p->max_packed_sequences);
             entries = (int64_t)p->max_packed_sequences + 1;
@@ -139,11 +139,11 @@ dcp_status dcp_thd_geometry_compute(const dcp_thd_params *p, const int32_t *orig
     return DCP_OK;
 }
 
-void dcp_thd_cu_seqlens_write(const dcp_thd_geometry *g, const int32_t *original, const int32_t *padded, int32_t n,
+void dcp__thd_cu_seqlens_write(const dcp_thd_geometry *g, const int32_t *original, const int32_t *padded, int32_t n,
                               int32_t *cu_seqlens, int32_t *cu_seqlens_padded)
 {
     int32_t longest;
-    dcp_cu_seqlens_cpu(original, padded, n, cu_seqlens, cu_seqlens_padded, &longest);
+    dcp__cu_seqlens_cpu(original, padded, n, cu_seqlens, cu_seqlens_padded, &longest);
     cu_seqlens_padded[n] = g->last_padded_end;
     int32_t used = n + 1;
     if (g->dummy_length > 0) {
@@ -157,7 +157,7 @@ void dcp_thd_cu_seqlens_write(const dcp_thd_geometry *g, const int32_t *original
     }
 }
 
-int32_t dcp_thd_real_pieces(const dcp_thd_geometry *g, const dcp_thd_params *p, const int32_t *original,
+int32_t dcp__thd_real_pieces(const dcp_thd_geometry *g, const dcp_thd_params *p, const int32_t *original,
                             const int32_t *cu_seqlens_padded, int32_t cp_rank, int32_t *seq, int64_t *seq_offset,
                             int64_t *local_offset, int64_t *length)
 {

@@ -9,7 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
-size_t dcp_validate_scratch_size(const dcp_config *config)
+size_t dcp__validate_scratch_size(const dcp_config *config)
 {
     return DCP_ARENA_BYTES(uint8_t, config->max_sequences);
 }
@@ -36,7 +36,7 @@ static dcp_status violation_at(dcp_plan_violation *v, dcp_invariant inv, int32_t
 
 static int is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
-dcp_status dcp_plan_check(const dcp_plan *plan, const dcp_config *config, const int32_t *lengths,
+dcp_status dcp__plan_check(const dcp_plan *plan, const dcp_config *config, const int32_t *lengths,
                           int32_t num_lengths, dcp_arena *scratch, dcp_plan_violation *v)
 {
     if (v) {

@@ -4,7 +4,7 @@
  * policy and lengths.
  *
  * Properties:
- *  - dcp_thd_geometry_compute() returns DCP_OK or a documented error with a
+ *  - dcp__thd_geometry_compute() returns DCP_OK or a documented error with a
  *    message (never undefined behaviour, whatever the sizes);
  *  - on DCP_OK the shape adds up: each rank's slice is partition_total / cp,
  *    its buffer is padded to exactly the target or to the next multiple of
@@ -55,12 +55,12 @@ static void compare_rank(const dcp_thd_params *p, const dcp_thd_geometry *g, con
     int64_t *packed = xcalloc((size_t)total, sizeof *packed);
     uint8_t *mask = xcalloc((size_t)total, 1);
     memcpy(packed, packed_values, (size_t)total * sizeof *packed);
-    dcp_thd_padding_mask_cpu(cu0, cup0, n, total, mask);
-    dcp_thd_sanitize_cpu(mask, total, packed, sizeof *packed);
+    dcp__thd_padding_mask_cpu(cu0, cup0, n, total, mask);
+    dcp__thd_sanitize_cpu(mask, total, packed, sizeof *packed);
     const size_t max_segments = 2 * (size_t)n + 2;
     int64_t *src = xcalloc(max_segments, sizeof *src), *dst = xcalloc(max_segments, sizeof *dst),
             *len = xcalloc(max_segments, sizeof *len);
-    int64_t segments = dcp_cp_slice_layout_cpu(cup, n, total, p->cp, r, p->partition, src, dst, len);
+    int64_t segments = dcp__cp_slice_layout_cpu(cup, n, total, p->cp, r, p->partition, src, dst, len);
     DCP_FUZZ_ASSERT(segments >= 0, "geometry accepted a shape the CP slice layout refuses (rank %d)", r);
     int64_t *want = xcalloc((size_t)nt, sizeof *want);
     uint8_t *want_mask = xcalloc((size_t)nt, 1);
@@ -71,20 +71,20 @@ static void compare_rank(const dcp_thd_params *p, const dcp_thd_geometry *g, con
                         (long long)src[i], (long long)len[i], (long long)dst[i]);
     dcp_pack_layout slice = {segments, NULL, src, dst, len};
     const void *values[] = {packed}, *masks[] = {mask};
-    dcp_pack_cpu(&slice, values, want, sizeof *want);
-    dcp_pack_cpu(&slice, masks, want_mask, 1);
+    dcp__pack_cpu(&slice, values, want, sizeof *want);
+    dcp__pack_cpu(&slice, masks, want_mask, 1);
 
     /* fused: real pieces straight from each sequence */
     int32_t *seq = xcalloc((size_t)n * 2, sizeof *seq);
     int64_t *off = xcalloc((size_t)n * 2, sizeof *off), *loc = xcalloc((size_t)n * 2, sizeof *loc),
             *plen = xcalloc((size_t)n * 2, sizeof *plen), *soff = xcalloc((size_t)n * 2, sizeof *soff);
-    int32_t pieces = dcp_thd_real_pieces(g, p, original, cup, r, seq, off, loc, plen);
+    int32_t pieces = dcp__thd_real_pieces(g, p, original, cup, r, seq, off, loc, plen);
     for (int32_t i = 0; i < pieces; i++) soff[i] = cup0[seq[i]] + off[i];
     int64_t *got = xcalloc((size_t)nt, sizeof *got);
     uint8_t *got_mask = xcalloc((size_t)nt, 1);
     dcp_pack_layout fused = {pieces, NULL, soff, loc, plen};
-    dcp_pack_cpu(&fused, values, got, sizeof *got);
-    dcp_padding_mask_from_layout_cpu(&fused, nt, got_mask);
+    dcp__pack_cpu(&fused, values, got, sizeof *got);
+    dcp__padding_mask_from_layout_cpu(&fused, nt, got_mask);
     for (int64_t t = 0; t < nt; t++)
         DCP_FUZZ_ASSERT(got[t] == want[t] && got_mask[t] == want_mask[t],
                         "rank %d slot %lld: fused %lld (mask %d), reference order %lld (mask %d)", r, (long long)t,
@@ -107,7 +107,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const int mode = (flags >> 2) & 3;
     p.alignment = (mode & 1) ? ((flags & 0x20) ? INT32_MAX - alignment : alignment) : 0;
     p.target = (mode & 2) ? ((flags & 0x40) ? INT32_MAX - target : target) : 0;
-    if (p.target > 0) p.alignment = 0; /* as dcp_thd_params_from_config: the target wins */
+    if (p.target > 0) p.alignment = 0; /* as dcp__thd_params_from_config: the target wins */
     p.max_packed_sequences = capacity;
     const int64_t unit = (flags & 0x10) ? 2 * (int64_t)p.cp : 1;
 
@@ -127,7 +127,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     dcp_error err;
     err.message[0] = '\0';
     dcp_thd_geometry g;
-    dcp_status st = dcp_thd_geometry_compute(&p, original, padded, n, &g, &err);
+    dcp_status st = dcp__thd_geometry_compute(&p, original, padded, n, &g, &err);
     if (st != DCP_OK) {
         DCP_FUZZ_ASSERT(st == DCP_ERR_BAD_LENGTH || st == DCP_ERR_CAPACITY || st == DCP_ERR_OVERFLOW ||
                             st == DCP_ERR_INVALID_ARGUMENT,
@@ -162,7 +162,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                     (long long)longest);
 
     int32_t *cu = xcalloc((size_t)g.num_cu_seqlens, sizeof *cu), *cup = xcalloc((size_t)g.num_cu_seqlens, sizeof *cup);
-    dcp_thd_cu_seqlens_write(&g, original, padded, n, cu, cup);
+    dcp__thd_cu_seqlens_write(&g, original, padded, n, cu, cup);
     DCP_FUZZ_ASSERT(cu[0] == 0 && cup[0] == 0, "cu_seqlens start");
     for (int32_t i = 1; i < g.num_cu_seqlens; i++)
         DCP_FUZZ_ASSERT(cu[i] >= cu[i - 1] && cup[i] >= cup[i - 1] && cu[i] - cu[i - 1] <= cup[i] - cup[i - 1],
@@ -186,7 +186,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int64_t covered = 0;
     const int32_t ranks_checked = p.cp < MAX_CHECKED_CP ? p.cp : MAX_CHECKED_CP;
     for (int32_t rank = 0; rank < ranks_checked; rank++) {
-        int32_t pieces = dcp_thd_real_pieces(&g, &p, original, cup, rank, seq, off, loc, len);
+        int32_t pieces = dcp__thd_real_pieces(&g, &p, original, cup, rank, seq, off, loc, len);
         DCP_FUZZ_ASSERT(pieces >= 0 && pieces <= 2 * n, "%d pieces for %d sequences", pieces, n);
         if (slot) memset(slot, 0, (size_t)g.num_tokens);
         for (int32_t i = 0; i < pieces; i++) {
@@ -212,7 +212,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* ---- against the reference's order of operations ---- */
     if (exact && (int64_t)p.cp * g.partition_total <= 4 * MAX_DATA_TOKENS && ranks_checked == p.cp) {
         int32_t *cu0 = xcalloc((size_t)n + 1, sizeof *cu0), *cup0 = xcalloc((size_t)n + 1, sizeof *cup0), longest32;
-        dcp_cu_seqlens_cpu(original, padded, n, cu0, cup0, &longest32);
+        dcp__cu_seqlens_cpu(original, padded, n, cu0, cup0, &longest32);
         int64_t *values = xcalloc((size_t)g.partition_total, sizeof *values);
         for (int32_t k = 0; k < n; k++)
             for (int32_t j = 0; j < padded[k]; j++) values[cup0[k] + j] = ((int64_t)k << 32) + j + 1;

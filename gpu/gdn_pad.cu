@@ -25,7 +25,7 @@ __global__ void gdn_pad_kernel(const unsigned char *in, unsigned char *out, int6
 
 } // namespace
 
-extern "C" int dcp_gdn_pad_kernel_cuda(const void *in, int64_t rows, int64_t pad_rows, size_t row_bytes, const int32_t *cu,
+extern "C" int dcp__gdn_pad_kernel_cuda(const void *in, int64_t rows, int64_t pad_rows, size_t row_bytes, const int32_t *cu,
                                        int32_t num_cu, void *out, int32_t *out_cu, void *stream)
 {
     int64_t copy = (out == in) ? 0 : rows * (int64_t)row_bytes, zero = pad_rows * (int64_t)row_bytes;

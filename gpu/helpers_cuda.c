@@ -27,7 +27,7 @@ dcp_status dcp_mtp_roll_cuda(dcp_comm *comm, int32_t first, int32_t cp, const in
                              int64_t num_tokens, const void *const *fields, void *const *out, const size_t *elem_size,
                              int32_t num_fields, void *exchange, void *host_scratch, void *stream)
 {
-    dcp_status s = cu ? dcp_mtp_roll_check(comm, first, cp, NULL, num_cu, num_tokens, fields, out, elem_size,
+    dcp_status s = cu ? dcp__mtp_roll_check(comm, first, cp, NULL, num_cu, num_tokens, fields, out, elem_size,
                                            num_fields, NULL)
                       : DCP_ERR_NULL_POINTER;
     if (s == DCP_OK && comm && (!exchange || !host_scratch)) s = DCP_ERR_NULL_POINTER;
@@ -35,25 +35,25 @@ dcp_status dcp_mtp_roll_cuda(dcp_comm *comm, int32_t first, int32_t cp, const in
     dcp_mtp_roll_layout l = {0};
     unsigned char *x = (unsigned char *)exchange;
     if (s == DCP_OK) {
-        dcp_mtp_roll_layout_compute(n, elem_size, num_fields, &l);
+        dcp__mtp_roll_layout_compute(n, elem_size, num_fields, &l);
         for (int32_t f = 0; f < num_fields && cp > 1 && s == DCP_OK; f++)
-            if (dcp_mtp_roll_boundary_cuda(fields[f], elem_size[f], cu, n, cp, x + l.to_prev + l.field_offset[f],
+            if (dcp__mtp_roll_boundary_cuda(fields[f], elem_size[f], cu, n, cp, x + l.to_prev + l.field_offset[f],
                                            x + l.to_next + l.field_offset[f], stream) != 0)
                 s = DCP_ERR_CUDA;
         /* the exchange may run on another stream: the boundary values must be in place first */
         if (s == DCP_OK && comm && cudaStreamSynchronize((cudaStream_t)stream) != cudaSuccess) s = DCP_ERR_CUDA;
     }
     const dcp_status local = s;
-    s = dcp_mtp_roll_agree(comm, local);
+    s = dcp__mtp_roll_agree(comm, local);
     if (s == DCP_OK) s = local;
     if (s != DCP_OK) return s;
     if (comm) {
-        s = dcp_mtp_roll_exchange(comm, first, cp, &l, x, (size_t *)host_scratch, NULL);
+        s = dcp__mtp_roll_exchange(comm, first, cp, &l, x, (size_t *)host_scratch, NULL);
         if (s != DCP_OK) return s;
     }
     for (int32_t f = 0; f < num_fields; f++) {
         size_t o = l.field_offset[f];
-        if (dcp_mtp_roll_apply_cuda(fields[f], out[f], elem_size[f], cu, n, num_tokens, cp, r,
+        if (dcp__mtp_roll_apply_cuda(fields[f], out[f], elem_size[f], cu, n, num_tokens, cp, r,
                                     x ? x + l.to_next + o : NULL, x ? x + l.from_next + o : NULL,
                                     x ? x + l.from_prev + o : NULL, stream) != 0)
             return DCP_ERR_CUDA;
@@ -64,10 +64,10 @@ dcp_status dcp_mtp_roll_cuda(dcp_comm *comm, int32_t first, int32_t cp, const in
 dcp_status dcp_gdn_pad_cuda(const void *in, int64_t rows, size_t row_bytes, int32_t alignment, const int32_t *cu,
                             int32_t num_cu, void *out, int64_t capacity, int32_t *out_cu, void *stream)
 {
-    dcp_status s = dcp_gdn_pad_check(in, rows, row_bytes, alignment, cu != NULL, num_cu, out, capacity, out_cu, NULL);
+    dcp_status s = dcp__gdn_pad_check(in, rows, row_bytes, alignment, cu != NULL, num_cu, out, capacity, out_cu, NULL);
     if (s != DCP_OK) return s;
     int64_t pad = dcp_gdn_padded_rows(rows, alignment) - rows;
-    return dcp_gdn_pad_kernel_cuda(in, rows, pad, row_bytes, cu, cu ? num_cu : 0, out, cu ? out_cu : NULL, stream) == 0
+    return dcp__gdn_pad_kernel_cuda(in, rows, pad, row_bytes, cu, cu ? num_cu : 0, out, cu ? out_cu : NULL, stream) == 0
                ? DCP_OK
                : DCP_ERR_CUDA;
 }

@@ -8,18 +8,18 @@
  * the host.  Each kernel has a CPU twin with the same arguments and the same
  * result bit for bit:
  *
- *   dcp_segment_table_pack_cuda        dcp_segment_table_pack_cpu    (core/segments.h)
- *   dcp_pack_cuda                      dcp_pack_cpu                  (core/pack.h)
- *   dcp_padding_mask_from_layout_cuda  dcp_padding_mask_from_layout_cpu
- *   dcp_cu_seqlens_cuda                dcp_cu_seqlens_cpu
- *   dcp_thd_cu_seqlens_write_cuda      dcp_thd_cu_seqlens_write
- *   dcp_thd_padding_mask_cuda          dcp_thd_padding_mask_cpu
- *   dcp_thd_sanitize_cuda              dcp_thd_sanitize_cpu
- *   dcp_cp_slice_layout_cuda           dcp_cp_slice_layout_cpu
- *   dcp_cp_slice_cuda                  dcp_cp_slice_layout_cpu + dcp_pack_cpu
- *   dcp_mtp_roll_boundary_cuda         dcp_mtp_roll_boundary_cpu     (core/mtp_roll.h)
- *   dcp_mtp_roll_apply_cuda            dcp_mtp_roll_apply_cpu
- *   dcp_gdn_pad_kernel_cuda            dcp_gdn_pad                   (dcpack.h)
+ *   dcp__segment_table_pack_cuda        dcp__segment_table_pack_cpu    (core/segments.h)
+ *   dcp__pack_cuda                      dcp__pack_cpu                  (core/pack.h)
+ *   dcp__padding_mask_from_layout_cuda  dcp__padding_mask_from_layout_cpu
+ *   dcp__cu_seqlens_cuda                dcp__cu_seqlens_cpu
+ *   dcp__thd_cu_seqlens_write_cuda      dcp__thd_cu_seqlens_write
+ *   dcp__thd_padding_mask_cuda          dcp__thd_padding_mask_cpu
+ *   dcp__thd_sanitize_cuda              dcp__thd_sanitize_cpu
+ *   dcp__cp_slice_layout_cuda           dcp__cp_slice_layout_cpu
+ *   dcp__cp_slice_cuda                  dcp__cp_slice_layout_cpu + dcp__pack_cpu
+ *   dcp__mtp_roll_boundary_cuda         dcp__mtp_roll_boundary_cpu     (core/mtp_roll.h)
+ *   dcp__mtp_roll_apply_cuda            dcp__mtp_roll_apply_cpu
+ *   dcp__gdn_pad_kernel_cuda            dcp_gdn_pad                   (dcpack.h)
  */
 #ifndef DCP_GPU_KERNELS_H
 #define DCP_GPU_KERNELS_H
@@ -42,7 +42,7 @@ extern "C" {
  * knows it from building the table).  16-byte loads and stores wherever a
  * segment's source and destination share their alignment, 8/4/1 otherwise.
  */
-int dcp_segment_table_pack_cuda(const dcp_segment_table *table, int64_t total_elements,
+int dcp__segment_table_pack_cuda(const dcp_segment_table *table, int64_t total_elements,
                                 const dcp_segment_field *fields, int32_t num_fields, void *stream);
 
 /*
@@ -55,57 +55,57 @@ int dcp_segment_table_pack_cuda(const dcp_segment_table *table, int64_t total_el
  * variant 0/1 = 4/8 loads in flight a thread, 2/3 = the same with streaming
  * hints: the ceiling a kernel of this kind reaches.
  */
-int dcp_segment_table_pack_tile_cuda(const dcp_segment_table *table, int64_t total_elements,
+int dcp__segment_table_pack_tile_cuda(const dcp_segment_table *table, int64_t total_elements,
                                      const dcp_segment_field *fields, int32_t num_fields, int64_t variant,
                                      void *stream);
-int dcp_flat_copy_probe_cuda(void *dst, const void *src, size_t bytes, int variant, void *stream);
+int dcp__flat_copy_probe_cuda(void *dst, const void *src, size_t bytes, int variant, void *stream);
 
-/* dcp_pack_cpu on device: layout arrays, work_offset ([n + 1]) and src_buffers are device memory. */
-int dcp_pack_cuda(const dcp_pack_layout *layout, const int64_t *work_offset, int64_t total_elements,
+/* dcp__pack_cpu on device: layout arrays, work_offset ([n + 1]) and src_buffers are device memory. */
+int dcp__pack_cuda(const dcp_pack_layout *layout, const int64_t *work_offset, int64_t total_elements,
                   const void *const *src_buffers, void *dst, size_t elem_size, void *stream);
-/* dcp_padding_mask_from_layout_cpu on device (a memset to 1, then 0 on every segment). */
-int dcp_padding_mask_from_layout_cuda(const dcp_pack_layout *layout, const int64_t *work_offset,
+/* dcp__padding_mask_from_layout_cpu on device (a memset to 1, then 0 on every segment). */
+int dcp__padding_mask_from_layout_cuda(const dcp_pack_layout *layout, const int64_t *work_offset,
                                       int64_t total_elements, int64_t num_tokens, uint8_t *mask, void *stream);
 
 /* Block scan: cu_seqlens, cu_seqlens_padded (n + 1 entries each) and *max_seqlen (one device int32). */
-int dcp_cu_seqlens_cuda(const int32_t *original, const int32_t *padded, int32_t n, int32_t *cu_seqlens,
+int dcp__cu_seqlens_cuda(const int32_t *original, const int32_t *padded, int32_t n, int32_t *cu_seqlens,
                         int32_t *cu_seqlens_padded, int32_t *max_seqlen, void *stream);
-/* The THD-padded cu_seqlens of a microbatch (geometry from dcp_thd_geometry_compute on the host). */
-int dcp_thd_cu_seqlens_write_cuda(const dcp_thd_geometry *geometry, const int32_t *original, const int32_t *padded,
+/* The THD-padded cu_seqlens of a microbatch (geometry from dcp__thd_geometry_compute on the host). */
+int dcp__thd_cu_seqlens_write_cuda(const dcp_thd_geometry *geometry, const int32_t *original, const int32_t *padded,
                                   int32_t n, int32_t *cu_seqlens, int32_t *cu_seqlens_padded, void *stream);
 /* The reference's padding mask of a packed buffer (a memset to 1, then 0 on each sequence's real slots). */
-int dcp_thd_padding_mask_cuda(const int32_t *cu_seqlens, const int32_t *cu_seqlens_padded, int32_t num_sequences,
+int dcp__thd_padding_mask_cuda(const int32_t *cu_seqlens, const int32_t *cu_seqlens_padded, int32_t num_sequences,
                               int64_t num_tokens, uint8_t *mask, void *stream);
 /* Zero every element whose mask byte is 1. */
-int dcp_thd_sanitize_cuda(const uint8_t *mask, int64_t num_tokens, void *field, size_t elem_size, void *stream);
+int dcp__thd_sanitize_cuda(const uint8_t *mask, int64_t num_tokens, void *field, size_t elem_size, void *stream);
 
 /*
  * The CP slice as segments, computed on device from cu_seqlens_padded; the
  * segment count (or -1 when the shape cannot be cut, writing no segment) goes
  * to *count (one device int64).  One block.
  */
-int dcp_cp_slice_layout_cuda(const int32_t *cu_seqlens_padded, int32_t num_sequences, int64_t partition_total,
+int dcp__cp_slice_layout_cuda(const int32_t *cu_seqlens_padded, int32_t num_sequences, int64_t partition_total,
                              int32_t cp, int32_t cp_rank, dcp_cp_partition partition, int64_t *src_offset,
                              int64_t *dst_offset, int64_t *length, int64_t *count, void *stream);
 /*
  * CP-slice a packed field directly: each output slot computes its source
  * offset from cu_seqlens_padded (no index tensor, no segment table).  The
- * caller has checked the shape (dcp_cp_slice_layout_cpu or _cuda says it
+ * caller has checked the shape (dcp__cp_slice_layout_cpu or _cuda says it
  * cuts); out holds partition_total / cp elements.
  */
-int dcp_cp_slice_cuda(const void *packed, int32_t num_sequences, const int32_t *cu_seqlens_padded,
+int dcp__cp_slice_cuda(const void *packed, int32_t num_sequences, const int32_t *cu_seqlens_padded,
                       int64_t partition_total, int32_t cp, int32_t cp_rank, dcp_cp_partition partition, void *out,
                       size_t elem_size, void *stream);
 
 /* MTP roll, kernels 1 and 2 (core/mtp_roll.h); cu is the device copy of cu_seqlens_padded. */
-int dcp_mtp_roll_boundary_cuda(const void *field, size_t elem_size, const int32_t *cu, int32_t n, int32_t cp,
+int dcp__mtp_roll_boundary_cuda(const void *field, size_t elem_size, const int32_t *cu, int32_t n, int32_t cp,
                                void *to_prev, void *to_next, void *stream);
-int dcp_mtp_roll_apply_cuda(const void *field, void *out, size_t elem_size, const int32_t *cu, int32_t n,
+int dcp__mtp_roll_apply_cuda(const void *field, void *out, size_t elem_size, const int32_t *cu, int32_t n,
                             int64_t num_tokens, int32_t cp, int32_t cp_rank, const void *own_to_next,
                             const void *from_next, const void *from_prev, void *stream);
 
 /* GDN padding: rows real rows copied (unless out == in), pad zero rows, cu copied with the last entry + pad. */
-int dcp_gdn_pad_kernel_cuda(const void *in, int64_t rows, int64_t pad_rows, size_t row_bytes, const int32_t *cu,
+int dcp__gdn_pad_kernel_cuda(const void *in, int64_t rows, int64_t pad_rows, size_t row_bytes, const int32_t *cu,
                             int32_t num_cu_seqlens, void *out, int32_t *out_cu, void *stream);
 
 #ifdef __cplusplus

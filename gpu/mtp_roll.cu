@@ -59,7 +59,7 @@ __global__ void apply_kernel(const unsigned char *field, unsigned char *out, int
 
 } // namespace
 
-extern "C" int dcp_mtp_roll_boundary_cuda(const void *field, size_t elem_size, const int32_t *cu, int32_t n, int32_t cp,
+extern "C" int dcp__mtp_roll_boundary_cuda(const void *field, size_t elem_size, const int32_t *cu, int32_t n, int32_t cp,
                                           void *to_prev, void *to_next, void *stream)
 {
     if (cp == 1 || n <= 0) return (int)cudaSuccess;
@@ -69,7 +69,7 @@ extern "C" int dcp_mtp_roll_boundary_cuda(const void *field, size_t elem_size, c
     return (int)cudaGetLastError();
 }
 
-extern "C" int dcp_mtp_roll_apply_cuda(const void *field, void *out, size_t elem_size, const int32_t *cu, int32_t n,
+extern "C" int dcp__mtp_roll_apply_cuda(const void *field, void *out, size_t elem_size, const int32_t *cu, int32_t n,
                                        int64_t num_tokens, int32_t cp, int32_t cp_rank, const void *own_to_next,
                                        const void *from_next, const void *from_prev, void *stream)
 {

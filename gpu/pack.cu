@@ -1,7 +1,7 @@
 /*
  * pack.cu - the segment-table copy kernel: every piece of every field a step
- * moves, in one launch (twin: dcp_segment_table_pack_cpu, core/segments.c),
- * and dcp_pack_cpu / dcp_padding_mask_from_layout_cpu as special cases.
+ * moves, in one launch (twin: dcp__segment_table_pack_cpu, core/segments.c),
+ * and dcp__pack_cpu / dcp__padding_mask_from_layout_cpu as special cases.
  *
  * The grid is (blocks, fields); every warp of it takes tiles of the table's
  * concatenated segments for its block's field (see segment_pack_kernel), so
@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kThreads) flat_copy_kernel(unsigned char *dst,
 
 } // namespace
 
-extern "C" int dcp_segment_table_pack_tile_cuda(const dcp_segment_table *table, int64_t total,
+extern "C" int dcp__segment_table_pack_tile_cuda(const dcp_segment_table *table, int64_t total,
                                                 const dcp_segment_field *fields, int32_t num_fields, int64_t variant,
                                                 void *stream)
 {
@@ -173,7 +173,7 @@ extern "C" int dcp_segment_table_pack_tile_cuda(const dcp_segment_table *table, 
     return launch(t, fs, num_fields, total, stream, variant);
 }
 
-extern "C" int dcp_segment_table_pack_cuda(const dcp_segment_table *table, int64_t total, const dcp_segment_field *fields,
+extern "C" int dcp__segment_table_pack_cuda(const dcp_segment_table *table, int64_t total, const dcp_segment_field *fields,
                                            int32_t num_fields, void *stream)
 {
     Table t = {table->num_segments, table->src_index, table->src_offset, table->dst_index,
@@ -188,7 +188,7 @@ extern "C" int dcp_segment_table_pack_cuda(const dcp_segment_table *table, int64
     return launch(t, fs, num_fields, total, stream);
 }
 
-extern "C" int dcp_pack_cuda(const dcp_pack_layout *layout, const int64_t *work_offset, int64_t total,
+extern "C" int dcp__pack_cuda(const dcp_pack_layout *layout, const int64_t *work_offset, int64_t total,
                              const void *const *src_buffers, void *dst, size_t elem_size, void *stream)
 {
     Table t = {layout->num_segments, layout->src_buffer, layout->src_offset, nullptr,
@@ -201,7 +201,7 @@ extern "C" int dcp_pack_cuda(const dcp_pack_layout *layout, const int64_t *work_
     return launch(t, fs, 1, total, stream);
 }
 
-extern "C" int dcp_padding_mask_from_layout_cuda(const dcp_pack_layout *layout, const int64_t *work_offset,
+extern "C" int dcp__padding_mask_from_layout_cuda(const dcp_pack_layout *layout, const int64_t *work_offset,
                                                  int64_t total, int64_t num_tokens, uint8_t *mask, void *stream)
 {
     if (num_tokens > 0) {
@@ -218,7 +218,7 @@ extern "C" int dcp_padding_mask_from_layout_cuda(const dcp_pack_layout *layout, 
     return launch(t, fs, 1, total, stream);
 }
 
-extern "C" int dcp_flat_copy_probe_cuda(void *dst, const void *src, size_t bytes, int variant, void *stream)
+extern "C" int dcp__flat_copy_probe_cuda(void *dst, const void *src, size_t bytes, int variant, void *stream)
 {
     int sms = 132;
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);

@@ -34,11 +34,11 @@ static size_t align256(size_t v) { return v > SIZE_MAX - 255 ? SIZE_MAX : (v + 2
 static size_t table_bytes(int64_t segments, int64_t fields, int64_t sources, int64_t dests)
 {
     size_t n = (size_t)segments;
-    size_t b = align256(dcp_size_mul(n, 4)) * 2;               /* src_index, dst_index */
-    b = dcp_size_add(b, dcp_size_mul(align256(dcp_size_mul(n, 8)), 3)); /* src_offset, dst_offset, length */
-    b = dcp_size_add(b, align256(dcp_size_mul(n + 1, 8)));     /* work_offset */
-    b = dcp_size_add(b, align256(dcp_size_mul((size_t)fields, dcp_size_mul((size_t)sources, 8))));
-    b = dcp_size_add(b, align256(dcp_size_mul((size_t)fields, dcp_size_mul((size_t)dests, 8))));
+    size_t b = align256(dcp__size_mul(n, 4)) * 2;               /* src_index, dst_index */
+    b = dcp__size_add(b, dcp__size_mul(align256(dcp__size_mul(n, 8)), 3)); /* src_offset, dst_offset, length */
+    b = dcp__size_add(b, align256(dcp__size_mul(n + 1, 8)));     /* work_offset */
+    b = dcp__size_add(b, align256(dcp__size_mul((size_t)fields, dcp__size_mul((size_t)sources, 8))));
+    b = dcp__size_add(b, align256(dcp__size_mul((size_t)fields, dcp__size_mul((size_t)dests, 8))));
     return b;
 }
 
@@ -49,13 +49,13 @@ typedef struct sizes {
 
 static dcp_status sizes_compute(const dcp_config *c, sizes *z)
 {
-    dcp_step_device_sizes(c, &z->staging, &z->body, &z->segments, &z->sources);
+    dcp__step_device_sizes(c, &z->staging, &z->body, &z->segments, &z->sources);
     if (z->staging == SIZE_MAX || z->body == SIZE_MAX || z->segments == INT64_MAX) return DCP_ERR_OVERFLOW;
     int64_t ranks = dcp_config_num_ranks(c);
     /* 5 fields: four data fields and the mask; sources: samples or peers; destinations: peers */
     z->table = table_bytes(z->segments, DCP_STEP_NUM_FIELDS + 1, z->sources, ranks);
-    z->device = dcp_size_add(dcp_size_add(dcp_size_mul(align256(z->staging), 2), align256(z->body)), align256(z->table));
-    z->host = dcp_size_add(align256(sizeof(dcp_cuda_state)), align256(z->table));
+    z->device = dcp__size_add(dcp__size_add(dcp__size_mul(align256(z->staging), 2), align256(z->body)), align256(z->table));
+    z->host = dcp__size_add(align256(sizeof(dcp_cuda_state)), align256(z->table));
     return z->device == SIZE_MAX || z->host == SIZE_MAX ? DCP_ERR_OVERFLOW : DCP_OK;
 }
 
@@ -74,7 +74,7 @@ dcp_status dcp_cuda_workspace_size(const dcp_config *c, size_t *device_bytes, si
 
 static dcp_status cuda_fail(dcp_error *err, cudaError_t e, const char *what)
 {
-    return dcp_fail(err, DCP_ERR_CUDA, "%s: %s", what, cudaGetErrorString(e));
+    return dcp__fail(err, DCP_ERR_CUDA, "%s: %s", what, cudaGetErrorString(e));
 }
 
 dcp_status dcp_context_attach_cuda(dcp_context *ctx, void *device_memory, size_t device_bytes, void *host_memory,
@@ -82,38 +82,38 @@ dcp_status dcp_context_attach_cuda(dcp_context *ctx, void *device_memory, size_t
 {
     if (!ctx) return DCP_ERR_NULL_POINTER;
     dcp_error err;
-    dcp_error_clear(&err);
+    dcp__error_clear(&err);
     if (ctx->cuda)
-        return dcp_context_fail(ctx, dcp_fail(&err, DCP_ERR_INVALID_ARGUMENT, "attach_cuda: already attached"), &err);
+        return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_INVALID_ARGUMENT, "attach_cuda: already attached"), &err);
     if (!ctx->step)
-        return dcp_context_fail(
-            ctx, dcp_fail(&err, DCP_ERR_CAPACITY, "attach_cuda: max_tokens_per_rank is 0: nothing to hold"), &err);
+        return dcp__context_fail(
+            ctx, dcp__fail(&err, DCP_ERR_CAPACITY, "attach_cuda: max_tokens_per_rank is 0: nothing to hold"), &err);
     sizes z;
     dcp_status s = sizes_compute(&ctx->config, &z);
-    if (s != DCP_OK) return dcp_context_fail(ctx, dcp_fail(&err, s, "attach_cuda: workspace size overflows"), &err);
+    if (s != DCP_OK) return dcp__context_fail(ctx, dcp__fail(&err, s, "attach_cuda: workspace size overflows"), &err);
     if ((device_memory && device_bytes < z.device) || (host_memory && host_bytes < z.host))
-        return dcp_context_fail(ctx,
-                                dcp_fail(&err, DCP_ERR_WORKSPACE_TOO_SMALL,
+        return dcp__context_fail(ctx,
+                                dcp__fail(&err, DCP_ERR_WORKSPACE_TOO_SMALL,
                                          "attach_cuda: needs %zu device and %zu pinned bytes, got %zu and %zu", z.device,
                                          z.host, device_bytes, host_bytes),
                                 &err);
     int device = 0;
     cudaError_t e = cudaGetDevice(&device);
-    if (e != cudaSuccess) return dcp_context_fail(ctx, cuda_fail(&err, e, "attach_cuda: cudaGetDevice"), &err);
+    if (e != cudaSuccess) return dcp__context_fail(ctx, cuda_fail(&err, e, "attach_cuda: cudaGetDevice"), &err);
     unsigned char *dmem = (unsigned char *)device_memory;
     void *hmem = host_memory;
     if (!dmem && (e = cudaMalloc((void **)&dmem, z.device)) != cudaSuccess)
-        return dcp_context_fail(ctx, cuda_fail(&err, e, "attach_cuda: cudaMalloc"), &err);
+        return dcp__context_fail(ctx, cuda_fail(&err, e, "attach_cuda: cudaMalloc"), &err);
     if (!hmem && (e = cudaMallocHost(&hmem, z.host)) != cudaSuccess) {
         if (!device_memory) cudaFree(dmem);
-        return dcp_context_fail(ctx, cuda_fail(&err, e, "attach_cuda: cudaMallocHost"), &err);
+        return dcp__context_fail(ctx, cuda_fail(&err, e, "attach_cuda: cudaMallocHost"), &err);
     }
     /* the state sits at the start of the pinned block, 256-aligned */
     uintptr_t at = ((uintptr_t)hmem + 255) & ~(uintptr_t)255;
     if (host_memory && at != (uintptr_t)hmem && host_bytes < z.host + (at - (uintptr_t)hmem)) {
         if (!device_memory) cudaFree(dmem);
-        return dcp_context_fail(ctx,
-                                dcp_fail(&err, DCP_ERR_WORKSPACE_TOO_SMALL,
+        return dcp__context_fail(ctx,
+                                dcp__fail(&err, DCP_ERR_WORKSPACE_TOO_SMALL,
                                          "attach_cuda: pinned memory not 256-byte aligned and no room to align it"),
                                 &err);
     }
@@ -139,7 +139,7 @@ dcp_status dcp_context_attach_cuda(dcp_context *ctx, void *device_memory, size_t
     return DCP_OK;
 }
 
-void dcp_cuda_release(dcp_context *ctx)
+void dcp__cuda_release(dcp_context *ctx)
 {
     if (!ctx || !ctx->cuda) return;
     dcp_cuda_state *st = ctx->cuda;
@@ -154,10 +154,10 @@ void dcp_cuda_release(dcp_context *ctx)
     cudaSetDevice(current);
 }
 
-unsigned char *dcp_cuda_send_staging(dcp_context *ctx) { return ctx->cuda->send_staging; }
-unsigned char *dcp_cuda_recv_staging(dcp_context *ctx) { return ctx->cuda->recv_staging; }
-size_t dcp_cuda_staging_capacity(dcp_context *ctx) { return ctx->cuda->staging_bytes; }
-unsigned char *dcp_cuda_body(dcp_context *ctx) { return ctx->cuda->body; }
+unsigned char *dcp__cuda_send_staging(dcp_context *ctx) { return ctx->cuda->send_staging; }
+unsigned char *dcp__cuda_recv_staging(dcp_context *ctx) { return ctx->cuda->recv_staging; }
+size_t dcp__cuda_staging_capacity(dcp_context *ctx) { return ctx->cuda->staging_bytes; }
+unsigned char *dcp__cuda_body(dcp_context *ctx) { return ctx->cuda->body; }
 
 /* ------------------------------------------------------------------------ */
 /* Segment tables                                                            */
@@ -186,7 +186,7 @@ static dcp_status table_begin(dcp_cuda_state *st, int64_t n, int32_t fields, int
 {
     if (n > st->max_segments || sources > st->max_sources + 1 ||
         table_bytes(n, fields, sources, dests) > st->table_bytes)
-        return dcp_fail(err, DCP_ERR_CAPACITY, "step: a device segment table of %lld segments exceeds the workspace",
+        return dcp__fail(err, DCP_ERR_CAPACITY, "step: a device segment table of %lld segments exceeds the workspace",
                         (long long)n);
     unsigned char *h = st->host_table;
     size_t at = 0;
@@ -212,7 +212,7 @@ static dcp_status table_begin(dcp_cuda_state *st, int64_t n, int32_t fields, int
 static dcp_status table_run(dcp_cuda_state *st, table_build *t, dcp_segment_field *fields, int32_t num_fields,
                             void *stream, dcp_error *err)
 {
-    int64_t total = dcp_segment_work_offsets(t->length, t->n, t->work);
+    int64_t total = dcp__segment_work_offsets(t->length, t->n, t->work);
     cudaError_t e = cudaMemcpyAsync(st->table, st->host_table, t->bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream);
     if (e != cudaSuccess) return cuda_fail(err, e, "step: upload of a segment table");
     dcp_segment_table table = {t->n,
@@ -226,7 +226,7 @@ static dcp_status table_run(dcp_cuda_state *st, table_build *t, dcp_segment_fiel
         if (fields[f].src) fields[f].src = (const void *const *)ON_DEVICE(st, fields[f].src);
         fields[f].dst = (void *const *)ON_DEVICE(st, fields[f].dst);
     }
-    int rc = dcp_segment_table_pack_cuda(&table, total, fields, num_fields, stream);
+    int rc = dcp__segment_table_pack_cuda(&table, total, fields, num_fields, stream);
     if (rc != 0) return cuda_fail(err, (cudaError_t)rc, "step: segment kernel launch");
     return DCP_OK;
 }
@@ -241,7 +241,7 @@ static const void *sample_field(const dcp_sample *s, int f)
     }
 }
 
-dcp_status dcp_step_cuda_stage(dcp_context *ctx, void *stream, const dcp_step_input *in, uint32_t kept,
+dcp_status dcp__step_cuda_stage(dcp_context *ctx, void *stream, const dcp_step_input *in, uint32_t kept,
                                int64_t pieces, const int32_t *sample, const int64_t *src, const int32_t *peer,
                                const int64_t *cursor, const int64_t *length, int32_t num_peers,
                                const size_t *send_offsets, const int64_t *tokens_to, dcp_error *err)
@@ -251,7 +251,7 @@ dcp_status dcp_step_cuda_stage(dcp_context *ctx, void *stream, const dcp_step_in
     cudaError_t e = cudaSetDevice(st->device);
     if (e != cudaSuccess) return cuda_fail(err, e, "step: cudaSetDevice");
     int32_t nf = 0;
-    for (int f = 0; f < DCP_STEP_NUM_FIELDS; f++) nf += (kept & dcp_step_field_bit[f]) != 0;
+    for (int f = 0; f < DCP_STEP_NUM_FIELDS; f++) nf += (kept & dcp__step_field_bit[f]) != 0;
     table_build t;
     int64_t sources = in->num_samples > 0 ? in->num_samples : 1;
     dcp_status s = table_begin(st, pieces, nf, sources, num_peers, &t, err);
@@ -267,7 +267,7 @@ dcp_status dcp_step_cuda_stage(dcp_context *ctx, void *stream, const dcp_step_in
     size_t field_offset = 0;
     int32_t k = 0;
     for (int f = 0; f < DCP_STEP_NUM_FIELDS; f++) {
-        if (!(kept & dcp_step_field_bit[f])) continue;
+        if (!(kept & dcp__step_field_bit[f])) continue;
         const void **srcs = t.src_ptrs + (size_t)k * (size_t)t.sources;
         void **dsts = t.dst_ptrs + (size_t)k * (size_t)t.dests;
         for (int32_t i = 0; i < in->num_samples; i++) srcs[i] = sample_field(&in->samples[i], f);
@@ -286,7 +286,7 @@ dcp_status dcp_step_cuda_stage(dcp_context *ctx, void *stream, const dcp_step_in
     return e == cudaSuccess ? DCP_OK : cuda_fail(err, e, "step: gathering outgoing tokens");
 }
 
-dcp_status dcp_step_cuda_land(dcp_context *ctx, void *stream, uint32_t kept, int64_t pieces, const int32_t *sender,
+dcp_status dcp__step_cuda_land(dcp_context *ctx, void *stream, uint32_t kept, int64_t pieces, const int32_t *sender,
                               const int64_t *cursor, const int64_t *dst, const int64_t *length, int64_t total_tokens,
                               int32_t num_peers, const size_t *recv_offsets, const int64_t *tokens_from,
                               const size_t *field_offset, size_t mask_offset, size_t prefix_bytes, dcp_error *err)
@@ -299,7 +299,7 @@ dcp_status dcp_step_cuda_land(dcp_context *ctx, void *stream, uint32_t kept, int
         if (e != cudaSuccess) return cuda_fail(err, e, "step: upload of cu_seqlens");
     }
     int32_t nf = 1; /* the mask */
-    for (int f = 0; f < DCP_STEP_NUM_FIELDS; f++) nf += (kept & dcp_step_field_bit[f]) != 0;
+    for (int f = 0; f < DCP_STEP_NUM_FIELDS; f++) nf += (kept & dcp__step_field_bit[f]) != 0;
     table_build t;
     dcp_status s = table_begin(st, 2 * pieces + 1, nf, num_peers, 1, &t, err);
     if (s != DCP_OK) return s;
@@ -307,7 +307,7 @@ dcp_status dcp_step_cuda_land(dcp_context *ctx, void *stream, uint32_t kept, int
     int64_t n = 0, at = 0;
     for (int64_t i = 0; i < pieces; i++) {
         if (dst[i] < at || dst[i] + length[i] > total_tokens)
-            return dcp_fail(err, DCP_ERR_INVALID_PLAN, "step: received piece %lld lands at %lld, before %lld",
+            return dcp__fail(err, DCP_ERR_INVALID_PLAN, "step: received piece %lld lands at %lld, before %lld",
                             (long long)i, (long long)dst[i], (long long)at);
         if (dst[i] > at) {
             t.src_index[n] = -1, t.dst_index[n] = 0, t.src_offset[n] = 0, t.dst_offset[n] = at;
@@ -326,7 +326,7 @@ dcp_status dcp_step_cuda_land(dcp_context *ctx, void *stream, uint32_t kept, int
     size_t offset_in_block = 0;
     int32_t k = 0;
     for (int f = 0; f < DCP_STEP_NUM_FIELDS; f++) {
-        if (!(kept & dcp_step_field_bit[f])) continue;
+        if (!(kept & dcp__step_field_bit[f])) continue;
         const void **srcs = t.src_ptrs + (size_t)k * (size_t)t.sources;
         void **dsts = t.dst_ptrs + (size_t)k * (size_t)t.dests;
         for (int32_t q = 0; q < num_peers; q++)
@@ -348,11 +348,11 @@ dcp_status dcp_step_cuda_land(dcp_context *ctx, void *stream, uint32_t kept, int
     return e == cudaSuccess ? DCP_OK : cuda_fail(err, e, "step: placing received tokens");
 }
 
-dcp_status dcp_cuda_body_download(dcp_context *ctx, void *stream, size_t prefix_bytes, dcp_error *err)
+dcp_status dcp__cuda_body_download(dcp_context *ctx, void *stream, size_t prefix_bytes, dcp_error *err)
 {
     dcp_cuda_state *st = ctx->cuda;
     if (prefix_bytes > ctx->step->body_capacity)
-        return dcp_fail(err, DCP_ERR_CORRUPT_INPUT, "step: body prefix of %zu bytes", prefix_bytes);
+        return dcp__fail(err, DCP_ERR_CORRUPT_INPUT, "step: body prefix of %zu bytes", prefix_bytes);
     cudaError_t e = cudaMemcpyAsync(ctx->step->body, st->body, prefix_bytes, cudaMemcpyDeviceToHost, (cudaStream_t)stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)stream);
     return e == cudaSuccess ? DCP_OK : cuda_fail(err, e, "step: download of cu_seqlens");
@@ -372,26 +372,26 @@ dcp_status dcp_context_attach_cuda(dcp_context *ctx, void *device_memory, size_t
     (void)device_memory, (void)device_bytes, (void)host_memory, (void)host_bytes;
     if (!ctx) return DCP_ERR_NULL_POINTER;
     dcp_error err;
-    return dcp_context_fail(ctx, dcp_fail(&err, DCP_ERR_UNSUPPORTED, "attach_cuda: built without CUDA"), &err);
+    return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_UNSUPPORTED, "attach_cuda: built without CUDA"), &err);
 }
 
-void dcp_cuda_release(dcp_context *ctx) { (void)ctx; }
-unsigned char *dcp_cuda_send_staging(dcp_context *ctx) { (void)ctx; return NULL; }
-unsigned char *dcp_cuda_recv_staging(dcp_context *ctx) { (void)ctx; return NULL; }
-size_t dcp_cuda_staging_capacity(dcp_context *ctx) { (void)ctx; return 0; }
-unsigned char *dcp_cuda_body(dcp_context *ctx) { (void)ctx; return NULL; }
+void dcp__cuda_release(dcp_context *ctx) { (void)ctx; }
+unsigned char *dcp__cuda_send_staging(dcp_context *ctx) { (void)ctx; return NULL; }
+unsigned char *dcp__cuda_recv_staging(dcp_context *ctx) { (void)ctx; return NULL; }
+size_t dcp__cuda_staging_capacity(dcp_context *ctx) { (void)ctx; return 0; }
+unsigned char *dcp__cuda_body(dcp_context *ctx) { (void)ctx; return NULL; }
 
-dcp_status dcp_step_cuda_stage(dcp_context *ctx, void *stream, const dcp_step_input *in, uint32_t kept,
+dcp_status dcp__step_cuda_stage(dcp_context *ctx, void *stream, const dcp_step_input *in, uint32_t kept,
                                int64_t pieces, const int32_t *sample, const int64_t *src, const int32_t *peer,
                                const int64_t *cursor, const int64_t *length, int32_t num_peers,
                                const size_t *send_offsets, const int64_t *tokens_to, dcp_error *err)
 {
     (void)ctx, (void)stream, (void)in, (void)kept, (void)pieces, (void)sample, (void)src, (void)peer, (void)cursor;
     (void)length, (void)num_peers, (void)send_offsets, (void)tokens_to;
-    return dcp_fail(err, DCP_ERR_UNSUPPORTED, "step: built without CUDA");
+    return dcp__fail(err, DCP_ERR_UNSUPPORTED, "step: built without CUDA");
 }
 
-dcp_status dcp_step_cuda_land(dcp_context *ctx, void *stream, uint32_t kept, int64_t pieces, const int32_t *sender,
+dcp_status dcp__step_cuda_land(dcp_context *ctx, void *stream, uint32_t kept, int64_t pieces, const int32_t *sender,
                               const int64_t *cursor, const int64_t *dst, const int64_t *length, int64_t total_tokens,
                               int32_t num_peers, const size_t *recv_offsets, const int64_t *tokens_from,
                               const size_t *field_offset, size_t mask_offset, size_t prefix_bytes, dcp_error *err)
@@ -399,13 +399,13 @@ dcp_status dcp_step_cuda_land(dcp_context *ctx, void *stream, uint32_t kept, int
     (void)ctx, (void)stream, (void)kept, (void)pieces, (void)sender, (void)cursor, (void)dst, (void)length;
     (void)total_tokens, (void)num_peers, (void)recv_offsets, (void)tokens_from, (void)field_offset, (void)mask_offset;
     (void)prefix_bytes;
-    return dcp_fail(err, DCP_ERR_UNSUPPORTED, "step: built without CUDA");
+    return dcp__fail(err, DCP_ERR_UNSUPPORTED, "step: built without CUDA");
 }
 
-dcp_status dcp_cuda_body_download(dcp_context *ctx, void *stream, size_t prefix_bytes, dcp_error *err)
+dcp_status dcp__cuda_body_download(dcp_context *ctx, void *stream, size_t prefix_bytes, dcp_error *err)
 {
     (void)ctx, (void)stream, (void)prefix_bytes;
-    return dcp_fail(err, DCP_ERR_UNSUPPORTED, "step: built without CUDA");
+    return dcp__fail(err, DCP_ERR_UNSUPPORTED, "step: built without CUDA");
 }
 
 #endif

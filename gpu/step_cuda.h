@@ -32,12 +32,12 @@ struct dcp_context;
 typedef struct dcp_cuda_state dcp_cuda_state;
 
 /* Release the workspace (what dcpack allocated of it); NULL-safe, no-op without one. */
-void dcp_cuda_release(struct dcp_context *ctx);
+void dcp__cuda_release(struct dcp_context *ctx);
 
-unsigned char *dcp_cuda_send_staging(struct dcp_context *ctx);
-unsigned char *dcp_cuda_recv_staging(struct dcp_context *ctx);
-size_t dcp_cuda_staging_capacity(struct dcp_context *ctx);
-unsigned char *dcp_cuda_body(struct dcp_context *ctx);
+unsigned char *dcp__cuda_send_staging(struct dcp_context *ctx);
+unsigned char *dcp__cuda_recv_staging(struct dcp_context *ctx);
+size_t dcp__cuda_staging_capacity(struct dcp_context *ctx);
+unsigned char *dcp__cuda_body(struct dcp_context *ctx);
 
 /*
  * Gather this rank's outgoing pieces into the device send staging: piece i
@@ -45,7 +45,7 @@ unsigned char *dcp_cuda_body(struct dcp_context *ctx);
  * peer[i] at token cursor[i] of that peer's block; a peer's block holds each
  * kept field's run in step order (tokens, labels, position_ids, loss_mask).
  */
-dcp_status dcp_step_cuda_stage(struct dcp_context *ctx, void *stream, const dcp_step_input *in, uint32_t kept,
+dcp_status dcp__step_cuda_stage(struct dcp_context *ctx, void *stream, const dcp_step_input *in, uint32_t kept,
                                int64_t pieces, const int32_t *sample, const int64_t *src, const int32_t *peer,
                                const int64_t *cursor, const int64_t *length, int32_t num_peers,
                                const size_t *send_offsets, const int64_t *tokens_to, dcp_error *err);
@@ -58,13 +58,13 @@ dcp_status dcp_step_cuda_stage(struct dcp_context *ctx, void *stream, const dcp_
  * [0, total_tokens) and write the mask at mask_offset; then wait for the
  * stream.
  */
-dcp_status dcp_step_cuda_land(struct dcp_context *ctx, void *stream, uint32_t kept, int64_t pieces,
+dcp_status dcp__step_cuda_land(struct dcp_context *ctx, void *stream, uint32_t kept, int64_t pieces,
                               const int32_t *sender, const int64_t *cursor, const int64_t *dst, const int64_t *length,
                               int64_t total_tokens, int32_t num_peers, const size_t *recv_offsets,
                               const int64_t *tokens_from, const size_t *field_offset, size_t mask_offset,
                               size_t prefix_bytes, dcp_error *err);
 
 /* A TP peer's copy of the body prefix, device to host, after the broadcast. */
-dcp_status dcp_cuda_body_download(struct dcp_context *ctx, void *stream, size_t prefix_bytes, dcp_error *err);
+dcp_status dcp__cuda_body_download(struct dcp_context *ctx, void *stream, size_t prefix_bytes, dcp_error *err);
 
 #endif

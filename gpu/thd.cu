@@ -48,7 +48,7 @@ __device__ void block_scan(int32_t &a, int32_t &b, int32_t &m, ScanShared &sh)
 
 /*
  * One block: cu[k+1] = cu[k] + original[k], cup[k+1] = cup[k] + padded[k];
- * then, when `entries` > 0, the THD fix-ups of dcp_thd_cu_seqlens_write.
+ * then, when `entries` > 0, the THD fix-ups of dcp__thd_cu_seqlens_write.
  */
 __global__ void __launch_bounds__(kScanThreads)
     cu_seqlens_kernel(const int32_t *original, const int32_t *padded, int32_t n, int32_t *cu, int32_t *cup,
@@ -198,7 +198,7 @@ __global__ void cp_slice_kernel(const unsigned char *packed, int32_t n, const in
 
 } // namespace
 
-extern "C" int dcp_cu_seqlens_cuda(const int32_t *original, const int32_t *padded, int32_t n, int32_t *cu_seqlens,
+extern "C" int dcp__cu_seqlens_cuda(const int32_t *original, const int32_t *padded, int32_t n, int32_t *cu_seqlens,
                                    int32_t *cu_seqlens_padded, int32_t *max_seqlen, void *stream)
 {
     if (n < 0) return (int)cudaErrorInvalidValue;
@@ -207,7 +207,7 @@ extern "C" int dcp_cu_seqlens_cuda(const int32_t *original, const int32_t *padde
     return (int)cudaGetLastError();
 }
 
-extern "C" int dcp_thd_cu_seqlens_write_cuda(const dcp_thd_geometry *g, const int32_t *original, const int32_t *padded,
+extern "C" int dcp__thd_cu_seqlens_write_cuda(const dcp_thd_geometry *g, const int32_t *original, const int32_t *padded,
                                              int32_t n, int32_t *cu_seqlens, int32_t *cu_seqlens_padded, void *stream)
 {
     if (n < 0 || g->num_cu_seqlens < n + 1) return (int)cudaErrorInvalidValue;
@@ -217,7 +217,7 @@ extern "C" int dcp_thd_cu_seqlens_write_cuda(const dcp_thd_geometry *g, const in
     return (int)cudaGetLastError();
 }
 
-extern "C" int dcp_thd_padding_mask_cuda(const int32_t *cu, const int32_t *cup, int32_t n, int64_t num_tokens,
+extern "C" int dcp__thd_padding_mask_cuda(const int32_t *cu, const int32_t *cup, int32_t n, int64_t num_tokens,
                                          uint8_t *mask, void *stream)
 {
     if (num_tokens <= 0) return (int)cudaSuccess;
@@ -228,7 +228,7 @@ extern "C" int dcp_thd_padding_mask_cuda(const int32_t *cu, const int32_t *cup, 
     return (int)cudaGetLastError();
 }
 
-extern "C" int dcp_thd_sanitize_cuda(const uint8_t *mask, int64_t num_tokens, void *field, size_t elem_size, void *stream)
+extern "C" int dcp__thd_sanitize_cuda(const uint8_t *mask, int64_t num_tokens, void *field, size_t elem_size, void *stream)
 {
     if (num_tokens <= 0) return (int)cudaSuccess;
     sanitize_kernel<<<dcp_gpu::grid_blocks(num_tokens, kThreads, 8192), kThreads, 0, (cudaStream_t)stream>>>(
@@ -236,7 +236,7 @@ extern "C" int dcp_thd_sanitize_cuda(const uint8_t *mask, int64_t num_tokens, vo
     return (int)cudaGetLastError();
 }
 
-extern "C" int dcp_cp_slice_layout_cuda(const int32_t *cup, int32_t n, int64_t total, int32_t cp, int32_t cp_rank,
+extern "C" int dcp__cp_slice_layout_cuda(const int32_t *cup, int32_t n, int64_t total, int32_t cp, int32_t cp_rank,
                                         dcp_cp_partition partition, int64_t *src_offset, int64_t *dst_offset,
                                         int64_t *length, int64_t *count, void *stream)
 {
@@ -246,7 +246,7 @@ extern "C" int dcp_cp_slice_layout_cuda(const int32_t *cup, int32_t n, int64_t t
     return (int)cudaGetLastError();
 }
 
-extern "C" int dcp_cp_slice_cuda(const void *packed, int32_t n, const int32_t *cup, int64_t total, int32_t cp,
+extern "C" int dcp__cp_slice_cuda(const void *packed, int32_t n, const int32_t *cup, int64_t total, int32_t cp,
                                  int32_t cp_rank, dcp_cp_partition partition, void *out, size_t elem_size, void *stream)
 {
     if (cp < 1 || total < 0) return (int)cudaErrorInvalidValue;

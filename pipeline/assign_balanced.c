@@ -282,14 +282,14 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->rp_count = DCP_ARENA_NEW(a, int32_t, ul);
     b->rp_load = DCP_ARENA_NEW(a, int64_t, ul);
     b->rp_tokens = DCP_ARENA_NEW(a, int64_t, ul);
-    b->rp_cost = DCP_ARENA_NEW(a, int64_t, dcp_size_mul(ul, NUM_CLASSES));
-    b->rp_seg = DCP_ARENA_NEW(a, int32_t, dcp_size_mul(ul, NUM_CLASSES));
+    b->rp_cost = DCP_ARENA_NEW(a, int64_t, dcp__size_mul(ul, NUM_CLASSES));
+    b->rp_seg = DCP_ARENA_NEW(a, int32_t, dcp__size_mul(ul, NUM_CLASSES));
     b->rp_head = DCP_ARENA_NEW(a, int32_t, ul);
     int64_t table_n = 16 * (int64_t)num_ranks - 1;
     if (table_n > n) table_n = n;
     if (table_n > REPACK_MAX) table_n = REPACK_MAX; /* at most 720 KiB; larger calls compute rows as they go */
     b->table_n = (int32_t)table_n;
-    b->cost_table = DCP_ARENA_NEW(a, int64_t, dcp_size_mul((size_t)table_n, NUM_CLASSES));
+    b->cost_table = DCP_ARENA_NEW(a, int64_t, dcp__size_mul((size_t)table_n, NUM_CLASSES));
     b->cost_cheapest = DCP_ARENA_NEW(a, int64_t, (size_t)table_n);
     b->rp_tail = DCP_ARENA_NEW(a, int32_t, ul);
     b->rp_next = DCP_ARENA_NEW(a, int32_t, ul);
@@ -310,11 +310,11 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
            (table_n == 0 || (b->cost_table && b->cost_cheapest));
 }
 
-size_t dcp_assign_balanced_scratch_size(const dcp_config *config)
+size_t dcp__assign_balanced_scratch_size(const dcp_config *config)
 {
     balanced b;
     dcp_arena measure;
-    dcp_arena_init_measure(&measure);
+    dcp__arena_init_measure(&measure);
     if (!balanced_layout(&b, &measure, config->max_sequences, dcp_config_num_ranks(config))) return SIZE_MAX;
     return measure.used;
 }
@@ -1940,27 +1940,27 @@ static dcp_status emit(balanced *b, dcp_plan *plan, dcp_error *err)
     for (int32_t p = 0; p < n; p++) ids[b->g_tail[best->item_group[p]]++] = b->ids[p];
     for (int32_t m = 0; m < K; m++) {
         if (first[m + 1] == first[m]) continue;
-        dcp_status st = dcp_plan_open_microbatch(plan, err);
+        dcp_status st = dcp__plan_open_microbatch(plan, err);
         if (st != DCP_OK) return st;
         int32_t rank = 0;
         for (int32_t j = first[m]; j < first[m + 1]; j++) {
             int32_t g = sorted[j];
-            st = dcp_plan_push_group(plan, rank, best->g_cp[g], ids + start[g], start[g + 1] - start[g], err);
+            st = dcp__plan_push_group(plan, rank, best->g_cp[g], ids + start[g], start[g + 1] - start[g], err);
             if (st != DCP_OK) return st;
             rank += best->g_cp[g];
         }
-        dcp_plan_close_microbatch(plan);
+        dcp__plan_close_microbatch(plan);
     }
     return DCP_OK;
 }
 
-dcp_status dcp_assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err)
+dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err)
 {
     const dcp_config *c = in->config;
     balanced b;
     memset(&b, 0, sizeof b);
     if (!balanced_layout(&b, scratch, in->num_sequences, in->num_ranks))
-        return dcp_fail(err, DCP_ERR_CAPACITY, "balanced scratch too small for %d sequences on %d ranks",
+        return dcp__fail(err, DCP_ERR_CAPACITY, "balanced scratch too small for %d sequences on %d ranks",
                         in->num_sequences, in->num_ranks);
     b.n = in->num_sequences;
     b.num_ranks = in->num_ranks;
@@ -1991,7 +1991,7 @@ dcp_status dcp_assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp
     if (k0 < 1) k0 = 1;
     k0 = (k0 + b.vpp - 1) / b.vpp * b.vpp;
     if (k0 > b.n)
-        return dcp_fail(err, DCP_ERR_INFEASIBLE,
+        return dcp__fail(err, DCP_ERR_INFEASIBLE,
                         "%d sequences cannot fill %lld microbatches (a multiple of the VPP group %d)", b.n,
                         (long long)k0, b.vpp);
     b.join_num = 1;
@@ -2046,9 +2046,9 @@ dcp_status dcp_assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp
     if (b.dense)
         for (int j = 0; j < b.num_kept; j++) polish_plan(&b, j, plan->max_microbatches);
     if (b.num_kept == 0 && over_capacity)
-        return dcp_fail(err, DCP_ERR_CAPACITY, "balanced: the plan needs more than max_microbatches = %d microbatches",
+        return dcp__fail(err, DCP_ERR_CAPACITY, "balanced: the plan needs more than max_microbatches = %d microbatches",
                         plan->max_microbatches);
     if (b.num_kept == 0)
-        return dcp_fail(err, DCP_ERR_INFEASIBLE, "balanced: no plan for %d sequences on %d ranks", b.n, b.num_ranks);
+        return dcp__fail(err, DCP_ERR_INFEASIBLE, "balanced: no plan for %d sequences on %d ranks", b.n, b.num_ranks);
     return emit(&b, plan, err);
 }

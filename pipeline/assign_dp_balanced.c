@@ -14,7 +14,7 @@
  *
  * The reference computes the pack of rank j as int(i*dp + j/cp) in floats:
  * floor(j/cp), exactly, at these sizes.  A sequence longer than M*cp makes it
- * emit an empty pack (when it comes first) and an over-full one; dcp_bucket
+ * emit an empty pack (when it comes first) and an over-full one; dcp__bucket
  * rejects such lengths before this stage runs.  Running out of packs to split
  * is the reference's "Not enough samples to move" assertion:
  * DCP_ERR_INFEASIBLE here.
@@ -27,17 +27,17 @@ static int32_t vpp_group(const dcp_config *c)
     return c->microbatch_group_size_per_vp_stage > 1 ? c->microbatch_group_size_per_vp_stage : 1;
 }
 
-size_t dcp_assign_dp_balanced_scratch_size(const dcp_config *c)
+size_t dcp__assign_dp_balanced_scratch_size(const dcp_config *c)
 {
-    size_t max_packs = dcp_size_add((size_t)c->max_sequences, dcp_size_mul((size_t)c->data_parallel_size,
+    size_t max_packs = dcp__size_add((size_t)c->max_sequences, dcp__size_mul((size_t)c->data_parallel_size,
                                                                           (size_t)vpp_group(c)));
     size_t s = DCP_ARENA_BYTES(int32_t, c->max_sequences); /* identity ids */
-    s = dcp_size_add(s, dcp_arena_bytes(sizeof(int32_t), max_packs)); /* pack first id */
-    s = dcp_size_add(s, dcp_arena_bytes(sizeof(int32_t), max_packs)); /* pack count */
+    s = dcp__size_add(s, dcp__arena_bytes(sizeof(int32_t), max_packs)); /* pack first id */
+    s = dcp__size_add(s, dcp__arena_bytes(sizeof(int32_t), max_packs)); /* pack count */
     return s;
 }
 
-dcp_status dcp_assign_dp_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err)
+dcp_status dcp__assign_dp_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err)
 {
     const dcp_config *c = in->config;
     const int32_t n = in->num_sequences, dp = c->data_parallel_size, cp = c->context_parallel_size;
@@ -50,7 +50,7 @@ dcp_status dcp_assign_dp_balanced(const dcp_schedule_input *in, dcp_plan *plan, 
     int32_t *pack_first = DCP_ARENA_NEW(scratch, int32_t, max_packs);
     int32_t *pack_count = DCP_ARENA_NEW(scratch, int32_t, max_packs);
     if (!iota || !pack_first || !pack_count)
-        return dcp_fail(err, DCP_ERR_CAPACITY, "dp_balanced scratch too small for %d sequences", n);
+        return dcp__fail(err, DCP_ERR_CAPACITY, "dp_balanced scratch too small for %d sequences", n);
     for (int32_t i = 0; i < n; i++) iota[i] = i;
 
     /* 1. greedy packing in id order */
@@ -78,7 +78,7 @@ dcp_status dcp_assign_dp_balanced(const dcp_schedule_input *in, dcp_plan *plan, 
         int32_t i = packs - 1;
         while (to_move > 0) {
             if (i < 0)
-                return dcp_fail(err, DCP_ERR_INFEASIBLE,
+                return dcp__fail(err, DCP_ERR_INFEASIBLE,
                                 "dp_balanced: %d sequences cannot fill a multiple of %lld packs (dp %d x VPP group %d)",
                                 n, (long long)multiple, dp, vpp_group(c));
             if (pack_count[i] > 1) {
@@ -96,14 +96,14 @@ dcp_status dcp_assign_dp_balanced(const dcp_schedule_input *in, dcp_plan *plan, 
     /* 3. microbatch m, DP lane d -> pack m*dp + d, on ranks [d*cp, (d+1)*cp) */
     const int32_t microbatches = packs / dp;
     for (int32_t m = 0; m < microbatches; m++) {
-        dcp_status st = dcp_plan_open_microbatch(plan, err);
+        dcp_status st = dcp__plan_open_microbatch(plan, err);
         if (st != DCP_OK) return st;
         for (int32_t d = 0; d < dp; d++) {
             int32_t p = m * dp + d;
-            st = dcp_plan_push_group(plan, d * cp, cp, iota + pack_first[p], pack_count[p], err);
+            st = dcp__plan_push_group(plan, d * cp, cp, iota + pack_first[p], pack_count[p], err);
             if (st != DCP_OK) return st;
         }
-        dcp_plan_close_microbatch(plan);
+        dcp__plan_close_microbatch(plan);
     }
     return DCP_OK;
 }

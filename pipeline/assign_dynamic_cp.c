@@ -281,13 +281,13 @@ static int dyn_alloc(dyn_state *st, dcp_arena *a, int32_t n, int32_t ranks, int3
            st->mb_first_block && st->mb_num_blocks && st->group_fill && st->tmp_sizes;
 }
 
-size_t dcp_assign_dynamic_cp_scratch_size(const dcp_config *config)
+size_t dcp__assign_dynamic_cp_scratch_size(const dcp_config *config)
 {
     int32_t ranks = dcp_config_num_ranks(config);
     if (ranks <= 0 || config->max_sequences <= 0) return 0;
     dyn_state st;
     dcp_arena measure;
-    dcp_arena_init_measure(&measure);
+    dcp__arena_init_measure(&measure);
     dyn_alloc(&st, &measure, config->max_sequences, ranks, config->min_cp_size > 0 ? config->min_cp_size : 1);
     return measure.used;
 }
@@ -586,7 +586,7 @@ static int fill_empty_ranks(dyn_state *st)
 static dcp_status store_microbatch(dyn_state *st, dcp_error *err)
 {
     if (st->num_mb >= st->max_mb || st->num_blocks + st->num_groups > st->n)
-        return dcp_fail(err, DCP_ERR_CAPACITY, "dynamic_cp: the plan needs more than max_microbatches = %d microbatches", st->max_mb);
+        return dcp__fail(err, DCP_ERR_CAPACITY, "dynamic_cp: the plan needs more than max_microbatches = %d microbatches", st->max_mb);
     const int32_t groups = st->num_groups;
     int32_t *cursor = st->group_fill;
     for (int32_t g = 0; g <= groups; g++) cursor[g] = 0;
@@ -715,7 +715,7 @@ static dcp_status next_microbatch(dyn_state *st, int32_t first_pos, dcp_error *e
         if (p >= st->n) break;
         int32_t g = place(st, st->sorted[p]);
         if (g < 0)
-            return dcp_fail(err, DCP_ERR_INVALID_PLAN,
+            return dcp__fail(err, DCP_ERR_INVALID_PLAN,
                             "dynamic_cp: internal error: sequence %d (length %d) within the placeable bound %lld "
                             "found no option", st->sorted[p], st->lengths[st->sorted[p]], (long long)theta);
         st->placed_pos[st->num_placed] = p;
@@ -797,7 +797,7 @@ static dcp_status align_microbatches(dyn_state *st, dcp_error *err)
     while (remainder > 0) {
         if (i < 0) {
             if (attempts >= st->num_mb)
-                return dcp_fail(err, DCP_ERR_INFEASIBLE,
+                return dcp__fail(err, DCP_ERR_INFEASIBLE,
                                 "dynamic_cp: cannot split %d microbatches into a multiple of "
                                 "microbatch_group_size_per_vp_stage %d: no microbatch has two CP groups to split",
                                 st->num_mb, multiple);
@@ -818,14 +818,14 @@ static dcp_status align_microbatches(dyn_state *st, dcp_error *err)
 /* Entry point                                                              */
 /* ------------------------------------------------------------------------ */
 
-dcp_status dcp_assign_dynamic_cp(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err)
+dcp_status dcp__assign_dynamic_cp(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err)
 {
     const dcp_config *c = in->config;
     const int32_t n = in->num_sequences, ranks = in->num_ranks;
     dyn_state st;
     memset(&st, 0, sizeof st);
     if (!dyn_alloc(&st, scratch, n, ranks, c->min_cp_size))
-        return dcp_fail(err, DCP_ERR_CAPACITY, "dynamic_cp scratch too small for %d sequences on %d ranks", n, ranks);
+        return dcp__fail(err, DCP_ERR_CAPACITY, "dynamic_cp scratch too small for %d sequences on %d ranks", n, ranks);
     st.num_ranks = ranks;
     st.log2_pow2 = log2_floor(ranks);
     st.pow2_ranks = (int32_t)1 << st.log2_pow2;
@@ -859,15 +859,15 @@ dcp_status dcp_assign_dynamic_cp(const dcp_schedule_input *in, dcp_plan *plan, d
         if (s != DCP_OK) return s;
     }
     for (int32_t m = 0; m < st.num_mb; m++) {
-        dcp_status s = dcp_plan_open_microbatch(plan, err);
+        dcp_status s = dcp__plan_open_microbatch(plan, err);
         if (s != DCP_OK) return s;
         int32_t rank = 0;
         for (int32_t b = st.mb_first_block[m]; b < st.mb_first_block[m] + st.mb_num_blocks[m]; b++) {
-            s = dcp_plan_push_group(plan, rank, st.block_size[b], st.ids + st.block_first_id[b], st.block_count[b], err);
+            s = dcp__plan_push_group(plan, rank, st.block_size[b], st.ids + st.block_first_id[b], st.block_count[b], err);
             if (s != DCP_OK) return s;
             rank += st.block_size[b];
         }
-        dcp_plan_close_microbatch(plan);
+        dcp__plan_close_microbatch(plan);
     }
     return DCP_OK;
 }

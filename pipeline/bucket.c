@@ -8,7 +8,7 @@
 
 #include <string.h>
 
-/* dcp_min_cp_size(), inlined into the bucket loop (called once per sequence). */
+/* dcp__min_cp_size(), inlined into the bucket loop (called once per sequence). */
 static inline int32_t min_cp_size_of(int64_t length, int32_t max_seqlen_per_rank, int32_t min_cp_size,
                                      int32_t num_ranks)
 {
@@ -31,32 +31,32 @@ static inline int32_t min_cp_size_of(int64_t length, int32_t max_seqlen_per_rank
 /* Digits of the radix sort: 11 bits (lengths below 2^22 take two passes), 8 below 1024 sequences. */
 enum { DIGIT_BITS = 11, DIGITS = 1 << DIGIT_BITS };
 
-int32_t dcp_min_cp_size(int64_t length, int32_t max_seqlen_per_rank, int32_t min_cp_size, int32_t num_ranks)
+int32_t dcp__min_cp_size(int64_t length, int32_t max_seqlen_per_rank, int32_t min_cp_size, int32_t num_ranks)
 {
     return min_cp_size_of(length, max_seqlen_per_rank, min_cp_size, num_ranks);
 }
 
-size_t dcp_bucket_scratch_size(const dcp_config *config)
+size_t dcp__bucket_scratch_size(const dcp_config *config)
 {
     size_t keys = DCP_ARENA_BYTES(uint64_t, config->max_sequences);
-    return dcp_size_add(dcp_size_add(keys, keys), DCP_ARENA_BYTES(uint32_t, DIGITS));
+    return dcp__size_add(dcp__size_add(keys, keys), DCP_ARENA_BYTES(uint32_t, DIGITS));
 }
 
-dcp_status dcp_bucket(const int32_t *lengths, int32_t n, const dcp_config *config, int32_t *sorted_ids,
+dcp_status dcp__bucket(const int32_t *lengths, int32_t n, const dcp_config *config, int32_t *sorted_ids,
                       int32_t *min_cp, dcp_arena *scratch, dcp_error *err)
 {
     const int32_t ranks = dcp_config_num_ranks(config);
     const int32_t group = config->scheduler == DCP_SCHEDULER_DP_BALANCED ? config->context_parallel_size : ranks;
     const int32_t m = config->max_seqlen_per_rank;
     if (n > config->max_sequences)
-        return dcp_fail(err, DCP_ERR_CAPACITY, "%d sequences exceed max_sequences = %d", n, config->max_sequences);
+        return dcp__fail(err, DCP_ERR_CAPACITY, "%d sequences exceed max_sequences = %d", n, config->max_sequences);
     for (int32_t i = 0; i < n; i++) {
         int32_t s = lengths[i];
         if (s <= 0)
-            return dcp_fail(err, DCP_ERR_BAD_LENGTH, "sequence %d has length %d; lengths must be >= 1", i, s);
+            return dcp__fail(err, DCP_ERR_BAD_LENGTH, "sequence %d has length %d; lengths must be >= 1", i, s);
         int32_t cp = min_cp_size_of(s, m, config->min_cp_size, group);
         if (cp == 0)
-            return dcp_fail(err, DCP_ERR_BAD_LENGTH,
+            return dcp__fail(err, DCP_ERR_BAD_LENGTH,
                             "sequence %d has length %d, more than %d ranks x max_seqlen_per_rank %d = %lld tokens",
                             i, s, group, m, (long long)group * m);
         if (config->scheduler == DCP_SCHEDULER_DP_BALANCED) cp = group;
@@ -66,7 +66,7 @@ dcp_status dcp_bucket(const int32_t *lengths, int32_t n, const dcp_config *confi
     uint64_t *src = DCP_ARENA_NEW(scratch, uint64_t, n), *dst = DCP_ARENA_NEW(scratch, uint64_t, n);
     uint32_t *count = DCP_ARENA_NEW(scratch, uint32_t, DIGITS);
     if (!src || !dst || !count)
-        return dcp_fail(err, DCP_ERR_CAPACITY, "bucket scratch too small for %d sequences", n);
+        return dcp__fail(err, DCP_ERR_CAPACITY, "bucket scratch too small for %d sequences", n);
     /*
      * Key: the complemented length above the id, so the passes read one
      * array in order; they cover only the length bits where the keys differ,

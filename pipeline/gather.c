@@ -16,13 +16,13 @@
 
 #include <string.h>
 
-size_t dcp_gather_scratch_size(const dcp_config *config)
+size_t dcp__gather_scratch_size(const dcp_config *config)
 {
     size_t dp = (size_t)config->data_parallel_size;
     size_t s = DCP_ARENA_BYTES(int32_t, config->max_sequences); /* compacted local lengths */
-    s = dcp_size_add(s, DCP_ARENA_BYTES(int32_t, dp));           /* counts */
-    s = dcp_size_add(s, DCP_ARENA_BYTES(size_t, dp));            /* byte counts */
-    s = dcp_size_add(s, DCP_ARENA_BYTES(size_t, dp));            /* byte offsets */
+    s = dcp__size_add(s, DCP_ARENA_BYTES(int32_t, dp));           /* counts */
+    s = dcp__size_add(s, DCP_ARENA_BYTES(size_t, dp));            /* byte counts */
+    s = dcp__size_add(s, DCP_ARENA_BYTES(size_t, dp));            /* byte offsets */
     return s;
 }
 
@@ -37,14 +37,14 @@ static dcp_status agree(dcp_comm *comm, dcp_status local, dcp_error *err)
     int32_t failed_rank = -1;
     dcp_status st = comm->ops->agree(comm, local, &agreed, &failed_rank);
     if (st != DCP_OK)
-        return dcp_fail(err, st, "gather: error agreement failed on DP rank %d: %s", comm->rank, dcp_status_str(st));
+        return dcp__fail(err, st, "gather: error agreement failed on DP rank %d: %s", comm->rank, dcp_status_str(st));
     if (agreed == DCP_OK || (failed_rank == comm->rank && agreed == local)) return agreed;
     if (local == DCP_OK)
-        return dcp_fail(err, agreed, "gather: DP rank %d failed with %s", failed_rank, dcp_status_str(agreed));
+        return dcp__fail(err, agreed, "gather: DP rank %d failed with %s", failed_rank, dcp_status_str(agreed));
     char own[DCP_ERROR_MESSAGE_SIZE];
     memcpy(own, err->message, sizeof own);
     own[sizeof own - 1] = '\0';
-    return dcp_fail(err, agreed, "gather: DP rank %d failed with %s (and this rank: %.160s)", failed_rank,
+    return dcp__fail(err, agreed, "gather: DP rank %d failed with %s (and this rank: %.160s)", failed_rank,
                     dcp_status_str(agreed), own);
 }
 
@@ -61,29 +61,29 @@ static dcp_status gather_lengths(dcp_context *ctx, dcp_comm *comm, const int32_t
     size_t *bytes = DCP_ARENA_NEW(scratch, size_t, dp);
     size_t *offsets = DCP_ARENA_NEW(scratch, size_t, dp);
     if (local_status == DCP_OK && (!local || !counts || !bytes || !offsets))
-        local_status = dcp_fail(err, DCP_ERR_CAPACITY, "gather: scratch too small for %d DP ranks", dp);
+        local_status = dcp__fail(err, DCP_ERR_CAPACITY, "gather: scratch too small for %d DP ranks", dp);
     dcp_status st = agree(comm, local_status, err);
     if (st != DCP_OK) return st;
 
     st = comm->ops->allgather(comm, &count, sizeof count, counts);
-    if (st != DCP_OK) return dcp_fail(err, st, "gather: all-gather of counts failed: %s", dcp_status_str(st));
+    if (st != DCP_OK) return dcp__fail(err, st, "gather: all-gather of counts failed: %s", dcp_status_str(st));
 
     /* every rank sees the same counts, so every rank takes the same branch below */
     int64_t total = 0;
     for (int32_t r = 0; r < dp; r++) {
         if (counts[r] < 0)
-            return dcp_fail(err, DCP_ERR_CORRUPT_INPUT, "gather: DP rank %d reported %d sequences", r, counts[r]);
+            return dcp__fail(err, DCP_ERR_CORRUPT_INPUT, "gather: DP rank %d reported %d sequences", r, counts[r]);
         ctx->rank_offsets[r] = (int32_t)(total < INT32_MAX ? total : INT32_MAX);
         offsets[r] = (size_t)total * sizeof(int32_t);
         bytes[r] = (size_t)counts[r] * sizeof(int32_t);
         total += counts[r];
     }
     if (total > ctx->config.max_sequences)
-        return dcp_fail(err, DCP_ERR_CAPACITY, "gather: %lld sequences over the DP group exceed max_sequences = %d",
+        return dcp__fail(err, DCP_ERR_CAPACITY, "gather: %lld sequences over the DP group exceed max_sequences = %d",
                         (long long)total, ctx->config.max_sequences);
     ctx->rank_offsets[dp] = (int32_t)total;
     st = comm->ops->allgatherv(comm, local, (size_t)count * sizeof(int32_t), ctx->global_lengths, bytes, offsets);
-    if (st != DCP_OK) return dcp_fail(err, st, "gather: all-gather of lengths failed: %s", dcp_status_str(st));
+    if (st != DCP_OK) return dcp__fail(err, st, "gather: all-gather of lengths failed: %s", dcp_status_str(st));
     ctx->num_global = (int32_t)total;
     return DCP_OK;
 }
@@ -91,9 +91,9 @@ static dcp_status gather_lengths(dcp_context *ctx, dcp_comm *comm, const int32_t
 /* The communicator: without a usable one no peer can be told, so these errors are local. */
 static dcp_status check_comm(dcp_context *ctx, dcp_comm *comm, dcp_error *err)
 {
-    if (!comm || !comm->ops) return dcp_fail(err, DCP_ERR_NULL_POINTER, "gather: the communicator is NULL");
+    if (!comm || !comm->ops) return dcp__fail(err, DCP_ERR_NULL_POINTER, "gather: the communicator is NULL");
     if (comm->size != ctx->config.data_parallel_size)
-        return dcp_fail(err, DCP_ERR_INVALID_ARGUMENT, "gather: communicator has %d ranks, data_parallel_size is %d",
+        return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "gather: communicator has %d ranks, data_parallel_size is %d",
                         comm->size, ctx->config.data_parallel_size);
     return DCP_OK;
 }
@@ -103,17 +103,17 @@ static dcp_status check_pointers(const void *data, int32_t n, const int32_t **gl
                                  const int32_t **rank_offsets, dcp_error *err)
 {
     if (!global_lengths || !num_global || !rank_offsets || (!data && n > 0))
-        return dcp_fail(err, DCP_ERR_NULL_POINTER, "gather: a required pointer is NULL");
+        return dcp__fail(err, DCP_ERR_NULL_POINTER, "gather: a required pointer is NULL");
     return DCP_OK;
 }
 
 static dcp_status finish(dcp_context *ctx, dcp_status st, dcp_error *err, const int32_t **global_lengths,
                          int32_t *num_global, const int32_t **rank_offsets)
 {
-    dcp_arena_reset(&ctx->arena, ctx->scratch_mark);
+    dcp__arena_reset(&ctx->arena, ctx->scratch_mark);
     if (st != DCP_OK) {
         ctx->num_global = 0;
-        return dcp_context_fail(ctx, st, err);
+        return dcp__context_fail(ctx, st, err);
     }
     *global_lengths = ctx->global_lengths;
     *num_global = ctx->num_global;
@@ -126,26 +126,26 @@ dcp_status dcp_gather(dcp_context *ctx, dcp_comm *comm, const int32_t *local_len
 {
     if (!ctx) return DCP_ERR_NULL_POINTER;
     dcp_error err;
-    dcp_error_clear(&err);
+    dcp__error_clear(&err);
     dcp_status st = check_comm(ctx, comm, &err);
-    if (st != DCP_OK) return dcp_context_fail(ctx, st, &err); /* no peer can be told */
+    if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* no peer can be told */
 
-    dcp_arena *scratch = dcp_context_scratch(ctx);
+    dcp_arena *scratch = dcp__context_scratch(ctx);
     int32_t *local = DCP_ARENA_NEW(scratch, int32_t, ctx->config.max_sequences);
     int32_t count = 0;
     dcp_status local_status = check_pointers(local_lengths, num_local, global_lengths, num_global, rank_offsets, &err);
     if (local_status == DCP_OK && !local)
-        local_status = dcp_fail(&err, DCP_ERR_CAPACITY, "gather: scratch too small for %d sequences",
+        local_status = dcp__fail(&err, DCP_ERR_CAPACITY, "gather: scratch too small for %d sequences",
                                 ctx->config.max_sequences);
     if (local_status == DCP_OK && num_local < 0)
-        local_status = dcp_fail(&err, DCP_ERR_INVALID_ARGUMENT, "gather: num_local %d is negative", num_local);
+        local_status = dcp__fail(&err, DCP_ERR_INVALID_ARGUMENT, "gather: num_local %d is negative", num_local);
     for (int32_t i = 0; i < num_local && local_status == DCP_OK; i++) {
         int32_t s = local_lengths[i];
         if (s < 0)
-            local_status = dcp_fail(&err, DCP_ERR_BAD_LENGTH, "gather: DP rank %d sample %d has length %d", comm->rank,
+            local_status = dcp__fail(&err, DCP_ERR_BAD_LENGTH, "gather: DP rank %d sample %d has length %d", comm->rank,
                                     i, s);
         else if (s > 0 && count >= ctx->config.max_sequences)
-            local_status = dcp_fail(&err, DCP_ERR_CAPACITY, "gather: DP rank %d has more than max_sequences = %d",
+            local_status = dcp__fail(&err, DCP_ERR_CAPACITY, "gather: DP rank %d has more than max_sequences = %d",
                                     comm->rank, ctx->config.max_sequences);
         else if (s > 0)
             local[count++] = s;
@@ -161,33 +161,33 @@ dcp_status dcp_gather_packed(dcp_context *ctx, dcp_comm *comm, const int32_t *cu
 {
     if (!ctx) return DCP_ERR_NULL_POINTER;
     dcp_error err;
-    dcp_error_clear(&err);
+    dcp__error_clear(&err);
     dcp_status st = check_comm(ctx, comm, &err);
-    if (st != DCP_OK) return dcp_context_fail(ctx, st, &err); /* no peer can be told */
+    if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* no peer can be told */
 
-    dcp_arena *scratch = dcp_context_scratch(ctx);
+    dcp_arena *scratch = dcp__context_scratch(ctx);
     int32_t *local = DCP_ARENA_NEW(scratch, int32_t, ctx->config.max_sequences);
     int32_t count = 0;
     dcp_status local_status =
         check_pointers(cu_seqlens, num_cu_seqlens, global_lengths, num_global, rank_offsets, &err);
     if (local_status == DCP_OK && !local)
-        local_status = dcp_fail(&err, DCP_ERR_CAPACITY, "gather: scratch too small for %d sequences",
+        local_status = dcp__fail(&err, DCP_ERR_CAPACITY, "gather: scratch too small for %d sequences",
                                 ctx->config.max_sequences);
     if (local_status == DCP_OK && (num_cu_seqlens < 1 || total_tokens < 0))
-        local_status = dcp_fail(&err, DCP_ERR_CORRUPT_INPUT, "gather: %d cu_seqlens entries for %lld tokens",
+        local_status = dcp__fail(&err, DCP_ERR_CORRUPT_INPUT, "gather: %d cu_seqlens entries for %lld tokens",
                                 num_cu_seqlens, (long long)total_tokens);
     if (local_status == DCP_OK && cu_seqlens[0] != 0)
-        local_status = dcp_fail(&err, DCP_ERR_CORRUPT_INPUT, "gather: cu_seqlens[0] is %d, not 0", cu_seqlens[0]);
+        local_status = dcp__fail(&err, DCP_ERR_CORRUPT_INPUT, "gather: cu_seqlens[0] is %d, not 0", cu_seqlens[0]);
     for (int32_t i = 1; i < num_cu_seqlens && local_status == DCP_OK; i++) {
         int64_t s = (int64_t)cu_seqlens[i] - cu_seqlens[i - 1];
         if (s < 0)
-            local_status = dcp_fail(&err, DCP_ERR_CORRUPT_INPUT, "gather: cu_seqlens decreases at %d (%d -> %d)", i,
+            local_status = dcp__fail(&err, DCP_ERR_CORRUPT_INPUT, "gather: cu_seqlens decreases at %d (%d -> %d)", i,
                                     cu_seqlens[i - 1], cu_seqlens[i]);
         else if (cu_seqlens[i] > total_tokens)
-            local_status = dcp_fail(&err, DCP_ERR_CORRUPT_INPUT, "gather: cu_seqlens[%d] = %d is past the %lld tokens",
+            local_status = dcp__fail(&err, DCP_ERR_CORRUPT_INPUT, "gather: cu_seqlens[%d] = %d is past the %lld tokens",
                                     i, cu_seqlens[i], (long long)total_tokens);
         else if (s > 0 && count >= ctx->config.max_sequences)
-            local_status = dcp_fail(&err, DCP_ERR_CAPACITY, "gather: DP rank %d has more than max_sequences = %d",
+            local_status = dcp__fail(&err, DCP_ERR_CAPACITY, "gather: DP rank %d has more than max_sequences = %d",
                                     comm->rank, ctx->config.max_sequences);
         else if (s > 0)
             local[count++] = (int32_t)s; /* empty sub-samples are dropped, as the reference does */

@@ -11,18 +11,18 @@ dcp_status dcp_plan_compute(dcp_context *ctx, const int32_t *lengths, int32_t nu
 {
     if (!ctx) return DCP_ERR_NULL_POINTER;
     dcp_error err;
-    dcp_error_clear(&err);
+    dcp__error_clear(&err);
     if (!plan || (!lengths && num_lengths > 0))
-        return dcp_context_fail(ctx, dcp_fail(&err, DCP_ERR_NULL_POINTER, "dcp_plan_compute: %s is NULL",
+        return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_NULL_POINTER, "dcp_plan_compute: %s is NULL",
                                               plan ? "lengths" : "plan"), &err);
     if (num_lengths < 0)
-        return dcp_context_fail(ctx, dcp_fail(&err, DCP_ERR_INVALID_ARGUMENT, "num_lengths %d is negative",
+        return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_INVALID_ARGUMENT, "num_lengths %d is negative",
                                               num_lengths), &err);
     if (num_lengths == 0)
-        return dcp_context_fail(ctx, dcp_fail(&err, DCP_ERR_INVALID_ARGUMENT, "empty batch: no sequences to plan"),
+        return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_INVALID_ARGUMENT, "empty batch: no sequences to plan"),
                                 &err);
     const dcp_config *config = &ctx->config;
-    dcp_status st = dcp_bucket(lengths, num_lengths, config, ctx->sorted_ids, ctx->min_cp, dcp_context_scratch(ctx),
+    dcp_status st = dcp__bucket(lengths, num_lengths, config, ctx->sorted_ids, ctx->min_cp, dcp__context_scratch(ctx),
                                &err);
     if (st != DCP_OK) goto done;
 
@@ -34,22 +34,22 @@ dcp_status dcp_plan_compute(dcp_context *ctx, const int32_t *lengths, int32_t nu
         .num_ranks = ctx->num_ranks,
         .config = config,
     };
-    st = dcp_assign(&in, &ctx->plan, dcp_context_scratch(ctx), &err);
+    st = dcp__assign(&in, &ctx->plan, dcp__context_scratch(ctx), &err);
     if (st != DCP_OK) goto done;
 
     dcp_plan_violation violation;
-    st = dcp_plan_check(&ctx->plan, config, lengths, num_lengths, dcp_context_scratch(ctx), &violation);
+    st = dcp__plan_check(&ctx->plan, config, lengths, num_lengths, dcp__context_scratch(ctx), &violation);
     if (st != DCP_OK) {
-        dcp_fail(&err, st, "%s scheduler produced an invalid plan (invariant %d): %s",
+        dcp__fail(&err, st, "%s scheduler produced an invalid plan (invariant %d): %s",
                  dcp_scheduler_name(config->scheduler), (int)violation.invariant, violation.message);
         goto done;
     }
     *plan = &ctx->plan;
 done:
-    dcp_arena_reset(&ctx->arena, ctx->scratch_mark);
+    dcp__arena_reset(&ctx->arena, ctx->scratch_mark);
     if (st != DCP_OK) {
-        dcp_plan_clear(&ctx->plan, ctx->num_ranks); /* never hand out a half-built plan */
-        return dcp_context_fail(ctx, st, &err);
+        dcp__plan_clear(&ctx->plan, ctx->num_ranks); /* never hand out a half-built plan */
+        return dcp__context_fail(ctx, st, &err);
     }
     return DCP_OK;
 }
@@ -60,18 +60,18 @@ dcp_status dcp_plan_validate(dcp_context *ctx, const dcp_plan *plan, const int32
     if (!ctx) return DCP_ERR_NULL_POINTER;
     dcp_error err;
     if (!plan || (!lengths && num_lengths > 0))
-        return dcp_context_fail(ctx, dcp_fail(&err, DCP_ERR_NULL_POINTER, "dcp_plan_validate: %s is NULL",
+        return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_NULL_POINTER, "dcp_plan_validate: %s is NULL",
                                               plan ? "lengths" : "plan"), &err);
     if (num_lengths < 0 || num_lengths > ctx->config.max_sequences)
-        return dcp_context_fail(ctx, dcp_fail(&err, DCP_ERR_CAPACITY, "num_lengths %d outside [0, max_sequences %d]",
+        return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_CAPACITY, "num_lengths %d outside [0, max_sequences %d]",
                                               num_lengths, ctx->config.max_sequences), &err);
     dcp_plan_violation local;
     dcp_plan_violation *v = violation ? violation : &local;
-    dcp_status st = dcp_plan_check(plan, &ctx->config, lengths, num_lengths, dcp_context_scratch(ctx), v);
-    dcp_arena_reset(&ctx->arena, ctx->scratch_mark);
+    dcp_status st = dcp__plan_check(plan, &ctx->config, lengths, num_lengths, dcp__context_scratch(ctx), v);
+    dcp__arena_reset(&ctx->arena, ctx->scratch_mark);
     if (st != DCP_OK) {
-        dcp_fail(&err, st, "invariant %d: %s", (int)v->invariant, v->message);
-        return dcp_context_fail(ctx, st, &err);
+        dcp__fail(&err, st, "invariant %d: %s", (int)v->invariant, v->message);
+        return dcp__context_fail(ctx, st, &err);
     }
     return DCP_OK;
 }

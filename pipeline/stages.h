@@ -26,7 +26,7 @@
  * num_ranks that is not a power of two (the reference's full-group fallback).
  * Returns 0 when s does not fit on `limit_ranks` ranks at all.
  */
-int32_t dcp_min_cp_size(int64_t length, int32_t max_seqlen_per_rank, int32_t min_cp_size, int32_t num_ranks);
+int32_t dcp__min_cp_size(int64_t length, int32_t max_seqlen_per_rank, int32_t min_cp_size, int32_t num_ranks);
 
 /*
  * Check lengths (1 <= s <= what the largest allowed group holds), sort ids by
@@ -34,14 +34,14 @@ int32_t dcp_min_cp_size(int64_t length, int32_t max_seqlen_per_rank, int32_t min
  * id's minimal CP size.  With dp_balanced the largest group is the static CP
  * size; otherwise all DPxCP ranks.
  */
-dcp_status dcp_bucket(const int32_t *lengths, int32_t num_sequences, const dcp_config *config,
+dcp_status dcp__bucket(const int32_t *lengths, int32_t num_sequences, const dcp_config *config,
                       int32_t *sorted_ids, int32_t *min_cp, dcp_arena *scratch, dcp_error *err);
-size_t dcp_bucket_scratch_size(const dcp_config *config);
+size_t dcp__bucket_scratch_size(const dcp_config *config);
 
 /* ---- assign ---- */
 
 typedef struct dcp_schedule_input {
-    const int32_t *lengths;    /* [num_sequences], by global id; all validated by dcp_bucket */
+    const int32_t *lengths;    /* [num_sequences], by global id; all validated by dcp__bucket */
     int32_t num_sequences;
     const int32_t *sorted_ids; /* [num_sequences], by length descending, stable */
     const int32_t *min_cp;     /* [num_sequences], by global id */
@@ -50,22 +50,22 @@ typedef struct dcp_schedule_input {
 } dcp_schedule_input;
 
 /* Dispatch on config->scheduler.  The plan is cleared first; on error its contents are unspecified. */
-dcp_status dcp_assign(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err);
-size_t dcp_assign_scratch_size(const dcp_config *config);
+dcp_status dcp__assign(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err);
+size_t dcp__assign_scratch_size(const dcp_config *config);
 
-dcp_status dcp_assign_dp_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch,
+dcp_status dcp__assign_dp_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch,
                                   dcp_error *err);
-size_t dcp_assign_dp_balanced_scratch_size(const dcp_config *config);
+size_t dcp__assign_dp_balanced_scratch_size(const dcp_config *config);
 
-dcp_status dcp_assign_dynamic_cp(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch,
+dcp_status dcp__assign_dynamic_cp(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch,
                                  dcp_error *err);
-size_t dcp_assign_dynamic_cp_scratch_size(const dcp_config *config);
+size_t dcp__assign_dynamic_cp_scratch_size(const dcp_config *config);
 
-dcp_status dcp_assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch,
+dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch,
                                dcp_error *err);
-size_t dcp_assign_balanced_scratch_size(const dcp_config *config);
+size_t dcp__assign_balanced_scratch_size(const dcp_config *config);
 
 /* ---- gather ---- */
-size_t dcp_gather_scratch_size(const dcp_config *config);
+size_t dcp__gather_scratch_size(const dcp_config *config);
 
 #endif

@@ -1,8 +1,8 @@
 /*
  * step.h - the data plane's persistent state inside a context.  Internal.
  *
- * dcp_step_layout() places it at init (nothing when max_tokens_per_rank is
- * 0); dcp_step_scratch_size() bounds what one step takes from scratch.  The
+ * dcp__step_layout() places it at init (nothing when max_tokens_per_rank is
+ * 0); dcp__step_scratch_size() bounds what one step takes from scratch.  The
  * outputs of a step live in `body`, one block whose used prefix is laid out
  * per step from four numbers (microbatches, cu_seqlens entries, tokens, kept
  * fields), so TP rank 0 can broadcast it in one piece and its peers rebuild
@@ -16,8 +16,8 @@
 
 /* Fields in the order they sit in staging blocks and bodies: 8-byte ones first. */
 #define DCP_STEP_NUM_FIELDS 4
-extern const uint32_t dcp_step_field_bit[DCP_STEP_NUM_FIELDS];   /* tokens, labels, position_ids, loss_mask */
-extern const size_t dcp_step_field_size[DCP_STEP_NUM_FIELDS];
+extern const uint32_t dcp__step_field_bit[DCP_STEP_NUM_FIELDS];   /* tokens, labels, position_ids, loss_mask */
+extern const size_t dcp__step_field_size[DCP_STEP_NUM_FIELDS];
 
 /* Per-microbatch row of a body's table. */
 typedef struct dcp_step_row {
@@ -40,8 +40,8 @@ typedef struct dcp_step_state {
 } dcp_step_state;
 
 struct dcp_context;
-dcp_status dcp_step_layout(struct dcp_context *ctx, dcp_arena *arena, const dcp_config *config);
-size_t dcp_step_scratch_size(const dcp_config *config);
+dcp_status dcp__step_layout(struct dcp_context *ctx, dcp_arena *arena, const dcp_config *config);
+size_t dcp__step_scratch_size(const dcp_config *config);
 
 /*
  * What a CUDA workspace (gpu/step_cuda.c) must hold for this configuration:
@@ -50,7 +50,7 @@ size_t dcp_step_scratch_size(const dcp_config *config);
  * pieces with the gaps between them), and the most source pointers per field.
  * SIZE_MAX / INT64_MAX on overflow.
  */
-void dcp_step_device_sizes(const dcp_config *config, size_t *staging_bytes, size_t *body_bytes, int64_t *max_segments,
+void dcp__step_device_sizes(const dcp_config *config, size_t *staging_bytes, size_t *body_bytes, int64_t *max_segments,
                            int64_t *max_sources);
 
 #endif

@@ -8,9 +8,9 @@ DCP_TEST(arena_alignment_and_bounds)
 {
     static unsigned char memory[1024 + 64];
     dcp_arena arena;
-    dcp_arena_init(&arena, memory + 3, 1024); /* deliberately misaligned start */
-    void *a = dcp_arena_alloc(&arena, 1, 10);
-    void *b = dcp_arena_alloc(&arena, 8, 3);
+    dcp__arena_init(&arena, memory + 3, 1024); /* deliberately misaligned start */
+    void *a = dcp__arena_alloc(&arena, 1, 10);
+    void *b = dcp__arena_alloc(&arena, 8, 3);
     DCP_REQUIRE(a && b);
     DCP_CHECK(((uintptr_t)a % 64) == 0);
     DCP_CHECK(((uintptr_t)b % 64) == 0);
@@ -18,9 +18,9 @@ DCP_TEST(arena_alignment_and_bounds)
     /* everything stays inside the memory handed in */
     DCP_CHECK((unsigned char *)a >= memory + 3);
     size_t before = arena.used;
-    DCP_CHECK(dcp_arena_alloc(&arena, 1, 4096) == NULL); /* does not fit */
+    DCP_CHECK(dcp__arena_alloc(&arena, 1, 4096) == NULL); /* does not fit */
     DCP_CHECK_EQ_INT(arena.used, before);                /* and changes nothing */
-    DCP_CHECK(dcp_arena_alloc(&arena, SIZE_MAX / 2, 3) == NULL); /* size overflow */
+    DCP_CHECK(dcp__arena_alloc(&arena, SIZE_MAX / 2, 3) == NULL); /* size overflow */
     DCP_CHECK_EQ_INT(arena.used, before);
 }
 
@@ -28,39 +28,39 @@ DCP_TEST(arena_mark_and_reset)
 {
     static unsigned char memory[4096];
     dcp_arena arena;
-    dcp_arena_init(&arena, memory, sizeof memory);
-    (void)dcp_arena_alloc(&arena, 1, 100);
-    size_t mark = dcp_arena_mark(&arena);
+    dcp__arena_init(&arena, memory, sizeof memory);
+    (void)dcp__arena_alloc(&arena, 1, 100);
+    size_t mark = dcp__arena_mark(&arena);
     int32_t *x = DCP_ARENA_NEW(&arena, int32_t, 200);
     DCP_REQUIRE(x);
     DCP_CHECK_EQ_INT(arena.used, mark + 832);
-    dcp_arena_reset(&arena, mark);
+    dcp__arena_reset(&arena, mark);
     DCP_CHECK_EQ_INT(arena.used, mark);
     int32_t *y = DCP_ARENA_NEW(&arena, int32_t, 200);
     DCP_CHECK(x == y); /* the same memory is handed out again */
     DCP_CHECK(arena.high_water >= mark + 832);
-    dcp_arena_reset(&arena, arena.used + 64); /* a mark past the top is ignored */
+    dcp__arena_reset(&arena, arena.used + 64); /* a mark past the top is ignored */
     DCP_CHECK_EQ_INT(arena.used, mark + 832);
     /* exactly filling the arena works; one more byte does not */
-    dcp_arena_reset(&arena, 0);
-    DCP_CHECK(dcp_arena_alloc(&arena, 1, arena.capacity) != NULL);
-    DCP_CHECK(dcp_arena_alloc(&arena, 1, 1) == NULL);
+    dcp__arena_reset(&arena, 0);
+    DCP_CHECK(dcp__arena_alloc(&arena, 1, arena.capacity) != NULL);
+    DCP_CHECK(dcp__arena_alloc(&arena, 1, 1) == NULL);
 }
 
 DCP_TEST(arena_measure_matches_real)
 {
     dcp_arena measure, real;
     static unsigned char memory[8192];
-    dcp_arena_init_measure(&measure);
-    dcp_arena_init(&real, memory, sizeof memory);
+    dcp__arena_init_measure(&measure);
+    dcp__arena_init(&real, memory, sizeof memory);
     size_t sizes[] = {1, 63, 64, 65, 200, 7};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
-        DCP_REQUIRE(dcp_arena_alloc(&measure, 4, sizes[i]) != NULL);
-        DCP_REQUIRE(dcp_arena_alloc(&real, 4, sizes[i]) != NULL);
+        DCP_REQUIRE(dcp__arena_alloc(&measure, 4, sizes[i]) != NULL);
+        DCP_REQUIRE(dcp__arena_alloc(&real, 4, sizes[i]) != NULL);
     }
     DCP_CHECK_EQ_INT(measure.used, real.used);
-    DCP_CHECK_EQ_INT(dcp_arena_bytes(4, 65), 320);
-    DCP_CHECK(dcp_arena_bytes(SIZE_MAX, 2) == SIZE_MAX);
+    DCP_CHECK_EQ_INT(dcp__arena_bytes(4, 65), 320);
+    DCP_CHECK(dcp__arena_bytes(SIZE_MAX, 2) == SIZE_MAX);
 }
 
 DCP_TEST(probe_catches_planted_allocation)

@@ -284,7 +284,7 @@ DCP_TEST(two_halves_per_rank)
     DCP_REQUIRE(makespan >= 0);
     DCP_CHECK_EQ_INT(makespan, 2 * (2048LL * 2048 + 49152LL * 2048) + 819200);
     DCP_CHECK_EQ_INT(plan->num_microbatches, 1);
-    for (int32_t r = 0; r < 8; r++) DCP_CHECK_EQ_INT(dcp_plan_rank_count(plan, 0, r), 2);
+    for (int32_t r = 0; r < 8; r++) DCP_CHECK_EQ_INT(dcp__plan_rank_count(plan, 0, r), 2);
     dcp_context_destroy(ctx);
 }
 
@@ -537,15 +537,15 @@ DCP_TEST(scratch_size_is_an_exact_bound)
     for (size_t r = 0; r < sizeof ranks / sizeof ranks[0]; r++) {
         small_config s = {ranks[r], 4096, 1, 0, 0, N_SEQ, DCP_SCHEDULER_BALANCED};
         dcp_config c = config_of(&s);
-        size_t need = dcp_assign_balanced_scratch_size(&c);
+        size_t need = dcp__assign_balanced_scratch_size(&c);
         DCP_REQUIRE(need > 0 && need < SIZE_MAX);
         unsigned char *memory = aligned_alloc(64, need);
         DCP_REQUIRE(memory != NULL);
         dcp_arena arena;
-        dcp_arena_init(&arena, memory, need);
+        dcp__arena_init(&arena, memory, need);
         dcp_error err;
-        DCP_REQUIRE_OK(dcp_bucket(len, N_SEQ, &c, sorted, min_cp, &arena, &err));
-        dcp_arena_reset(&arena, 0);
+        DCP_REQUIRE_OK(dcp__bucket(len, N_SEQ, &c, sorted, min_cp, &arena, &err));
+        dcp__arena_reset(&arena, 0);
         static int32_t mb_first[N_SEQ + 1], first_rank[N_SEQ], cp[N_SEQ], first_id[N_SEQ + 1], ids[N_SEQ];
         dcp_plan plan = {0};
         plan.microbatch_first_group = mb_first;
@@ -554,15 +554,15 @@ DCP_TEST(scratch_size_is_an_exact_bound)
         plan.group_first_id = first_id;
         plan.ids = ids;
         plan.max_microbatches = plan.max_groups = plan.max_ids = N_SEQ;
-        dcp_plan_clear(&plan, ranks[r]);
+        dcp__plan_clear(&plan, ranks[r]);
         dcp_schedule_input in = {len, N_SEQ, sorted, min_cp, ranks[r], &c};
-        dcp_status st = dcp_assign_balanced(&in, &plan, &arena, &err);
+        dcp_status st = dcp__assign_balanced(&in, &plan, &arena, &err);
         if (st != DCP_OK) dcp_test_fail(__FILE__, __LINE__, "%d ranks: %s", ranks[r], err.message);
         DCP_CHECK(arena.high_water == need); /* exact: the layout takes every byte it reserves */
         /* and one cache line less is refused cleanly */
-        dcp_arena_init(&arena, memory, need - 64);
-        dcp_plan_clear(&plan, ranks[r]);
-        DCP_CHECK_STATUS(dcp_assign_balanced(&in, &plan, &arena, &err), DCP_ERR_CAPACITY);
+        dcp__arena_init(&arena, memory, need - 64);
+        dcp__plan_clear(&plan, ranks[r]);
+        DCP_CHECK_STATUS(dcp__assign_balanced(&in, &plan, &arena, &err), DCP_ERR_CAPACITY);
         free(memory);
     }
 }

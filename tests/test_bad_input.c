@@ -218,14 +218,14 @@ static void hand_plan_init(hand_plan *h)
     h->plan = (dcp_plan){.num_ranks = 4, .microbatch_first_group = h->mb, .group_first_rank = h->first_rank,
                          .group_cp_size = h->cp, .group_first_id = h->first_id, .ids = h->ids,
                          .max_microbatches = 3, .max_groups = 8, .max_ids = 8};
-    dcp_plan_clear(&h->plan, 4);
-    dcp_plan_open_microbatch(&h->plan, NULL);
-    dcp_plan_push_group(&h->plan, 0, 2, (int32_t[]){3}, 1, NULL);
-    dcp_plan_push_group(&h->plan, 2, 2, (int32_t[]){7}, 1, NULL);
-    dcp_plan_close_microbatch(&h->plan);
-    dcp_plan_open_microbatch(&h->plan, NULL);
-    dcp_plan_push_group(&h->plan, 0, 4, (int32_t[]){0, 1, 2, 4, 5, 6}, 6, NULL);
-    dcp_plan_close_microbatch(&h->plan);
+    dcp__plan_clear(&h->plan, 4);
+    dcp__plan_open_microbatch(&h->plan, NULL);
+    dcp__plan_push_group(&h->plan, 0, 2, (int32_t[]){3}, 1, NULL);
+    dcp__plan_push_group(&h->plan, 2, 2, (int32_t[]){7}, 1, NULL);
+    dcp__plan_close_microbatch(&h->plan);
+    dcp__plan_open_microbatch(&h->plan, NULL);
+    dcp__plan_push_group(&h->plan, 0, 4, (int32_t[]){0, 1, 2, 4, 5, 6}, 6, NULL);
+    dcp__plan_close_microbatch(&h->plan);
 }
 
 DCP_TEST(validate_and_stats_bad_inputs)

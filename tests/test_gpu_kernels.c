@@ -63,7 +63,7 @@ static void segment_table_case(int64_t segments, int64_t max_length, int32_t sou
         dst_offset[i] = dst_cursor[dst_index[i]];
         dst_cursor[dst_index[i]] += length[i];
     }
-    int64_t total = dcp_segment_work_offsets(length, segments, work);
+    int64_t total = dcp__segment_work_offsets(length, segments, work);
     enum { F = 4 };
     const int64_t elem[F] = {8, 4, 2, 1};
     dcp_segment_field host_fields[F], dev_fields[F];
@@ -98,8 +98,8 @@ static void segment_table_case(int64_t segments, int64_t max_length, int32_t sou
                                    to_device(dst_offset, (size_t)segments * 8),
                                    to_device(length, (size_t)segments * 8),
                                    to_device(work, (size_t)(segments + 1) * 8)};
-    dcp_segment_table_pack_cpu(&host_table, host_fields, F);
-    DCP_CHECK_EQ_INT(dcp_segment_table_pack_cuda(&dev_table, total, dev_fields, F, NULL), 0);
+    dcp__segment_table_pack_cpu(&host_table, host_fields, F);
+    DCP_CHECK_EQ_INT(dcp__segment_table_pack_cuda(&dev_table, total, dev_fields, F, NULL), 0);
     CUDA_CHECK(cudaDeviceSynchronize());
     for (int f = 0; f < F; f++)
         for (int32_t d = 0; d < dests; d++)
@@ -111,7 +111,7 @@ static void segment_table_case(int64_t segments, int64_t max_length, int32_t sou
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
         for (int f = 0; f < F; f++)
             for (int32_t d = 0; d < dests; d++) CUDA_CHECK(cudaMemset(dev_dst[f][d], 0xA5, dst_bytes[f][d]));
-        DCP_CHECK_EQ_INT(dcp_segment_table_pack_tile_cuda(&dev_table, total, dev_fields, F, variants[v], NULL), 0);
+        DCP_CHECK_EQ_INT(dcp__segment_table_pack_tile_cuda(&dev_table, total, dev_fields, F, variants[v], NULL), 0);
         CUDA_CHECK(cudaDeviceSynchronize());
         for (int f = 0; f < F; f++)
             for (int32_t d = 0; d < dests; d++)
@@ -154,7 +154,7 @@ static void run_pack_and_mask(void)
             dst[i] = cursor;
             cursor += len[i];
         }
-        int64_t tokens = cursor + rnd_range(0, 5), total = dcp_segment_work_offsets(len, n, work);
+        int64_t tokens = cursor + rnd_range(0, 5), total = dcp__segment_work_offsets(len, n, work);
         int64_t *sources[3], *dev_sources[3];
         for (int s = 0; s < 3; s++) {
             sources[s] = malloc(150 * 8);
@@ -166,14 +166,14 @@ static void run_pack_and_mask(void)
         uint8_t *mask = malloc((size_t)tokens + 1);
         void *dev_out = to_device(out, (size_t)tokens * 8), *dev_mask = to_device(mask, (size_t)tokens);
         dcp_pack_layout host_layout = {n, buffer, src, dst, len};
-        dcp_pack_cpu(&host_layout, (const void *const *)sources, out, 8);
-        dcp_padding_mask_from_layout_cpu(&host_layout, tokens, mask);
+        dcp__pack_cpu(&host_layout, (const void *const *)sources, out, 8);
+        dcp__padding_mask_from_layout_cpu(&host_layout, tokens, mask);
         dcp_pack_layout dev_layout = {n, to_device(buffer, (size_t)n * 4), to_device(src, (size_t)n * 8),
                                       to_device(dst, (size_t)n * 8), to_device(len, (size_t)n * 8)};
         int64_t *dev_work = to_device(work, (size_t)(n + 1) * 8);
         void *dev_table = to_device(dev_sources, sizeof dev_sources);
-        DCP_CHECK_EQ_INT(dcp_pack_cuda(&dev_layout, dev_work, total, dev_table, dev_out, 8, NULL), 0);
-        DCP_CHECK_EQ_INT(dcp_padding_mask_from_layout_cuda(&dev_layout, dev_work, total, tokens, dev_mask, NULL), 0);
+        DCP_CHECK_EQ_INT(dcp__pack_cuda(&dev_layout, dev_work, total, dev_table, dev_out, 8, NULL), 0);
+        DCP_CHECK_EQ_INT(dcp__padding_mask_from_layout_cuda(&dev_layout, dev_work, total, tokens, dev_mask, NULL), 0);
         DCP_CHECK(device_equals(dev_out, out, (size_t)tokens * 8));
         DCP_CHECK(device_equals(dev_mask, mask, (size_t)tokens));
         for (int s = 0; s < 3; s++) free(sources[s]), cudaFree(dev_sources[s]);
@@ -197,11 +197,11 @@ static void run_cu_seqlens(void)
             original[k] = (int32_t)rnd_range(0, padded[k]);
         }
         int32_t *cu = malloc((size_t)n * 4 + 4), *cup = malloc((size_t)n * 4 + 4), longest = -1;
-        dcp_cu_seqlens_cpu(original, padded, n, cu, cup, &longest);
+        dcp__cu_seqlens_cpu(original, padded, n, cu, cup, &longest);
         int32_t *d_original = to_device(original, (size_t)n * 4), *d_padded = to_device(padded, (size_t)n * 4);
         int32_t *d_cu = to_device(NULL, (size_t)(n + 1) * 4), *d_cup = to_device(NULL, (size_t)(n + 1) * 4);
         int32_t *d_max = to_device(NULL, 4);
-        DCP_CHECK_EQ_INT(dcp_cu_seqlens_cuda(d_original, d_padded, n, d_cu, d_cup, d_max, NULL), 0);
+        DCP_CHECK_EQ_INT(dcp__cu_seqlens_cuda(d_original, d_padded, n, d_cu, d_cup, d_max, NULL), 0);
         if (!device_equals(d_cu, cu, (size_t)(n + 1) * 4) || !device_equals(d_cup, cup, (size_t)(n + 1) * 4) ||
             !device_equals(d_max, &longest, 4))
             dcp_test_fail(__FILE__, __LINE__, "cu_seqlens scan of %d lengths differs", n);
@@ -229,13 +229,13 @@ static void run_thd_cu_seqlens(void)
         }
         dcp_thd_geometry g;
         dcp_error err;
-        if (dcp_thd_geometry_compute(&p, original, padded, n, &g, &err) == DCP_OK) {
+        if (dcp__thd_geometry_compute(&p, original, padded, n, &g, &err) == DCP_OK) {
             size_t bytes = (size_t)g.num_cu_seqlens * 4;
             int32_t *cu = malloc(bytes), *cup = malloc(bytes);
-            dcp_thd_cu_seqlens_write(&g, original, padded, n, cu, cup);
+            dcp__thd_cu_seqlens_write(&g, original, padded, n, cu, cup);
             int32_t *d_original = to_device(original, (size_t)n * 4), *d_padded = to_device(padded, (size_t)n * 4);
             int32_t *d_cu = to_device(NULL, bytes), *d_cup = to_device(NULL, bytes);
-            DCP_CHECK_EQ_INT(dcp_thd_cu_seqlens_write_cuda(&g, d_original, d_padded, n, d_cu, d_cup, NULL), 0);
+            DCP_CHECK_EQ_INT(dcp__thd_cu_seqlens_write_cuda(&g, d_original, d_padded, n, d_cu, d_cup, NULL), 0);
             if (!device_equals(d_cu, cu, bytes) || !device_equals(d_cup, cup, bytes))
                 dcp_test_fail(__FILE__, __LINE__, "THD cu_seqlens (n %d, cp %d, dummy %d, entries %d) differ", n, p.cp,
                               g.dummy_length, g.num_cu_seqlens);
@@ -262,10 +262,10 @@ static void run_padding_mask_and_sanitize(void)
         int64_t tokens = cup[n] + rnd_range(0, 40);
         if (rnd() % 5 == 0 && tokens > 3) tokens -= 3; /* a buffer shorter than the spans: clipped alike */
         uint8_t *mask = malloc((size_t)tokens + 1);
-        dcp_thd_padding_mask_cpu(cu, cup, n, tokens, mask);
+        dcp__thd_padding_mask_cpu(cu, cup, n, tokens, mask);
         int32_t *d_cu = to_device(cu, (size_t)(n + 1) * 4), *d_cup = to_device(cup, (size_t)(n + 1) * 4);
         uint8_t *d_mask = to_device(NULL, (size_t)tokens);
-        DCP_CHECK_EQ_INT(dcp_thd_padding_mask_cuda(d_cu, d_cup, n, tokens, d_mask, NULL), 0);
+        DCP_CHECK_EQ_INT(dcp__thd_padding_mask_cuda(d_cu, d_cup, n, tokens, d_mask, NULL), 0);
         DCP_CHECK(device_equals(d_mask, mask, (size_t)tokens));
         const size_t elems[] = {8, 4, 1, 3};
         for (int e = 0; e < 4; e++) {
@@ -273,8 +273,8 @@ static void run_padding_mask_and_sanitize(void)
             unsigned char *field = malloc(bytes + 1);
             fill_random(field, bytes);
             void *d_field = to_device(field, bytes);
-            dcp_thd_sanitize_cpu(mask, tokens, field, elems[e]);
-            DCP_CHECK_EQ_INT(dcp_thd_sanitize_cuda(d_mask, tokens, d_field, elems[e], NULL), 0);
+            dcp__thd_sanitize_cpu(mask, tokens, field, elems[e]);
+            DCP_CHECK_EQ_INT(dcp__thd_sanitize_cuda(d_mask, tokens, d_field, elems[e], NULL), 0);
             DCP_CHECK(device_equals(d_field, field, bytes));
             cudaFree(d_field), free(field);
         }
@@ -302,12 +302,12 @@ static void run_cp_slice(void)
         if (partition == DCP_CP_CONTIGUOUS && rnd() % 2) total += rnd_range(0, 3) * cp + (rnd() % 5 == 0);
         size_t cap = 2 * (size_t)(n > 0 ? n : 1);
         int64_t *src = malloc(cap * 8), *dst = malloc(cap * 8), *len = malloc(cap * 8);
-        int64_t count = dcp_cp_slice_layout_cpu(cup, n, total, cp, r, partition, src, dst, len);
+        int64_t count = dcp__cp_slice_layout_cpu(cup, n, total, cp, r, partition, src, dst, len);
         int32_t *d_cup = to_device(cup, (size_t)(n + 1) * 4);
         int64_t *d_src = to_device(NULL, cap * 8), *d_dst = to_device(NULL, cap * 8), *d_len = to_device(NULL, cap * 8);
         int64_t *d_count = to_device(NULL, 8), got = -7;
         DCP_CHECK_EQ_INT(
-            dcp_cp_slice_layout_cuda(d_cup, n, total, cp, r, partition, d_src, d_dst, d_len, d_count, NULL), 0);
+            dcp__cp_slice_layout_cuda(d_cup, n, total, cp, r, partition, d_src, d_dst, d_len, d_count, NULL), 0);
         CUDA_CHECK(cudaMemcpy(&got, d_count, 8, cudaMemcpyDeviceToHost));
         DCP_CHECK_EQ_INT(got, count);
         if (count > 0) {
@@ -322,9 +322,9 @@ static void run_cp_slice(void)
                 fill_random(packed, in_bytes);
                 const void *bufs[1] = {packed};
                 dcp_pack_layout layout = {count, NULL, src, dst, len};
-                dcp_pack_cpu(&layout, bufs, want, elems[e]);
+                dcp__pack_cpu(&layout, bufs, want, elems[e]);
                 void *d_packed = to_device(packed, in_bytes), *d_out = to_device(NULL, local * elems[e]);
-                DCP_CHECK_EQ_INT(dcp_cp_slice_cuda(d_packed, n, d_cup, total, cp, r, partition, d_out, elems[e], NULL), 0);
+                DCP_CHECK_EQ_INT(dcp__cp_slice_cuda(d_packed, n, d_cup, total, cp, r, partition, d_out, elems[e], NULL), 0);
                 if (!device_equals(d_out, want, local * elems[e]))
                     dcp_test_fail(__FILE__, __LINE__, "direct CP slice (cp %d rank %d %s, %zu-byte) differs", cp, r,
                                   partition == DCP_CP_ZIGZAG ? "zigzag" : "contiguous", elems[e]);
@@ -364,13 +364,13 @@ static void run_mtp_roll(void)
         void *d_field = to_device(field, (size_t)tokens * e), *d_out = to_device(out, (size_t)tokens * e);
         void *d_prev = to_device(to_prev, nb), *d_next = to_device(to_next, nb);
         void *d_from_next = to_device(from_next, nb), *d_from_prev = to_device(from_prev, nb);
-        dcp_mtp_roll_boundary_cpu(field, e, cu, n, cp, to_prev, to_next);
-        DCP_CHECK_EQ_INT(dcp_mtp_roll_boundary_cuda(d_field, e, d_cu, n, cp, d_prev, d_next, NULL), 0);
+        dcp__mtp_roll_boundary_cpu(field, e, cu, n, cp, to_prev, to_next);
+        DCP_CHECK_EQ_INT(dcp__mtp_roll_boundary_cuda(d_field, e, d_cu, n, cp, d_prev, d_next, NULL), 0);
         DCP_CHECK(device_equals(d_prev, to_prev, nb));
         DCP_CHECK(device_equals(d_next, to_next, nb));
-        dcp_mtp_roll_apply_cpu(field, out, e, cu, n, tokens, cp, r, to_next, from_next, from_prev);
+        dcp__mtp_roll_apply_cpu(field, out, e, cu, n, tokens, cp, r, to_next, from_next, from_prev);
         DCP_CHECK_EQ_INT(
-            dcp_mtp_roll_apply_cuda(d_field, d_out, e, d_cu, n, tokens, cp, r, d_next, d_from_next, d_from_prev, NULL), 0);
+            dcp__mtp_roll_apply_cuda(d_field, d_out, e, d_cu, n, tokens, cp, r, d_next, d_from_next, d_from_prev, NULL), 0);
         if (!device_equals(d_out, out, (size_t)tokens * e))
             dcp_test_fail(__FILE__, __LINE__, "MTP roll (cp %d rank %d, %d sequences, %zu-byte) differs", cp, r, n, e);
         cudaFree(d_cu), cudaFree(d_field), cudaFree(d_out), cudaFree(d_prev), cudaFree(d_next);
@@ -422,7 +422,7 @@ static void run_launch_errors(void)
 {
     /* a bad launch comes back as a status, not a crash */
     CUDA_CHECK(cudaGetLastError());
-    DCP_CHECK(dcp_cu_seqlens_cuda(NULL, NULL, -1, NULL, NULL, NULL, NULL) != 0);
+    DCP_CHECK(dcp__cu_seqlens_cuda(NULL, NULL, -1, NULL, NULL, NULL, NULL) != 0);
     DCP_CHECK_STATUS(dcp_gdn_pad_cuda(NULL, 4, 1, 4, NULL, 0, NULL, 4, NULL, NULL), DCP_ERR_NULL_POINTER);
     DCP_CHECK_STATUS(dcp_gdn_pad_cuda((void *)1, 5, 1, 4, NULL, 0, (void *)1, 7, NULL, NULL), DCP_ERR_CAPACITY);
 }

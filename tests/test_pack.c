@@ -19,12 +19,12 @@ DCP_TEST(pack_copies_segments_from_several_buffers)
     int64_t src[] = {1, 3, 0}, dst[] = {0, 2, 5}, len[] = {2, 2, 1};
     dcp_pack_layout layout = {3, buffer, src, dst, len};
     int64_t out[7] = {-1, -1, -1, -1, -1, -1, -1};
-    dcp_pack_cpu(&layout, srcs, out, sizeof out[0]);
+    dcp__pack_cpu(&layout, srcs, out, sizeof out[0]);
     const int64_t want[] = {21, 22, 13, 14, -1, 10, -1};
     for (int i = 0; i < 7; i++) DCP_CHECK_EQ_INT(out[i], want[i]);
 
     uint8_t mask[7];
-    dcp_padding_mask_from_layout_cpu(&layout, 7, mask);
+    dcp__padding_mask_from_layout_cpu(&layout, 7, mask);
     const uint8_t want_mask[] = {0, 0, 0, 0, 1, 0, 1};
     for (int i = 0; i < 7; i++) DCP_CHECK_EQ_INT(mask[i], want_mask[i]);
 }
@@ -32,7 +32,7 @@ DCP_TEST(pack_copies_segments_from_several_buffers)
 DCP_TEST(cu_seqlens_scan)
 {
     int32_t original[] = {3, 2, 7}, padded[] = {4, 4, 8}, cu[4], cup[4], longest = -1;
-    dcp_cu_seqlens_cpu(original, padded, 3, cu, cup, &longest);
+    dcp__cu_seqlens_cpu(original, padded, 3, cu, cup, &longest);
     const int32_t want_cu[] = {0, 3, 5, 12}, want_cup[] = {0, 4, 8, 16};
     for (int i = 0; i < 4; i++) {
         DCP_CHECK_EQ_INT(cu[i], want_cu[i]);
@@ -46,12 +46,12 @@ DCP_TEST(reference_padding_mask_and_sanitise)
     /* two sequences: 3 of 4 slots real, 2 of 4 real; 2 tail slots */
     const int32_t cu[] = {0, 3, 5}, cup[] = {0, 4, 8};
     uint8_t mask[10];
-    dcp_thd_padding_mask_cpu(cu, cup, 2, 10, mask);
+    dcp__thd_padding_mask_cpu(cu, cup, 2, 10, mask);
     const uint8_t want[] = {0, 0, 0, 1, 0, 0, 1, 1, 1, 1};
     for (int i = 0; i < 10; i++) DCP_CHECK_EQ_INT(mask[i], want[i]);
     float loss[10];
     for (int i = 0; i < 10; i++) loss[i] = 1.5f;
-    dcp_thd_sanitize_cpu(mask, 10, loss, sizeof loss[0]);
+    dcp__thd_sanitize_cpu(mask, 10, loss, sizeof loss[0]);
     for (int i = 0; i < 10; i++) DCP_CHECK(loss[i] == (want[i] ? 0.0f : 1.5f));
 }
 
@@ -59,24 +59,24 @@ DCP_TEST(zigzag_and_contiguous_slices)
 {
     const int32_t cup[] = {0, 8, 12};
     int64_t src[4], dst[4], len[4];
-    DCP_REQUIRE_EQ_INT(dcp_cp_slice_layout_cpu(cup, 2, 12, 2, 0, DCP_CP_ZIGZAG, src, dst, len), 4);
+    DCP_REQUIRE_EQ_INT(dcp__cp_slice_layout_cpu(cup, 2, 12, 2, 0, DCP_CP_ZIGZAG, src, dst, len), 4);
     const int64_t src0[] = {0, 6, 8, 11}, dst0[] = {0, 2, 4, 5}, len0[] = {2, 2, 1, 1};
     for (int i = 0; i < 4; i++) {
         DCP_CHECK_EQ_INT(src[i], src0[i]);
         DCP_CHECK_EQ_INT(dst[i], dst0[i]);
         DCP_CHECK_EQ_INT(len[i], len0[i]);
     }
-    DCP_REQUIRE_EQ_INT(dcp_cp_slice_layout_cpu(cup, 2, 12, 2, 1, DCP_CP_ZIGZAG, src, dst, len), 4);
+    DCP_REQUIRE_EQ_INT(dcp__cp_slice_layout_cpu(cup, 2, 12, 2, 1, DCP_CP_ZIGZAG, src, dst, len), 4);
     const int64_t src1[] = {2, 4, 9, 10};
     for (int i = 0; i < 4; i++) DCP_CHECK_EQ_INT(src[i], src1[i]);
-    DCP_REQUIRE_EQ_INT(dcp_cp_slice_layout_cpu(cup, 2, 12, 2, 1, DCP_CP_CONTIGUOUS, src, dst, len), 1);
+    DCP_REQUIRE_EQ_INT(dcp__cp_slice_layout_cpu(cup, 2, 12, 2, 1, DCP_CP_CONTIGUOUS, src, dst, len), 1);
     DCP_CHECK_EQ_INT(src[0], 6);
     DCP_CHECK_EQ_INT(len[0], 6);
     /* a span not divisible by 2*cp cannot be cut zigzag; a total not divisible by cp not contiguously */
     const int32_t odd[] = {0, 6};
-    DCP_CHECK_EQ_INT(dcp_cp_slice_layout_cpu(odd, 1, 6, 2, 0, DCP_CP_ZIGZAG, src, dst, len), -1);
-    DCP_CHECK_EQ_INT(dcp_cp_slice_layout_cpu(odd, 1, 6, 4, 0, DCP_CP_CONTIGUOUS, src, dst, len), -1);
-    DCP_CHECK_EQ_INT(dcp_cp_slice_layout_cpu(odd, 1, 7, 1, 0, DCP_CP_ZIGZAG, src, dst, len), 1);
+    DCP_CHECK_EQ_INT(dcp__cp_slice_layout_cpu(odd, 1, 6, 2, 0, DCP_CP_ZIGZAG, src, dst, len), -1);
+    DCP_CHECK_EQ_INT(dcp__cp_slice_layout_cpu(odd, 1, 6, 4, 0, DCP_CP_CONTIGUOUS, src, dst, len), -1);
+    DCP_CHECK_EQ_INT(dcp__cp_slice_layout_cpu(odd, 1, 7, 1, 0, DCP_CP_ZIGZAG, src, dst, len), 1);
 }
 
 static dcp_thd_params params(int32_t cp, dcp_cp_partition partition, int32_t alignment, int32_t target,
@@ -95,19 +95,19 @@ DCP_TEST(geometry_hand_worked)
 
     /* no padding: the packed spans as they are */
     dcp_thd_params p = params(1, DCP_CP_ZIGZAG, 0, 0, DCP_THD_TAIL_APPEND_DUMMY, 0);
-    DCP_REQUIRE_OK(dcp_thd_geometry_compute(&p, o2, p2, 2, &g, &err));
+    DCP_REQUIRE_OK(dcp__thd_geometry_compute(&p, o2, p2, 2, &g, &err));
     DCP_CHECK_EQ_INT(g.num_tokens, 8);
     DCP_CHECK_EQ_INT(g.num_cu_seqlens, 3);
     DCP_CHECK_EQ_INT(g.max_seqlen, 4);
 
     /* alignment 16, dummy tail of 8 */
     p = params(1, DCP_CP_ZIGZAG, 16, 0, DCP_THD_TAIL_APPEND_DUMMY, 0);
-    DCP_REQUIRE_OK(dcp_thd_geometry_compute(&p, o2, p2, 2, &g, &err));
+    DCP_REQUIRE_OK(dcp__thd_geometry_compute(&p, o2, p2, 2, &g, &err));
     DCP_CHECK_EQ_INT(g.num_tokens, 16);
     DCP_CHECK_EQ_INT(g.dummy_length, 8);
     DCP_CHECK_EQ_INT(g.num_cu_seqlens, 4);
     DCP_CHECK_EQ_INT(g.max_seqlen, 8);
-    dcp_thd_cu_seqlens_write(&g, o2, p2, 2, cu, cup);
+    dcp__thd_cu_seqlens_write(&g, o2, p2, 2, cu, cup);
     const int32_t cu_b[] = {0, 3, 5, 13}, cup_b[] = {0, 4, 8, 16};
     for (int i = 0; i < 4; i++) {
         DCP_CHECK_EQ_INT(cu[i], cu_b[i]);
@@ -116,34 +116,34 @@ DCP_TEST(geometry_hand_worked)
 
     /* the same with a fixed capacity of 3 sequences: 4 entries, max_seqlen = target; 2 is too few */
     p.max_packed_sequences = 3;
-    DCP_REQUIRE_OK(dcp_thd_geometry_compute(&p, o2, p2, 2, &g, &err));
+    DCP_REQUIRE_OK(dcp__thd_geometry_compute(&p, o2, p2, 2, &g, &err));
     DCP_CHECK_EQ_INT(g.num_cu_seqlens, 4);
     DCP_CHECK_EQ_INT(g.max_seqlen, 16);
     p.max_packed_sequences = 5;
-    DCP_REQUIRE_OK(dcp_thd_geometry_compute(&p, o2, p2, 2, &g, &err));
-    dcp_thd_cu_seqlens_write(&g, o2, p2, 2, cu, cup);
+    DCP_REQUIRE_OK(dcp__thd_geometry_compute(&p, o2, p2, 2, &g, &err));
+    dcp__thd_cu_seqlens_write(&g, o2, p2, 2, cu, cup);
     const int32_t cu_f[] = {0, 3, 5, 13, 13, 13}, cup_f[] = {0, 4, 8, 16, 16, 16};
     for (int i = 0; i < 6; i++) {
         DCP_CHECK_EQ_INT(cu[i], cu_f[i]);
         DCP_CHECK_EQ_INT(cup[i], cup_f[i]);
     }
     p.max_packed_sequences = 2;
-    DCP_CHECK_STATUS(dcp_thd_geometry_compute(&p, o2, p2, 2, &g, &err), DCP_ERR_CAPACITY);
+    DCP_CHECK_STATUS(dcp__thd_geometry_compute(&p, o2, p2, 2, &g, &err), DCP_ERR_CAPACITY);
 
     /* extend_last: the last sequence's span grows to the target, no dummy */
     p = params(1, DCP_CP_ZIGZAG, 16, 0, DCP_THD_TAIL_EXTEND_LAST, 0);
-    DCP_REQUIRE_OK(dcp_thd_geometry_compute(&p, o2, p2, 2, &g, &err));
+    DCP_REQUIRE_OK(dcp__thd_geometry_compute(&p, o2, p2, 2, &g, &err));
     DCP_CHECK_EQ_INT(g.num_tokens, 16);
     DCP_CHECK_EQ_INT(g.partition_total, 16);
     DCP_CHECK_EQ_INT(g.num_cu_seqlens, 3);
     DCP_CHECK_EQ_INT(g.max_seqlen, 12);
-    dcp_thd_cu_seqlens_write(&g, o2, p2, 2, cu, cup);
+    dcp__thd_cu_seqlens_write(&g, o2, p2, 2, cu, cup);
     DCP_CHECK_EQ_INT(cup[2], 16);
     DCP_CHECK_EQ_INT(cu[2], 5);
 
     /* pad to max (10) */
     p = params(1, DCP_CP_ZIGZAG, 0, 10, DCP_THD_TAIL_APPEND_DUMMY, 0);
-    DCP_REQUIRE_OK(dcp_thd_geometry_compute(&p, o2, p2, 2, &g, &err));
+    DCP_REQUIRE_OK(dcp__thd_geometry_compute(&p, o2, p2, 2, &g, &err));
     DCP_CHECK_EQ_INT(g.num_tokens, 10);
     DCP_CHECK_EQ_INT(g.dummy_length, 2);
     DCP_CHECK_EQ_INT(g.num_cu_seqlens, 4);
@@ -159,17 +159,17 @@ DCP_TEST(geometry_zigzag_and_contiguous_pieces)
     /* zigzag cp=2, alignment 8: 12 packed -> 6 local -> 8, dummy 4 */
     int32_t o[] = {7, 4}, pd[] = {8, 4};
     dcp_thd_params p = params(2, DCP_CP_ZIGZAG, 8, 0, DCP_THD_TAIL_APPEND_DUMMY, 0);
-    DCP_REQUIRE_OK(dcp_thd_geometry_compute(&p, o, pd, 2, &g, &err));
+    DCP_REQUIRE_OK(dcp__thd_geometry_compute(&p, o, pd, 2, &g, &err));
     DCP_CHECK_EQ_INT(g.local_tokens, 6);
     DCP_CHECK_EQ_INT(g.num_tokens, 8);
     DCP_CHECK_EQ_INT(g.dummy_length, 4);
-    dcp_thd_cu_seqlens_write(&g, o, pd, 2, cu, cup);
+    dcp__thd_cu_seqlens_write(&g, o, pd, 2, cu, cup);
     const int32_t want_cu[] = {0, 7, 11, 15}, want_cup[] = {0, 8, 12, 16};
     for (int i = 0; i < 4; i++) {
         DCP_CHECK_EQ_INT(cu[i], want_cu[i]);
         DCP_CHECK_EQ_INT(cup[i], want_cup[i]);
     }
-    int32_t count = dcp_thd_real_pieces(&g, &p, o, cup, 0, seq, off, loc, len);
+    int32_t count = dcp__thd_real_pieces(&g, &p, o, cup, 0, seq, off, loc, len);
     DCP_REQUIRE_EQ_INT(count, 4);
     const int32_t w_seq[] = {0, 0, 1, 1};
     const int64_t w_off[] = {0, 6, 0, 3}, w_loc[] = {0, 2, 4, 5}, w_len[] = {2, 1, 1, 1};
@@ -183,28 +183,28 @@ DCP_TEST(geometry_zigzag_and_contiguous_pieces)
     /* a dummy of 2 slots cannot be cut over 2*cp = 4 */
     int32_t o1[] = {4}, p1[] = {4};
     p = params(2, DCP_CP_ZIGZAG, 3, 0, DCP_THD_TAIL_APPEND_DUMMY, 0);
-    DCP_CHECK_STATUS(dcp_thd_geometry_compute(&p, o1, p1, 1, &g, &err), DCP_ERR_BAD_LENGTH);
+    DCP_CHECK_STATUS(dcp__thd_geometry_compute(&p, o1, p1, 1, &g, &err), DCP_ERR_BAD_LENGTH);
     /* nor a span of 6 over 4 */
     int32_t o6[] = {6}, p6[] = {6};
     p = params(2, DCP_CP_ZIGZAG, 0, 0, DCP_THD_TAIL_APPEND_DUMMY, 0);
-    DCP_CHECK_STATUS(dcp_thd_geometry_compute(&p, o6, p6, 1, &g, &err), DCP_ERR_BAD_LENGTH);
+    DCP_CHECK_STATUS(dcp__thd_geometry_compute(&p, o6, p6, 1, &g, &err), DCP_ERR_BAD_LENGTH);
     DCP_CHECK_CONTAINS(err.message, "not divisible by 2*cp");
 
     /* contiguous cp=2, alignment 4: width fixed at 4 before slicing, dummy 1 */
     int32_t oc[] = {3, 4}, pc[] = {3, 4};
     p = params(2, DCP_CP_CONTIGUOUS, 4, 0, DCP_THD_TAIL_APPEND_DUMMY, 0);
-    DCP_REQUIRE_OK(dcp_thd_geometry_compute(&p, oc, pc, 2, &g, &err));
+    DCP_REQUIRE_OK(dcp__thd_geometry_compute(&p, oc, pc, 2, &g, &err));
     DCP_CHECK_EQ_INT(g.partition_total, 8);
     DCP_CHECK_EQ_INT(g.num_tokens, 4);
     DCP_CHECK_EQ_INT(g.dummy_length, 1);
-    dcp_thd_cu_seqlens_write(&g, oc, pc, 2, cu, cup);
-    count = dcp_thd_real_pieces(&g, &p, oc, cup, 1, seq, off, loc, len);
+    dcp__thd_cu_seqlens_write(&g, oc, pc, 2, cu, cup);
+    count = dcp__thd_real_pieces(&g, &p, oc, cup, 1, seq, off, loc, len);
     DCP_REQUIRE_EQ_INT(count, 1);
     DCP_CHECK_EQ_INT(seq[0], 1);
     DCP_CHECK_EQ_INT(off[0], 1);
     DCP_CHECK_EQ_INT(loc[0], 0);
     DCP_CHECK_EQ_INT(len[0], 3);
-    count = dcp_thd_real_pieces(&g, &p, oc, cup, 0, seq, off, loc, len);
+    count = dcp__thd_real_pieces(&g, &p, oc, cup, 0, seq, off, loc, len);
     DCP_REQUIRE_EQ_INT(count, 2);
     DCP_CHECK_EQ_INT(len[0], 3);
     DCP_CHECK_EQ_INT(loc[1], 3);
@@ -212,17 +212,17 @@ DCP_TEST(geometry_zigzag_and_contiguous_pieces)
     /* extend_last with zigzag and pad-to-max 8: last span 4 -> 12 */
     int32_t oe[] = {4, 3}, pe[] = {4, 4};
     p = params(2, DCP_CP_ZIGZAG, 0, 8, DCP_THD_TAIL_EXTEND_LAST, 0);
-    DCP_REQUIRE_OK(dcp_thd_geometry_compute(&p, oe, pe, 2, &g, &err));
+    DCP_REQUIRE_OK(dcp__thd_geometry_compute(&p, oe, pe, 2, &g, &err));
     DCP_CHECK_EQ_INT(g.last_padded_end, 16);
     DCP_CHECK_EQ_INT(g.num_tokens, 8);
     DCP_CHECK_EQ_INT(g.num_cu_seqlens, 3);
     DCP_CHECK_EQ_INT(g.max_seqlen, 12);
     /* a packed microbatch larger than the target is a capacity error */
     int32_t ob[] = {20}, pb[] = {20};
-    DCP_CHECK_STATUS(dcp_thd_geometry_compute(&p, ob, pb, 1, &g, &err), DCP_ERR_CAPACITY);
+    DCP_CHECK_STATUS(dcp__thd_geometry_compute(&p, ob, pb, 1, &g, &err), DCP_ERR_CAPACITY);
     /* bad lengths */
     int32_t obad[] = {5}, pbad[] = {4};
-    DCP_CHECK_STATUS(dcp_thd_geometry_compute(&p, obad, pbad, 1, &g, &err), DCP_ERR_BAD_LENGTH);
+    DCP_CHECK_STATUS(dcp__thd_geometry_compute(&p, obad, pbad, 1, &g, &err), DCP_ERR_BAD_LENGTH);
 }
 
 /* ---- fused vs reference order ---- */
@@ -240,12 +240,12 @@ static int compare_one(const dcp_thd_params *p, const int32_t *o, const int32_t 
 {
     dcp_error err;
     dcp_thd_geometry g;
-    if (dcp_thd_geometry_compute(p, o, pd, n, &g, &err) != DCP_OK) return -1; /* rejected shapes are tested above */
+    if (dcp__thd_geometry_compute(p, o, pd, n, &g, &err) != DCP_OK) return -1; /* rejected shapes are tested above */
     int32_t *cu0 = calloc((size_t)n + 1, sizeof *cu0), *cup0 = calloc((size_t)n + 1, sizeof *cup0);
     int32_t *cu = calloc((size_t)g.num_cu_seqlens, sizeof *cu), *cup = calloc((size_t)g.num_cu_seqlens, sizeof *cup);
     int32_t longest;
-    dcp_cu_seqlens_cpu(o, pd, n, cu0, cup0, &longest);
-    dcp_thd_cu_seqlens_write(&g, o, pd, n, cu, cup);
+    dcp__cu_seqlens_cpu(o, pd, n, cu0, cup0, &longest);
+    dcp__thd_cu_seqlens_write(&g, o, pd, n, cu, cup);
 
     /* packed buffer: token value = 1000*k + j + 1 in real and padding slots alike (sanitising must clear them) */
     int64_t total = g.partition_total;
@@ -253,11 +253,11 @@ static int compare_one(const dcp_thd_params *p, const int32_t *o, const int32_t 
     uint8_t *mask = malloc((size_t)total);
     for (int32_t k = 0; k < n; k++)
         for (int32_t j = 0; j < pd[k]; j++) packed[cup0[k] + j] = 1000 * (int64_t)k + j + 1;
-    dcp_thd_padding_mask_cpu(cu0, cup0, n, total, mask);
-    dcp_thd_sanitize_cpu(mask, total, packed, sizeof *packed);
+    dcp__thd_padding_mask_cpu(cu0, cup0, n, total, mask);
+    dcp__thd_sanitize_cpu(mask, total, packed, sizeof *packed);
     int64_t *src = malloc(sizeof *src * (2 * (size_t)n + 1)), *dst = malloc(sizeof *dst * (2 * (size_t)n + 1)),
             *len = malloc(sizeof *len * (2 * (size_t)n + 1));
-    int64_t segments = dcp_cp_slice_layout_cpu(cup, n, total, p->cp, r, p->partition, src, dst, len);
+    int64_t segments = dcp__cp_slice_layout_cpu(cup, n, total, p->cp, r, p->partition, src, dst, len);
     int ok = segments >= 0;
     int64_t *want = calloc((size_t)g.num_tokens, sizeof *want);
     uint8_t *want_mask = malloc((size_t)g.num_tokens);
@@ -265,23 +265,23 @@ static int compare_one(const dcp_thd_params *p, const int32_t *o, const int32_t 
     if (ok) {
         dcp_pack_layout slice = {segments, NULL, src, dst, len};
         const void *bufs[] = {packed};
-        dcp_pack_cpu(&slice, bufs, want, sizeof *want);
+        dcp__pack_cpu(&slice, bufs, want, sizeof *want);
         const void *mbufs[] = {mask};
-        dcp_pack_cpu(&slice, mbufs, want_mask, 1);
+        dcp__pack_cpu(&slice, mbufs, want_mask, 1);
     }
 
     /* fused: real pieces straight from per-sequence sources */
     int32_t *seq = malloc(sizeof *seq * 2 * (size_t)n);
     int64_t *off = malloc(sizeof *off * 2 * (size_t)n), *loc = malloc(sizeof *loc * 2 * (size_t)n),
             *plen = malloc(sizeof *plen * 2 * (size_t)n), *soff = malloc(sizeof *soff * 2 * (size_t)n);
-    int32_t pieces = dcp_thd_real_pieces(&g, p, o, cup, r, seq, off, loc, plen);
+    int32_t pieces = dcp__thd_real_pieces(&g, p, o, cup, r, seq, off, loc, plen);
     for (int32_t i = 0; i < pieces; i++) soff[i] = cup0[seq[i]] + off[i];
     int64_t *got = calloc((size_t)g.num_tokens, sizeof *got);
     uint8_t *got_mask = malloc((size_t)g.num_tokens);
     dcp_pack_layout fused = {pieces, NULL, soff, loc, plen};
     const void *bufs[] = {packed};
-    dcp_pack_cpu(&fused, bufs, got, sizeof *got);
-    dcp_padding_mask_from_layout_cpu(&fused, g.num_tokens, got_mask);
+    dcp__pack_cpu(&fused, bufs, got, sizeof *got);
+    dcp__padding_mask_from_layout_cpu(&fused, g.num_tokens, got_mask);
     for (int64_t t = 0; ok && t < g.num_tokens; t++)
         if (got[t] != want[t] || got_mask[t] != want_mask[t]) ok = 0;
     free(cu0), free(cup0), free(cu), free(cup), free(packed), free(mask), free(src), free(dst), free(len);

@@ -20,12 +20,12 @@ static void fixture_init(fixture *f, int32_t ranks)
     f->plan.max_microbatches = 8;
     f->plan.max_groups = 16;
     f->plan.max_ids = 32;
-    dcp_plan_clear(&f->plan, ranks);
+    dcp__plan_clear(&f->plan, ranks);
 }
 
 static void group(fixture *f, int32_t first, int32_t cp, int n, const int32_t *ids)
 {
-    dcp_plan_push_group(&f->plan, first, cp, ids, n, NULL);
+    dcp__plan_push_group(&f->plan, first, cp, ids, n, NULL);
 }
 
 static dcp_context *make_context(int32_t ranks, int32_t m, int32_t vpp_group)
@@ -51,14 +51,14 @@ static const int32_t lengths[6] = {800, 300, 200, 100, 100, 50};
 static void valid_plan(fixture *f)
 {
     fixture_init(f, 4);
-    dcp_plan_open_microbatch(&f->plan, NULL);
+    dcp__plan_open_microbatch(&f->plan, NULL);
     group(f, 0, 2, 1, (int32_t[]){0});
     group(f, 2, 1, 1, (int32_t[]){1});
     group(f, 3, 1, 1, (int32_t[]){2});
-    dcp_plan_close_microbatch(&f->plan);
-    dcp_plan_open_microbatch(&f->plan, NULL);
+    dcp__plan_close_microbatch(&f->plan);
+    dcp__plan_open_microbatch(&f->plan, NULL);
     group(f, 0, 4, 3, (int32_t[]){3, 4, 5});
-    dcp_plan_close_microbatch(&f->plan);
+    dcp__plan_close_microbatch(&f->plan);
 }
 
 static void expect(dcp_context *ctx, fixture *f, int32_t n, dcp_invariant inv, int32_t mb, const char *part)
@@ -87,7 +87,7 @@ DCP_TEST(validator_accepts_valid_plan)
     DCP_CHECK_EQ_INT(dcp_plan_group_of_rank(&f.plan, 0, 3), 2);
     DCP_CHECK_EQ_INT(dcp_plan_group_of_rank(&f.plan, 1, 2), 3);
     DCP_CHECK_EQ_INT(dcp_plan_group_of_rank(&f.plan, 2, 0), -1);
-    DCP_CHECK_EQ_INT(dcp_plan_rank_count(&f.plan, 1, 3), 3);
+    DCP_CHECK_EQ_INT(dcp__plan_rank_count(&f.plan, 1, 3), 3);
     DCP_CHECK_NO_ALLOC(dcp_plan_validate(ctx, &f.plan, lengths, 6, NULL));
     dcp_context_destroy(ctx);
 }
@@ -146,19 +146,19 @@ DCP_TEST(validator_no_empty_rank)
     DCP_REQUIRE(ctx);
     fixture f;
     fixture_init(&f, 4);
-    dcp_plan_open_microbatch(&f.plan, NULL);
+    dcp__plan_open_microbatch(&f.plan, NULL);
     group(&f, 0, 2, 1, (int32_t[]){0});
     group(&f, 2, 1, 5, (int32_t[]){1, 2, 3, 4, 5}); /* rank 3 holds nothing */
-    dcp_plan_close_microbatch(&f.plan);
+    dcp__plan_close_microbatch(&f.plan);
     expect(ctx, &f, 6, DCP_INVARIANT_NO_EMPTY_RANK, 0, "rank 3 holds no sequence");
     fixture_init(&f, 4);
-    dcp_plan_open_microbatch(&f.plan, NULL);
+    dcp__plan_open_microbatch(&f.plan, NULL);
     group(&f, 0, 2, 3, (int32_t[]){0, 1, 2});
     group(&f, 2, 2, 0, NULL); /* a group with no ids */
-    dcp_plan_close_microbatch(&f.plan);
-    dcp_plan_open_microbatch(&f.plan, NULL);
+    dcp__plan_close_microbatch(&f.plan);
+    dcp__plan_open_microbatch(&f.plan, NULL);
     group(&f, 0, 4, 3, (int32_t[]){3, 4, 5});
-    dcp_plan_close_microbatch(&f.plan);
+    dcp__plan_close_microbatch(&f.plan);
     expect(ctx, &f, 6, DCP_INVARIANT_NO_EMPTY_RANK, 0, "empty group");
     dcp_context_destroy(ctx);
 }
@@ -188,13 +188,13 @@ DCP_TEST(plan_builder_capacity)
     fixture_init(&f, 4);
     dcp_error err;
     f.plan.max_ids = 2;
-    DCP_REQUIRE_OK(dcp_plan_open_microbatch(&f.plan, &err));
-    DCP_CHECK_STATUS(dcp_plan_push_group(&f.plan, 0, 4, (int32_t[]){1, 2, 3}, 3, &err), DCP_ERR_CAPACITY);
+    DCP_REQUIRE_OK(dcp__plan_open_microbatch(&f.plan, &err));
+    DCP_CHECK_STATUS(dcp__plan_push_group(&f.plan, 0, 4, (int32_t[]){1, 2, 3}, 3, &err), DCP_ERR_CAPACITY);
     DCP_CHECK_CONTAINS(err.message, "more than 2 sequence slots");
     DCP_CHECK_EQ_INT(f.plan.num_ids, 0); /* nothing written */
     f.plan.max_microbatches = 1;
-    dcp_plan_close_microbatch(&f.plan);
-    DCP_CHECK_STATUS(dcp_plan_open_microbatch(&f.plan, &err), DCP_ERR_CAPACITY);
+    dcp__plan_close_microbatch(&f.plan);
+    DCP_CHECK_STATUS(dcp__plan_open_microbatch(&f.plan, &err), DCP_ERR_CAPACITY);
     /* hashes differ when one id differs */
     fixture a, b;
     valid_plan(&a);
