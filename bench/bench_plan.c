@@ -1,7 +1,7 @@
 /*
  * bench_plan.c - planning quality and speed of the three schedulers.
  *
- *   bench_plan [--traces DIR] [--repeats R] [--quick] [--no-matrix] [--no-scaling] [--scheduler NAME]
+ *   bench_plan [--traces DIR] [--repeats R] [--quick] [--hashes] [--no-matrix] [--no-scaling] [--scheduler NAME]
  *              [--trace NAME] [--config INDEX]
  *
  * Matrix: every trace of DIR (default tests/data/workloads: the four
@@ -19,6 +19,9 @@
  * mlmdefault-like synthetic trace, 1024..65536, on 128 ranks) and the number
  * of ranks (16384 sequences on 8..16384 ranks: ranks are only numbers to the
  * planner).
+ *
+ * --hashes prints each matrix cell's plan hash and makespan instead (one line
+ * a cell), so two builds' plans can be compared bit for bit with diff.
  *
  * One thread; times from CLOCK_MONOTONIC.
  */
@@ -61,6 +64,7 @@ typedef struct cell {
     int32_t microbatches;
     int64_t makespan, lower_bound;
     double efficiency, plan_ms;
+    uint64_t hash;    /* dcp_plan_hash of the plan */
 } cell;
 
 static double now_ms(void)
@@ -188,11 +192,12 @@ static void run_cell(const bench_config *bc, dcp_scheduler s, const trace *t, in
         times[r] = now_ms() - t0;
     }
     out->ran = 1;
+    out->hash = dcp_plan_hash(plan);
     out->microbatches = stats.num_microbatches;
     out->makespan = stats.makespan;
     out->lower_bound = stats.lower_bound;
     out->efficiency = stats.makespan > 0 ? (double)stats.lower_bound / (double)stats.makespan : 0;
-    out->plan_ms = median(times, repeats);
+    out->plan_ms = repeats > 0 ? median(times, repeats) : 0;
     dcp_context_destroy(ctx);
 }
 
@@ -200,6 +205,27 @@ static void config_label(const bench_config *bc, char *buf, size_t size)
 {
     if (bc->vpp_group > 1) snprintf(buf, size, "r%d m%d vpp%d", bc->ranks, bc->max_seqlen, bc->vpp_group);
     else snprintf(buf, size, "r%d m%d", bc->ranks, bc->max_seqlen);
+}
+
+/* --hashes: one line per matrix cell with its plan hash, to compare two builds' plans bit for bit. */
+static void print_hashes(trace *traces, int num_traces, int only_scheduler, int only_config)
+{
+    for (int ti = 0; ti < num_traces; ti++)
+        for (int ci = 0; ci < NUM_CONFIGS; ci++) {
+            if (only_config >= 0 && ci != only_config) continue;
+            char label[48];
+            config_label(&configs[ci], label, sizeof label);
+            for (int si = 0; si < NUM_SCHEDULERS; si++) {
+                if (only_scheduler >= 0 && (int)schedulers[si] != only_scheduler) continue;
+                cell x;
+                run_cell(&configs[ci], schedulers[si], &traces[ti], 0, &x);
+                if (x.ran)
+                    printf("%s|%s|%s|%016llx|%lld\n", traces[ti].name, label, dcp_scheduler_name(schedulers[si]),
+                           (unsigned long long)x.hash, (long long)x.makespan);
+                else
+                    printf("%s|%s|%s|skipped\n", traces[ti].name, label, dcp_scheduler_name(schedulers[si]));
+            }
+        }
 }
 
 static void run_matrix(trace *traces, int num_traces, int repeats, int only_scheduler, int only_config)
@@ -422,11 +448,12 @@ static void run_scaling(int repeats, int only_scheduler)
 int main(int argc, char **argv)
 {
     const char *dir = NULL, *only_trace = NULL;
-    int repeats = 5, matrix = 1, scaling = 1, only_scheduler = -1, only_config = -1;
+    int repeats = 5, matrix = 1, scaling = 1, only_scheduler = -1, only_config = -1, hashes = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--traces") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) repeats = 1;
+        else if (!strcmp(argv[i], "--hashes")) hashes = 1;
         else if (!strcmp(argv[i], "--no-matrix")) matrix = 0;
         else if (!strcmp(argv[i], "--no-scaling")) scaling = 0;
         else if (!strcmp(argv[i], "--trace") && i + 1 < argc) only_trace = argv[++i];
@@ -440,7 +467,7 @@ int main(int argc, char **argv)
             only_scheduler = (int)s;
         } else {
             fprintf(stderr,
-                    "usage: %s [--traces DIR] [--repeats R] [--quick] [--no-matrix] [--no-scaling] "
+                    "usage: %s [--traces DIR] [--repeats R] [--quick] [--hashes] [--no-matrix] [--no-scaling] "
                     "[--scheduler NAME] [--trace NAME] [--config INDEX]\n",
                     argv[0]);
             return 2;
@@ -455,6 +482,11 @@ int main(int argc, char **argv)
         if (num_traces <= 0) {
             fprintf(stderr, "no traces (*.txt) in %s\n", dir ? dir : "(none)");
             return 1;
+        }
+        if (hashes) {
+            print_hashes(traces, num_traces, only_scheduler, only_config);
+            for (int i = 0; i < num_traces; i++) free(traces[i].lengths);
+            return 0;
         }
         printf("bench_plan: %d traces from %s, %d configurations, median of %d runs\n\n", num_traces, dir,
                NUM_CONFIGS, repeats);
