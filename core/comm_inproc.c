@@ -29,6 +29,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "dcpack.h"
+#include "../alloc/host.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -489,11 +490,11 @@ dcp_status dcp_inproc_world_create(int32_t size, int32_t timeout_ms, dcp_inproc_
 {
     if (!world) return DCP_ERR_NULL_POINTER;
     if (size < 1 || timeout_ms < 0) return DCP_ERR_INVALID_ARGUMENT;
-    dcp_inproc_world *w = calloc(1, sizeof *w);
-    rank_slot *slots = calloc((size_t)size, sizeof *slots);
+    dcp_inproc_world *w = dcp__host_calloc(1, sizeof *w);
+    rank_slot *slots = dcp__host_calloc((size_t)size, sizeof *slots);
     if (!w || !slots) {
-        free(w);
-        free(slots);
+        dcp__host_free(w);
+        dcp__host_free(slots);
         return DCP_ERR_ALLOC;
     }
     pthread_condattr_t attr;
@@ -506,8 +507,8 @@ dcp_status dcp_inproc_world_create(int32_t size, int32_t timeout_ms, dcp_inproc_
     }
     pthread_condattr_destroy(&attr);
     if (!ok) {
-        free(w);
-        free(slots);
+        dcp__host_free(w);
+        dcp__host_free(slots);
         return DCP_ERR_ALLOC;
     }
     w->size = size;
@@ -529,8 +530,8 @@ void dcp_inproc_world_destroy(dcp_inproc_world *world)
     if (!world) return;
     pthread_cond_destroy(&world->changed);
     pthread_mutex_destroy(&world->mutex);
-    free(world->slots);
-    free(world);
+    dcp__host_free(world->slots);
+    dcp__host_free(world);
 }
 
 dcp_status dcp_inproc_comm(dcp_inproc_world *world, int32_t rank, dcp_comm *comm)
@@ -586,18 +587,18 @@ dcp_status dcp_inproc_run(int32_t size, void (*fn)(int32_t rank, void *arg), voi
 {
     if (!fn) return DCP_ERR_NULL_POINTER;
     if (size < 1) return DCP_ERR_INVALID_ARGUMENT;
-    pthread_t *threads = calloc((size_t)size, sizeof *threads);
-    run_rank *ranks = calloc((size_t)size, sizeof *ranks);
+    pthread_t *threads = dcp__host_calloc((size_t)size, sizeof *threads);
+    run_rank *ranks = dcp__host_calloc((size_t)size, sizeof *ranks);
     run_gate gate = {.state = 0, .fn = fn, .arg = arg};
     if (!threads || !ranks || pthread_mutex_init(&gate.mutex, NULL) != 0) {
-        free(threads);
-        free(ranks);
+        dcp__host_free(threads);
+        dcp__host_free(ranks);
         return DCP_ERR_ALLOC;
     }
     if (pthread_cond_init(&gate.open, NULL) != 0) {
         pthread_mutex_destroy(&gate.mutex);
-        free(threads);
-        free(ranks);
+        dcp__host_free(threads);
+        dcp__host_free(ranks);
         return DCP_ERR_ALLOC;
     }
     int32_t started = 0;
@@ -614,7 +615,7 @@ dcp_status dcp_inproc_run(int32_t size, void (*fn)(int32_t rank, void *arg), voi
     for (int32_t r = 0; r < started; r++) pthread_join(threads[r], NULL);
     pthread_cond_destroy(&gate.open);
     pthread_mutex_destroy(&gate.mutex);
-    free(threads);
-    free(ranks);
+    dcp__host_free(threads);
+    dcp__host_free(ranks);
     return started == size ? DCP_OK : DCP_ERR_ALLOC;
 }

@@ -26,6 +26,13 @@ typedef struct dcp_error {
 /* Record a message (may be NULL err) and return `status`. */
 dcp_status dcp__fail(dcp_error *err, dcp_status status, const char *format, ...) DCP_PRINTF(3, 4);
 
+/*
+ * The last-error recorder: copy a failure into a caller's last-error text
+ * (a context's), or the status name when the failure carried no message.
+ * Returns `status`; DCP_OK records nothing.
+ */
+dcp_status dcp__error_record(dcp_error *last, dcp_status status, const dcp_error *err);
+
 /* Clear the message. */
 static inline void dcp__error_clear(dcp_error *err)
 {

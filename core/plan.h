@@ -43,4 +43,8 @@ size_t dcp__validate_scratch_size(const dcp_config *config);
 int64_t dcp__cost_lower_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
                              int32_t max_seqlen_per_rank);
 
+/* The step-model statistics of a plan that dcp__plan_check accepted for these lengths. */
+dcp_status dcp__plan_stats(const dcp_plan *plan, const dcp_config *config, const int32_t *lengths, int32_t num_lengths,
+                           dcp_plan_stats *stats);
+
 #endif

@@ -1,10 +1,10 @@
 /*
  * stats.c - the step cost model of a plan (README, cost model): makespan, lower
  * bound, the reference's quadratic model.  Every rank of a group carries the
- * same cost, so this walks groups, not ranks.
+ * same cost, so this walks groups, not ranks.  The caller has checked the
+ * plan (dcp__plan_check): the walk trusts its offsets.
  */
 #include "plan.h"
-#include "context.h"
 
 static int64_t sat_add(int64_t a, int64_t b) { return (a > INT64_MAX - b) ? INT64_MAX : a + b; }
 
@@ -31,23 +31,9 @@ int64_t dcp__cost_lower_bound(const dcp_cost_model *model, const int32_t *length
     return bound > INT64_MAX ? INT64_MAX : (int64_t)bound;
 }
 
-dcp_status dcp_plan_stats_compute(dcp_context *context, const dcp_plan *plan, const int32_t *lengths,
-                                  int32_t num_lengths, dcp_plan_stats *stats)
+dcp_status dcp__plan_stats(const dcp_plan *plan, const dcp_config *config, const int32_t *lengths, int32_t num_lengths,
+                           dcp_plan_stats *stats)
 {
-    if (!context || !plan || !lengths || !stats) return DCP_ERR_NULL_POINTER;
-    const dcp_config *config = dcp_context_config(context);
-    /* the walk below trusts the plan's offsets: check them (and every invariant) first */
-    dcp_error err;
-    if (num_lengths < 0 || num_lengths > config->max_sequences)
-        return dcp__context_fail(context, dcp__fail(&err, DCP_ERR_CAPACITY,
-                                                  "plan stats: num_lengths %d outside [0, max_sequences %d]",
-                                                  num_lengths, config->max_sequences), &err);
-    dcp_plan_violation v;
-    dcp_status checked = dcp__plan_check(plan, config, lengths, num_lengths, dcp__context_scratch(context), &v);
-    dcp__arena_reset(&context->arena, context->scratch_mark);
-    if (checked != DCP_OK)
-        return dcp__context_fail(context, dcp__fail(&err, checked, "plan stats: invalid plan (invariant %d): %s",
-                                                  (int)v.invariant, v.message), &err);
     const dcp_cost_model *model = &config->cost;
     dcp_plan_stats st = {0};
     st.num_microbatches = plan->num_microbatches;

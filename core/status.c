@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 const char *dcp_status_str(dcp_status status)
 {
@@ -36,6 +37,15 @@ dcp_status dcp__fail(dcp_error *err, dcp_status status, const char *format, ...)
         va_start(args, format);
         vsnprintf(err->message, sizeof err->message, format, args);
         va_end(args);
+    }
+    return status;
+}
+
+dcp_status dcp__error_record(dcp_error *last, dcp_status status, const dcp_error *err)
+{
+    if (last && status != DCP_OK) {
+        if (err && err->message[0]) memcpy(last, err, sizeof *err);
+        else dcp__fail(last, status, "%s", dcp_status_str(status));
     }
     return status;
 }

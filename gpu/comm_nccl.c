@@ -9,14 +9,16 @@
  * are; host buffers (the step's plan metadata) travel through a device
  * staging buffer taken at init.  The variable-size operations are grouped
  * ncclSend/ncclRecv, one group per call, with the rank's own block copied by
- * cudaMemcpyAsync.  Nothing here allocates after init.
+ * cudaMemcpyAsync.  Nothing here allocates after init; what init takes comes
+ * from alloc/.  Builds without NCCL compile no_nccl.c instead.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "dcpack.h"
+#include "../alloc/device.h"
+#include "../alloc/host.h"
 
 #include <string.h>
 
-#ifdef DCP_HAVE_NCCL
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -354,10 +356,10 @@ static void impl_free(nccl_impl *c)
         int current = 0;
         cudaGetDevice(&current);
         cudaSetDevice(c->device);
-        cudaFree(c->staging);
+        dcp__device_free(c->staging);
         cudaSetDevice(current);
     }
-    free(c);
+    dcp__host_free(c);
 }
 
 size_t dcp_nccl_staging_bytes(const dcp_config *config)
@@ -374,7 +376,7 @@ dcp_status dcp_nccl_comm_init(dcp_comm *comm, void *nccl_comm, void *cuda_stream
 {
     if (!comm || !nccl_comm) return DCP_ERR_NULL_POINTER;
     memset(comm, 0, sizeof *comm);
-    nccl_impl *c = calloc(1, sizeof *c);
+    nccl_impl *c = dcp__host_calloc(1, sizeof *c);
     if (!c) return DCP_ERR_ALLOC;
     c->comm = (ncclComm_t)nccl_comm;
     c->stream = (cudaStream_t)cuda_stream;
@@ -385,18 +387,18 @@ dcp_status dcp_nccl_comm_init(dcp_comm *comm, void *nccl_comm, void *cuda_stream
     int rank = 0, size = 0, device = 0;
     if (ncclCommUserRank(c->comm, &rank) != ncclSuccess || ncclCommCount(c->comm, &size) != ncclSuccess ||
         ncclCommCuDevice(c->comm, &device) != ncclSuccess) {
-        free(c);
+        dcp__host_free(c);
         return DCP_ERR_NCCL;
     }
     c->device = device;
     int current = 0;
     cudaGetDevice(&current);
     if (cudaSetDevice(device) != cudaSuccess ||
-        cudaMalloc((void **)&c->staging, c->staging_bytes + 256) != cudaSuccess) {
+        dcp__device_alloc((void **)&c->staging, c->staging_bytes + 256) != 0) {
         (void)cudaGetLastError();
         c->staging = NULL;
         cudaSetDevice(current);
-        free(c);
+        dcp__host_free(c);
         return DCP_ERR_CUDA;
     }
     cudaSetDevice(current);
@@ -511,59 +513,3 @@ void dcp_nccl_cp_groups_destroy(dcp_nccl_cp_groups *groups)
     for (int32_t i = 0; i < DCP_MAX_LOG2_CP + 2; i++) dcp_nccl_comm_destroy(&groups->group[i]);
     memset(groups, 0, sizeof *groups);
 }
-
-#else /* built without NCCL */
-
-int32_t dcp_nccl_available(void) { return 0; }
-void dcp_nccl_options_default(dcp_nccl_options *o)
-{
-    o->timeout_ms = 600000;
-    o->host_staging_bytes = (size_t)1 << 20;
-}
-size_t dcp_nccl_staging_bytes(const dcp_config *config)
-{
-    (void)config;
-    return 0;
-}
-dcp_status dcp_nccl_comm_init(dcp_comm *comm, void *nccl_comm, void *cuda_stream, const dcp_nccl_options *options)
-{
-    (void)nccl_comm, (void)cuda_stream, (void)options;
-    if (comm) memset(comm, 0, sizeof *comm);
-    return DCP_ERR_UNSUPPORTED;
-}
-dcp_status dcp_nccl_comm_split(dcp_comm *parent, int32_t color, int32_t key, dcp_comm *child)
-{
-    (void)parent, (void)color, (void)key;
-    if (child) memset(child, 0, sizeof *child);
-    return DCP_ERR_UNSUPPORTED;
-}
-void *dcp_nccl_comm_handle(const dcp_comm *comm)
-{
-    (void)comm;
-    return NULL;
-}
-const char *dcp_nccl_comm_last_error(const dcp_comm *comm)
-{
-    (void)comm;
-    return "built without NCCL";
-}
-dcp_status dcp_nccl_comm_abort(dcp_comm *comm)
-{
-    (void)comm;
-    return DCP_ERR_UNSUPPORTED;
-}
-void dcp_nccl_comm_destroy(dcp_comm *comm) { (void)comm; }
-dcp_status dcp_nccl_cp_groups_create(dcp_comm *dpxcp, dcp_nccl_cp_groups *groups)
-{
-    (void)dpxcp;
-    if (groups) memset(groups, 0, sizeof *groups);
-    return DCP_ERR_UNSUPPORTED;
-}
-dcp_comm *dcp_nccl_cp_group(dcp_nccl_cp_groups *groups, int32_t local_cp_size)
-{
-    (void)groups, (void)local_cp_size;
-    return NULL;
-}
-void dcp_nccl_cp_groups_destroy(dcp_nccl_cp_groups *groups) { (void)groups; }
-
-#endif

@@ -1,14 +1,13 @@
 /*
  * helpers_cuda.c - the public device entry points of the model-side helpers
  * (MTP roll, GDN padding): argument checks on the host, then the kernels of
- * gpu/mtp_roll.cu and gpu/gdn_pad.cu on the caller's stream.  In a build
- * without CUDA they report DCP_ERR_UNSUPPORTED.
+ * gpu/mtp_roll.cu and gpu/gdn_pad.cu on the caller's stream.  Builds
+ * without CUDA compile no_cuda.c instead.
  */
 #include "dcpack.h"
 #include "../core/gdn_pad.h"
 #include "../core/mtp_roll.h"
 
-#ifdef DCP_HAVE_CUDA
 #include "kernels.h"
 
 #include <cuda_runtime.h>
@@ -83,32 +82,3 @@ dcp_status dcp_gdn_strip_cuda(const void *padded, int64_t rows, size_t row_bytes
                ? DCP_OK
                : DCP_ERR_CUDA;
 }
-
-#else /* built without CUDA */
-
-int32_t dcp_cuda_device_count(void) { return 0; }
-
-dcp_status dcp_mtp_roll_cuda(dcp_comm *comm, int32_t first, int32_t cp, const int32_t *cu, int32_t num_cu,
-                             int64_t num_tokens, const void *const *fields, void *const *out, const size_t *elem_size,
-                             int32_t num_fields, void *exchange, void *host_scratch, void *stream)
-{
-    (void)comm, (void)first, (void)cp, (void)cu, (void)num_cu, (void)num_tokens, (void)fields, (void)out;
-    (void)elem_size, (void)num_fields, (void)exchange, (void)host_scratch, (void)stream;
-    return DCP_ERR_UNSUPPORTED;
-}
-
-dcp_status dcp_gdn_pad_cuda(const void *in, int64_t rows, size_t row_bytes, int32_t alignment, const int32_t *cu,
-                            int32_t num_cu, void *out, int64_t capacity, int32_t *out_cu, void *stream)
-{
-    (void)in, (void)rows, (void)row_bytes, (void)alignment, (void)cu, (void)num_cu, (void)out, (void)capacity;
-    (void)out_cu, (void)stream;
-    return DCP_ERR_UNSUPPORTED;
-}
-
-dcp_status dcp_gdn_strip_cuda(const void *padded, int64_t rows, size_t row_bytes, void *out, void *stream)
-{
-    (void)padded, (void)rows, (void)row_bytes, (void)out, (void)stream;
-    return DCP_ERR_UNSUPPORTED;
-}
-
-#endif

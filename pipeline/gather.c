@@ -10,9 +10,15 @@
  * the failed rank's next call.  Only a communicator that cannot be used (NULL,
  * no operations, not data_parallel_size ranks) fails on the calling rank alone.  Nothing after the agreement can fail on one
  * rank alone: every later decision is taken on data all ranks share.
+ *
+ * The step's gather (dcp__gather_local, dcp__gather_step) lists this rank's
+ * sequences from its samples, then all-gathers every DPxCP rank's header and
+ * (padded, original) lengths; the step driver agrees on its errors.
  */
+#include "context.h"
 #include "stages.h"
-#include "../core/context.h"
+#include "step.h"
+#include "../core/agree.h"
 
 #include <string.h>
 
@@ -26,26 +32,9 @@ size_t dcp__gather_scratch_size(const dcp_config *config)
     return s;
 }
 
-/*
- * Agree on `local` over the group.  On failure err says which rank failed:
- * this rank's own message when it is the lowest failing rank, otherwise the
- * failing rank and its status (the status every rank returns).
- */
 static dcp_status agree(dcp_comm *comm, dcp_status local, dcp_error *err)
 {
-    dcp_status agreed = DCP_OK;
-    int32_t failed_rank = -1;
-    dcp_status st = comm->ops->agree(comm, local, &agreed, &failed_rank);
-    if (st != DCP_OK)
-        return dcp__fail(err, st, "gather: error agreement failed on DP rank %d: %s", comm->rank, dcp_status_str(st));
-    if (agreed == DCP_OK || (failed_rank == comm->rank && agreed == local)) return agreed;
-    if (local == DCP_OK)
-        return dcp__fail(err, agreed, "gather: DP rank %d failed with %s", failed_rank, dcp_status_str(agreed));
-    char own[DCP_ERROR_MESSAGE_SIZE];
-    memcpy(own, err->message, sizeof own);
-    own[sizeof own - 1] = '\0';
-    return dcp__fail(err, agreed, "gather: DP rank %d failed with %s (and this rank: %.160s)", failed_rank,
-                    dcp_status_str(agreed), own);
+    return dcp__agree(comm, local, err, "gather", "DP rank");
 }
 
 /*
@@ -195,4 +184,188 @@ dcp_status dcp_gather_packed(dcp_context *ctx, dcp_comm *comm, const int32_t *cu
     if (local_status != DCP_OK) count = 0;
     st = gather_lengths(ctx, comm, local, count, local_status, scratch, &err);
     return finish(ctx, st, &err, global_lengths, num_global, rank_offsets);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The step's gather                                                         */
+/* ------------------------------------------------------------------------ */
+
+/* One sequence into the table; the capacities are checked by the caller. */
+static void push_sequence(dcp_local_sequences *out, int32_t sample, int64_t start, int32_t padded, int32_t original)
+{
+    int32_t k = out->count++;
+    out->sample[k] = sample;
+    out->start[k] = start;
+    out->pairs[2 * k] = padded;
+    out->pairs[2 * k + 1] = original;
+    out->tokens += padded;
+    out->original_tokens += original;
+}
+
+static dcp_status check_cu_seqlens(const dcp_sample *s, int32_t i, dcp_error *err)
+{
+    if (s->num_cu_seqlens < 1)
+        return dcp__fail(err, DCP_ERR_CORRUPT_INPUT, "step: sample %d has %d cu_seqlens entries", i, s->num_cu_seqlens);
+    if (s->cu_seqlens[0] != 0)
+        return dcp__fail(err, DCP_ERR_CORRUPT_INPUT, "step: sample %d cu_seqlens[0] is %d, not 0", i, s->cu_seqlens[0]);
+    for (int32_t j = 1; j < s->num_cu_seqlens; j++) {
+        int32_t a = s->cu_seqlens[j - 1], b = s->cu_seqlens[j];
+        if (b < a)
+            return dcp__fail(err, DCP_ERR_CORRUPT_INPUT, "step: sample %d cu_seqlens decreases at %d (%d -> %d)", i, j,
+                             a, b);
+        if (b > s->num_tokens)
+            return dcp__fail(err, DCP_ERR_CORRUPT_INPUT, "step: sample %d cu_seqlens[%d] = %d is past its %lld-token buffer",
+                             i, j, b, (long long)s->num_tokens);
+    }
+    return DCP_OK;
+}
+
+dcp_status dcp__gather_local(const dcp_step_input *in, uint32_t needed, const dcp_config *c, int64_t token_capacity,
+                             dcp_local_sequences *out, dcp_error *err)
+{
+    out->count = 0;
+    out->tokens = 0;
+    out->original_tokens = 0;
+    if (!in) return dcp__fail(err, DCP_ERR_NULL_POINTER, "step: input is NULL on a rank that holds data");
+    if (in->fields & ~c->fields)
+        return dcp__fail(err, DCP_ERR_FIELD_MISMATCH, "step: input carries fields 0x%x outside config.fields 0x%x",
+                         in->fields, c->fields);
+    if (needed & ~in->fields)
+        return dcp__fail(err, DCP_ERR_FIELD_MISMATCH, "step: this PP stage needs fields 0x%x, the input carries 0x%x",
+                         needed, in->fields);
+    if (in->num_samples < 0 || (in->num_samples > 0 && !in->samples))
+        return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "step: %d samples at %p", in->num_samples,
+                         (const void *)in->samples);
+    if (in->num_samples > c->max_sequences)
+        return dcp__fail(err, DCP_ERR_CAPACITY, "step: %d samples exceed max_sequences = %d", in->num_samples,
+                         c->max_sequences);
+    for (int32_t i = 0; i < in->num_samples; i++) {
+        const dcp_sample *s = &in->samples[i];
+        if (s->num_tokens < 0)
+            return dcp__fail(err, DCP_ERR_CORRUPT_INPUT, "step: sample %d has %lld tokens", i, (long long)s->num_tokens);
+        for (int f = 0; f < DCP_NUM_FIELDS; f++)
+            if ((in->fields & dcp__field_bit[f]) && s->num_tokens > 0 && !dcp__sample_field(s, f))
+                return dcp__fail(err, DCP_ERR_NULL_POINTER, "step: sample %d has no %s buffer", i, dcp__field_name[f]);
+        if (s->cu_seqlens) {
+            dcp_status st = check_cu_seqlens(s, i, err);
+            if (st != DCP_OK) return st;
+            for (int32_t j = 1; j < s->num_cu_seqlens; j++) {
+                int32_t a = s->cu_seqlens[j - 1], b = s->cu_seqlens[j];
+                if (b == a) continue; /* empty sub-samples are dropped, as the reference does */
+                if (out->count >= c->max_sequences)
+                    return dcp__fail(err, DCP_ERR_CAPACITY, "step: more than max_sequences = %d sequences on this rank",
+                                     c->max_sequences);
+                push_sequence(out, i, a, b - a, b - a);
+            }
+        } else {
+            if ((int64_t)s->padded_length != s->num_tokens)
+                return dcp__fail(err, DCP_ERR_CORRUPT_INPUT,
+                                 "step: sample %d padded length %d disagrees with its %lld-token buffer", i,
+                                 s->padded_length, (long long)s->num_tokens);
+            if (s->original_length < 0 || s->original_length > s->padded_length)
+                return dcp__fail(err, DCP_ERR_CORRUPT_INPUT, "step: sample %d original length %d outside [0, %d]", i,
+                                 s->original_length, s->padded_length);
+            if (s->padded_length == 0) continue;
+            if (out->count >= c->max_sequences)
+                return dcp__fail(err, DCP_ERR_CAPACITY, "step: more than max_sequences = %d sequences on this rank",
+                                 c->max_sequences);
+            push_sequence(out, i, 0, s->padded_length, s->original_length);
+        }
+        if (out->tokens > token_capacity)
+            return dcp__fail(err, DCP_ERR_CAPACITY, "step: this rank's input exceeds max_tokens_per_rank = %lld",
+                             (long long)token_capacity);
+    }
+    return DCP_OK;
+}
+
+/* What each DPxCP rank tells the others before anything moves. */
+typedef struct rank_header {
+    uint32_t fields;
+    int32_t count;   /* kept sequences */
+    uint64_t hash;   /* of its (padded, original) pairs: CP siblings must agree */
+    int64_t tokens;  /* sum of padded lengths */
+} rank_header;
+
+static uint64_t fnv1a(uint64_t h, const void *data, size_t bytes)
+{
+    const unsigned char *p = (const unsigned char *)data;
+    for (size_t i = 0; i < bytes; i++) {
+        h ^= p[i];
+        h *= 1099511628211ull;
+    }
+    return h;
+}
+
+size_t dcp__gather_step_scratch_size(const dcp_config *c)
+{
+    size_t n = (size_t)dcp_config_num_ranks(c);
+    size_t s = DCP_ARENA_BYTES(rank_header, n);
+    s = dcp__size_add(s, dcp__size_mul(2, DCP_ARENA_BYTES(size_t, n)));
+    return dcp__size_add(s, DCP_ARENA_BYTES(int32_t, dcp__size_mul(2, (size_t)c->max_sequences)));
+}
+
+dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp_local_sequences *local, const dcp_config *c,
+                            dcp_step_lengths *out, dcp_arena *scratch, dcp_step_stats *stats, dcp_error *err)
+{
+    const int32_t n = lane->size, cp = c->context_parallel_size, dp = c->data_parallel_size;
+    rank_header mine = {fields, local->count, 0, local->tokens};
+    mine.hash = fnv1a(14695981039346656037ull, local->pairs, (size_t)local->count * 2 * sizeof(int32_t));
+
+    rank_header *headers = DCP_ARENA_NEW(scratch, rank_header, n);
+    size_t *bytes = DCP_ARENA_NEW(scratch, size_t, n), *offsets = DCP_ARENA_NEW(scratch, size_t, n);
+    int32_t *pairs = DCP_ARENA_NEW(scratch, int32_t, 2 * (size_t)c->max_sequences);
+    if (!headers || !bytes || !offsets || !pairs)
+        return dcp__fail(err, DCP_ERR_CAPACITY, "step: gather scratch too small for %d ranks", n);
+    stats->collectives++;
+    dcp_status s = lane->ops->allgather(lane, &mine, sizeof mine, headers);
+    if (s != DCP_OK) return dcp__fail(err, s, "step: all-gather of rank headers failed: %s", dcp_status_str(s));
+    stats->metadata_bytes_received += (int64_t)((n - 1) * sizeof mine);
+
+    /* every rank sees the same headers, so every rank takes the same branch below */
+    int64_t total = 0;
+    out->max_rank_tokens = 0;
+    out->max_rank_count = 0;
+    for (int32_t q = 0; q < n; q++) {
+        if (headers[q].fields != headers[0].fields)
+            return dcp__fail(err, DCP_ERR_FIELD_MISMATCH, "step: DPxCP rank %d carries fields 0x%x, rank 0 carries 0x%x",
+                             q, headers[q].fields, headers[0].fields);
+        const rank_header *first = &headers[q - q % cp];
+        if (headers[q].count != first->count || headers[q].hash != first->hash)
+            return dcp__fail(err, DCP_ERR_CORRUPT_INPUT,
+                             "step: CP siblings %d and %d hold different sequences (%d vs %d); they must hold the same "
+                             "data", q - q % cp, q, first->count, headers[q].count);
+    }
+    for (int32_t p = 0; p < dp; p++) {
+        const rank_header *h = &headers[p * cp];
+        out->rank_offsets[p] = (int32_t)(total < INT32_MAX ? total : INT32_MAX);
+        total += h->count;
+        if (h->tokens > out->max_rank_tokens) out->max_rank_tokens = h->tokens;
+        if (h->count > out->max_rank_count) out->max_rank_count = h->count;
+    }
+    if (total > c->max_sequences)
+        return dcp__fail(err, DCP_ERR_CAPACITY, "step: %lld sequences over the DP group exceed max_sequences = %d",
+                         (long long)total, c->max_sequences);
+    out->rank_offsets[dp] = (int32_t)total;
+    for (int32_t q = 0; q < n; q++) {
+        int leader = q % cp == 0;
+        bytes[q] = leader ? (size_t)headers[q].count * 2 * sizeof(int32_t) : 0;
+        offsets[q] = (size_t)out->rank_offsets[q / cp] * 2 * sizeof(int32_t);
+    }
+    stats->collectives++;
+    s = lane->ops->allgatherv(lane, local->pairs, bytes[lane->rank], pairs, bytes, offsets);
+    if (s != DCP_OK) return dcp__fail(err, s, "step: all-gather of lengths failed: %s", dcp_status_str(s));
+    stats->metadata_bytes_received += (int64_t)(total * 2 * (int64_t)sizeof(int32_t)) - (int64_t)bytes[lane->rank];
+    int64_t sum = 0;
+    __int128 squared = 0;
+    for (int64_t i = 0; i < total; i++) {
+        out->padded[i] = pairs[2 * i];
+        out->original[i] = pairs[2 * i + 1];
+        sum += pairs[2 * i];
+        squared += (__int128)pairs[2 * i] * pairs[2 * i];
+    }
+    out->num_sequences = (int32_t)total;
+    if (squared > INT64_MAX) return dcp__fail(err, DCP_ERR_OVERFLOW, "step: the sum of squared lengths overflows int64");
+    out->sum = sum;
+    out->squared_sum = (int64_t)squared;
+    return DCP_OK;
 }

@@ -1,10 +1,11 @@
 /*
  * plan.c - the planning driver: bucket -> assign -> validate, from gathered
- * lengths, into the context's plan.  Every stage's scratch is released when
- * the call returns, successful or not.
+ * lengths, into the context's plan; and the public checks of a plan
+ * (validation, statistics).  Every stage's scratch is released when the call
+ * returns, successful or not.
  */
+#include "context.h"
 #include "stages.h"
-#include "../core/context.h"
 #include "../core/plan.h"
 
 dcp_status dcp_plan_compute(dcp_context *ctx, const int32_t *lengths, int32_t num_lengths, const dcp_plan **plan)
@@ -74,4 +75,24 @@ dcp_status dcp_plan_validate(dcp_context *ctx, const dcp_plan *plan, const int32
         return dcp__context_fail(ctx, st, &err);
     }
     return DCP_OK;
+}
+
+dcp_status dcp_plan_stats_compute(dcp_context *context, const dcp_plan *plan, const int32_t *lengths,
+                                  int32_t num_lengths, dcp_plan_stats *stats)
+{
+    if (!context || !plan || !lengths || !stats) return DCP_ERR_NULL_POINTER;
+    const dcp_config *config = &context->config;
+    /* the statistics trust the plan's offsets: check them (and every invariant) first */
+    dcp_error err;
+    if (num_lengths < 0 || num_lengths > config->max_sequences)
+        return dcp__context_fail(context, dcp__fail(&err, DCP_ERR_CAPACITY,
+                                                    "plan stats: num_lengths %d outside [0, max_sequences %d]",
+                                                    num_lengths, config->max_sequences), &err);
+    dcp_plan_violation v;
+    dcp_status checked = dcp__plan_check(plan, config, lengths, num_lengths, dcp__context_scratch(context), &v);
+    dcp__arena_reset(&context->arena, context->scratch_mark);
+    if (checked != DCP_OK)
+        return dcp__context_fail(context, dcp__fail(&err, checked, "plan stats: invalid plan (invariant %d): %s",
+                                                    (int)v.invariant, v.message), &err);
+    return dcp__plan_stats(plan, config, lengths, num_lengths, stats);
 }

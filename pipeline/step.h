@@ -1,56 +1,191 @@
 /*
- * step.h - the data plane's persistent state inside a context.  Internal.
+ * step.h - the data plane: its state inside a context and its stages.
+ * Internal.
  *
- * dcp__step_layout() places it at init (nothing when max_tokens_per_rank is
- * 0); dcp__step_scratch_size() bounds what one step takes from scratch.  The
- * outputs of a step live in `body`, one block whose used prefix is laid out
- * per step from four numbers (microbatches, cu_seqlens entries, tokens, kept
- * fields), so TP rank 0 can broadcast it in one piece and its peers rebuild
- * the same pointers.
+ * One step on one rank runs these stages, in this order, from step.c:
+ *
+ *   gather     this rank's sequences from its samples (gather_local), then
+ *              every DPxCP rank's header and lengths (gather_step)   gather.c
+ *   plan       bucket -> assign -> validate on the gathered lengths  plan.c
+ *   strip      the fields this PP stage keeps                        strip.c
+ *   reroute    this rank's THD geometry, the receive and send piece
+ *              tables, the per-peer blocks, the one exchange         reroute.c
+ *   pack       received tokens into their slots (through the token
+ *              mover), the per-VPP-stage views                       pack.c
+ *   broadcast  the outputs to the TP group in one block              broadcast.c
+ *
+ * Each stage is a function over the SoA arrays below plus scratch; none
+ * calls another.  The step's state (dcp_step_state) holds what outlives a
+ * stage: this rank's sequence table, the gathered original lengths, the body
+ * the outputs live in and the views handed to the caller.
  */
 #ifndef DCP_STEP_H
 #define DCP_STEP_H
 
 #include "dcpack.h"
 #include "../alloc/arena.h"
+#include "../core/body.h"
+#include "../core/error.h"
+#include "../core/mover.h"
+#include "../core/pack.h"
 
-/* Fields in the order they sit in staging blocks and bodies: 8-byte ones first. */
-#define DCP_STEP_NUM_FIELDS 4
-extern const uint32_t dcp__step_field_bit[DCP_STEP_NUM_FIELDS];   /* tokens, labels, position_ids, loss_mask */
-extern const size_t dcp__step_field_size[DCP_STEP_NUM_FIELDS];
-
-/* Per-microbatch row of a body's table. */
-typedef struct dcp_step_row {
-    int64_t token_offset, num_tokens, cu_offset, num_cu_seqlens;
-    int64_t max_seqlen, local_cp_size, cp_rank, num_sequences;
-} dcp_step_row;
+/* This rank's sequences (capacity max_sequences), as gather_local lists them. */
+typedef struct dcp_local_sequences {
+    int32_t count;
+    int32_t *sample;  /* the input sample each comes from */
+    int64_t *start;   /* its first element in that sample */
+    int32_t *pairs;   /* [2 * count]: (padded, original) lengths */
+    int64_t tokens;   /* sum of padded lengths */
+    int64_t original_tokens; /* sum of original lengths */
+} dcp_local_sequences;
 
 typedef struct dcp_step_state {
     int64_t token_capacity;      /* max_tokens_per_rank */
     int64_t cu_capacity;         /* cu_seqlens entries over all microbatches of a rank */
-    size_t body_capacity;
+    dcp_local_sequences local;   /* arrays [max_sequences] */
     int32_t *original_lengths;   /* [max_sequences]: gathered, by global id */
-    int32_t *local_pairs;        /* [2 * max_sequences]: this rank's kept sequences, (padded, original) */
-    int32_t *local_sample;       /* [max_sequences]: the sample each comes from */
-    int64_t *local_start;        /* [max_sequences]: its first element in that sample */
-    int32_t num_local;
-    unsigned char *body;         /* [body_capacity] */
+    dcp_mover mover;             /* where tokens are staged and landed; the body it lands in */
     dcp_microbatch *views;       /* [virtual_pipeline_size * max_microbatches] */
     dcp_step_output output;
 } dcp_step_state;
 
+/* ---- sizes (context.c) ---- */
+
 struct dcp_context;
+/* Lay out the step's state (nothing when max_tokens_per_rank is 0). */
 dcp_status dcp__step_layout(struct dcp_context *ctx, dcp_arena *arena, const dcp_config *config);
+/* What one step takes from scratch, at most. */
 size_t dcp__step_scratch_size(const dcp_config *config);
+/* What a device mover must hold for this configuration. */
+void dcp__step_mover_sizes(const dcp_config *config, dcp_mover_sizes *sizes);
+/* Resolved microbatch capacity and cu_seqlens capacity of a rank. */
+int32_t dcp__step_max_microbatches(const dcp_config *config);
+int64_t dcp__step_cu_capacity(const dcp_config *config);
+/* Pieces one rank may send in one step, at most. */
+size_t dcp__step_send_piece_bound(const dcp_config *config);
+/* cu_seqlens entries one microbatch may need, at most. */
+size_t dcp__step_group_cu_bound(const dcp_config *config);
+
+/* ---- gather (gather.c) ---- */
 
 /*
- * What a CUDA workspace (gpu/step_cuda.c) must hold for this configuration:
- * bytes of one exchange staging buffer (send or receive), of the body, the
- * most segments one copy launch can have (the send pieces, or the received
- * pieces with the gaps between them), and the most source pointers per field.
- * SIZE_MAX / INT64_MAX on overflow.
+ * This rank's sequences from its input: every check of the samples (fields,
+ * NULL buffers, lengths against buffers, cu_seqlens order) and capacities;
+ * empty sub-samples are dropped.  `needed` are the fields this PP stage needs.
  */
-void dcp__step_device_sizes(const dcp_config *config, size_t *staging_bytes, size_t *body_bytes, int64_t *max_segments,
-                           int64_t *max_sources);
+dcp_status dcp__gather_local(const dcp_step_input *in, uint32_t needed, const dcp_config *config,
+                             int64_t token_capacity, dcp_local_sequences *out, dcp_error *err);
+
+/* The gathered batch: by global id, with each DP rank's first id. */
+typedef struct dcp_step_lengths {
+    int32_t *padded;        /* [max_sequences] (the context's global_lengths) */
+    int32_t *original;      /* [max_sequences] */
+    int32_t *rank_offsets;  /* [data_parallel_size + 1] */
+    int32_t num_sequences;
+    int64_t sum, squared_sum; /* of padded lengths, exact */
+    int64_t max_rank_tokens, max_rank_count; /* over DP ranks, for the reference's volume */
+} dcp_step_lengths;
+
+/*
+ * All-gather every DPxCP rank's header (fields, count, a digest of its
+ * lengths, tokens) and the DP ranks' (padded, original) pairs over `lane`,
+ * checking that fields agree and CP siblings hold the same sequences.
+ */
+size_t dcp__gather_step_scratch_size(const dcp_config *config);
+dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp_local_sequences *local,
+                            const dcp_config *config, dcp_step_lengths *out, dcp_arena *scratch,
+                            dcp_step_stats *stats, dcp_error *err);
+
+/* ---- strip (strip.c) ---- */
+
+/* Fields PP stage `pipeline_rank` keeps (as Megatron-LM's reference does); MTP stages keep all. */
+uint32_t dcp__strip_fields(const dcp_config *config, int32_t pipeline_rank, uint32_t mtp_virtual_stages);
+
+/* Which of the kept fields virtual stage v's views show: inputs on the first stage, targets on the last. */
+uint32_t dcp__strip_view_fields(const dcp_config *config, int32_t pipeline_rank, uint32_t mtp_virtual_stages,
+                                int32_t v, uint32_t kept);
+
+/* ---- reroute (reroute.c) ---- */
+
+/* Per-group scratch the route tables reuse: [max_sequences] lengths, [cu bound] cu arrays, [2 max_sequences] pieces. */
+typedef struct dcp_group_scratch {
+    int32_t *original, *padded, *cu, *cu_padded, *seq;
+    int64_t *seq_offset, *local_offset, *length;
+} dcp_group_scratch;
+dcp_status dcp__group_scratch_take(const dcp_config *config, dcp_arena *scratch, dcp_group_scratch *gs);
+size_t dcp__group_scratch_size(const dcp_config *config);
+
+/* This rank's place in the plan: its THD geometry per microbatch and their totals. */
+typedef struct dcp_rank_geometry {
+    dcp_thd_geometry *microbatch; /* [num_microbatches] */
+    int64_t total_tokens, total_cu;
+} dcp_rank_geometry;
+
+dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *config, const dcp_step_lengths *lengths,
+                                 int32_t rank, int64_t token_capacity, int64_t cu_capacity, dcp_group_scratch *gs,
+                                 dcp_rank_geometry *geometry, dcp_error *err);
+
+/* The receive side: every microbatch's row and cu arrays (into the body prefix), and where each real piece comes from. */
+typedef struct dcp_receive_table {
+    dcp_body_row *rows;           /* [num_microbatches] */
+    int32_t *cu, *cu_padded;      /* [total_cu] */
+    int32_t *sender;              /* [2 max_sequences] */
+    int64_t *cursor, *dst, *length;
+    int64_t count;
+    int64_t *tokens_from;         /* [num_ranks] */
+} dcp_receive_table;
+
+void dcp__reroute_receive(const dcp_plan *plan, const dcp_config *config, const dcp_step_lengths *lengths,
+                          int32_t rank, const dcp_rank_geometry *geometry, dcp_group_scratch *gs,
+                          dcp_receive_table *out);
+
+/* The send side: the pieces of this DP rank's sequences this CP sibling sends. */
+typedef struct dcp_send_table {
+    int32_t *sample, *peer;       /* [send bound] */
+    int64_t *src, *cursor, *length;
+    int64_t count, capacity;
+    int64_t *tokens_to;           /* [num_ranks] */
+} dcp_send_table;
+
+dcp_status dcp__reroute_send(const dcp_plan *plan, const dcp_config *config, const dcp_step_lengths *lengths,
+                             int32_t rank, const dcp_local_sequences *local, dcp_group_scratch *gs,
+                             dcp_send_table *out, dcp_error *err);
+
+/* Per-peer blocks of both buffers (8-byte aligned runs of `per_token` bytes a token); byte counts into stats. */
+void dcp__reroute_blocks(const int64_t *tokens_to, const int64_t *tokens_from, int32_t num_ranks, int32_t rank,
+                         size_t per_token, size_t *send_bytes, size_t *send_offsets, size_t *recv_bytes,
+                         size_t *recv_offsets, dcp_exchange_blocks *blocks, dcp_step_stats *stats);
+
+/* The one exchange: every peer's block to it, over `lane`. */
+dcp_status dcp__reroute_exchange(dcp_comm *lane, const unsigned char *send, const size_t *send_bytes,
+                                 const size_t *send_offsets, unsigned char *recv, const size_t *recv_bytes,
+                                 const size_t *recv_offsets, dcp_step_stats *stats, dcp_error *err);
+
+/* ---- pack (pack.c) ---- */
+
+/* Received tokens into the body (through the mover): pieces to their slots, 0 and mask 1 elsewhere. */
+dcp_status dcp__pack_land(dcp_mover *mover, void *stream, uint32_t kept, const dcp_receive_table *received,
+                          const dcp_exchange_blocks *blocks, const unsigned char *recv, const dcp_body_layout *b,
+                          int64_t total_tokens, dcp_arena *scratch, dcp_error *err);
+
+/* The views of every virtual stage over a body laid out as `b` (rows read from the host body). */
+void dcp__pack_views(const dcp_config *config, int32_t pipeline_rank, uint32_t mtp_virtual_stages,
+                     int32_t microbatches, uint32_t kept, const dcp_body_layout *b, const unsigned char *host_body,
+                     const unsigned char *body, dcp_microbatch *views);
+
+/* ---- broadcast (broadcast.c) ---- */
+
+/* What TP rank 0 broadcasts first: enough for its peers to lay out the body. */
+typedef struct dcp_broadcast_header {
+    int64_t status, microbatches, cu, tokens, kept, sequences, sum, squared_sum, body_bytes;
+} dcp_broadcast_header;
+
+/*
+ * Broadcast the header, then (when rank 0 announced success) the used body,
+ * over the TP group; a peer checks the header against its capacities and
+ * reads the body's prefix back to the host through the mover.
+ */
+dcp_status dcp__broadcast(dcp_comm *tp, int holds_data, dcp_broadcast_header *header, dcp_mover *mover,
+                          int32_t max_microbatches, void *stream, dcp_step_stats *stats, dcp_error *err);
 
 #endif

@@ -2,18 +2,23 @@
  * context.h - what a dcp_context holds.  Internal.
  *
  * The context lives at the start of its own workspace; everything after it is
- * one arena.  dcp__context_layout() lays out the persistent buffers (the plan,
- * the gathered lengths, the bucket outputs), then the rest is scratch that
- * each stage bump-allocates from and releases by resetting to scratch_mark.
- * The same layout function, run on a measuring arena, gives
- * dcp_workspace_size() exactly.
+ * one arena.  dcp__context_layout() (context.c) lays out the persistent
+ * buffers (the plan, the gathered lengths, the bucket outputs, the step's
+ * state), then the rest is scratch that each stage bump-allocates from and
+ * that is released by resetting to scratch_mark.  The same layout function,
+ * run on a measuring arena, gives dcp_workspace_size() exactly (the way zstd
+ * sizes a compression context from its own workspace layout).
  */
 #ifndef DCP_CONTEXT_H
 #define DCP_CONTEXT_H
 
 #include "dcpack.h"
-#include "error.h"
 #include "../alloc/arena.h"
+#include "../alloc/host.h"
+#include "../core/error.h"
+#include "../core/plan.h"
+
+struct dcp_step_state; /* step.h */
 
 struct dcp_context {
     dcp_config config;
@@ -36,22 +41,15 @@ struct dcp_context {
     int32_t *sorted_ids;      /* [max_sequences]: ids by length descending, stable */
     int32_t *min_cp;          /* [max_sequences]: minimal CP size per id */
 
-    /* data plane (pipeline/step.h); NULL when max_tokens_per_rank is 0 */
+    /* data plane (step.h); NULL when max_tokens_per_rank is 0 */
     struct dcp_step_state *step;
-
-    /* CUDA workspace (gpu/step_cuda.h); NULL until dcp_context_attach_cuda() */
-    struct dcp_cuda_state *cuda;
 
     dcp_error last_error;
 
-    /* ownership of the workspace */
-    void *owned_memory;       /* non-NULL when dcp_context_create() allocated it */
-    size_t owned_size;
-    unsigned jemalloc_arena;  /* the jemalloc arena index, when used */
-    int uses_jemalloc;
+    dcp_host_block owned;     /* the workspace, when dcp_context_create() allocated it */
 };
 
-/* Lay out the persistent buffers on `arena` and return the scratch capacity reserved. */
+/* Lay out the persistent buffers on `arena` and reserve the scratch. */
 dcp_status dcp__context_layout(dcp_context *ctx, dcp_arena *arena, const dcp_config *config);
 
 /* A fresh scratch arena for one stage call: everything past scratch_mark is free. */
@@ -62,6 +60,9 @@ static inline dcp_arena *dcp__context_scratch(dcp_context *ctx)
 }
 
 /* Record a failure in the context's last-error text and return the status. */
-dcp_status dcp__context_fail(dcp_context *ctx, dcp_status status, const dcp_error *err);
+static inline dcp_status dcp__context_fail(dcp_context *ctx, dcp_status status, const dcp_error *err)
+{
+    return ctx ? dcp__error_record(&ctx->last_error, status, err) : status;
+}
 
 #endif

@@ -1,0 +1,112 @@
+/*
+ * mover.h - the token-mover interface: how a step stages, lands and reads
+ * back tokens, whatever memory they live in.  Internal.
+ *
+ * The step driver (pipeline/step.c) decides which pieces of which sample go
+ * to which rank and where each received piece lands; a mover only copies.
+ * It is an ops table, like dcp_comm_ops for collectives, so the driver never
+ * names a backend:
+ *
+ *   CPU mover   core/mover_cpu.c   host memory; the CPU twin of the kernels
+ *   CUDA mover  gpu/mover_cuda.c   device memory, one segment-kernel launch
+ *                                  per copy (gpu/no_cuda.c without CUDA)
+ *
+ * Both land every token the same way, so the step's oracle tests hold for
+ * either.  Piece tables are SoA arrays built by the reroute stage.
+ */
+#ifndef DCP_MOVER_H
+#define DCP_MOVER_H
+
+#include "dcpack.h"
+#include "body.h"
+#include "error.h"
+#include "../alloc/arena.h"
+
+/* This rank's outgoing pieces, in exchange order. */
+typedef struct dcp_send_pieces {
+    int64_t count;
+    const int32_t *sample; /* the input sample a piece comes from */
+    const int64_t *src;    /* its first element in that sample */
+    const int32_t *peer;   /* the receiving rank */
+    const int64_t *cursor; /* its token offset in that peer's block */
+    const int64_t *length; /* tokens */
+} dcp_send_pieces;
+
+/* This rank's incoming pieces, by destination (increasing, disjoint). */
+typedef struct dcp_recv_pieces {
+    int64_t count;
+    const int32_t *sender; /* the sending rank */
+    const int64_t *cursor; /* token offset in that sender's block */
+    const int64_t *dst;    /* token offset in the body */
+    const int64_t *length; /* tokens */
+} dcp_recv_pieces;
+
+/*
+ * The per-peer blocks of the send and receive buffers.  A peer's block holds
+ * each kept field's run of tokens in field order, 8-byte aligned.
+ */
+typedef struct dcp_exchange_blocks {
+    int32_t num_peers;
+    const size_t *send_offsets, *recv_offsets; /* [num_peers] bytes */
+    const int64_t *tokens_to, *tokens_from;    /* [num_peers] tokens */
+    size_t send_total, recv_total;             /* bytes */
+} dcp_exchange_blocks;
+
+typedef struct dcp_mover dcp_mover;
+
+typedef struct dcp_mover_ops {
+    const char *name;
+    /* The send and receive buffers of one exchange (scratch on the host, staging on a device). */
+    dcp_status (*buffers)(dcp_mover *m, const dcp_exchange_blocks *x, dcp_arena *scratch, unsigned char **send,
+                          unsigned char **recv, dcp_error *err);
+    /* Copy the outgoing pieces of `kept` fields from the caller's samples into `send`; complete on return. */
+    dcp_status (*stage)(dcp_mover *m, void *stream, const dcp_step_input *in, uint32_t kept,
+                        const dcp_send_pieces *pieces, const dcp_exchange_blocks *x, unsigned char *send,
+                        dcp_arena *scratch, dcp_error *err);
+    /*
+     * Land the received pieces in the body laid out as `b` over `total_tokens`:
+     * first the host prefix (rows, cu arrays) where the body is elsewhere, then
+     * every piece to its slot, 0 in every other slot of [0, total_tokens), the
+     * padding mask 1 where no piece landed.  Complete on return.
+     */
+    dcp_status (*land)(dcp_mover *m, void *stream, uint32_t kept, const dcp_recv_pieces *pieces,
+                       const dcp_exchange_blocks *x, const unsigned char *recv, const dcp_body_layout *b,
+                       int64_t total_tokens, dcp_arena *scratch, dcp_error *err);
+    /* After a broadcast into body(): the prefix's bytes into the host body (a no-op where they are the same). */
+    dcp_status (*read_back)(dcp_mover *m, void *stream, size_t prefix_bytes, dcp_error *err);
+    /* Hand back what the mover took at creation; the mover is the CPU one again afterwards. */
+    void (*release)(dcp_mover *m);
+} dcp_mover_ops;
+
+struct dcp_mover {
+    const dcp_mover_ops *ops;
+    void *state;               /* the backend's */
+    unsigned char *host_body;  /* the host body: rows and cu arrays always, the fields too for the CPU mover */
+    size_t body_capacity;      /* bytes of either body */
+    unsigned char *body;       /* where the outputs point: host_body, or device memory */
+};
+
+/* The CPU mover over a host body of `capacity` bytes. */
+void dcp__mover_cpu_init(dcp_mover *m, unsigned char *host_body, size_t capacity);
+
+/* What a device mover must hold for a configuration (see pipeline/context.c). */
+typedef struct dcp_mover_sizes {
+    size_t staging;   /* one exchange buffer, send or receive */
+    size_t body;
+    int64_t segments; /* the most segments one copy can have */
+    int64_t sources;  /* the most source buffers per field (samples or peers) */
+    int64_t ranks;    /* DPxCP */
+} dcp_mover_sizes;
+
+/*
+ * The CUDA mover (gpu/mover_cuda.c; in builds without CUDA gpu/no_cuda.c,
+ * whose calls return DCP_ERR_UNSUPPORTED).  workspace_size gives the device
+ * and pinned bytes; create binds the caller's memory, or allocates what is
+ * NULL (alloc/device.h), and turns `m` into a CUDA mover over the same host
+ * body.
+ */
+dcp_status dcp__mover_cuda_workspace_size(const dcp_mover_sizes *z, size_t *device_bytes, size_t *host_bytes);
+dcp_status dcp__mover_cuda_create(dcp_mover *m, const dcp_mover_sizes *z, void *device_memory, size_t device_bytes,
+                                  void *host_memory, size_t host_bytes, dcp_error *err);
+
+#endif

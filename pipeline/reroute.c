@@ -1,0 +1,220 @@
+/*
+ * reroute.c - the route tables and the one exchange.
+ *
+ * Once every rank holds the plan, every rank can compute, for each token,
+ * which rank computes on it and where it lands there.  So both ends of the
+ * exchange derive the same segment order from the plan: for a (sender,
+ * receiver) pair, microbatch by microbatch, piece by piece of the receiver's
+ * buffer.  Neither side sends a layout to the other.  A sequence of DP rank p
+ * is held by the CP siblings p*cp .. p*cp+cp-1; the one whose CP rank equals
+ * the receiver's rank modulo cp sends it, so the siblings share the sending
+ * and a receiver's own DP rank's data never leaves it.
+ */
+#include "step.h"
+#include "../core/plan.h"
+
+#include <string.h>
+
+size_t dcp__group_scratch_size(const dcp_config *c)
+{
+    size_t ns = (size_t)c->max_sequences, own = dcp__size_mul(2, ns), cu = dcp__step_group_cu_bound(c);
+    size_t s = dcp__size_mul(2, DCP_ARENA_BYTES(int32_t, ns));
+    s = dcp__size_add(s, dcp__size_mul(2, DCP_ARENA_BYTES(int32_t, cu)));
+    s = dcp__size_add(s, DCP_ARENA_BYTES(int32_t, own));
+    return dcp__size_add(s, dcp__size_mul(3, DCP_ARENA_BYTES(int64_t, own)));
+}
+
+dcp_status dcp__group_scratch_take(const dcp_config *c, dcp_arena *scratch, dcp_group_scratch *gs)
+{
+    size_t ns = (size_t)c->max_sequences, own = 2 * ns, cu = dcp__step_group_cu_bound(c);
+    gs->original = DCP_ARENA_NEW(scratch, int32_t, ns);
+    gs->padded = DCP_ARENA_NEW(scratch, int32_t, ns);
+    gs->cu = DCP_ARENA_NEW(scratch, int32_t, cu);
+    gs->cu_padded = DCP_ARENA_NEW(scratch, int32_t, cu);
+    gs->seq = DCP_ARENA_NEW(scratch, int32_t, own);
+    gs->seq_offset = DCP_ARENA_NEW(scratch, int64_t, own);
+    gs->local_offset = DCP_ARENA_NEW(scratch, int64_t, own);
+    gs->length = DCP_ARENA_NEW(scratch, int64_t, own);
+    if (!gs->original || !gs->padded || !gs->cu || !gs->cu_padded || !gs->seq || !gs->seq_offset ||
+        !gs->local_offset || !gs->length)
+        return DCP_ERR_CAPACITY;
+    return DCP_OK;
+}
+
+/* Original and padded lengths of group g's sequences, in plan order. */
+static int32_t group_lengths(const dcp_plan *plan, const dcp_step_lengths *L, int32_t g, int32_t *original,
+                             int32_t *padded)
+{
+    int32_t first = plan->group_first_id[g], n = plan->group_first_id[g + 1] - first;
+    for (int32_t k = 0; k < n; k++) {
+        int32_t id = plan->ids[first + k];
+        original[k] = L->original[id];
+        padded[k] = L->padded[id];
+    }
+    return n;
+}
+
+/* Global id -> owning DP rank (binary search over the offsets). */
+static int32_t owner_of(const int32_t *rank_offsets, int32_t dp, int32_t id)
+{
+    int32_t lo = 0, hi = dp - 1;
+    while (lo < hi) {
+        int32_t mid = (lo + hi + 1) / 2;
+        if (rank_offsets[mid] <= id) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+
+dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *c, const dcp_step_lengths *L, int32_t rank,
+                                 int64_t token_capacity, int64_t cu_capacity, dcp_group_scratch *gs,
+                                 dcp_rank_geometry *out, dcp_error *err)
+{
+    out->total_tokens = 0;
+    out->total_cu = 0;
+    for (int32_t m = 0; m < plan->num_microbatches; m++) {
+        int32_t g = dcp_plan_group_of_rank(plan, m, rank);
+        if (g < 0) return dcp__fail(err, DCP_ERR_INVALID_PLAN, "step: rank %d holds nothing in microbatch %d", rank, m);
+        int32_t n = group_lengths(plan, L, g, gs->original, gs->padded);
+        dcp_thd_params params;
+        dcp__thd_params_from_config(c, plan->group_cp_size[g], &params);
+        dcp_status s = dcp__thd_geometry_compute(&params, gs->original, gs->padded, n, &out->microbatch[m], err);
+        if (s != DCP_OK) {
+            dcp_error inner = *err;
+            return dcp__fail(err, s, "step: microbatch %d on rank %d: %.200s", m, rank, inner.message);
+        }
+        out->total_tokens += out->microbatch[m].num_tokens;
+        out->total_cu += out->microbatch[m].num_cu_seqlens;
+    }
+    if (out->total_tokens > token_capacity)
+        return dcp__fail(err, DCP_ERR_CAPACITY,
+                         "step: rank %d's %d microbatches hold %lld tokens, more than max_tokens_per_rank = %lld", rank,
+                         plan->num_microbatches, (long long)out->total_tokens, (long long)token_capacity);
+    if (out->total_cu > cu_capacity)
+        return dcp__fail(err, DCP_ERR_CAPACITY, "step: rank %d needs %lld cu_seqlens entries, capacity %lld", rank,
+                         (long long)out->total_cu, (long long)cu_capacity);
+    return DCP_OK;
+}
+
+void dcp__reroute_receive(const dcp_plan *plan, const dcp_config *c, const dcp_step_lengths *L, int32_t me,
+                          const dcp_rank_geometry *geometry, dcp_group_scratch *gs, dcp_receive_table *out)
+{
+    const int32_t cp = c->context_parallel_size, dp = c->data_parallel_size;
+    int64_t token_at = 0, cu_at = 0, received = 0;
+    for (int32_t m = 0; m < plan->num_microbatches; m++) {
+        int32_t g = dcp_plan_group_of_rank(plan, m, me);
+        int32_t count = group_lengths(plan, L, g, gs->original, gs->padded);
+        const dcp_thd_geometry *geo = &geometry->microbatch[m];
+        dcp_thd_params params;
+        dcp__thd_params_from_config(c, plan->group_cp_size[g], &params);
+        int32_t cp_rank = me - plan->group_first_rank[g];
+        dcp__thd_cu_seqlens_write(geo, gs->original, gs->padded, count, out->cu + cu_at, out->cu_padded + cu_at);
+        dcp_body_row row = {token_at, geo->num_tokens, cu_at, geo->num_cu_seqlens, geo->max_seqlen,
+                            plan->group_cp_size[g], cp_rank, count};
+        out->rows[m] = row;
+        int32_t pieces = dcp__thd_real_pieces(geo, &params, gs->original, out->cu_padded + cu_at, cp_rank, gs->seq,
+                                              gs->seq_offset, gs->local_offset, gs->length);
+        for (int32_t i = 0; i < pieces; i++) {
+            int32_t id = plan->ids[plan->group_first_id[g] + gs->seq[i]];
+            int32_t sender = owner_of(L->rank_offsets, dp, id) * cp + me % cp;
+            out->sender[received] = sender;
+            out->cursor[received] = out->tokens_from[sender];
+            out->dst[received] = token_at + gs->local_offset[i];
+            out->length[received] = gs->length[i];
+            out->tokens_from[sender] += gs->length[i];
+            received++;
+        }
+        token_at += geo->num_tokens;
+        cu_at += geo->num_cu_seqlens;
+    }
+    out->count = received;
+}
+
+dcp_status dcp__reroute_send(const dcp_plan *plan, const dcp_config *c, const dcp_step_lengths *L, int32_t me,
+                             const dcp_local_sequences *local, dcp_group_scratch *gs, dcp_send_table *out,
+                             dcp_error *err)
+{
+    const int32_t cp = c->context_parallel_size, my_dp = me / cp, my_cp = me % cp;
+    const int32_t lo = L->rank_offsets[my_dp], hi = L->rank_offsets[my_dp + 1];
+    int64_t sent = 0;
+    for (int32_t m = 0; m < plan->num_microbatches; m++) {
+        for (int32_t g = plan->microbatch_first_group[m]; g < plan->microbatch_first_group[m + 1]; g++) {
+            int32_t first_id = plan->group_first_id[g], count = plan->group_first_id[g + 1] - first_id;
+            int owns = 0;
+            for (int32_t k = 0; k < count && !owns; k++)
+                owns = plan->ids[first_id + k] >= lo && plan->ids[first_id + k] < hi;
+            if (!owns) continue;
+            group_lengths(plan, L, g, gs->original, gs->padded);
+            dcp_thd_params params;
+            dcp__thd_params_from_config(c, plan->group_cp_size[g], &params);
+            dcp_thd_geometry geo;
+            dcp_status s = dcp__thd_geometry_compute(&params, gs->original, gs->padded, count, &geo, err);
+            if (s != DCP_OK) return s; /* its ranks reported it before the exchange; not reached */
+            dcp__thd_cu_seqlens_write(&geo, gs->original, gs->padded, count, gs->cu, gs->cu_padded);
+            int32_t first_rank = plan->group_first_rank[g];
+            for (int32_t d = first_rank; d < first_rank + plan->group_cp_size[g]; d++) {
+                if (d % cp != my_cp) continue;
+                int32_t pieces = dcp__thd_real_pieces(&geo, &params, gs->original, gs->cu_padded, d - first_rank,
+                                                      gs->seq, gs->seq_offset, gs->local_offset, gs->length);
+                for (int32_t i = 0; i < pieces; i++) {
+                    int32_t id = plan->ids[first_id + gs->seq[i]];
+                    if (id < lo || id >= hi) continue;
+                    if (sent >= out->capacity)
+                        return dcp__fail(err, DCP_ERR_CAPACITY, "step: more than %lld pieces to send",
+                                         (long long)out->capacity);
+                    int32_t k = id - lo;
+                    out->sample[sent] = local->sample[k];
+                    out->src[sent] = local->start[k] + gs->seq_offset[i];
+                    out->peer[sent] = d;
+                    out->cursor[sent] = out->tokens_to[d];
+                    out->length[sent] = gs->length[i];
+                    out->tokens_to[d] += gs->length[i];
+                    sent++;
+                }
+            }
+        }
+    }
+    out->count = sent;
+    return DCP_OK;
+}
+
+static size_t round8(size_t v) { return (v + 7) & ~(size_t)7; }
+
+void dcp__reroute_blocks(const int64_t *tokens_to, const int64_t *tokens_from, int32_t n, int32_t me,
+                         size_t per_token, size_t *send_bytes, size_t *send_offsets, size_t *recv_bytes,
+                         size_t *recv_offsets, dcp_exchange_blocks *blocks, dcp_step_stats *stats)
+{
+    size_t send_total = 0, recv_total = 0;
+    for (int32_t q = 0; q < n; q++) {
+        send_offsets[q] = send_total;
+        send_bytes[q] = round8((size_t)tokens_to[q] * per_token);
+        send_total += send_bytes[q];
+        recv_offsets[q] = recv_total;
+        recv_bytes[q] = round8((size_t)tokens_from[q] * per_token);
+        recv_total += recv_bytes[q];
+        int64_t payload_out = tokens_to[q] * (int64_t)per_token, payload_in = tokens_from[q] * (int64_t)per_token;
+        if (q == me) {
+            stats->exchange_bytes_local += payload_in;
+        } else {
+            stats->exchange_bytes_sent += payload_out;
+            stats->exchange_bytes_received += payload_in;
+        }
+    }
+    blocks->num_peers = n;
+    blocks->send_offsets = send_offsets;
+    blocks->recv_offsets = recv_offsets;
+    blocks->tokens_to = tokens_to;
+    blocks->tokens_from = tokens_from;
+    blocks->send_total = send_total;
+    blocks->recv_total = recv_total;
+}
+
+dcp_status dcp__reroute_exchange(dcp_comm *lane, const unsigned char *send, const size_t *send_bytes,
+                                 const size_t *send_offsets, unsigned char *recv, const size_t *recv_bytes,
+                                 const size_t *recv_offsets, dcp_step_stats *stats, dcp_error *err)
+{
+    stats->collectives++;
+    dcp_status s = lane->ops->alltoallv(lane, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets);
+    if (s != DCP_OK) return dcp__fail(err, s, "step: the token exchange failed: %s", dcp_status_str(s));
+    return DCP_OK;
+}
