@@ -19,7 +19,7 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 traces=("$src"/tests/data/workloads/*_n256_seed1.txt "$src"/tests/data/workloads/*_n1024_seed1.txt)
-sources=("$src"/alloc/*.c "$src"/core/*.c "$src"/pipeline/*.c "$src"/gpu/*.c "$src"/tests/plan_hash_main.c)
+sources=("$src"/alloc/*.c "$src"/core/*.c "$src"/pipeline/*.c "$src"/pipeline/balanced/*.c "$src"/gpu/*.c "$src"/tests/plan_hash_main.c)
 
 "$reference_program" "${traces[@]}" > "$work/reference.txt"
 lines=$(wc -l < "$work/reference.txt")

@@ -1,0 +1,220 @@
+/*
+ * balanced.c - the `balanced` scheduler's entry point (pipeline/stages.h):
+ * the scratch layout and its exact size, the problem read in length-
+ * descending order, which construction passes run, and the best plan
+ * emitted.  balanced_internal.h describes the algorithm and the files of its
+ * phases.
+ */
+#include "balanced_internal.h"
+
+/* Lay out the scratch for up to `n` sequences on `num_ranks` ranks (a measuring arena gives the size). */
+static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ranks)
+{
+    size_t un = (size_t)n;
+    int32_t local = n < num_ranks ? n : num_ranks;
+    b->len = DCP_ARENA_NEW(a, int32_t, un);
+    b->min_cp = DCP_ARENA_NEW(a, int32_t, un);
+    b->run_end = DCP_ARENA_NEW(a, int32_t, un);
+    b->next_cost = DCP_ARENA_NEW(a, int64_t, un);
+    b->min_cost = DCP_ARENA_NEW(a, int64_t, un);
+    b->cp = DCP_ARENA_NEW(a, int32_t, un);
+    b->sizes_cp = DCP_ARENA_NEW(a, int32_t, un);
+    b->sizes_cost = DCP_ARENA_NEW(a, int64_t, un);
+    b->cost = DCP_ARENA_NEW(a, int64_t, un);
+    b->order = DCP_ARENA_NEW(a, int32_t, un);
+    b->class_list = DCP_ARENA_NEW(a, int32_t, un);
+    b->item_group = DCP_ARENA_NEW(a, int32_t, un);
+    b->item_next = DCP_ARENA_NEW(a, int32_t, un);
+    b->free_groups = DCP_ARENA_NEW(a, int32_t, un);
+    b->g_mb = DCP_ARENA_NEW(a, int32_t, un);
+    b->g_cp = DCP_ARENA_NEW(a, int32_t, un);
+    b->g_head = DCP_ARENA_NEW(a, int32_t, un + 1); /* + 1: group starts when emitting */
+    b->g_tail = DCP_ARENA_NEW(a, int32_t, un);
+    b->g_count = DCP_ARENA_NEW(a, int32_t, un);
+    b->g_load = DCP_ARENA_NEW(a, int64_t, un);
+    b->g_tokens = DCP_ARENA_NEW(a, int64_t, un);
+    b->g_key = DCP_ARENA_NEW(a, int64_t, un);
+    b->mb_free = DCP_ARENA_NEW(a, int32_t, 2 * un);
+    b->mb_cap = DCP_ARENA_NEW(a, int64_t, 2 * un);
+    b->mb_level = DCP_ARENA_NEW(a, int64_t, 2 * un);
+    b->mb_order = DCP_ARENA_NEW(a, int32_t, 2 * un);
+    b->mb_first = DCP_ARENA_NEW(a, int32_t, 2 * un + 1);
+    b->mb_groups = DCP_ARENA_NEW(a, int32_t, un);
+    b->heap = DCP_ARENA_NEW(a, heap_entry, un);
+    b->park = DCP_ARENA_NEW(a, heap_entry, un);
+    b->local = DCP_ARENA_NEW(a, heap_entry, (size_t)local);
+    b->cursor = DCP_ARENA_NEW(a, int32_t, 2 * un);
+    int kept_ok = 1;
+    for (int j = 0; j < NUM_KEPT; j++) {
+        b->kept[j].item_group = DCP_ARENA_NEW(a, int32_t, un);
+        b->kept[j].g_mb = DCP_ARENA_NEW(a, int32_t, un);
+        b->kept[j].g_cp = DCP_ARENA_NEW(a, int32_t, un);
+        kept_ok = kept_ok && b->kept[j].item_group && b->kept[j].g_mb && b->kept[j].g_cp;
+    }
+    /* repacking handles microbatches of up to repack_limit sequences: 2N, at most REPACK_MAX */
+    int32_t limit = num_ranks < REPACK_MAX / 2 ? 2 * num_ranks : REPACK_MAX;
+    if (limit > n) limit = n;
+    b->repack_limit = limit;
+    size_t ul = (size_t)limit;
+    b->rp_items = DCP_ARENA_NEW(a, int32_t, ul);
+    b->rp_of = DCP_ARENA_NEW(a, int32_t, ul);
+    b->rp_size = DCP_ARENA_NEW(a, int32_t, ul);
+    b->rp_count = DCP_ARENA_NEW(a, int32_t, ul);
+    b->rp_load = DCP_ARENA_NEW(a, int64_t, ul);
+    b->rp_tokens = DCP_ARENA_NEW(a, int64_t, ul);
+    b->rp_cost = DCP_ARENA_NEW(a, int64_t, dcp__size_mul(ul, NUM_CLASSES));
+    b->rp_seg = DCP_ARENA_NEW(a, int32_t, dcp__size_mul(ul, NUM_CLASSES));
+    b->rp_head = DCP_ARENA_NEW(a, int32_t, ul);
+    int64_t table_n = 16 * (int64_t)num_ranks - 1;
+    if (table_n > n) table_n = n;
+    if (table_n > REPACK_MAX) table_n = REPACK_MAX; /* at most 720 KiB; larger calls compute rows as they go */
+    b->table_n = (int32_t)table_n;
+    b->cost_table = DCP_ARENA_NEW(a, int64_t, dcp__size_mul((size_t)table_n, NUM_CLASSES));
+    b->cost_cheapest = DCP_ARENA_NEW(a, int64_t, (size_t)table_n);
+    b->rp_tail = DCP_ARENA_NEW(a, int32_t, ul);
+    b->rp_next = DCP_ARENA_NEW(a, int32_t, ul);
+    b->alive_next = DCP_ARENA_NEW(a, int32_t, un + 1);
+    b->g_slot = DCP_ARENA_NEW(a, int32_t, un);
+    b->room_leaves = 1;
+    while (b->room_leaves < local) b->room_leaves *= 2;
+    b->room_tree = DCP_ARENA_NEW(a, int64_t, 2 * (size_t)b->room_leaves);
+    b->sort_a = DCP_ARENA_NEW(a, int32_t, un);
+    b->sort_b = DCP_ARENA_NEW(a, int32_t, un);
+    b->saved_mb = DCP_ARENA_NEW(a, int32_t, un);
+    b->local_cap = local;
+    return b->len && b->min_cp && b->run_end && b->next_cost && b->min_cost && b->cp && b->sizes_cp && b->sizes_cost && b->cost && b->order && b->class_list &&
+           b->item_group && b->item_next && b->free_groups && b->g_mb && b->g_cp && b->g_head && b->g_tail && b->g_count &&
+           b->g_load && b->g_tokens && b->g_key && b->mb_free && b->mb_cap && b->mb_level && b->mb_order &&
+           b->mb_first && b->mb_groups && b->heap && b->park && b->cursor && b->local && kept_ok && b->sort_a && b->sort_b && b->saved_mb && b->alive_next && b->g_slot && b->room_tree && b->rp_items && b->rp_of &&
+           b->rp_size && b->rp_count && b->rp_load && b->rp_tokens && b->rp_cost && b->rp_seg && b->rp_head && b->rp_tail && b->rp_next &&
+           (table_n == 0 || (b->cost_table && b->cost_cheapest));
+}
+
+size_t dcp__assign_balanced_scratch_size(const dcp_config *config)
+{
+    balanced b;
+    dcp_arena measure;
+    dcp__arena_init_measure(&measure);
+    if (!balanced_layout(&b, &measure, config->max_sequences, dcp_config_num_ranks(config))) return SIZE_MAX;
+    return measure.used;
+}
+
+/*
+ * Run one pass (and, when its microbatch count had to be aligned to the VPP
+ * group, the same pass merging down instead of splitting up) and keep its
+ * plan if it is the best so far and fits max_microbatches.
+ */
+static void try_pass(balanced *b, int sequential, int64_t target, const int64_t widen[2], int32_t max_microbatches,
+                     int *over_capacity)
+{
+    int64_t (*pass)(balanced *, int64_t, int64_t, int64_t, int) =
+        sequential ? dcp__balanced_sequential_pass : dcp__balanced_lpt_pass;
+    for (int merge_down = 0; merge_down < 2; merge_down++) {
+        b->vpp_misaligned = 0;
+        int64_t makespan = pass(b, target, widen[0], widen[1], merge_down);
+        if (makespan >= 0) {
+            if (b->num_mbs > max_microbatches) *over_capacity = 1;
+            else dcp__balanced_keep_plan(b, makespan, -1);
+        }
+        if (!b->vpp_misaligned) break;
+    }
+}
+
+dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err)
+{
+    const dcp_config *c = in->config;
+    balanced b;
+    memset(&b, 0, sizeof b);
+    if (!balanced_layout(&b, scratch, in->num_sequences, in->num_ranks))
+        return dcp__fail(err, DCP_ERR_CAPACITY, "balanced scratch too small for %d sequences on %d ranks",
+                        in->num_sequences, in->num_ranks);
+    b.n = in->num_sequences;
+    b.num_ranks = in->num_ranks;
+    b.max_seqlen = c->max_seqlen_per_rank;
+    b.seq_cap = c->max_sequences_per_microbatch;
+    b.min_cp_size = c->min_cp_size;
+    b.vpp = c->microbatch_group_size_per_vp_stage > 1 ? c->microbatch_group_size_per_vp_stage : 1;
+    b.model = &c->cost;
+    b.ids = in->sorted_ids;
+    for (int32_t p = 0, run = 0; p < b.n; p++) {
+        int32_t id = in->sorted_ids[p];
+        b.len[p] = in->lengths[id];
+        b.min_cp[p] = in->min_cp[id];
+        /* lengths descend: equal ones come in runs */
+        if (p > 0 && b.len[p] == b.len[p - 1] && b.min_cp[p] == b.min_cp[p - 1]) {
+            b.min_cost[p] = b.min_cost[p - 1];
+        } else {
+            b.min_cost[p] = dcp_cost(b.model, b.len[p], b.min_cp[p]);
+            b.next_cost[p] = -1;
+            run = p;
+        }
+        b.run_end[run] = p + 1;
+        b.min_work += (__int128)b.min_cp[p] * b.min_cost[p];
+        b.total_tokens += b.len[p];
+    }
+    const int64_t capacity = (int64_t)b.num_ranks * b.max_seqlen;
+    int64_t k0 = (b.total_tokens + capacity - 1) / capacity;
+    if (k0 < 1) k0 = 1;
+    k0 = (k0 + b.vpp - 1) / b.vpp * b.vpp;
+    if (k0 > b.n)
+        return dcp__fail(err, DCP_ERR_INFEASIBLE,
+                        "%d sequences cannot fill %lld microbatches (a multiple of the VPP group %d)", b.n,
+                        (long long)k0, b.vpp);
+    b.join_num = 1;
+    b.join_den = 8;
+    const int64_t latency = b.model->round_latency > 0 ? b.model->round_latency : 0;
+    for (int k = 0; k < NUM_CLASSES; k++) {
+        b.join_len[k] = -1;
+        const int64_t c2 = dcp__balanced_class_size(&b, k);
+        const __int128 ring = (__int128)c2 * (c2 - 1) * latency;
+        const __int128 least = (ring - (c2 - 1)) * b.join_den;
+        /*
+         * h * join_num < least  <=>  h < ceil(least / join_num).  Only while the
+         * ring term is far below INT64_MAX, so that no cost involved saturates
+         * (a saturated cost would break the inequality); else no shortcut.
+         */
+        const __int128 below = least <= 0 || ring >= ((__int128)1 << 61) ? 0 : (least + b.join_num - 1) / b.join_num;
+        b.join_below[k] = below > ((__int128)1 << 61) ? (int64_t)1 << 61 : (int64_t)below;
+    }
+    b.polish_work = POLISH_WORK;
+    /*
+     * Which passes (chosen by measurement over the benchmark matrix): with
+     * many sequences per rank a pass costs most and three suffice, one LPT
+     * pass at the token bound and two sequential ones (no widening, and
+     * widening up to 1/4 more GPU time for one microbatch more); with fewer
+     * than 16 per rank, where a pass is cheap and the outcome sensitive, both
+     * constructions for five target counts and four allowances.  A pass whose
+     * CP sizes repeat an earlier one's (for a sequential pass: any earlier
+     * one's; for an LPT pass: at the same target) is skipped.
+     */
+    static const int64_t widen[][2] = {{0, 1}, {1, 4}, {1, 16}, {1, 0}};
+    b.dense = (int64_t)b.n < 16 * (int64_t)b.num_ranks;
+    int over_capacity = 0;
+    /*
+     * The step model's bound at minimal CP sizes: the work spread over all
+     * ranks plus the overhead of the microbatches the tokens need.  With many
+     * sequences per rank the widened pass runs only while the best plan is
+     * more than 1% above it, so skipping it gives up less than 1%.
+     */
+    const __int128 bound = b.min_work / b.num_ranks + (__int128)((b.total_tokens + capacity - 1) / capacity) *
+                                                          b.model->microbatch_overhead;
+    for (int t = 0; t < (b.dense ? 5 : 2); t++) {
+        const int64_t k = k0 + (int64_t)t * b.vpp;
+        if (k > b.n) break;
+        if (!b.dense && t > 0 && b.num_kept > 0 && (__int128)b.kept[0].makespan * 99 <= bound * 100) break;
+        for (int w = 0; w < (b.dense ? 4 : 2); w++) {
+            for (int sequential = 0; sequential < 2; sequential++) {
+                if (!b.dense && (w != t || (!sequential && t > 0))) continue;
+                try_pass(&b, sequential, k, widen[w], plan->max_microbatches, &over_capacity);
+            }
+        }
+    }
+    if (b.dense)
+        for (int j = 0; j < b.num_kept; j++) dcp__balanced_polish_plan(&b, j, plan->max_microbatches);
+    if (b.num_kept == 0 && over_capacity)
+        return dcp__fail(err, DCP_ERR_CAPACITY, "balanced: the plan needs more than max_microbatches = %d microbatches",
+                        plan->max_microbatches);
+    if (b.num_kept == 0)
+        return dcp__fail(err, DCP_ERR_INFEASIBLE, "balanced: no plan for %d sequences on %d ranks", b.n, b.num_ranks);
+    return dcp__balanced_emit(&b, plan, err);
+}

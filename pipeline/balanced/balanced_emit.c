@@ -1,0 +1,111 @@
+/*
+ * balanced_emit.c - the kept plans: the best few plans of all passes are
+ * saved, one is rebuilt into the pass state for polishing, and the best is
+ * emitted into the plan tables.
+ */
+#include "balanced_internal.h"
+#include "../../core/plan.h"
+
+/*
+ * Keep the pass's plan if it is among the NUM_KEPT best so far (kept[] stays
+ * sorted by makespan; on a tie the earlier plan stays ahead), or, with
+ * `slot` >= 0, overwrite that slot (a polished plan replacing its origin).
+ */
+void dcp__balanced_keep_plan(balanced *b, int64_t makespan, int slot)
+{
+    if (slot < 0) {
+        if (b->num_kept == NUM_KEPT && makespan >= b->kept[NUM_KEPT - 1].makespan) return;
+        slot = b->num_kept < NUM_KEPT ? b->num_kept++ : NUM_KEPT - 1;
+        /* move the slot's storage to its place in the order */
+        saved_plan spare = b->kept[slot];
+        while (slot > 0 && b->kept[slot - 1].makespan > makespan) {
+            b->kept[slot] = b->kept[slot - 1];
+            slot--;
+        }
+        b->kept[slot] = spare;
+    }
+    saved_plan *k = &b->kept[slot];
+    k->makespan = makespan;
+    k->num_groups = b->num_groups;
+    k->num_mbs = b->num_mbs;
+    memcpy(k->item_group, b->item_group, (size_t)b->n * sizeof(int32_t));
+    for (int32_t g = 0; g < b->num_groups; g++) {
+        k->g_mb[g] = b->g_count[g] > 0 ? b->g_mb[g] : -1;
+        k->g_cp[g] = b->g_cp[g];
+    }
+}
+
+/* Rebuild the pass state (groups, loads, lists, microbatches) from a kept plan. */
+void dcp__balanced_restore_plan(balanced *b, const saved_plan *k)
+{
+    b->num_groups = k->num_groups;
+    b->num_mbs = k->num_mbs;
+    b->num_free_groups = 0;
+    for (int32_t g = 0; g < b->num_groups; g++) {
+        b->g_mb[g] = k->g_mb[g];
+        b->g_cp[g] = k->g_cp[g];
+        b->g_head[g] = b->g_tail[g] = -1;
+        b->g_count[g] = 0;
+        b->g_load[g] = 0;
+        b->g_tokens[g] = 0;
+        if (b->g_mb[g] < 0) b->free_groups[b->num_free_groups++] = g;
+    }
+    for (int32_t m = 0; m < b->num_mbs; m++) b->mb_free[m] = 0;
+    for (int32_t p = 0; p < b->n; p++) {
+        int32_t g = k->item_group[p];
+        b->cp[p] = b->g_cp[g];
+        b->cost[p] = dcp_cost(b->model, b->len[p], b->cp[p]);
+        dcp__balanced_group_add(b, g, p, b->cost[p]);
+    }
+}
+
+/* Emit the best plan: microbatches in index order, groups by size descending, ids by length descending. */
+dcp_status dcp__balanced_emit(balanced *b, dcp_plan *plan, dcp_error *err)
+{
+    const saved_plan *best = &b->kept[0];
+    for (int j = 1; j < b->num_kept; j++)
+        if (b->kept[j].makespan < best->makespan) best = &b->kept[j];
+    const int32_t n = b->n, G = best->num_groups, K = best->num_mbs;
+    int32_t *first = b->mb_first, *sorted = b->mb_groups, *cursor = b->cursor;
+    /* groups by (microbatch, class descending, index): counting sort on the class, then on the microbatch */
+    int32_t class_count[NUM_CLASSES + 1] = {0}, live_groups = 0;
+    for (int32_t g = 0; g < G; g++)
+        if (best->g_mb[g] >= 0) {
+            class_count[FULL_CLASS - dcp__balanced_class_of(best->g_cp[g]) + 1]++;
+            live_groups++;
+        }
+    for (int k = 0; k < NUM_CLASSES; k++) class_count[k + 1] += class_count[k];
+    for (int32_t g = 0; g < G; g++)
+        if (best->g_mb[g] >= 0) b->order[class_count[FULL_CLASS - dcp__balanced_class_of(best->g_cp[g])]++] = g;
+    memset(first, 0, (size_t)(K + 1) * sizeof *first);
+    for (int32_t j = 0; j < live_groups; j++) first[best->g_mb[b->order[j]] + 1]++;
+    for (int32_t m = 0; m < K; m++) {
+        first[m + 1] += first[m];
+        cursor[m] = first[m];
+    }
+    for (int32_t j = 0; j < live_groups; j++) {
+        int32_t g = b->order[j];
+        sorted[cursor[best->g_mb[g]]++] = g;
+    }
+    /* ids of each group contiguous, in position order: g_head holds each group's start */
+    int32_t *start = b->g_head, *ids = b->class_list;
+    memset(start, 0, (size_t)(G + 1) * sizeof *start);
+    for (int32_t p = 0; p < n; p++) start[best->item_group[p] + 1]++;
+    for (int32_t g = 0; g < G; g++) start[g + 1] += start[g];
+    memcpy(b->g_tail, start, (size_t)G * sizeof *start);
+    for (int32_t p = 0; p < n; p++) ids[b->g_tail[best->item_group[p]]++] = b->ids[p];
+    for (int32_t m = 0; m < K; m++) {
+        if (first[m + 1] == first[m]) continue;
+        dcp_status st = dcp__plan_open_microbatch(plan, err);
+        if (st != DCP_OK) return st;
+        int32_t rank = 0;
+        for (int32_t j = first[m]; j < first[m + 1]; j++) {
+            int32_t g = sorted[j];
+            st = dcp__plan_push_group(plan, rank, best->g_cp[g], ids + start[g], start[g + 1] - start[g], err);
+            if (st != DCP_OK) return st;
+            rank += best->g_cp[g];
+        }
+        dcp__plan_close_microbatch(plan);
+    }
+    return DCP_OK;
+}

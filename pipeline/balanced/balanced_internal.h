@@ -1,0 +1,467 @@
+/*
+ * balanced_internal.h - the `balanced` scheduler's shared state and hot
+ * helpers: one planning call's scratch (struct balanced), the CP-size
+ * classes, the 4-ary heaps, group and microbatch building blocks, and the
+ * functions each phase's file offers the others.
+ *
+ * The scheduler minimises the step cost model's makespan (README, cost
+ * model), the sum over microbatches of (slowest rank + microbatch overhead),
+ * under every invariant of a plan.
+ *
+ * A microbatch is a multiset of groups: a group is a power-of-two block of
+ * ranks (or all N ranks) holding sequences that all run at that CP size, and
+ * every rank of the group carries the group's load (the sum of cost(s, cp)
+ * over its sequences).  Where a group sits inside the microbatch changes no
+ * cost (the CP size alone says intra- or inter-node), so a microbatch is only
+ * "which groups, of which sizes": any multiset of sizes summing to N is laid
+ * out by placing groups in decreasing size order, each one aligned.
+ *
+ * With the default coefficients the linear term (12 * hidden per token)
+ * dominates a sequence's cost, so a rank full of tokens carries about the
+ * same load whatever it holds: plans that fill every group to its token
+ * capacity with sequences of like length are nearly balanced.  Two
+ * constructions build such plans; several passes of each run and the exact
+ * makespan picks the winner.
+ *
+ * Every pass starts from CP sizes: each sequence on the lower bound's choice
+ * (its minimal CP size), widened while its per-rank cost stays above a target
+ * level T = work / (K * N), widening lowers it and the extra GPU time stays
+ * within the pass's allowance (none, 1/16, 1/4 or any).
+ *
+ * LPT pass (target K microbatches): sequences wider than the narrowest CP
+ * size, or above T, are shelved first-fit in decreasing cost order (each
+ * opens a microbatch at its cost, later ones fill its free ranks); the rest,
+ * in decreasing cost order, go where their group ends lowest relative to its
+ * microbatch's cap (a shelf's level, or the plain microbatches' share of the
+ * remaining work): free ranks of the highest cap, the least loaded group of
+ * their size with token room, or a wider group within the allowance.
+ *
+ * Sequential pass: open a microbatch, walk the unplaced sequences longest
+ * first and put each where its group's load ends lowest (free ranks, the
+ * least loaded group of its size, a wider group within the allowance),
+ * skipping what no group has room for; when nothing fits, open the next.
+ *
+ * Both end alike: free ranks (few sequences) are filled by splitting the most
+ * loaded group or widening a lone sequence; with fewer than 16 sequences per
+ * rank every microbatch is repacked (binary search on its level, best-fit
+ * packing under it) and microbatches are merged while that lowers the
+ * makespan; the count is aligned to the VPP group (merging down or splitting
+ * up); finally all groups are dealt, by load, into the microbatches again
+ * (for equal sizes that order minimises the sum of maxima).
+ *
+ * Everything is integer and every choice is a pure function of the lengths
+ * and the configuration, so every rank, compiler and optimisation level
+ * computes the same plan.  Scratch comes from the arena, laid out by one
+ * function that also gives the exact scratch size.
+ *
+ * The files of pipeline/balanced/, one per phase:
+ *
+ *   balanced.c             entry point: scratch layout and size, which passes run
+ *   balanced_sizes.c       every pass's first step: CP sizes for its target level
+ *   balanced_lpt.c         the LPT construction pass
+ *   balanced_sequential.c  the sequential construction pass (open microbatch, room tree)
+ *   balanced_groups.c      groups and microbatches: split, re-cost, join a wider group,
+ *                          index by microbatch, evaluate, compact
+ *   balanced_repack.c      repacking microbatches against a level, and merging them
+ *   balanced_finish.c      the end of every pass (repair, VPP alignment, regroup) and
+ *                          the polishing of kept plans
+ *   balanced_emit.c        the kept plans: keep, restore, emit the best
+ *
+ * Functions one file offers the others are named dcp__balanced_*; the hot
+ * small ones are static inline here, so every file inlines them.
+ */
+#ifndef DCP_BALANCED_INTERNAL_H
+#define DCP_BALANCED_INTERNAL_H
+
+#include "../stages.h"
+
+#include <string.h>
+
+/*
+ * CP-size classes: one per power of two up to the largest DPxCP group
+ * dcp_config_validate() accepts (2^20 ranks, past DCP_MAX_LOG2_CP: a group
+ * may span the whole pool), and FULL_CLASS for all N ranks when N is not a
+ * power of two.
+ */
+enum { MAX_LOG2_RANKS = 20, NUM_CLASSES = MAX_LOG2_RANKS + 2, FULL_CLASS = MAX_LOG2_RANKS + 1 };
+
+/* Largest microbatch (in sequences) that is repacked: the repacking is quadratic in it. */
+enum { REPACK_MAX = 4096 };
+
+/* Trial merges remembered within one merge loop (the window's 28 pairs and the rounds after). */
+enum { MERGE_MEMO = 64 };
+
+/* Sequences all repacking trials of one call may go through together: bounds the polishing time. */
+#define POLISH_WORK ((int64_t)1 << 22)
+
+/*
+ * An entry of a 4-ary min-heap: the key travels with the id, so sifting reads
+ * one array.  In the construction heaps `room` is the group's free tokens
+ * (saturated; -1 at the sequence cap), so the scan for a wider group with room
+ * reads only the heap's first entries.
+ */
+typedef struct heap_entry {
+    int64_t key;
+    int32_t id;
+    int32_t room;
+} heap_entry;
+
+/* A plan kept from a pass: each sequence's group, each group's microbatch (-1: unused) and CP size. */
+typedef struct saved_plan {
+    int64_t makespan;
+    int32_t num_groups, num_mbs;
+    int32_t *item_group; /* [n] */
+    int32_t *g_mb;       /* [n] */
+    int32_t *g_cp;       /* [n] */
+} saved_plan;
+
+enum { NUM_KEPT = 3 };
+
+/* A trial merge of microbatches a < b under a bound: the merged level, or -1. */
+typedef struct merge_trial {
+    int32_t a, b;
+    int64_t bound, merged;
+} merge_trial;
+
+/* Scratch of one planning call. */
+typedef struct balanced {
+    /* the problem, by position in length-descending order */
+    int32_t n, num_ranks, max_seqlen, seq_cap, vpp, min_cp_size;
+    int64_t join_num, join_den; /* extra GPU time allowed when a sequence joins a wider group */
+    int dense;                  /* fewer than 16 sequences per rank */
+    int vpp_misaligned;         /* the last pass needed fix_vpp_multiple() (balanced_finish.c) */
+    /* passes run so far: (sequential, target, CP-size signature); a repeat would give the same plan */
+    struct {
+        int sequential;
+        int64_t target;
+        uint64_t signature;
+    } seen[64];
+    int num_seen;
+    const dcp_cost_model *model;
+    const int32_t *ids; /* position -> global id */
+    int32_t *len;       /* [n] */
+    int32_t *min_cp;    /* [n] */
+    int32_t *run_end;   /* [n] at the first position of a run of equal lengths and minimal sizes: its end */
+    int64_t *next_cost; /* [n] at a run's first position: per-rank cost one size above min_cp (-1: not yet known) */
+    int64_t *min_cost;  /* [n] per-rank cost at min_cp */
+    __int128 min_work;  /* sum of cp * cost at min_cp */
+    int64_t total_tokens;
+
+    /*
+     * The last LPT pass's CP-size choice (dcp__balanced_choose_sizes) and its inputs: the
+     * sequential pass at the same target and allowance reuses it instead of
+     * choosing again (class_list stays as that choice left it until another
+     * choice, which clears sizes_valid).
+     */
+    int sizes_valid;
+    int64_t sizes_level, sizes_widen_num, sizes_widen_den;
+    uint64_t sizes_signature;
+    __int128 sizes_work;
+    int32_t sizes_class_offset[NUM_CLASSES + 1];
+    int32_t *sizes_cp;   /* [n] */
+    int64_t *sizes_cost; /* [n] */
+
+    /* one pass */
+    int32_t *cp;         /* [n] */
+    int64_t *cost;       /* [n] per-rank cost at cp */
+    int32_t *order;      /* [n] positions by cost descending */
+    int32_t *class_list; /* [n] positions grouped by class */
+    int32_t *item_group; /* [n] */
+    int32_t *item_next;  /* [n] next position in the same group, -1 at the end */
+
+    int32_t num_groups;   /* group ids in use: [0, num_groups) */
+    int32_t num_free_groups;
+    int32_t *free_groups; /* [n] ids of groups emptied by a merge, for reuse: live groups never exceed n */
+    int32_t *g_mb, *g_cp, *g_head, *g_tail, *g_count; /* [n] each */
+    int64_t *g_load, *g_tokens, *g_key;               /* [n] each; g_key: load minus cap */
+
+    int32_t num_mbs;
+    /*
+     * Microbatches: at most 2n while a pass builds them (shelves and plain ones
+     * hold at least one sequence each, except plain ones left empty, and each
+     * grown one holds the sequence it was made for); n once empty ones go.
+     */
+    int32_t *mb_free;  /* [2n] ranks not yet in a group */
+    int64_t *mb_cap;   /* [2n] level the microbatch is filled to */
+    int64_t *mb_level; /* [2n] slowest rank, after a pass */
+    int32_t *mb_order; /* [2n] microbatches by cap descending */
+    int32_t *mb_first; /* [2n + 1] groups of a microbatch: mb_groups[mb_first[m] .. mb_first[m+1]) */
+    int32_t *mb_groups;/* [n] */
+
+    heap_entry *heap; /* [n] per-class heaps of groups by load minus cap, partitioned by class_offset */
+    heap_entry *park; /* [n] per-class heaps of groups too full for the current length, by minus free tokens */
+    heap_entry *local;/* [min(n, N)] groups of one microbatch by minus load (repair) */
+    int32_t *cursor;  /* [2n] counting-sort cursors */
+    int32_t local_cap;
+    int32_t *sort_a, *sort_b; /* [n] merge sorts */
+    int32_t *alive_next;      /* [n + 1] sequential passes: next unplaced position at or after p (path-compressed) */
+    int32_t *g_slot;          /* [n] sequential passes: a group's leaf in room_tree */
+    int64_t *room_tree;       /* [2 * room_leaves] max tree of the open microbatch's groups' free tokens */
+    int32_t room_leaves;      /* a power of two >= min(n, N): groups one microbatch can hold */
+    /* repacking one microbatch: its sequences, trial groups, and each sequence's cost per class */
+    int32_t repack_limit;
+    int32_t *rp_items, *rp_of, *rp_size, *rp_count; /* [repack_limit] each */
+    int64_t *rp_load, *rp_tokens;                   /* [repack_limit] each */
+    int64_t *rp_cost; /* [repack_limit * NUM_CLASSES]: INT64_MAX where the size does not fit */
+    int32_t *rp_seg;  /* [NUM_CLASSES * repack_limit]: trial groups of each class, by load descending */
+    int32_t *rp_head, *rp_tail, *rp_next; /* [repack_limit] each: a trial group's sequences (list indices) */
+    int64_t polish_work; /* sequences repacking may still go through (each trial counts them) */
+    /*
+     * Few sequences per rank: every position's cost at every class, and its
+     * cheapest, computed once a call (repacking asks for them over and over).
+     */
+    int32_t table_n;        /* positions the table holds: min(n, 16N - 1, REPACK_MAX) */
+    int table_ready;
+    int64_t *cost_table;    /* [table_n * NUM_CLASSES]: INT64_MAX where the size does not fit */
+    int64_t *cost_cheapest; /* [table_n] */
+    /*
+     * Trial merges of the current merge loop: a pair's trial gives the same
+     * level until a merge changes one of its microbatches, so each is
+     * repacked once per loop instead of once per round.
+     */
+    merge_trial memo[MERGE_MEMO];
+    int num_memo;
+    int32_t *saved_mb;        /* [n] group -> microbatch before a regrouping */
+    /* the last length costed at each class when joining a wider group: equal lengths come in runs */
+    int64_t join_len[NUM_CLASSES], join_cost[NUM_CLASSES];
+    /*
+     * A sequence alone on one rank (CP size 1: its per-rank cost h is all its
+     * work) with h < join_below[k2] cannot join a group of class k2 (size c2)
+     * within the allowance, whatever its length: c2 * cost(s, c2) is at least
+     * h - (c2 - 1) + c2 * (c2 - 1) * round_latency (the work, floored per
+     * rank, plus the ring's fixed cost), which exceeds h * (1 + join_num /
+     * join_den) while h * join_num < (c2 * (c2 - 1) * round_latency - (c2 - 1))
+     * * join_den.  Saves costing and scanning classes that could never take it.
+     */
+    int64_t join_below[NUM_CLASSES];
+
+    /* the best plan so far */
+    /* the best plans so far, by makespan (kept[0] the best); few sequences per rank: all are polished */
+    saved_plan kept[NUM_KEPT];
+    int num_kept;
+} balanced;
+
+/* ---- numbers ---- */
+
+static inline int64_t dcp__balanced_sat_add(int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; }
+
+static inline int64_t dcp__balanced_clamp128(__int128 v)
+{
+    if (v > (__int128)INT64_MAX) return INT64_MAX;
+    if (v < -(__int128)INT64_MAX) return -INT64_MAX;
+    return (int64_t)v;
+}
+
+static inline int64_t dcp__balanced_ceil_div128(__int128 a, __int128 d)
+{
+    return dcp__balanced_clamp128(a <= 0 ? 0 : (a + d - 1) / d);
+}
+
+/* ---- CP-size classes ---- */
+
+static inline int dcp__balanced_class_of(int32_t cp)
+{
+    if (cp & (cp - 1)) return FULL_CLASS; /* all N ranks, N not a power of two */
+    return cp > 0 ? __builtin_ctz((uint32_t)cp) : 0;
+}
+
+/* The next CP size after cp on num_ranks ranks: double, or all ranks; 0 when cp is already all of them. */
+static inline int32_t dcp__balanced_next_size(int32_t cp, int32_t num_ranks)
+{
+    if (cp >= num_ranks) return 0;
+    return (int64_t)cp * 2 <= num_ranks ? cp * 2 : num_ranks;
+}
+
+static inline int32_t dcp__balanced_class_size(const balanced *b, int k)
+{
+    return k == FULL_CLASS ? b->num_ranks : (int32_t)1 << k;
+}
+
+/* 1 if class k is a group size on this many ranks. */
+static inline int dcp__balanced_class_valid(const balanced *b, int k)
+{
+    if (k == FULL_CLASS) return (b->num_ranks & (b->num_ranks - 1)) != 0;
+    return ((int64_t)1 << k) <= b->num_ranks;
+}
+
+/* ---- 4-ary min-heaps of (key, id); equal keys in heap order (deterministic, as every operation is) ---- */
+
+static inline int dcp__balanced_entry_less(heap_entry a, heap_entry b) { return a.key < b.key; }
+
+/* 4-ary: half the levels of a binary heap; the four children's compares are independent. */
+static inline void dcp__balanced_heap_sift_down(heap_entry *h, int32_t size, int32_t i)
+{
+    heap_entry x = h[i];
+    for (;;) {
+        int32_t c = 4 * i + 1;
+        if (c >= size) break;
+        /*
+         * The first least child, chosen by selects rather than branches: which
+         * child wins is data-dependent and mispredicted about half the time.
+         */
+        int32_t best = c;
+        int64_t best_key = h[c].key;
+        int32_t last = c + 4 < size ? c + 4 : size;
+        for (int32_t j = c + 1; j < last; j++) {
+            int64_t k = h[j].key;
+            int less = k < best_key;
+            best = less ? j : best;
+            best_key = less ? k : best_key;
+        }
+        if (!(best_key < x.key)) break;
+        h[i] = h[best];
+        i = best;
+    }
+    h[i] = x;
+}
+
+static inline void dcp__balanced_heap_push(heap_entry *h, int32_t *size, int32_t id, int64_t key, int32_t room)
+{
+    heap_entry x = {key, id, room};
+    int32_t i = (*size)++;
+    while (i > 0) {
+        int32_t p = (i - 1) / 4;
+        if (!dcp__balanced_entry_less(x, h[p])) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = x;
+}
+
+static inline int32_t dcp__balanced_heap_pop(heap_entry *h, int32_t *size)
+{
+    int32_t top = h[0].id;
+    h[0] = h[--(*size)];
+    if (*size > 0) dcp__balanced_heap_sift_down(h, *size, 0);
+    return top;
+}
+
+/* The entry at i was replaced: move it up or down to its place. */
+static inline void dcp__balanced_heap_fix(heap_entry *h, int32_t size, int32_t i)
+{
+    heap_entry x = h[i];
+    while (i > 0) {
+        int32_t p = (i - 1) / 4;
+        if (!dcp__balanced_entry_less(x, h[p])) break;
+        h[i] = h[p];
+        i = p;
+    }
+    h[i] = x;
+    dcp__balanced_heap_sift_down(h, size, i);
+}
+
+/* The root's key changed to `key` (its room to `room`): restore the order. */
+static inline void dcp__balanced_heap_rekey_top(heap_entry *h, int32_t size, int64_t key, int32_t room)
+{
+    h[0].key = key;
+    h[0].room = room;
+    dcp__balanced_heap_sift_down(h, size, 0);
+}
+
+/* ---- groups and microbatches ---- */
+
+static inline int32_t dcp__balanced_new_mb(balanced *b, int64_t cap)
+{
+    int32_t m = b->num_mbs++;
+    b->mb_free[m] = b->num_ranks;
+    b->mb_cap[m] = cap;
+    return m;
+}
+
+static inline int32_t dcp__balanced_new_group(balanced *b, int32_t mb, int32_t cp)
+{
+    int32_t g = b->num_free_groups > 0 ? b->free_groups[--b->num_free_groups] : b->num_groups++;
+    b->g_mb[g] = mb;
+    b->g_cp[g] = cp;
+    b->g_head[g] = -1;
+    b->g_tail[g] = -1;
+    b->g_count[g] = 0;
+    b->g_load[g] = 0;
+    b->g_tokens[g] = 0;
+    b->mb_free[mb] -= cp;
+    return g;
+}
+
+static inline void dcp__balanced_group_add(balanced *b, int32_t g, int32_t p, int64_t cost)
+{
+    b->item_group[p] = g;
+    b->item_next[p] = -1;
+    if (b->g_tail[g] < 0) b->g_head[g] = p;
+    else b->item_next[b->g_tail[g]] = p;
+    b->g_tail[g] = p;
+    b->g_count[g]++;
+    b->g_load[g] = dcp__balanced_sat_add(b->g_load[g], cost);
+    b->g_tokens[g] += b->len[p];
+}
+
+/* A group's free tokens for a heap entry: saturated to int32 (lengths are int32), -1 at the sequence cap. */
+static inline int32_t dcp__balanced_entry_room(const balanced *b, int32_t g)
+{
+    if (b->seq_cap > 0 && b->g_count[g] >= b->seq_cap) return -1;
+    int64_t room = (int64_t)b->max_seqlen * b->g_cp[g] - b->g_tokens[g];
+    return room > INT32_MAX ? INT32_MAX : room < -1 ? -1 : (int32_t)room;
+}
+
+/* dcp_cost() of s tokens at class k2's size c2, remembered per class for the next sequence of the same length. */
+static inline int64_t dcp__balanced_join_cost(balanced *b, int k2, int32_t s, int32_t c2)
+{
+    if (b->join_len[k2] != s) {
+        b->join_len[k2] = s;
+        b->join_cost[k2] = dcp_cost(b->model, s, c2);
+    }
+    return b->join_cost[k2];
+}
+
+/*
+ * A group of a wider class that has token (and count) room for a sequence of
+ * s tokens: among the first entries of the class's heap (the least loaded,
+ * roughly) the first with room, as its index; else the parked group with the
+ * most free tokens, as WIDE_PARKED; else WIDE_NONE.
+ */
+enum { WIDE_NONE = -2, WIDE_PARKED = -1 };
+static inline int32_t dcp__balanced_wide_candidate(const balanced *b, const heap_entry *heap, int32_t heap_size,
+                                                   const heap_entry *park, int32_t park_size, int32_t s)
+{
+    int32_t look = heap_size < 8 ? heap_size : 8;
+    for (int32_t x = 0; x < look; x++)
+        if (heap[x].room >= s) return x; /* tokens + s <= M * cp, under the sequence cap */
+    if (park_size > 0 && -park[0].key >= s && (b->seq_cap == 0 || b->g_count[park[0].id] < b->seq_cap)) return WIDE_PARKED;
+    return WIDE_NONE;
+}
+
+/* ---- functions the phases offer each other (each documented where it is defined) ---- */
+
+/* balanced_sizes.c: a pass's CP sizes and cost order; whether a pass would repeat an earlier one */
+__int128 dcp__balanced_choose_sizes(balanced *b, int64_t level, int64_t widen_num, int64_t widen_den,
+                                    int32_t class_offset[NUM_CLASSES + 1], uint64_t *signature, int merge);
+int dcp__balanced_seen_before(balanced *b, int sequential, int64_t target, uint64_t signature);
+
+/* balanced_lpt.c, balanced_sequential.c: one construction pass; its plan's makespan, or -1 */
+int64_t dcp__balanced_lpt_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int64_t widen_den,
+                               int merge_down);
+int64_t dcp__balanced_sequential_pass(balanced *b, int64_t target_mbs, int64_t widen_num, int64_t widen_den,
+                                      int merge_down);
+
+/* balanced_groups.c: groups and microbatches */
+void dcp__balanced_group_recost(balanced *b, int32_t g, int32_t cp);
+int32_t dcp__balanced_group_split(balanced *b, int32_t g);
+int32_t dcp__balanced_wide_join(balanced *b, heap_entry *heap, int32_t *heap_size, heap_entry *park,
+                                int32_t *park_size, int32_t at, int32_t p, int64_t cost, int minus_cap);
+void dcp__balanced_index_groups(balanced *b);
+int64_t dcp__balanced_evaluate(balanced *b, int32_t *live);
+void dcp__balanced_compact_mbs(balanced *b);
+
+/* balanced_repack.c: repacking every microbatch, merging two */
+void dcp__balanced_repack_microbatches(balanced *b, int32_t limit);
+int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force);
+
+/* balanced_finish.c: the common end of a pass; polishing a kept plan */
+int64_t dcp__balanced_finish_pass(balanced *b, int merge_down);
+void dcp__balanced_polish_plan(balanced *b, int slot, int32_t max_microbatches);
+
+/* balanced_emit.c: the kept plans */
+void dcp__balanced_keep_plan(balanced *b, int64_t makespan, int slot);
+void dcp__balanced_restore_plan(balanced *b, const saved_plan *k);
+dcp_status dcp__balanced_emit(balanced *b, dcp_plan *plan, dcp_error *err);
+
+#endif /* DCP_BALANCED_INTERNAL_H */

@@ -1,0 +1,427 @@
+/*
+ * balanced_repack.c - repacking and merging, with few sequences per rank: a
+ * microbatch's sequences (or two microbatches' together) are repacked at the
+ * least level where a best-fit packing fits N ranks, then the free ranks
+ * filled; a microbatch is replaced when that lowers its level, and two are
+ * merged while that lowers the makespan.
+ */
+#include "balanced_internal.h"
+
+/* Position p's per-rank cost at every class into row[] (INT64_MAX where it does not fit); returns the cheapest. */
+static int64_t class_costs(const balanced *b, int32_t p, int64_t *row)
+{
+    int64_t cheapest = INT64_MAX;
+    for (int k = 0; k < NUM_CLASSES; k++) {
+        int32_t size = dcp__balanced_class_size(b, k);
+        row[k] = INT64_MAX;
+        if (!dcp__balanced_class_valid(b, k) || size < b->min_cp[p] || b->len[p] > (int64_t)size * b->max_seqlen)
+            continue;
+        row[k] = dcp_cost(b->model, b->len[p], size);
+        if (row[k] < cheapest) cheapest = row[k];
+    }
+    return cheapest;
+}
+
+/*
+ * Cost of each of the `count` sequences in rp_items at every class it fits
+ * (INT64_MAX elsewhere); returns the least level any arrangement can reach
+ * (the largest over sequences of their cheapest per-rank cost).
+ */
+static int64_t repack_costs(balanced *b, int32_t count)
+{
+    if (b->dense && !b->table_ready && b->n <= b->table_n) {
+        for (int32_t p = 0; p < b->n; p++)
+            b->cost_cheapest[p] = class_costs(b, p, b->cost_table + (size_t)p * NUM_CLASSES);
+        b->table_ready = 1;
+    }
+    int64_t floor_level = 0;
+    for (int32_t i = 0; i < count; i++) {
+        int32_t p = b->rp_items[i];
+        int64_t cheapest, *row = b->rp_cost + (size_t)i * NUM_CLASSES;
+        if (b->table_ready) {
+            memcpy(row, b->cost_table + (size_t)p * NUM_CLASSES, NUM_CLASSES * sizeof *row);
+            cheapest = b->cost_cheapest[p];
+        } else {
+            cheapest = class_costs(b, p, row);
+        }
+        if (cheapest > floor_level) floor_level = cheapest;
+    }
+    return floor_level;
+}
+
+/* Append list item i (cost `cost` at the group's size) to trial group g. */
+static void rp_append(balanced *b, int32_t g, int32_t i, int64_t cost)
+{
+    b->rp_of[i] = g;
+    b->rp_next[i] = -1;
+    if (b->rp_tail[g] < 0) b->rp_head[g] = i;
+    else b->rp_next[b->rp_tail[g]] = i;
+    b->rp_tail[g] = i;
+    b->rp_load[g] = dcp__balanced_sat_add(b->rp_load[g], cost);
+    b->rp_tokens[g] += b->len[b->rp_items[i]];
+    b->rp_count[g]++;
+}
+
+/* Split trial group g's sequences (longest first, each to the lighter side) with a new group; returns it. */
+static int32_t rp_split(balanced *b, int32_t g, int32_t *groups)
+{
+    int32_t g2 = (*groups)++, i = b->rp_head[g];
+    int k = dcp__balanced_class_of(b->rp_size[g]);
+    b->rp_size[g2] = b->rp_size[g];
+    b->rp_load[g] = b->rp_load[g2] = 0;
+    b->rp_tokens[g] = b->rp_tokens[g2] = 0;
+    b->rp_count[g] = b->rp_count[g2] = 0;
+    b->rp_head[g] = b->rp_tail[g] = b->rp_head[g2] = b->rp_tail[g2] = -1;
+    while (i >= 0) {
+        int32_t next = b->rp_next[i];
+        int to_new = b->rp_load[g2] < b->rp_load[g] || (b->rp_load[g2] == b->rp_load[g] && b->rp_count[g2] < b->rp_count[g]);
+        rp_append(b, to_new ? g2 : g, i, b->rp_cost[(size_t)i * NUM_CLASSES + k]);
+        i = next;
+    }
+    return g2;
+}
+
+/* Widen trial group g (one sequence) to size2. */
+static void rp_widen(balanced *b, int32_t g, int32_t size2)
+{
+    b->rp_load[g] = b->rp_cost[(size_t)b->rp_head[g] * NUM_CLASSES + dcp__balanced_class_of(size2)];
+    b->rp_size[g] = size2;
+}
+
+/*
+ * Best-fit-decreasing packing of the microbatch's sequences (longest first)
+ * under `level`: each goes into the fullest trial group, at least as wide as
+ * its narrowest size under the level, that stays under the level, else opens
+ * a group of that narrowest size.  Returns the ranks used (num_ranks + 1 when
+ * more than all); the groups are left in rp_* and *num_groups.
+ */
+static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *num_groups)
+{
+    enum { WIDER = 4, LOOK = 16 };
+    const int32_t N = b->num_ranks, limit = b->repack_limit;
+    int32_t groups = 0, ranks = 0, seg_len[NUM_CLASSES] = {0};
+    b->polish_work -= count;
+    for (int32_t i = 0; i < count; i++) {
+        const int64_t *row = b->rp_cost + (size_t)i * NUM_CLASSES;
+        int32_t p = b->rp_items[i], s = b->len[p];
+        int k = 0;
+        while (k < NUM_CLASSES && row[k] > level) k++;
+        if (k == NUM_CLASSES) return N + 1;
+        /*
+         * Best fit: among groups of this size and the next few wider ones
+         * (joining costs no ranks; the group only has to stay under the
+         * level), the one left fullest.  Each class keeps its groups sorted
+         * by load, heaviest first, so the candidates are the heaviest that
+         * still fit.
+         */
+        int32_t best = -1, best_at = 0;
+        int best_class = -1;
+        int64_t best_load = -1;
+        for (int k2 = k, tried = 0; k2 < NUM_CLASSES && tried < WIDER; k2++) {
+            if (!dcp__balanced_class_valid(b, k2)) continue;
+            tried++;
+            int64_t c = row[k2];
+            if (c > level || seg_len[k2] == 0) continue;
+            const int32_t *seg = b->rp_seg + (size_t)k2 * limit;
+            int32_t lo = 0, hi = seg_len[k2]; /* loads descending: the first with load <= level - c */
+            while (lo < hi) {
+                int32_t mid = lo + (hi - lo) / 2;
+                if (b->rp_load[seg[mid]] > level - c) lo = mid + 1;
+                else hi = mid;
+            }
+            for (int32_t x = lo; x < seg_len[k2] && x < lo + LOOK; x++) {
+                int32_t g = seg[x];
+                if (b->rp_tokens[g] + s > (int64_t)b->rp_size[g] * b->max_seqlen) continue;
+                if (b->seq_cap > 0 && b->rp_count[g] >= b->seq_cap) continue;
+                if (dcp__balanced_sat_add(b->rp_load[g], c) > best_load) {
+                    best = g;
+                    best_at = x;
+                    best_class = k2;
+                    best_load = dcp__balanced_sat_add(b->rp_load[g], c);
+                }
+                break;
+            }
+        }
+        if (best < 0) {
+            int32_t size = dcp__balanced_class_size(b, k);
+            ranks += size;
+            if (ranks > N) return N + 1;
+            best = groups++;
+            b->rp_size[best] = size;
+            b->rp_load[best] = 0;
+            b->rp_tokens[best] = 0;
+            b->rp_count[best] = 0;
+            b->rp_head[best] = b->rp_tail[best] = -1;
+            best_class = k;
+            best_at = seg_len[k]++;
+            b->rp_seg[(size_t)k * limit + best_at] = best;
+        }
+        rp_append(b, best, i, row[best_class]);
+        /*
+         * Its load grew: move it forward in its class's descending order,
+         * behind every group at least as heavy.  Loads cluster under the
+         * level, so the move can be long: find the place by halving (the
+         * prefix is sorted) and shift the block at once.
+         */
+        int32_t *seg = b->rp_seg + (size_t)best_class * limit;
+        const int64_t load = b->rp_load[best];
+        int32_t lo = 0, hi = best_at; /* the first of seg[0, best_at) lighter than the group */
+        while (lo < hi) {
+            int32_t mid = lo + (hi - lo) / 2;
+            if (b->rp_load[seg[mid]] < load) hi = mid;
+            else lo = mid + 1;
+        }
+        memmove(seg + lo + 1, seg + lo, (size_t)(best_at - lo) * sizeof *seg);
+        seg[lo] = best;
+    }
+    *num_groups = groups;
+    return ranks;
+}
+
+/*
+ * Fill the free ranks of the trial groups: each step splits a group of two or
+ * more sequences, or widens a group of one, choosing the step that leaves the
+ * lowest level (widening a short sequence can raise its cost: the ring
+ * latency outgrows the work it spreads).  Returns the resulting level, or
+ * INT64_MAX when the gap cannot be filled.
+ */
+static int64_t repack_fill(balanced *b, int32_t *num_groups, int32_t free_ranks)
+{
+    const int32_t N = b->num_ranks;
+    int32_t groups = *num_groups;
+    if ((int64_t)groups * free_ranks > 65536) {
+        /* many groups and many free ranks: repair()'s rule, the most loaded group first, through a heap */
+        int32_t size = 0;
+        for (int32_t j = 0; j < groups; j++)
+            if (b->rp_size[j] <= free_ranks) dcp__balanced_heap_push(b->local, &size, j, -b->rp_load[j], 0);
+        while (free_ranks > 0) {
+            if (size == 0) return INT64_MAX;
+            int32_t g = dcp__balanced_heap_pop(b->local, &size);
+            int32_t gs = b->rp_size[g];
+            if (gs > free_ranks) continue; /* free ranks only shrink */
+            if (b->rp_count[g] >= 2) {
+                int32_t g2 = rp_split(b, g, &groups);
+                free_ranks -= gs;
+                dcp__balanced_heap_push(b->local, &size, g, -b->rp_load[g], 0);
+                dcp__balanced_heap_push(b->local, &size, g2, -b->rp_load[g2], 0);
+            } else {
+                int32_t size2 = dcp__balanced_next_size(gs, N);
+                if (size2 == 0 || size2 - gs > free_ranks) continue;
+                rp_widen(b, g, size2);
+                free_ranks -= size2 - gs;
+                dcp__balanced_heap_push(b->local, &size, g, -b->rp_load[g], 0);
+            }
+        }
+    }
+    while (free_ranks > 0) {
+        /* the two highest loads, to know the level without any one group */
+        int32_t top = -1;
+        int64_t second = 0;
+        for (int32_t j = 0; j < groups; j++) {
+            if (top < 0 || b->rp_load[j] > b->rp_load[top]) {
+                if (top >= 0) second = b->rp_load[top];
+                top = j;
+            } else if (b->rp_load[j] > second) {
+                second = b->rp_load[j];
+            }
+        }
+        /* the split or widening that leaves the lowest level (ties: the more loaded group, then the lower index) */
+        int32_t g = -1;
+        int64_t best_level = INT64_MAX;
+        for (int32_t j = 0; j < groups; j++) {
+            int32_t size = b->rp_size[j];
+            if (size > free_ranks) continue;
+            int64_t after;
+            if (b->rp_count[j] >= 2) {
+                after = b->rp_load[j] / 2 + (b->rp_load[j] & 1); /* an even split, as an estimate */
+            } else {
+                int32_t size2 = dcp__balanced_next_size(size, N);
+                if (size2 == 0 || size2 - size > free_ranks) continue;
+                after = b->rp_cost[(size_t)b->rp_head[j] * NUM_CLASSES + dcp__balanced_class_of(size2)];
+            }
+            int64_t others = j == top ? second : b->rp_load[top];
+            int64_t level = after > others ? after : others;
+            if (g < 0 || level < best_level || (level == best_level && b->rp_load[j] > b->rp_load[g])) {
+                best_level = level;
+                g = j;
+            }
+        }
+        if (g < 0) return INT64_MAX;
+        int32_t size = b->rp_size[g];
+        if (b->rp_count[g] >= 2) {
+            rp_split(b, g, &groups);
+            free_ranks -= size;
+        } else {
+            int32_t size2 = dcp__balanced_next_size(size, N);
+            rp_widen(b, g, size2);
+            free_ranks -= size2 - size;
+        }
+    }
+    int64_t level = 0;
+    for (int32_t j = 0; j < groups; j++)
+        if (b->rp_load[j] > level) level = b->rp_load[j];
+    *num_groups = groups;
+    return level;
+}
+
+/* Ascending sort of `count` positions in rp_items (merge sort through sort_a / sort_b). */
+static void sort_positions(balanced *b, int32_t count)
+{
+    int32_t *src = b->rp_items, *dst = b->sort_b;
+    for (int32_t width = 1; width < count; width *= 2) {
+        for (int32_t lo = 0; lo < count; lo += 2 * width) {
+            int32_t mid = lo + width < count ? lo + width : count;
+            int32_t hi = lo + 2 * width < count ? lo + 2 * width : count;
+            int32_t i = lo, j = mid, o = lo;
+            while (i < mid && j < hi) dst[o++] = src[j] < src[i] ? src[j++] : src[i++];
+            while (i < mid) dst[o++] = src[i++];
+            while (j < hi) dst[o++] = src[j++];
+        }
+        int32_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != b->rp_items) memcpy(b->rp_items, src, (size_t)count * sizeof *src);
+}
+
+/*
+ * Repack the sequences of microbatches ms[0..num) into microbatch ms[0]: the
+ * least level (binary search) at which the trial packing fits N ranks, then
+ * the free ranks filled.  Committed only when the resulting level is below
+ * `better_than` (and `commit` is set); the other microbatches are left empty.
+ * Returns the new level, or -1 when none below `better_than` was found.
+ * Uses mb_groups / mb_first from dcp__balanced_index_groups().
+ */
+static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_than, int commit)
+{
+    int32_t count = 0;
+    for (int j = 0; j < num; j++)
+        for (int32_t x = b->mb_first[ms[j]]; x < b->mb_first[ms[j] + 1]; x++) count += b->g_count[b->mb_groups[x]];
+    if (count > b->repack_limit || b->polish_work <= 0) return -1;
+    count = 0;
+    for (int j = 0; j < num; j++)
+        for (int32_t x = b->mb_first[ms[j]]; x < b->mb_first[ms[j] + 1]; x++)
+            for (int32_t p = b->g_head[b->mb_groups[x]]; p >= 0; p = b->item_next[p]) b->rp_items[count++] = p;
+    if (count == 0) return -1;
+    sort_positions(b, count);
+    int64_t lo = repack_costs(b, count), hi = better_than - 1;
+    int32_t groups = 0;
+    if (lo > hi || repack_trial(b, count, hi, &groups) > b->num_ranks) return -1;
+    while (lo < hi && hi - lo > (hi >> 12)) { /* to within 1/4096 of the level */
+        int64_t mid = lo + (hi - lo) / 2;
+        if (repack_trial(b, count, mid, &groups) <= b->num_ranks) hi = mid;
+        else lo = mid + 1;
+    }
+    int32_t ranks = repack_trial(b, count, hi, &groups);
+    int64_t level = repack_fill(b, &groups, b->num_ranks - ranks);
+    if (level >= better_than) return -1;
+    if (!commit) return level;
+    /* commit: the old groups go to the free list, the trial groups become real ones */
+    for (int j = 0; j < num; j++) {
+        for (int32_t x = b->mb_first[ms[j]]; x < b->mb_first[ms[j] + 1]; x++) {
+            int32_t g = b->mb_groups[x];
+            b->g_count[g] = 0;
+            b->g_head[g] = b->g_tail[g] = -1;
+            b->free_groups[b->num_free_groups++] = g;
+        }
+        b->mb_free[ms[j]] = b->num_ranks;
+    }
+    const int32_t m = ms[0];
+    int32_t *real = b->cursor;
+    for (int32_t j = 0; j < groups; j++) real[j] = dcp__balanced_new_group(b, m, b->rp_size[j]);
+    for (int32_t i = 0; i < count; i++) {
+        int32_t p = b->rp_items[i], g = real[b->rp_of[i]];
+        b->cp[p] = b->g_cp[g];
+        b->cost[p] = b->rp_cost[(size_t)i * NUM_CLASSES + dcp__balanced_class_of(b->g_cp[g])];
+        dcp__balanced_group_add(b, g, p, b->cost[p]);
+    }
+    return level;
+}
+
+/* Repack every microbatch of at most `limit` sequences where that lowers its level. */
+void dcp__balanced_repack_microbatches(balanced *b, int32_t limit)
+{
+    int32_t live = 0;
+    dcp__balanced_evaluate(b, &live);
+    dcp__balanced_index_groups(b);
+    for (int32_t m = 0; m < b->num_mbs; m++) {
+        int32_t count = 0;
+        for (int32_t x = b->mb_first[m]; x < b->mb_first[m + 1]; x++) count += b->g_count[b->mb_groups[x]];
+        if (count == 0 || count > limit) continue;
+        repack(b, &m, 1, b->mb_level[m], 1);
+    }
+}
+
+/*
+ * Merge two microbatches by repacking their sequences together.  Candidates
+ * are pairs among the eight least loaded microbatches with at most `limit`
+ * sequences between them.  Without `force`, the pair whose merge lowers the
+ * makespan most is merged (if any does); with it, the pair with the lowest
+ * merged level, whatever the makespan.  Returns 1 when a merge was made.
+ * A merge loop clears b->num_memo before its first round; without `force`
+ * the trials go through the memo.
+ */
+int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force)
+{
+    enum { WINDOW = 8 };
+    int32_t live = 0, window[WINDOW], counts[WINDOW], size = 0;
+    dcp__balanced_evaluate(b, &live);
+    dcp__balanced_index_groups(b);
+    /* the WINDOW lowest levels, by insertion (ties: lower index) */
+    for (int32_t m = 0; m < b->num_mbs; m++) {
+        if (b->mb_level[m] < 0) continue;
+        int32_t count = 0;
+        for (int32_t x = b->mb_first[m]; x < b->mb_first[m + 1]; x++) count += b->g_count[b->mb_groups[x]];
+        int j = size < WINDOW ? size++ : WINDOW;
+        while (j > 0 && b->mb_level[window[j - 1]] > b->mb_level[m]) {
+            if (j < WINDOW) {
+                window[j] = window[j - 1];
+                counts[j] = counts[j - 1];
+            }
+            j--;
+        }
+        if (j < WINDOW) {
+            window[j] = m;
+            counts[j] = count;
+        }
+    }
+    int32_t best[2] = {-1, -1};
+    int64_t best_gain = force ? INT64_MIN : 0, best_bound = 0;
+    for (int i = 0; i < size; i++) {
+        for (int j = i + 1; j < size; j++) {
+            if (counts[i] + counts[j] > limit) continue;
+            int32_t pair[2] = {window[i], window[j]};
+            int64_t both = dcp__balanced_sat_add(dcp__balanced_sat_add(b->mb_level[pair[0]], b->mb_level[pair[1]]),
+                                                 b->model->microbatch_overhead);
+            int64_t bound = force ? INT64_MAX : both;
+            int64_t merged = -2;
+            for (int e = 0; !force && e < b->num_memo; e++)
+                if (b->memo[e].a == pair[0] && b->memo[e].b == pair[1] && b->memo[e].bound == bound) {
+                    merged = b->memo[e].merged;
+                    break;
+                }
+            if (merged == -2) {
+                merged = repack(b, pair, 2, bound, 0);
+                if (!force && b->num_memo < MERGE_MEMO)
+                    b->memo[b->num_memo++] = (merge_trial){pair[0], pair[1], bound, merged};
+            }
+            if (merged < 0) continue;
+            int64_t gain = both - merged;
+            if (gain > best_gain) {
+                best_gain = gain;
+                best_bound = bound;
+                best[0] = pair[0];
+                best[1] = pair[1];
+            }
+        }
+    }
+    if (best[0] < 0) return 0;
+    /* trials that involved either microbatch are stale now */
+    int kept = 0;
+    for (int e = 0; e < b->num_memo; e++)
+        if (b->memo[e].a != best[0] && b->memo[e].a != best[1] && b->memo[e].b != best[0] && b->memo[e].b != best[1])
+            b->memo[kept++] = b->memo[e];
+    b->num_memo = kept;
+    /* the same bound as the trial: the search is deterministic, so the commit repeats it exactly */
+    return repack(b, best, 2, best_bound, 1) >= 0;
+}
