@@ -4,6 +4,7 @@
  */
 #include "host.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

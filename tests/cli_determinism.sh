@@ -19,7 +19,12 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 traces=("$src"/tests/data/workloads/*_n256_seed1.txt "$src"/tests/data/workloads/*_n1024_seed1.txt)
-sources=("$src"/alloc/*.c "$src"/core/*.c "$src"/pipeline/*.c "$src"/pipeline/balanced/*.c "$src"/gpu/*.c "$src"/tests/plan_hash_main.c)
+# the CPU-only library: every layer's sources, with the stubs a build without CUDA and NCCL takes
+sources=()
+for f in "$src"/alloc/*.c "$src"/core/*.c "$src"/pipeline/*.c "$src"/pipeline/balanced/*.c; do
+  case "$f" in */alloc/device_cuda.c) ;; *) sources+=("$f") ;; esac
+done
+sources+=("$src"/gpu/no_cuda.c "$src"/gpu/no_nccl.c "$src"/tests/plan_hash_main.c)
 
 "$reference_program" "${traces[@]}" > "$work/reference.txt"
 lines=$(wc -l < "$work/reference.txt")
