@@ -4,7 +4,8 @@
  *   gather   -> global lengths, per-DP-rank offsets   (pipeline/gather.c)
  *   bucket   -> ids sorted by length, minimal CP size  (pipeline/bucket.c)
  *   assign   -> the plan, by the configured scheduler  (pipeline/assign*.c,
- *                                                       pipeline/balanced/)
+ *                                                       pipeline/balanced/,
+ *                                                       pipeline/dynamic_cp/)
  *   validate -> every invariant                        (core/validate.c)
  *
  * Every stage takes its scratch from an arena it may fill and never frees:
