@@ -52,6 +52,14 @@ typedef struct dcp_exchange_blocks {
     size_t send_total, recv_total;             /* bytes */
 } dcp_exchange_blocks;
 
+/* The spans of the caller's samples a rank brings into a step: span k is pairs[2k] elements of sample[k] from start[k]. */
+typedef struct dcp_input_spans {
+    int32_t count;
+    const int32_t *sample;
+    const int64_t *start;
+    const int32_t *pairs; /* [2 * count]: (length, original length) */
+} dcp_input_spans;
+
 typedef struct dcp_mover dcp_mover;
 
 typedef struct dcp_mover_ops {
@@ -72,6 +80,9 @@ typedef struct dcp_mover_ops {
     dcp_status (*land)(dcp_mover *m, void *stream, uint32_t kept, const dcp_recv_pieces *pieces,
                        const dcp_exchange_blocks *x, const unsigned char *recv, const dcp_body_layout *b,
                        int64_t total_tokens, dcp_arena *scratch, dcp_error *err);
+    /* The digest (core/digest.h) of the `kept` fields over the spans, in span order. */
+    dcp_status (*digest)(dcp_mover *m, void *stream, const dcp_step_input *in, uint32_t kept,
+                         const dcp_input_spans *spans, uint64_t *digest, dcp_error *err);
     /* After a broadcast into body(): the prefix's bytes into the host body (a no-op where they are the same). */
     dcp_status (*read_back)(dcp_mover *m, void *stream, size_t prefix_bytes, dcp_error *err);
     /* Hand back what the mover took at creation; the mover is the CPU one again afterwards. */

@@ -3,6 +3,7 @@
  * scratch, staging and landing by the CPU twins of the pack kernels.
  */
 #include "mover.h"
+#include "digest.h"
 #include "pack.h"
 
 #include <string.h>
@@ -76,6 +77,26 @@ static dcp_status cpu_land(dcp_mover *m, void *stream, uint32_t kept, const dcp_
     return DCP_OK;
 }
 
+static dcp_status cpu_digest(dcp_mover *m, void *stream, const dcp_step_input *in, uint32_t kept,
+                             const dcp_input_spans *spans, uint64_t *digest, dcp_error *err)
+{
+    (void)m, (void)stream, (void)err;
+    uint64_t sum = 0;
+    for (int f = 0; f < DCP_NUM_FIELDS; f++) {
+        if (!(kept & dcp__field_bit[f])) continue;
+        const size_t size = dcp__field_size[f];
+        int64_t position = 0;
+        for (int32_t k = 0; k < spans->count; k++) {
+            const unsigned char *base = (const unsigned char *)dcp__sample_field(&in->samples[spans->sample[k]], f);
+            int64_t length = spans->pairs[2 * k];
+            sum += dcp__digest_run_cpu(base + (size_t)spans->start[k] * size, size, length, position, f);
+            position += length;
+        }
+    }
+    *digest = sum;
+    return DCP_OK;
+}
+
 static dcp_status cpu_read_back(dcp_mover *m, void *stream, size_t prefix_bytes, dcp_error *err)
 {
     (void)m, (void)stream, (void)prefix_bytes, (void)err;
@@ -84,7 +105,7 @@ static dcp_status cpu_read_back(dcp_mover *m, void *stream, size_t prefix_bytes,
 
 static void cpu_release(dcp_mover *m) { (void)m; }
 
-static const dcp_mover_ops cpu_ops = {"cpu", cpu_buffers, cpu_stage, cpu_land, cpu_read_back, cpu_release};
+static const dcp_mover_ops cpu_ops = {"cpu", cpu_buffers, cpu_stage, cpu_land, cpu_digest, cpu_read_back, cpu_release};
 
 void dcp__mover_cpu_init(dcp_mover *m, unsigned char *host_body, size_t capacity)
 {

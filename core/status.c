@@ -26,6 +26,7 @@ const char *dcp_status_str(dcp_status status)
     case DCP_ERR_CUDA: return "DCP_ERR_CUDA";
     case DCP_ERR_NCCL: return "DCP_ERR_NCCL";
     case DCP_ERR_UNSUPPORTED: return "DCP_ERR_UNSUPPORTED";
+    case DCP_ERR_OUT_OF_STEP: return "DCP_ERR_OUT_OF_STEP";
     }
     return "DCP_ERR_UNKNOWN";
 }

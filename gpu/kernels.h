@@ -60,6 +60,18 @@ int dcp__segment_table_pack_tile_cuda(const dcp_segment_table *table, int64_t to
                                      void *stream);
 int dcp__flat_copy_probe_cuda(void *dst, const void *src, size_t bytes, int variant, void *stream);
 
+/*
+ * The input digest (core/digest.h) of spans on device: segment s is
+ * length[s] elements of source src_index[s] from element src_offset[s], at
+ * digest position dst_offset[s]; field k's sources are src[k * sources ..],
+ * its elements elem_size[k] (4 or 8) bytes, its place in core/body.h's order
+ * field_index[k].  Every array is device memory; the sum lands in *out (one
+ * device uint64).  Segments fit a grid dimension (< 2^31).
+ */
+int dcp__digest_cuda(const dcp_segment_table *table, const void *const *src, int64_t sources,
+                     const int32_t *field_index, const int64_t *elem_size, int32_t num_fields, uint64_t *out,
+                     void *stream);
+
 /* dcp__pack_cpu on device: layout arrays, work_offset ([n + 1]) and src_buffers are device memory. */
 int dcp__pack_cuda(const dcp_pack_layout *layout, const int64_t *work_offset, int64_t total_elements,
                   const void *const *src_buffers, void *dst, size_t elem_size, void *stream);

@@ -45,7 +45,7 @@ static size_t table_bytes(int64_t segments, int64_t fields, int64_t sources, int
     b = dcp__size_add(b, align256(dcp__size_mul(n + 1, 8)));               /* work_offset */
     b = dcp__size_add(b, align256(dcp__size_mul((size_t)fields, dcp__size_mul((size_t)sources, 8))));
     b = dcp__size_add(b, align256(dcp__size_mul((size_t)fields, dcp__size_mul((size_t)dests, 8))));
-    return b;
+    return dcp__size_add(b, 256); /* scalars: the digest's field indices, sizes and sum */
 }
 
 typedef struct sizes {
@@ -89,6 +89,7 @@ typedef struct table_build {
     int64_t *src_offset, *dst_offset, *length, *work;
     const void **src_ptrs; /* [fields][sources] */
     void **dst_ptrs;       /* [fields][dests] */
+    unsigned char *scalars; /* 256 bytes */
     int64_t sources, dests;
     size_t bytes;          /* used, from the start of the table */
 } table_build;
@@ -118,6 +119,7 @@ static dcp_status table_begin(cuda_mover *st, int64_t n, int32_t fields, int64_t
     t->work = (int64_t *)carve(h, &at, (size_t)(n + 1) * 8);
     t->src_ptrs = (const void **)carve(h, &at, (size_t)fields * (size_t)sources * 8);
     t->dst_ptrs = (void **)carve(h, &at, (size_t)fields * (size_t)dests * 8);
+    t->scalars = (unsigned char *)carve(h, &at, 256);
     t->sources = sources;
     t->dests = dests;
     t->bytes = at;
@@ -274,6 +276,60 @@ static dcp_status cuda_land(dcp_mover *m, void *stream, uint32_t kept, const dcp
     return e == cudaSuccess ? DCP_OK : cuda_fail(err, e, "step: placing received tokens");
 }
 
+static dcp_status cuda_digest(dcp_mover *m, void *stream, const dcp_step_input *in, uint32_t kept,
+                              const dcp_input_spans *spans, uint64_t *digest, dcp_error *err)
+{
+    cuda_mover *st = (cuda_mover *)m->state;
+    *digest = 0;
+    int32_t nf = 0;
+    for (int f = 0; f < DCP_NUM_FIELDS; f++) nf += (kept & dcp__field_bit[f]) != 0;
+    if (spans->count == 0 || nf == 0) return DCP_OK;
+    cudaError_t e = cudaSetDevice(st->device);
+    if (e != cudaSuccess) return cuda_fail(err, e, "step: cudaSetDevice");
+    table_build t;
+    int64_t sources = in->num_samples > 0 ? in->num_samples : 1;
+    dcp_status s = table_begin(st, spans->count, nf, sources, 1, &t, err);
+    if (s != DCP_OK) return s;
+    int64_t position = 0;
+    for (int32_t k = 0; k < spans->count; k++) {
+        t.src_index[k] = spans->sample[k];
+        t.src_offset[k] = spans->start[k];
+        t.dst_offset[k] = position; /* the span's first digest position */
+        t.length[k] = spans->pairs[2 * k];
+        position += spans->pairs[2 * k];
+    }
+    int32_t *field_index = (int32_t *)t.scalars;
+    int64_t *elem_size = (int64_t *)(t.scalars + 64);
+    uint64_t *sum = (uint64_t *)(t.scalars + 128);
+    int32_t k = 0;
+    for (int f = 0; f < DCP_NUM_FIELDS; f++) {
+        if (!(kept & dcp__field_bit[f])) continue;
+        const void **srcs = t.src_ptrs + (size_t)k * (size_t)t.sources;
+        for (int32_t i = 0; i < in->num_samples; i++) srcs[i] = dcp__sample_field(&in->samples[i], f);
+        field_index[k] = f;
+        elem_size[k] = (int64_t)dcp__field_size[f];
+        k++;
+    }
+    e = cudaMemcpyAsync(st->table, st->host_table, t.bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream);
+    if (e != cudaSuccess) return cuda_fail(err, e, "step: upload of a digest table");
+    dcp_segment_table table = {t.n,
+                               (const int32_t *)ON_DEVICE(st, t.src_index),
+                               (const int64_t *)ON_DEVICE(st, t.src_offset),
+                               NULL,
+                               (const int64_t *)ON_DEVICE(st, t.dst_offset),
+                               (const int64_t *)ON_DEVICE(st, t.length),
+                               NULL};
+    int rc = dcp__digest_cuda(&table, (const void *const *)ON_DEVICE(st, t.src_ptrs), t.sources,
+                              (const int32_t *)ON_DEVICE(st, field_index), (const int64_t *)ON_DEVICE(st, elem_size),
+                              nf, (uint64_t *)ON_DEVICE(st, sum), stream);
+    if (rc != 0) return cuda_fail(err, (cudaError_t)rc, "step: digest kernel launch");
+    e = cudaMemcpyAsync(sum, ON_DEVICE(st, sum), sizeof *sum, cudaMemcpyDeviceToHost, (cudaStream_t)stream);
+    if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)stream);
+    if (e != cudaSuccess) return cuda_fail(err, e, "step: digest of this rank's input");
+    *digest = *sum;
+    return DCP_OK;
+}
+
 static dcp_status cuda_read_back(dcp_mover *m, void *stream, size_t prefix_bytes, dcp_error *err)
 {
     cuda_mover *st = (cuda_mover *)m->state;
@@ -299,7 +355,8 @@ static void cuda_release(dcp_mover *m)
     cudaSetDevice(current);
 }
 
-static const dcp_mover_ops cuda_ops = {"cuda", cuda_buffers, cuda_stage, cuda_land, cuda_read_back, cuda_release};
+static const dcp_mover_ops cuda_ops = {"cuda",     cuda_buffers,   cuda_stage,  cuda_land,
+                                       cuda_digest, cuda_read_back, cuda_release};
 
 /* ------------------------------------------------------------------------ */
 /* Creation                                                                  */

@@ -59,7 +59,8 @@ typedef enum dcp_status {
     DCP_ERR_ALLOC = -15,            /* init could not obtain its memory */
     DCP_ERR_CUDA = -16,             /* a CUDA runtime call failed */
     DCP_ERR_NCCL = -17,             /* an NCCL call failed */
-    DCP_ERR_UNSUPPORTED = -18       /* built without the feature (e.g. CUDA) */
+    DCP_ERR_UNSUPPORTED = -18,      /* built without the feature (e.g. CUDA) */
+    DCP_ERR_OUT_OF_STEP = -19       /* ranks met in different calls: one skipped or repeated a call */
 } dcp_status;
 
 /* Static name of a status, e.g. "DCP_ERR_CAPACITY".  Never NULL. */
@@ -176,6 +177,15 @@ typedef struct dcp_config {
     int32_t pad_to_max_seqlen;            /* 0 or 1; wins over pad_alignment */
     dcp_thd_tail thd_tail_policy;         /* default append_dummy */
     dcp_cp_partition cp_partition;        /* default zigzag */
+    /*
+     * CP siblings (the ranks of one DP rank) must hold identical inputs.  By
+     * default dcp_step checks it: each rank hashes every byte of the fields it
+     * moves (on the GPU with a kernel when a CUDA workspace is attached) and the
+     * siblings compare the digests with their lengths; a difference is
+     * DCP_ERR_CORRUPT_INPUT on every rank.  1 compares the lengths only (one
+     * pass over the input less; docs/step.md gives the cost).  No effect at CP 1.
+     */
+    int32_t skip_sibling_data_check;
     dcp_cost_model cost;                  /* used by DCP_SCHEDULER_BALANCED and by plan statistics */
 } dcp_config;
 
@@ -218,6 +228,24 @@ dcp_status dcp_context_create(const dcp_config *config, dcp_context **context);
 
 /* Release a context (frees its memory only if dcp_context_create() took it). NULL is a no-op. */
 void dcp_context_destroy(dcp_context *context);
+
+/*
+ * Calls in step.  Every multi-rank call on a context (dcp_gather,
+ * dcp_gather_packed, dcp_step) counts, also one that fails on the calling
+ * rank alone (a NULL argument, an unusable communicator); its first
+ * collective carries that count, dcp_step_args.step_id and a digest of the
+ * configuration, and ranks that meet with different ones all return
+ * DCP_ERR_OUT_OF_STEP (different configurations: DCP_ERR_INVALID_CONFIG)
+ * instead of pairing two different steps' data.  The context is then out of
+ * step: its multi-rank calls return DCP_ERR_OUT_OF_STEP at once, with no
+ * collective, until dcp_context_resync() - call it on every rank with the same
+ * next call count once the ranks are back in step (new communicators, or the
+ * training loop restarted from a common step).
+ */
+dcp_status dcp_context_resync(dcp_context *context, uint64_t next_call);
+
+/* The context's call count: the number of multi-rank calls made on it (since the last resync). */
+uint64_t dcp_context_calls(const dcp_context *context);
 
 /* The configuration the context was built with. */
 const dcp_config *dcp_context_config(const dcp_context *context);
@@ -349,7 +377,9 @@ struct dcp_comm {
     const dcp_comm_ops *ops;
     int32_t rank;
     int32_t size;
-    void *impl; /* backend state */
+    void *impl;     /* backend state */
+    uint64_t calls; /* dcp_mtp_roll() calls made over this handle; they are compared across ranks, so a rank
+                       that skipped one makes the next fail with DCP_ERR_OUT_OF_STEP.  Zero when made */
 };
 
 /*
@@ -548,6 +578,8 @@ typedef struct dcp_step_args {
                                     own DPxCP group and nothing is broadcast; 0: only TP rank 0 does */
     void *cuda_stream;           /* a cudaStream_t: where a context with a CUDA workspace (dcp_context_attach_cuda)
                                     puts its copies and kernels; NULL = the default stream.  Ignored otherwise */
+    uint64_t step_id;            /* optional: the caller's step number, compared across ranks with the context's
+                                    call count (a rank a step ahead of its peers is DCP_ERR_OUT_OF_STEP); 0 = none */
 } dcp_step_args;
 
 /*

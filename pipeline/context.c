@@ -82,7 +82,10 @@ size_t dcp__step_scratch_size(const dcp_config *c)
     s = dcp__size_add(s, DCP_ARENA_BYTES(int64_t, send));                      /* mover: staging offsets */
     s = dcp__size_add(s, DCP_ARENA_BYTES(const void *, ns));                   /* mover: sample buffers */
     s = dcp__size_add(s, DCP_ARENA_BYTES(int64_t, own));                       /* mover: landing offsets */
-    return max_size(s, dcp__gather_step_scratch_size(c));
+    s = max_size(s, dcp__gather_step_scratch_size(c));
+    /* the call agreement over the world: one tag per rank of DP*CP*TP*PP */
+    int64_t world = (int64_t)dcp_config_num_ranks(c) * c->tensor_parallel_size * c->pipeline_parallel_size;
+    return dcp__size_add(s, DCP_ARENA_BYTES(dcp_call_tag, world));
 }
 
 void dcp__step_mover_sizes(const dcp_config *c, dcp_mover_sizes *z)
@@ -164,6 +167,7 @@ dcp_status dcp__context_layout(dcp_context *ctx, dcp_arena *arena, const dcp_con
     st = dcp__step_layout(ctx, arena, config); /* data-plane buffers (none when max_tokens_per_rank is 0) */
     if (st != DCP_OK) return st;
 
+    ctx->config_digest = dcp__config_digest(config);
     ctx->scratch_bytes = scratch_size(config);
     if (ctx->scratch_bytes == SIZE_MAX) return DCP_ERR_OVERFLOW;
     ctx->scratch_mark = dcp__arena_mark(arena);
@@ -274,6 +278,35 @@ dcp_status dcp_context_attach_cuda(dcp_context *ctx, void *device_memory, size_t
                                           &err);
     return s == DCP_OK ? DCP_OK : dcp__context_fail(ctx, s, &err);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Calls in step                                                             */
+/* ------------------------------------------------------------------------ */
+
+dcp_status dcp__context_call_begin(dcp_context *ctx, uint32_t kind, uint64_t step_id, dcp_call_tag *tag,
+                                   dcp_error *err)
+{
+    memset(tag, 0, sizeof *tag);
+    tag->kind = kind;
+    tag->call = ctx->calls++;
+    tag->step_id = step_id;
+    tag->config_digest = ctx->config_digest;
+    if (ctx->out_of_step)
+        return dcp__fail(err, DCP_ERR_OUT_OF_STEP,
+                         "a previous call found the ranks out of step; call dcp_context_resync() on every rank "
+                         "once they are back in step");
+    return DCP_OK;
+}
+
+dcp_status dcp_context_resync(dcp_context *context, uint64_t next_call)
+{
+    if (!context) return DCP_ERR_NULL_POINTER;
+    context->calls = next_call;
+    context->out_of_step = 0;
+    return DCP_OK;
+}
+
+uint64_t dcp_context_calls(const dcp_context *context) { return context ? context->calls : 0; }
 
 /* ------------------------------------------------------------------------ */
 /* Accessors                                                                 */

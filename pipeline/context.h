@@ -15,6 +15,7 @@
 #include "dcpack.h"
 #include "../alloc/arena.h"
 #include "../alloc/host.h"
+#include "../core/agree.h"
 #include "../core/error.h"
 #include "../core/plan.h"
 
@@ -46,6 +47,11 @@ struct dcp_context {
 
     dcp_error last_error;
 
+    /* calls in step (dcpack.h, dcp_context_resync) */
+    uint64_t calls;           /* multi-rank calls made on this context */
+    int out_of_step;          /* a call found the ranks out of step: refuse until resync */
+    uint64_t config_digest;   /* dcp__config_digest(&config) */
+
     dcp_host_block owned;     /* the workspace, when dcp_context_create() allocated it */
 };
 
@@ -57,6 +63,19 @@ static inline dcp_arena *dcp__context_scratch(dcp_context *ctx)
 {
     dcp__arena_reset(&ctx->arena, ctx->scratch_mark);
     return &ctx->arena;
+}
+
+/*
+ * Start a multi-rank call: count it and fill its tag.  DCP_ERR_OUT_OF_STEP
+ * (with the message in err) while the context is out of step.
+ */
+dcp_status dcp__context_call_begin(dcp_context *ctx, uint32_t kind, uint64_t step_id, dcp_call_tag *tag,
+                                   dcp_error *err);
+/* End it: an agreed DCP_ERR_OUT_OF_STEP puts the context out of step. */
+static inline dcp_status dcp__context_call_end(dcp_context *ctx, dcp_status agreed)
+{
+    if (agreed == DCP_ERR_OUT_OF_STEP) ctx->out_of_step = 1;
+    return agreed;
 }
 
 /* Record a failure in the context's last-error text and return the status. */

@@ -26,15 +26,21 @@ size_t dcp__gather_scratch_size(const dcp_config *config)
 {
     size_t dp = (size_t)config->data_parallel_size;
     size_t s = DCP_ARENA_BYTES(int32_t, config->max_sequences); /* compacted local lengths */
+    s = dcp__size_add(s, DCP_ARENA_BYTES(dcp_call_tag, dp));     /* call tags */
     s = dcp__size_add(s, DCP_ARENA_BYTES(int32_t, dp));           /* counts */
     s = dcp__size_add(s, DCP_ARENA_BYTES(size_t, dp));            /* byte counts */
     s = dcp__size_add(s, DCP_ARENA_BYTES(size_t, dp));            /* byte offsets */
     return s;
 }
 
-static dcp_status agree(dcp_comm *comm, dcp_status local, dcp_error *err)
+/* Agree on this call and on every rank's local status, in one all-gather of call tags. */
+static dcp_status agree(dcp_context *ctx, dcp_comm *comm, dcp_call_tag *tag, dcp_status local, dcp_call_tag *tags,
+                        dcp_error *err)
 {
-    return dcp__agree(comm, local, err, "gather", "DP rank");
+    tag->status = local;
+    dcp_status st = tags ? dcp__agree_call(comm, tag, tags, err, "gather", "DP rank")
+                         : dcp__agree_call_small(comm, tag, err, "gather", "DP rank");
+    return dcp__context_call_end(ctx, st);
 }
 
 /*
@@ -42,16 +48,17 @@ static dcp_status agree(dcp_comm *comm, dcp_status local, dcp_error *err)
  * local_status).  The scratch was taken before the agreement, so a rank that
  * cannot get it fails in the agreement, not alone in the all-gather.
  */
-static dcp_status gather_lengths(dcp_context *ctx, dcp_comm *comm, const int32_t *local, int32_t count,
-                                 dcp_status local_status, dcp_arena *scratch, dcp_error *err)
+static dcp_status gather_lengths(dcp_context *ctx, dcp_comm *comm, dcp_call_tag *tag, const int32_t *local,
+                                 int32_t count, dcp_status local_status, dcp_arena *scratch, dcp_error *err)
 {
     const int32_t dp = comm->size;
+    dcp_call_tag *tags = DCP_ARENA_NEW(scratch, dcp_call_tag, dp);
     int32_t *counts = DCP_ARENA_NEW(scratch, int32_t, dp);
     size_t *bytes = DCP_ARENA_NEW(scratch, size_t, dp);
     size_t *offsets = DCP_ARENA_NEW(scratch, size_t, dp);
     if (local_status == DCP_OK && (!local || !counts || !bytes || !offsets))
         local_status = dcp__fail(err, DCP_ERR_CAPACITY, "gather: scratch too small for %d DP ranks", dp);
-    dcp_status st = agree(comm, local_status, err);
+    dcp_status st = agree(ctx, comm, tag, local_status, tags, err);
     if (st != DCP_OK) return st;
 
     st = comm->ops->allgather(comm, &count, sizeof count, counts);
@@ -116,7 +123,10 @@ dcp_status dcp_gather(dcp_context *ctx, dcp_comm *comm, const int32_t *local_len
     if (!ctx) return DCP_ERR_NULL_POINTER;
     dcp_error err;
     dcp__error_clear(&err);
-    dcp_status st = check_comm(ctx, comm, &err);
+    dcp_call_tag tag;
+    dcp_status st = dcp__context_call_begin(ctx, DCP_CALL_GATHER, 0, &tag, &err);
+    if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* out of step: no collective */
+    st = check_comm(ctx, comm, &err);
     if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* no peer can be told */
 
     dcp_arena *scratch = dcp__context_scratch(ctx);
@@ -140,7 +150,7 @@ dcp_status dcp_gather(dcp_context *ctx, dcp_comm *comm, const int32_t *local_len
             local[count++] = s;
     }
     if (local_status != DCP_OK) count = 0;
-    st = gather_lengths(ctx, comm, local, count, local_status, scratch, &err);
+    st = gather_lengths(ctx, comm, &tag, local, count, local_status, scratch, &err);
     return finish(ctx, st, &err, global_lengths, num_global, rank_offsets);
 }
 
@@ -151,7 +161,10 @@ dcp_status dcp_gather_packed(dcp_context *ctx, dcp_comm *comm, const int32_t *cu
     if (!ctx) return DCP_ERR_NULL_POINTER;
     dcp_error err;
     dcp__error_clear(&err);
-    dcp_status st = check_comm(ctx, comm, &err);
+    dcp_call_tag tag;
+    dcp_status st = dcp__context_call_begin(ctx, DCP_CALL_GATHER, 0, &tag, &err);
+    if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* out of step: no collective */
+    st = check_comm(ctx, comm, &err);
     if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* no peer can be told */
 
     dcp_arena *scratch = dcp__context_scratch(ctx);
@@ -182,7 +195,7 @@ dcp_status dcp_gather_packed(dcp_context *ctx, dcp_comm *comm, const int32_t *cu
             local[count++] = (int32_t)s; /* empty sub-samples are dropped, as the reference does */
     }
     if (local_status != DCP_OK) count = 0;
-    st = gather_lengths(ctx, comm, local, count, local_status, scratch, &err);
+    st = gather_lengths(ctx, comm, &tag, local, count, local_status, scratch, &err);
     return finish(ctx, st, &err, global_lengths, num_global, rank_offsets);
 }
 
@@ -283,6 +296,7 @@ typedef struct rank_header {
     uint32_t fields;
     int32_t count;   /* kept sequences */
     uint64_t hash;   /* of its (padded, original) pairs: CP siblings must agree */
+    uint64_t data;   /* digest of the bytes it moves (core/digest.h), or 0 unchecked: CP siblings must agree */
     int64_t tokens;  /* sum of padded lengths */
 } rank_header;
 
@@ -304,11 +318,12 @@ size_t dcp__gather_step_scratch_size(const dcp_config *c)
     return dcp__size_add(s, DCP_ARENA_BYTES(int32_t, dcp__size_mul(2, (size_t)c->max_sequences)));
 }
 
-dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp_local_sequences *local, const dcp_config *c,
-                            dcp_step_lengths *out, dcp_arena *scratch, dcp_step_stats *stats, dcp_error *err)
+dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp_local_sequences *local, uint64_t data_digest,
+                            const dcp_config *c, dcp_step_lengths *out, dcp_arena *scratch, dcp_step_stats *stats,
+                            dcp_error *err)
 {
     const int32_t n = lane->size, cp = c->context_parallel_size, dp = c->data_parallel_size;
-    rank_header mine = {fields, local->count, 0, local->tokens};
+    rank_header mine = {fields, local->count, 0, data_digest, local->tokens};
     mine.hash = fnv1a(14695981039346656037ull, local->pairs, (size_t)local->count * 2 * sizeof(int32_t));
 
     rank_header *headers = DCP_ARENA_NEW(scratch, rank_header, n);
@@ -334,6 +349,11 @@ dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp_local_seq
             return dcp__fail(err, DCP_ERR_CORRUPT_INPUT,
                              "step: CP siblings %d and %d hold different sequences (%d vs %d); they must hold the same "
                              "data", q - q % cp, q, first->count, headers[q].count);
+        if (headers[q].data != first->data)
+            return dcp__fail(err, DCP_ERR_CORRUPT_INPUT,
+                             "step: CP siblings %d and %d hold sequences of the same lengths with different contents "
+                             "(digests %016llx and %016llx); they must hold the same data",
+                             q - q % cp, q, (unsigned long long)first->data, (unsigned long long)headers[q].data);
     }
     for (int32_t p = 0; p < dp; p++) {
         const rank_header *h = &headers[p * cp];

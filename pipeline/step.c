@@ -1,7 +1,9 @@
 /*
  * step.c - the data-plane driver: one training step on one rank.
  *
- *   check     the arguments and this rank's input (gather_local)  -> agree over world
+ *   check     the arguments and this rank's input (gather_local)  -> agree over world,
+ *             with the call's tag (count, step id, configuration), so ranks
+ *             that skipped or repeated a call never pair their data
  *   gather    per-rank headers + (padded, original) lengths over DPxCP
  *   plan      dcp_plan_compute on the gathered padded lengths
  *   reroute   this rank's THD geometry                             -> agree over world
@@ -36,6 +38,18 @@ static dcp_status agree(dcp_comm *world, dcp_status local, dcp_error *err, dcp_s
 {
     stats->collectives++;
     return dcp__agree(world, local, err, "step", "rank");
+}
+
+/* The first agreement of a step: the call's tag and every rank's local status, over the world. */
+static dcp_status agree_call(dcp_context *ctx, dcp_comm *world, dcp_call_tag *tag, dcp_status local, dcp_error *err,
+                             dcp_step_stats *stats)
+{
+    tag->status = local;
+    dcp_call_tag *tags = DCP_ARENA_NEW(dcp__context_scratch(ctx), dcp_call_tag, world->size);
+    stats->collectives += tags ? 1 : 2;
+    dcp_status st = tags ? dcp__agree_call(world, tag, tags, err, "step", "rank")
+                         : dcp__agree_call_small(world, tag, err, "step", "rank");
+    return dcp__context_call_end(ctx, st);
 }
 
 /* A communicator the caller hands in: operations present, this rank inside the group. */
@@ -100,8 +114,16 @@ static dcp_status gather_and_plan(step_run *r, dcp_error *err)
     L->padded = ctx->global_lengths;
     L->original = st->original_lengths;
     L->rank_offsets = ctx->rank_offsets;
-    dcp_status s = dcp__gather_step(r->lane, r->input->fields, &st->local, &ctx->config, L, dcp__context_scratch(ctx),
-                                    &r->stats, err);
+    /* CP siblings compare what they hold, not only its lengths (dcp_config.skip_sibling_data_check) */
+    uint64_t data_digest = 0;
+    if (ctx->config.context_parallel_size > 1 && !ctx->config.skip_sibling_data_check) {
+        dcp_input_spans spans = {st->local.count, st->local.sample, st->local.start, st->local.pairs};
+        dcp_status d = st->mover.ops->digest(&st->mover, r->args->cuda_stream, r->input, r->kept, &spans,
+                                             &data_digest, err);
+        if (d != DCP_OK) return d;
+    }
+    dcp_status s = dcp__gather_step(r->lane, r->input->fields, &st->local, data_digest, &ctx->config, L,
+                                    dcp__context_scratch(ctx), &r->stats, err);
     ctx->num_global = s == DCP_OK ? L->num_sequences : 0;
     if (s != DCP_OK) return s;
     st->output.num_sequences = L->num_sequences;
@@ -212,6 +234,13 @@ dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_
     if (!ctx) return DCP_ERR_NULL_POINTER;
     dcp_error err;
     dcp__error_clear(&err);
+    /* every call counts, also one that fails here alone: its peers' next call will not match it */
+    dcp_call_tag tag;
+    dcp_status begun = dcp__context_call_begin(ctx, DCP_CALL_STEP, args ? args->step_id : 0, &tag, &err);
+    if (begun != DCP_OK) {
+        if (ctx->step) ctx->step->output.num_microbatches = 0;
+        return dcp__context_fail(ctx, begun, &err); /* out of step: no collective */
+    }
     if (!ctx->step)
         return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_CAPACITY,
                                                 "step: max_tokens_per_rank is 0: this context plans but holds no data"),
@@ -247,7 +276,7 @@ dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_
         s = dcp__gather_local(input, r.kept, &ctx->config, st->token_capacity, &st->local, &err);
     }
     if (s == DCP_OK && holds_data) r.kept &= input->fields;
-    s = agree(args->world, s, &err, &r.stats);
+    s = agree_call(ctx, args->world, &tag, s, &err, &r.stats);
     if (s != DCP_OK) return finish(ctx, s, &err, output);
 
     /* gather, plan, this rank's geometry; agreed before the exchange */

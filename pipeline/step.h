@@ -88,13 +88,14 @@ typedef struct dcp_step_lengths {
 
 /*
  * All-gather every DPxCP rank's header (fields, count, a digest of its
- * lengths, tokens) and the DP ranks' (padded, original) pairs over `lane`,
- * checking that fields agree and CP siblings hold the same sequences.
+ * lengths, `data_digest` of its bytes or 0, tokens) and the DP ranks'
+ * (padded, original) pairs over `lane`, checking that fields agree and CP
+ * siblings hold the same sequences (lengths and, where digested, contents).
  */
 size_t dcp__gather_step_scratch_size(const dcp_config *config);
 dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp_local_sequences *local,
-                            const dcp_config *config, dcp_step_lengths *out, dcp_arena *scratch,
-                            dcp_step_stats *stats, dcp_error *err);
+                            uint64_t data_digest, const dcp_config *config, dcp_step_lengths *out,
+                            dcp_arena *scratch, dcp_step_stats *stats, dcp_error *err);
 
 /* ---- strip (strip.c) ---- */
 

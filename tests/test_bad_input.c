@@ -67,7 +67,7 @@ static const dcp_comm_ops solo_ops = {solo_allgather, solo_allgatherv, solo_allt
 
 static dcp_comm solo_comm(void)
 {
-    dcp_comm comm = {&solo_ops, 0, 1, NULL};
+    dcp_comm comm = {&solo_ops, 0, 1, NULL, 0};
     return comm;
 }
 
