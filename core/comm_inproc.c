@@ -542,6 +542,7 @@ dcp_status dcp_inproc_comm(dcp_inproc_world *world, int32_t rank, dcp_comm *comm
     comm->rank = rank;
     comm->size = world->size;
     comm->impl = &world->slots[rank];
+    comm->calls = 0;
     return DCP_OK;
 }
 

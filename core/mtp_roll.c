@@ -3,6 +3,7 @@
  * the device version shares (see mtp_roll.h).
  */
 #include "mtp_roll.h"
+#include "agree.h"
 
 #include <string.h>
 
@@ -163,11 +164,17 @@ dcp_status dcp__mtp_roll_exchange(dcp_comm *comm, int32_t first, int32_t cp, con
 dcp_status dcp__mtp_roll_agree(dcp_comm *comm, dcp_status local)
 {
     if (!comm) return local;
+    const uint64_t call = comm->calls++; /* counts a roll that fails here alone too */
     if (!comm->ops) return local != DCP_OK ? local : DCP_ERR_NULL_POINTER; /* nobody to tell */
-    dcp_status agreed = DCP_OK;
-    int32_t failed = -1;
-    dcp_status s = comm->ops->agree(comm, local, &agreed, &failed);
-    return s != DCP_OK ? s : agreed;
+    /* the roll's tag: the count of rolls over this handle, so a rank that skipped one is caught here */
+    dcp_call_tag tag;
+    memset(&tag, 0, sizeof tag);
+    tag.kind = DCP_CALL_MTP_ROLL;
+    tag.status = local;
+    tag.call = call;
+    dcp_error err;
+    dcp__error_clear(&err);
+    return dcp__agree_call_small(comm, &tag, &err, "mtp_roll", "rank");
 }
 
 dcp_status dcp_mtp_roll(dcp_comm *comm, int32_t first, int32_t cp, const int32_t *cu, int32_t num_cu,

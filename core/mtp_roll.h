@@ -73,7 +73,9 @@ dcp_status dcp__mtp_roll_exchange(dcp_comm *comm, int32_t group_first_rank, int3
  * checks, the boundary gather) and gets the same answer: the lowest failing
  * rank's status, or the communicator's failure.  A rank that cannot take part
  * in the exchange thus never leaves its peers pairing their exchange with its
- * next call.  Without comm (cp 1): the local status.
+ * next call.  The agreement carries the count of rolls made over this handle
+ * (dcp_comm.calls), so ranks whose counts differ (one skipped a roll) all
+ * return DCP_ERR_OUT_OF_STEP.  Without comm (cp 1): the local status.
  */
 dcp_status dcp__mtp_roll_agree(dcp_comm *comm, dcp_status local);
 

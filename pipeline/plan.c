@@ -13,7 +13,7 @@ dcp_status dcp_plan_compute(dcp_context *ctx, const int32_t *lengths, int32_t nu
     if (!ctx) return DCP_ERR_NULL_POINTER;
     dcp_error err;
     dcp__error_clear(&err);
-    if (!plan || (!lengths && num_lengths > 0))
+    if (!plan || !lengths)
         return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_NULL_POINTER, "dcp_plan_compute: %s is NULL",
                                               plan ? "lengths" : "plan"), &err);
     if (num_lengths < 0)
@@ -55,6 +55,14 @@ done:
     return DCP_OK;
 }
 
+/* A plan is checked against lengths a plan could have been made of: every one at least 1. */
+static dcp_status check_lengths(const int32_t *lengths, int32_t n, dcp_error *err)
+{
+    for (int32_t i = 0; i < n; i++)
+        if (lengths[i] < 1) return dcp__fail(err, DCP_ERR_BAD_LENGTH, "length %d is %d; lengths are at least 1", i, lengths[i]);
+    return DCP_OK;
+}
+
 dcp_status dcp_plan_validate(dcp_context *ctx, const dcp_plan *plan, const int32_t *lengths, int32_t num_lengths,
                              dcp_plan_violation *violation)
 {
@@ -66,6 +74,8 @@ dcp_status dcp_plan_validate(dcp_context *ctx, const dcp_plan *plan, const int32
     if (num_lengths < 0 || num_lengths > ctx->config.max_sequences)
         return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_CAPACITY, "num_lengths %d outside [0, max_sequences %d]",
                                               num_lengths, ctx->config.max_sequences), &err);
+    dcp_status bad = check_lengths(lengths, num_lengths, &err);
+    if (bad != DCP_OK) return dcp__context_fail(ctx, bad, &err);
     dcp_plan_violation local;
     dcp_plan_violation *v = violation ? violation : &local;
     dcp_status st = dcp__plan_check(plan, &ctx->config, lengths, num_lengths, dcp__context_scratch(ctx), v);
@@ -88,6 +98,8 @@ dcp_status dcp_plan_stats_compute(dcp_context *context, const dcp_plan *plan, co
         return dcp__context_fail(context, dcp__fail(&err, DCP_ERR_CAPACITY,
                                                     "plan stats: num_lengths %d outside [0, max_sequences %d]",
                                                     num_lengths, config->max_sequences), &err);
+    dcp_status bad = check_lengths(lengths, num_lengths, &err);
+    if (bad != DCP_OK) return dcp__context_fail(context, bad, &err);
     dcp_plan_violation v;
     dcp_status checked = dcp__plan_check(plan, config, lengths, num_lengths, dcp__context_scratch(context), &v);
     dcp__arena_reset(&context->arena, context->scratch_mark);

@@ -1,0 +1,540 @@
+/*
+ * test_never_wrong.c - a call either fails on every rank that takes part or
+ * returns correct data: CP siblings holding different bytes, a rank that
+ * skips or repeats a call (steps, gathers, MTP rolls), ranks built with
+ * different configurations, and the smaller bad inputs of the plan checks.
+ * Ranks are threads over in-process communicators.
+ */
+#include "dcp_test.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TOKENS 8
+#define STEPS 4
+
+static dcp_config small_config(int32_t dp, int32_t cp)
+{
+    dcp_config c;
+    dcp_config_default(&c);
+    c.scheduler = DCP_SCHEDULER_DP_BALANCED;
+    c.data_parallel_size = dp;
+    c.context_parallel_size = cp;
+    c.max_sequences = 8;
+    c.max_seqlen_per_rank = 64;
+    c.max_tokens_per_rank = 64;
+    return c;
+}
+
+/* One rank's sample of one step: TOKENS tokens whose values name the step and the DP rank. */
+typedef struct sample_buffers {
+    int64_t tokens[TOKENS], labels[TOKENS], positions[TOKENS];
+    float mask[TOKENS];
+} sample_buffers;
+
+static void fill(sample_buffers *b, int64_t base)
+{
+    for (int i = 0; i < TOKENS; i++) {
+        b->tokens[i] = base + i;
+        b->labels[i] = base + 50 + i;
+        b->positions[i] = i;
+        b->mask[i] = 1.0f;
+    }
+}
+
+static dcp_sample sample_of(const sample_buffers *b)
+{
+    dcp_sample s = {b->tokens, b->labels, b->mask, b->positions, TOKENS, NULL, 0, TOKENS, TOKENS};
+    return s;
+}
+
+/* The tokens a rank computes on in a step, in order (all microbatches, all slots). */
+static int copy_tokens(const dcp_step_output *out, int64_t *dst, int cap)
+{
+    int n = 0;
+    for (int32_t m = 0; m < out->num_microbatches; m++) {
+        const dcp_microbatch *mb = &out->microbatches[m];
+        for (int64_t i = 0; i < mb->num_tokens && n < cap; i++) dst[n++] = mb->tokens[i];
+    }
+    return n;
+}
+
+/* ---- CP siblings holding different bytes ---- */
+
+typedef struct sibling_test {
+    dcp_inproc_world *world, *lane;
+    int skip_check;
+    int differ;       /* 1: rank 1's tokens differ; 2: rank 1's loss_mask is -0.0f where rank 0's is 0.0f */
+    dcp_status status[2];
+    char message[2][256];
+    int64_t tokens[2][TOKENS];
+    int count[2];
+} sibling_test;
+
+static void sibling_rank(int32_t rank, void *arg)
+{
+    sibling_test *t = arg;
+    dcp_config c = small_config(1, 2);
+    c.skip_sibling_data_check = t->skip_check;
+    dcp_context *ctx = NULL;
+    t->status[rank] = DCP_ERR_ALLOC;
+    if (dcp_context_create(&c, &ctx) != DCP_OK) return;
+    sample_buffers b;
+    fill(&b, t->differ == 1 && rank == 1 ? 900 : 100);
+    for (int i = 0; i < TOKENS; i++) b.mask[i] = (t->differ == 2 && rank == 1 && i == 3) ? -0.0f : (i == 3 ? 0.0f : 1.0f);
+    dcp_comm world, lane;
+    dcp_inproc_comm(t->world, rank, &world);
+    dcp_inproc_comm(t->lane, rank, &lane);
+    dcp_step_args args;
+    memset(&args, 0, sizeof args);
+    args.world = &world;
+    args.data_context_parallel = &lane;
+    dcp_sample s = sample_of(&b);
+    dcp_step_input in = {&s, 1, DCP_FIELD_ALL};
+    const dcp_step_output *out = NULL;
+    t->status[rank] = dcp_step(ctx, &args, &in, &out);
+    snprintf(t->message[rank], sizeof t->message[rank], "%s", dcp_context_last_error(ctx));
+    if (t->status[rank] == DCP_OK) t->count[rank] = copy_tokens(out, t->tokens[rank], TOKENS);
+    dcp_context_destroy(ctx);
+}
+
+static void run_siblings(sibling_test *t)
+{
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 30000, &t->world));
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 30000, &t->lane));
+    DCP_REQUIRE_OK(dcp_inproc_run(2, sibling_rank, t));
+    dcp_inproc_world_destroy(t->world);
+    dcp_inproc_world_destroy(t->lane);
+}
+
+DCP_TEST(cp_siblings_with_different_tokens_fail_on_every_rank)
+{
+    sibling_test t;
+    memset(&t, 0, sizeof t);
+    t.differ = 1;
+    run_siblings(&t);
+    for (int r = 0; r < 2; r++) {
+        DCP_CHECK_STATUS(t.status[r], DCP_ERR_CORRUPT_INPUT);
+        DCP_CHECK_CONTAINS(t.message[r], "CP siblings 0 and 1 hold sequences of the same lengths with different contents");
+    }
+}
+
+DCP_TEST(cp_siblings_with_negative_and_positive_zero_loss_mask_fail)
+{
+    sibling_test t;
+    memset(&t, 0, sizeof t);
+    t.differ = 2; /* equal as floats, different as bytes: what the model would see differs in sign */
+    run_siblings(&t);
+    for (int r = 0; r < 2; r++) DCP_CHECK_STATUS(t.status[r], DCP_ERR_CORRUPT_INPUT);
+}
+
+DCP_TEST(cp_siblings_with_equal_inputs_step_and_the_check_can_be_skipped)
+{
+    sibling_test t;
+    memset(&t, 0, sizeof t);
+    run_siblings(&t);
+    /* zigzag over CP 2: rank 0 holds chunks 0 and 3 of the 8 tokens, rank 1 chunks 1 and 2 */
+    const int64_t want[2][4] = {{100, 101, 106, 107}, {102, 103, 104, 105}};
+    for (int r = 0; r < 2; r++) {
+        DCP_CHECK_STATUS(t.status[r], DCP_OK);
+        DCP_CHECK_EQ_INT(t.count[r], 4);
+        for (int i = 0; i < 4; i++) DCP_CHECK_EQ_INT(t.tokens[r][i], want[r][i]);
+    }
+    /* with the check skipped, only lengths are compared: the documented trade */
+    memset(&t, 0, sizeof t);
+    t.differ = 1;
+    t.skip_check = 1;
+    run_siblings(&t);
+    for (int r = 0; r < 2; r++) DCP_CHECK_STATUS(t.status[r], DCP_OK);
+}
+
+/* ---- a rank that skips or repeats a call ---- */
+
+typedef struct skip_test {
+    dcp_inproc_world *world;
+    int joined;                   /* 1: one dcp_inproc_run per step (threads joined between steps) */
+    int repeat;                   /* 1: rank 1 repeats its step 1 instead of skipping step 0 */
+    int run;                      /* with joined: which step this run makes */
+    dcp_context *ctx[2];
+    dcp_status status[2][STEPS + 2];
+    int64_t tokens[2][STEPS + 2][TOKENS];
+    int count[2][STEPS + 2];
+    int calls[2];
+} skip_test;
+
+static void step_once(skip_test *t, int32_t rank, int k, int use_null_args, int64_t base)
+{
+    dcp_comm world;
+    dcp_inproc_comm(t->world, rank, &world);
+    dcp_step_args args;
+    memset(&args, 0, sizeof args);
+    args.world = &world;
+    args.data_context_parallel = &world;
+    sample_buffers b;
+    fill(&b, base);
+    dcp_sample s = sample_of(&b);
+    dcp_step_input in = {&s, 1, DCP_FIELD_ALL};
+    const dcp_step_output *out = NULL;
+    int slot = t->calls[rank]++;
+    t->status[rank][slot] = dcp_step(t->ctx[rank], use_null_args ? NULL : &args, &in, &out);
+    t->count[rank][slot] = 0;
+    if (t->status[rank][slot] == DCP_OK) t->count[rank][slot] = copy_tokens(out, t->tokens[rank][slot], TOKENS);
+    (void)k;
+}
+
+/* Rank r's input in step k. */
+static int64_t base_of(int32_t rank, int k) { return 1000 * (k + 1) + 100 * rank; }
+
+static void skip_rank(int32_t rank, void *arg)
+{
+    skip_test *t = arg;
+    int first = t->joined ? t->run : 0, last = t->joined ? t->run + 1 : STEPS;
+    for (int k = first; k < last; k++) {
+        if (rank == 1 && k == 0 && !t->repeat) {
+            step_once(t, rank, k, 1, 0); /* fails here alone: no communicator to tell the others through */
+            continue;
+        }
+        step_once(t, rank, k, 0, base_of(rank, k));
+        if (rank == 1 && k == 1 && t->repeat) step_once(t, rank, k, 0, base_of(rank, k)); /* the same step again */
+    }
+}
+
+/* What step k gives rank r when both ranks make it together on a fresh world. */
+typedef struct fresh_test {
+    dcp_inproc_world *world;
+    int k;
+    int64_t tokens[2][TOKENS];
+    int count[2];
+    dcp_status status[2];
+} fresh_test;
+
+static void fresh_rank(int32_t rank, void *arg)
+{
+    fresh_test *f = arg;
+    dcp_config c = small_config(2, 1);
+    dcp_context *ctx = NULL;
+    f->status[rank] = DCP_ERR_ALLOC;
+    if (dcp_context_create(&c, &ctx) != DCP_OK) return;
+    dcp_comm world;
+    dcp_inproc_comm(f->world, rank, &world);
+    dcp_step_args args;
+    memset(&args, 0, sizeof args);
+    args.world = &world;
+    args.data_context_parallel = &world;
+    sample_buffers b;
+    fill(&b, base_of(rank, f->k));
+    dcp_sample s = sample_of(&b);
+    dcp_step_input in = {&s, 1, DCP_FIELD_ALL};
+    const dcp_step_output *out = NULL;
+    f->status[rank] = dcp_step(ctx, &args, &in, &out);
+    if (f->status[rank] == DCP_OK) f->count[rank] = copy_tokens(out, f->tokens[rank], TOKENS);
+    dcp_context_destroy(ctx);
+}
+
+/* Every DP_OK a rank returned must hold exactly what some step gives it on a fresh world, paired with its peer's. */
+static void check_never_wrong(skip_test *t)
+{
+    fresh_test oracle[STEPS];
+    for (int k = 0; k < STEPS; k++) {
+        memset(&oracle[k], 0, sizeof oracle[k]);
+        oracle[k].k = k;
+        DCP_REQUIRE_OK(dcp_inproc_world_create(2, 30000, &oracle[k].world));
+        DCP_REQUIRE_OK(dcp_inproc_run(2, fresh_rank, &oracle[k]));
+        dcp_inproc_world_destroy(oracle[k].world);
+        DCP_REQUIRE(oracle[k].status[0] == DCP_OK && oracle[k].status[1] == DCP_OK);
+    }
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < t->calls[r]; i++) {
+            if (t->status[r][i] != DCP_OK) continue;
+            int matches = 0;
+            for (int k = 0; k < STEPS && !matches; k++)
+                matches = oracle[k].count[r] == t->count[r][i] &&
+                          !memcmp(oracle[k].tokens[r], t->tokens[r][i], sizeof(int64_t) * (size_t)t->count[r][i]);
+            if (!matches) dcp_test_fail(__FILE__, __LINE__, "rank %d call %d returned DCP_OK with a mixed batch", r, i);
+        }
+}
+
+static void skip_setup(skip_test *t)
+{
+    dcp_config c = small_config(2, 1);
+    for (int r = 0; r < 2; r++) DCP_REQUIRE_OK(dcp_context_create(&c, &t->ctx[r]));
+}
+
+static void skip_teardown(skip_test *t)
+{
+    for (int r = 0; r < 2; r++) dcp_context_destroy(t->ctx[r]);
+}
+
+DCP_TEST(a_lone_failure_never_pairs_two_steps)
+{
+    skip_test t;
+    memset(&t, 0, sizeof t);
+    skip_setup(&t);
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 30000, &t.world));
+    DCP_REQUIRE_OK(dcp_inproc_run(2, skip_rank, &t));
+    /* rank 1's first call failed alone; rank 0's step 0 met rank 1's step 1: both see it */
+    DCP_CHECK_STATUS(t.status[1][0], DCP_ERR_NULL_POINTER);
+    DCP_CHECK_STATUS(t.status[0][0], DCP_ERR_OUT_OF_STEP);
+    DCP_CHECK_STATUS(t.status[1][1], DCP_ERR_OUT_OF_STEP);
+    DCP_CHECK_CONTAINS(dcp_context_last_error(t.ctx[0]), "out of step");
+    /* and every later call refuses at once, without a collective, until the ranks resync */
+    for (int r = 0; r < 2; r++)
+        for (int i = r == 0 ? 1 : 2; i < t.calls[r]; i++) DCP_CHECK_STATUS(t.status[r][i], DCP_ERR_OUT_OF_STEP);
+    check_never_wrong(&t);
+    /* back in step: both resync to the same count and the next step is right */
+    for (int r = 0; r < 2; r++) DCP_CHECK_STATUS(dcp_context_resync(t.ctx[r], 10), DCP_OK);
+    memset(t.calls, 0, sizeof t.calls);
+    t.joined = 1;
+    t.run = 2;
+    DCP_REQUIRE_OK(dcp_inproc_run(2, skip_rank, &t));
+    for (int r = 0; r < 2; r++) DCP_CHECK_STATUS(t.status[r][0], DCP_OK);
+    DCP_CHECK_EQ_INT(dcp_context_calls(t.ctx[0]), 11);
+    check_never_wrong(&t);
+    dcp_inproc_world_destroy(t.world);
+    skip_teardown(&t);
+}
+
+DCP_TEST(a_lone_failure_with_threads_joined_between_steps_is_never_wrong)
+{
+    skip_test t;
+    memset(&t, 0, sizeof t);
+    skip_setup(&t);
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 300, &t.world));
+    t.joined = 1;
+    for (t.run = 0; t.run < STEPS; t.run++) {
+        int before[2] = {t.calls[0], t.calls[1]};
+        DCP_REQUIRE_OK(dcp_inproc_run(2, skip_rank, &t));
+        /* rank 0's step 0 waits for a peer that never comes; from then on the world's collectives are one apart
+           (rank 0 made one more), so every later step times out on both ranks alike until the world is made
+           anew: never a step that pairs two different steps' data */
+        if (t.run == 0) DCP_CHECK_STATUS(t.status[0][0], DCP_ERR_TIMEOUT);
+        else {
+            DCP_CHECK_STATUS(t.status[0][before[0]], DCP_ERR_TIMEOUT);
+            DCP_CHECK_STATUS(t.status[1][before[1]], DCP_ERR_TIMEOUT);
+        }
+    }
+    check_never_wrong(&t);
+    dcp_inproc_world_destroy(t.world);
+    skip_teardown(&t);
+}
+
+DCP_TEST(a_repeated_call_is_out_of_step)
+{
+    skip_test t;
+    memset(&t, 0, sizeof t);
+    t.repeat = 1;
+    skip_setup(&t);
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 30000, &t.world));
+    DCP_REQUIRE_OK(dcp_inproc_run(2, skip_rank, &t));
+    /* steps 0 and 1 pair; rank 1's repeated step 1 (its call 2) meets rank 0's step 2 (call 2): counts agree,
+       so the data of rank 1's repeat is rank 1's own choice; rank 1's step 2 (call 3) meets rank 0's step 3 */
+    DCP_CHECK_STATUS(t.status[0][0], DCP_OK);
+    DCP_CHECK_STATUS(t.status[0][1], DCP_OK);
+    check_never_wrong(&t);
+    dcp_inproc_world_destroy(t.world);
+    skip_teardown(&t);
+}
+
+/* With step ids, a rank that repeats a step is caught at once. */
+typedef struct id_test {
+    dcp_inproc_world *world;
+    dcp_status status[2][3];
+} id_test;
+
+static void id_rank(int32_t rank, void *arg)
+{
+    id_test *t = arg;
+    dcp_config c = small_config(2, 1);
+    dcp_context *ctx = NULL;
+    if (dcp_context_create(&c, &ctx) != DCP_OK) return;
+    dcp_comm world;
+    dcp_inproc_comm(t->world, rank, &world);
+    dcp_step_args args;
+    memset(&args, 0, sizeof args);
+    args.world = &world;
+    args.data_context_parallel = &world;
+    sample_buffers b;
+    fill(&b, base_of(rank, 0));
+    dcp_sample s = sample_of(&b);
+    dcp_step_input in = {&s, 1, DCP_FIELD_ALL};
+    const dcp_step_output *out = NULL;
+    /* rank 0 numbers its steps 1, 2, 3; rank 1 makes step 1 twice (1, 1, 2) */
+    const uint64_t ids[2][3] = {{1, 2, 3}, {1, 1, 2}};
+    for (int k = 0; k < 3; k++) {
+        args.step_id = ids[rank][k];
+        t->status[rank][k] = dcp_step(ctx, &args, &in, &out);
+    }
+    dcp_context_destroy(ctx);
+}
+
+DCP_TEST(step_ids_catch_a_repeated_step)
+{
+    id_test t;
+    memset(&t, 0, sizeof t);
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 30000, &t.world));
+    DCP_REQUIRE_OK(dcp_inproc_run(2, id_rank, &t));
+    dcp_inproc_world_destroy(t.world);
+    for (int r = 0; r < 2; r++) {
+        DCP_CHECK_STATUS(t.status[r][0], DCP_OK);
+        DCP_CHECK_STATUS(t.status[r][1], DCP_ERR_OUT_OF_STEP);
+        DCP_CHECK_STATUS(t.status[r][2], DCP_ERR_OUT_OF_STEP);
+    }
+}
+
+/* ---- ranks built with different configurations ---- */
+
+typedef struct config_test {
+    dcp_inproc_world *world;
+    dcp_status status[2];
+    char message[2][256];
+} config_test;
+
+static void config_rank(int32_t rank, void *arg)
+{
+    config_test *t = arg;
+    dcp_config c = small_config(2, 1);
+    if (rank == 1) c.pad_alignment = 8; /* rank 1 pads, rank 0 does not: their outputs would not fit together */
+    dcp_context *ctx = NULL;
+    if (dcp_context_create(&c, &ctx) != DCP_OK) return;
+    dcp_comm world;
+    dcp_inproc_comm(t->world, rank, &world);
+    dcp_step_args args;
+    memset(&args, 0, sizeof args);
+    args.world = &world;
+    args.data_context_parallel = &world;
+    sample_buffers b;
+    fill(&b, base_of(rank, 0));
+    dcp_sample s = sample_of(&b);
+    dcp_step_input in = {&s, 1, DCP_FIELD_ALL};
+    const dcp_step_output *out = NULL;
+    t->status[rank] = dcp_step(ctx, &args, &in, &out);
+    snprintf(t->message[rank], sizeof t->message[rank], "%s", dcp_context_last_error(ctx));
+    dcp_context_destroy(ctx);
+}
+
+DCP_TEST(ranks_with_different_configurations_fail_on_every_rank)
+{
+    config_test t;
+    memset(&t, 0, sizeof t);
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 30000, &t.world));
+    DCP_REQUIRE_OK(dcp_inproc_run(2, config_rank, &t));
+    dcp_inproc_world_destroy(t.world);
+    for (int r = 0; r < 2; r++) {
+        DCP_CHECK_STATUS(t.status[r], DCP_ERR_INVALID_CONFIG);
+        DCP_CHECK_CONTAINS(t.message[r], "rank 1 was built with another configuration than rank 0");
+    }
+}
+
+/* ---- gathers: a skipped call ---- */
+
+typedef struct gather_skip_test {
+    dcp_inproc_world *world;
+    dcp_status status[2][3];
+} gather_skip_test;
+
+static void gather_skip_rank(int32_t rank, void *arg)
+{
+    gather_skip_test *t = arg;
+    dcp_config c = small_config(2, 1);
+    dcp_context *ctx = NULL;
+    if (dcp_context_create(&c, &ctx) != DCP_OK) return;
+    dcp_comm comm;
+    dcp_inproc_comm(t->world, rank, &comm);
+    const int32_t lengths[2] = {5 + rank, 7};
+    const int32_t *global = NULL, *offsets = NULL;
+    int32_t num = 0;
+    for (int k = 0; k < 3; k++) {
+        dcp_comm *use = rank == 1 && k == 0 ? NULL : &comm; /* rank 1 fails alone in its first call */
+        t->status[rank][k] = dcp_gather(ctx, use, lengths, 2, &global, &num, &offsets);
+    }
+    dcp_context_destroy(ctx);
+}
+
+DCP_TEST(a_gather_skipped_on_one_rank_is_out_of_step_everywhere)
+{
+    gather_skip_test t;
+    memset(&t, 0, sizeof t);
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 30000, &t.world));
+    DCP_REQUIRE_OK(dcp_inproc_run(2, gather_skip_rank, &t));
+    dcp_inproc_world_destroy(t.world);
+    DCP_CHECK_STATUS(t.status[1][0], DCP_ERR_NULL_POINTER);
+    DCP_CHECK_STATUS(t.status[0][0], DCP_ERR_OUT_OF_STEP); /* met rank 1's second call */
+    DCP_CHECK_STATUS(t.status[1][1], DCP_ERR_OUT_OF_STEP);
+    DCP_CHECK_STATUS(t.status[0][1], DCP_ERR_OUT_OF_STEP); /* refused at once from then on */
+    DCP_CHECK_STATUS(t.status[0][2], DCP_ERR_OUT_OF_STEP);
+    DCP_CHECK_STATUS(t.status[1][2], DCP_ERR_OUT_OF_STEP);
+}
+
+/* ---- MTP rolls: a roll that failed alone ---- */
+
+typedef struct roll_skip_test {
+    dcp_inproc_world *world;
+    dcp_status status[2][3];
+} roll_skip_test;
+
+static void roll_skip_rank(int32_t rank, void *arg)
+{
+    roll_skip_test *t = arg;
+    dcp_comm comm;
+    dcp_inproc_comm(t->world, rank, &comm);
+    const int32_t cu[2] = {0, 8}; /* one 8-token sequence over CP 2: 4 tokens a rank */
+    int64_t field[4] = {1, 2, 3, 4}, out[4];
+    const void *fields[1] = {field};
+    void *outs[1] = {out};
+    const size_t sizes[1] = {8};
+    unsigned char exchange[4096];
+    if (dcp_mtp_roll_exchange_bytes(2, sizes, 1, comm.size) > sizeof exchange) return;
+    for (int k = 0; k < 3; k++) {
+        dcp_comm use = comm;
+        if (rank == 1 && k == 0) use.ops = NULL; /* a handle without operations: fails here alone */
+        t->status[rank][k] = dcp_mtp_roll(&use, 0, 2, cu, 2, 4, fields, outs, sizes, 1, exchange);
+        comm.calls = use.calls;
+    }
+}
+
+DCP_TEST(an_mtp_roll_that_failed_alone_is_out_of_step_at_the_next_roll)
+{
+    roll_skip_test t;
+    memset(&t, 0, sizeof t);
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 30000, &t.world));
+    DCP_REQUIRE_OK(dcp_inproc_run(2, roll_skip_rank, &t));
+    dcp_inproc_world_destroy(t.world);
+    DCP_CHECK(t.status[1][0] != DCP_OK);                   /* refused alone: no operations to agree through */
+    DCP_CHECK_STATUS(t.status[0][0], DCP_ERR_OUT_OF_STEP); /* rank 0's roll 0 met rank 1's roll 1 */
+    DCP_CHECK_STATUS(t.status[1][1], DCP_ERR_OUT_OF_STEP);
+    /* the rolls stay one apart on this handle: every later pair fails alike, none rolls another call's data */
+    DCP_CHECK_STATUS(t.status[0][1], DCP_ERR_OUT_OF_STEP);
+    DCP_CHECK_STATUS(t.status[1][2], DCP_ERR_OUT_OF_STEP);
+}
+
+/* ---- the plan checks' smaller bad inputs ---- */
+
+DCP_TEST(plan_checks_refuse_non_positive_lengths_and_null_lengths)
+{
+    dcp_config c = small_config(2, 1);
+    dcp_context *ctx = NULL;
+    DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+    const int32_t lengths[4] = {10, 20, 30, 40};
+    const dcp_plan *plan = NULL;
+    DCP_REQUIRE_OK(dcp_plan_compute(ctx, lengths, 4, &plan));
+    /* the valid plan against lengths with a non-positive entry: refused, naming it, stats untouched */
+    int32_t bad[4] = {10, 20, 30, -40};
+    dcp_plan_stats stats;
+    memset(&stats, 0x5a, sizeof stats);
+    DCP_CHECK_STATUS(dcp_plan_stats_compute(ctx, plan, bad, 4, &stats), DCP_ERR_BAD_LENGTH);
+    DCP_CHECK_CONTAINS(dcp_context_last_error(ctx), "length 3 is -40");
+    DCP_CHECK_EQ_INT(stats.total_tokens, 0x5a5a5a5a5a5a5a5all);
+    DCP_CHECK_STATUS(dcp_plan_validate(ctx, plan, bad, 4, NULL), DCP_ERR_BAD_LENGTH);
+    bad[3] = INT32_MIN;
+    DCP_CHECK_STATUS(dcp_plan_stats_compute(ctx, plan, bad, 4, &stats), DCP_ERR_BAD_LENGTH);
+    bad[3] = 0;
+    DCP_CHECK_STATUS(dcp_plan_validate(ctx, plan, bad, 4, NULL), DCP_ERR_BAD_LENGTH);
+    /* NULL lengths are a NULL pointer, whatever the count */
+    DCP_CHECK_STATUS(dcp_plan_compute(ctx, NULL, 0, &plan), DCP_ERR_NULL_POINTER);
+    DCP_CHECK_STATUS(dcp_plan_compute(ctx, NULL, 4, &plan), DCP_ERR_NULL_POINTER);
+    /* and the context still plans */
+    DCP_CHECK_STATUS(dcp_plan_compute(ctx, lengths, 4, &plan), DCP_OK);
+    DCP_CHECK_STATUS(dcp_plan_stats_compute(ctx, plan, lengths, 4, &stats), DCP_OK);
+    DCP_CHECK_EQ_INT(stats.total_tokens, 100);
+    dcp_context_destroy(ctx);
+}
