@@ -38,7 +38,44 @@ from ._errors import (  # noqa: F401  (re-exported)
     WorkspaceTooSmallError,
     error_class,
 )
-from . import _core
+
+def _preload_nccl() -> None:
+    """Load the libnccl torch uses, before the extension asks for libnccl.so.2 (CUDA builds only).
+
+    The extension needs libnccl.so.2 by soname; the dynamic loader reuses an
+    already-loaded library of that soname.  Loading torch's own copy first
+    (the nvidia-nccl wheel's file, which torch later loads by the same path,
+    or DCPACK_NCCL_LIBRARY) keeps one libnccl in the process whichever of
+    dcpack and torch is imported first.
+    """
+    import ctypes
+    import importlib.util
+    import os
+    import sys
+
+    path = os.environ.get("DCPACK_NCCL_LIBRARY")
+    if not path and "torch" not in sys.modules:
+        try:
+            spec = importlib.util.find_spec("nvidia")
+        except (ImportError, ValueError):
+            spec = None
+        for base in (spec.submodule_search_locations or []) if spec else []:
+            candidate = os.path.join(base, "nccl", "lib", "libnccl.so.2")
+            if os.path.exists(candidate):
+                path = candidate
+                break
+    if path:
+        ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+
+
+try:
+    from ._build_config import LINKS_NCCL as _LINKS_NCCL
+except ImportError:  # pragma: no cover - a tree without the generated file
+    _LINKS_NCCL = False
+if _LINKS_NCCL:
+    _preload_nccl()
+
+from . import _core  # noqa: E402
 from ._api import (  # noqa: F401
     FIELD_ALL,
     FIELD_LABELS,
