@@ -40,6 +40,10 @@ __all__ = [
     "install",
     "uninstall",
     "make_scheduler",
+    "DataPath",
+    "config_from_megatron",
+    "install_data_path",
+    "uninstall_data_path",
 ]
 
 REQUIRED_SAMPLE_KEYS = ["tokens", "labels", "loss_mask", "position_ids", "original_seq_len", "padded_seq_len"]
@@ -279,3 +283,212 @@ def uninstall(previous: Dict[str, Any], *, module: Any = None) -> None:
             ds.scheduler_map.pop(name, None)
         else:
             ds.scheduler_map[name] = cls
+
+
+# --------------------------------------------------------------------------
+# Level 2: Megatron-LM's packed data path through dcp_step (needs torch, CUDA and a CUDA build)
+# --------------------------------------------------------------------------
+
+
+def _sample_from_megatron(item: Dict[str, Any], device: Any) -> Any:
+    """One of Megatron's dataset samples as a dcpack.Sample on ``device``.
+
+    Pre-packed samples (``cu_seqlens``, e.g. SFTDataset) keep their cut; unpacked
+    ones (``padded_seq_len``, ``original_seq_len``, e.g. VarlenDataset) are one
+    sequence each.  A leading batch dimension of 1 (default collate) is dropped.
+    """
+    import torch
+
+    from ._step import Sample
+
+    def flat(t: Any) -> Any:
+        if t.dim() == 2 and t.shape[0] == 1:
+            t = t.squeeze(0)
+        return t
+
+    fields = {}
+    for key, dtype in (("tokens", torch.int64), ("labels", torch.int64), ("loss_mask", torch.float32),
+                       ("position_ids", torch.int64)):
+        if key in item and item[key] is not None:
+            fields[key] = flat(item[key]).to(device=device, dtype=dtype, non_blocking=True).contiguous()
+    if "padded_seq_len" in item:
+        padded = int(flat(item["padded_seq_len"]).reshape(-1)[0])
+        original = int(flat(item.get("original_seq_len", item["padded_seq_len"])).reshape(-1)[0])
+        n = next(iter(fields.values())).numel() if fields else 0
+        if n != padded:
+            raise ValueError(f"sample has {n} tokens but padded_seq_len {padded}")
+        return Sample(original_length=original, **fields)
+    cu = flat(item["cu_seqlens"]).to(device="cpu", dtype=torch.int32).contiguous().numpy()
+    return Sample(cu_seqlens=cu, **fields)
+
+
+class DataPath:
+    """Megatron-LM's sequence-packing data path through ``dcp_step`` (Level 2).
+
+    Replaces ``wrap_data_iterator`` (fetch the DP rank's samples, gather
+    lengths, plan, reroute, pack) and ``get_batch_on_this_rank_for_sequence_packing``
+    (pad, CP-slice, TP broadcast) with one ``dcp_step`` per global batch on the
+    GPU, over dcpack's NCCL communicators.  Every TP rank gets its microbatches
+    from the step (dcp_step broadcasts to the TP group), so every rank's
+    iterator is a real one.
+
+    ``config``: the dcpack.Config of the run (DP, CP, TP, PP, VPP sizes,
+    scheduler, max_seqlen_per_rank, padding, capacities with
+    max_tokens_per_rank > 0); :func:`config_from_megatron` derives it from
+    Megatron's arguments.  ``groups``: a dcpack.torch.NcclGroups (default:
+    ``NcclGroups.from_megatron(config)``).
+
+    Outputs are views of dcpack's output block, valid until the next
+    ``wrap_data_iterator`` call: Megatron consumes a global batch's
+    microbatches before it fetches the next one.
+    """
+
+    def __init__(self, config: Config, groups: Any = None, mtp_virtual_stages: int = 0) -> None:
+        from . import torch as dt
+
+        self.config = config
+        self.groups = groups if groups is not None else dt.NcclGroups.from_megatron(config)
+        self.stepper = dt.CudaStepper(config, self.groups)
+        self.mtp_virtual_stages = mtp_virtual_stages
+        self.last_output = None
+
+    def wrap_data_iterator(self, data_iterator: Any, config: Any, num_microbatches: int,
+                           pg_collection: Any = None) -> Tuple[Any, int, float, float]:
+        """Drop-in for Megatron's ``wrap_data_iterator``: (iterator(s), microbatches, seqlen sum, squared sum)."""
+        import torch
+
+        vpp = self.config.virtual_pipeline_size
+        source = data_iterator
+        if isinstance(source, list):
+            source = next((d for d in source if d is not None), None)
+        samples = None
+        if self.groups.holds_data:
+            if source is None:
+                raise ValueError("this rank holds data but its data_iterator is None")
+            device = torch.device("cuda", self.groups.device)
+            items: List[Dict[str, Any]] = []
+            for _ in range(num_microbatches):
+                item = next(source)
+                items.extend(item if isinstance(item, list) else [item])
+            samples = [_sample_from_megatron(it, device) for it in items]
+        out = self.stepper.step(samples, mtp_virtual_stages=self.mtp_virtual_stages)
+        self.last_output = out
+        per_stage = []
+        for v in range(vpp):
+            batches = []
+            for m in range(out.num_microbatches):
+                mb = out.microbatch(m, v)
+                batches.append({
+                    "tokens": None if mb.tokens is None else mb.tokens.view(1, -1),
+                    "labels": None if mb.labels is None else mb.labels.view(1, -1),
+                    "loss_mask": None if mb.loss_mask is None else mb.loss_mask.view(1, -1),
+                    "position_ids": None if mb.position_ids is None else mb.position_ids.view(1, -1),
+                    "padding_mask": mb.padding_mask.view(1, -1),
+                    "cu_seqlens": mb.cu_seqlens,
+                    "cu_seqlens_padded": mb.cu_seqlens_padded,
+                    "max_seqlen": mb.max_seqlen,
+                    "local_cp_size": mb.local_cp_size,
+                    "cp_rank": mb.cp_rank,
+                })
+            per_stage.append(iter(batches))
+        iterators: Any = per_stage if vpp > 1 else per_stage[0]
+        return iterators, out.num_microbatches, float(out.seqlen_sum), float(out.seqlen_squared_sum)
+
+    @staticmethod
+    def get_batch(data_iterator: Any, vpp_size: Optional[int] = None, mtp_on_this_rank: bool = False,
+                  vp_stage: Optional[int] = None, dynamic_cp: bool = False, pg_collection: Any = None,
+                  config: Any = None) -> tuple:
+        """Drop-in for ``get_batch_on_this_rank_for_sequence_packing``: the microbatch dcp_step already
+        padded, sliced and broadcast, as (tokens, labels, loss_mask, None, position_ids,
+        packed_seq_params, padding_mask)."""
+        from megatron.core import parallel_state
+        from megatron.core.packed_seq_params import PackedSeqParams
+
+        batch = next(data_iterator)
+        local_cp_size = batch["local_cp_size"] if dynamic_cp else None
+        cp_group = (parallel_state.get_dynamic_data_context_parallel_groups(group_size=local_cp_size)
+                    if dynamic_cp else None)
+        params = PackedSeqParams(
+            qkv_format="thd",
+            cu_seqlens_q=batch["cu_seqlens"], cu_seqlens_kv=batch["cu_seqlens"],
+            cu_seqlens_q_padded=batch["cu_seqlens_padded"], cu_seqlens_kv_padded=batch["cu_seqlens_padded"],
+            max_seqlen_q=batch["max_seqlen"], max_seqlen_kv=batch["max_seqlen"],
+            local_cp_size=local_cp_size, cp_group=cp_group,
+            cp_partition_mode=getattr(config, "cp_partition_mode", "zigzag"), pad_between_seqs=True,
+        )
+        return (batch["tokens"], batch["labels"], batch["loss_mask"], None, batch["position_ids"], params,
+                batch["padding_mask"])
+
+
+def config_from_megatron(args: Any, max_sequences: int, max_tokens_per_rank: int,
+                         scheduler: Optional[str] = None) -> Config:
+    """A dcpack.Config from Megatron-LM's training arguments (``get_args()``).
+
+    Reads the parallel sizes, ``sequence_packing_scheduler`` (dp_balanced,
+    default_dynamic_cp; ``scheduler`` overrides with a dcpack name),
+    ``max_seqlen_per_dp_cp_rank``, ``min_dynamic_context_parallel_size``,
+    ``microbatch_group_size_per_vp_stage``, ``thd_max_packed_sequences``,
+    ``pad_packed_seq_alignment`` ("max" or an int), the THD tail policy and
+    ``cp_partition_mode``.  ``max_sequences`` and ``max_tokens_per_rank`` are
+    the capacities (sequences per global batch; tokens one rank brings in or
+    holds out, THD padding included).
+    """
+    name = scheduler or {"dp_balanced": "dp_balanced", "default_dynamic_cp": "dynamic_cp"}.get(
+        getattr(args, "sequence_packing_scheduler", None) or "dp_balanced", "dynamic_cp")
+    vpp = getattr(args, "virtual_pipeline_model_parallel_size", None) or 1
+    alignment = getattr(args, "pad_packed_seq_alignment", None)
+    tail = getattr(args, "thd_tail_padding_policy", None)
+    padding = alignment is not None
+    cap = getattr(args, "thd_max_packed_sequences", None)
+    append_dummy = tail in (None, "append_dummy_seq", "append_dummy")
+    if cap is not None and padding and append_dummy:
+        cap = int(cap) - 1  # thd_max_packed_sequences counts the dummy sequence
+    return Config(
+        scheduler=name,
+        data_parallel_size=args.data_parallel_size,
+        context_parallel_size=args.context_parallel_size,
+        tensor_parallel_size=args.tensor_model_parallel_size,
+        pipeline_parallel_size=args.pipeline_model_parallel_size,
+        virtual_pipeline_size=vpp,
+        microbatch_group_size_per_vp_stage=(getattr(args, "microbatch_group_size_per_vp_stage", None) or 0)
+        if vpp > 1 else 0,
+        max_sequences=max_sequences,
+        max_seqlen_per_rank=args.max_seqlen_per_dp_cp_rank,
+        min_cp_size=getattr(args, "min_dynamic_context_parallel_size", None) or 1,
+        max_sequences_per_microbatch=int(cap or 0),
+        max_tokens_per_rank=max_tokens_per_rank,
+        pad_alignment=0 if (alignment is None or alignment == "max") else int(alignment),
+        pad_to_max_seqlen=1 if alignment == "max" else 0,
+        thd_tail_policy="append_dummy" if append_dummy else "extend_last",
+        cp_partition=getattr(args, "cp_partition_mode", None) or "zigzag",
+    )
+
+
+def install_data_path(path: DataPath, *, training_module: Any = None, gpt_module: Any = None) -> Dict[str, Any]:
+    """Route Megatron-LM's packed data path through ``path`` at run time (Level 2).
+
+    Replaces ``wrap_data_iterator`` where ``megatron.training.training``
+    imported it, and ``get_batch_on_this_rank_for_sequence_packing`` in the
+    module that runs ``pretrain_gpt.py`` (``gpt_module``, default ``__main__``).
+    Returns the replaced functions for :func:`uninstall_data_path`.
+    """
+    import sys
+
+    if training_module is None:
+        from megatron.training import training as training_module
+    if gpt_module is None:
+        gpt_module = sys.modules["__main__"]
+    previous = {
+        "wrap_data_iterator": (training_module, getattr(training_module, "wrap_data_iterator", None)),
+        "get_batch_on_this_rank_for_sequence_packing": (
+            gpt_module, getattr(gpt_module, "get_batch_on_this_rank_for_sequence_packing", None)),
+    }
+    training_module.wrap_data_iterator = path.wrap_data_iterator
+    gpt_module.get_batch_on_this_rank_for_sequence_packing = path.get_batch
+    return previous
+
+
+def uninstall_data_path(previous: Dict[str, Any]) -> None:
+    """Restore what :func:`install_data_path` replaced."""
+    for name, (module, fn) in previous.items():
+        setattr(module, name, fn)

@@ -67,3 +67,22 @@ def test_install_and_uninstall_on_a_stand_in_module():
     assert module.scheduler_map == before
     with pytest.raises(KeyError):
         dm.install({"x": "no_such"}, module=module)
+
+
+def test_config_from_megatron_arguments():
+    args = types.SimpleNamespace(
+        data_parallel_size=4, context_parallel_size=2, tensor_model_parallel_size=2, pipeline_model_parallel_size=2,
+        virtual_pipeline_model_parallel_size=2, microbatch_group_size_per_vp_stage=2, max_seqlen_per_dp_cp_rank=8192,
+        sequence_packing_scheduler="default_dynamic_cp", min_dynamic_context_parallel_size=2,
+        thd_max_packed_sequences=9, pad_packed_seq_alignment=128, thd_tail_padding_policy=None,
+        cp_partition_mode="contiguous")
+    c = dm.config_from_megatron(args, max_sequences=4096, max_tokens_per_rank=1 << 20).validate()
+    assert (c.scheduler, c.data_parallel_size, c.context_parallel_size, c.tensor_parallel_size) == ("dynamic_cp", 4, 2, 2)
+    assert (c.pipeline_parallel_size, c.virtual_pipeline_size, c.microbatch_group_size_per_vp_stage) == (2, 2, 2)
+    assert (c.min_cp_size, c.pad_alignment, c.pad_to_max_seqlen, c.cp_partition) == (2, 128, 0, "contiguous")
+    assert c.max_sequences_per_microbatch == 8 and c.thd_tail_policy == "append_dummy"  # the dummy's slot
+    args.pad_packed_seq_alignment, args.thd_tail_padding_policy = "max", "extend_last"
+    args.sequence_packing_scheduler, args.virtual_pipeline_model_parallel_size = "dp_balanced", None
+    c = dm.config_from_megatron(args, max_sequences=64, max_tokens_per_rank=1 << 16)
+    assert (c.scheduler, c.pad_to_max_seqlen, c.max_sequences_per_microbatch, c.microbatch_group_size_per_vp_stage,
+            c.thd_tail_policy) == ("dp_balanced", 1, 9, 0, "extend_last")
