@@ -1,0 +1,650 @@
+"""Configuration, planning and plans: the Python face of dcpack.h's planning API."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _core
+from ._errors import (
+    BadLengthError,
+    Error,
+    InvalidArgumentError,
+    InvalidConfigError,
+    InvalidPlanError,
+    StaleViewError,
+)
+
+__all__ = [
+    "FIELD_TOKENS",
+    "FIELD_LABELS",
+    "FIELD_LOSS_MASK",
+    "FIELD_POSITION_IDS",
+    "FIELD_ALL",
+    "CostModel",
+    "Config",
+    "Planner",
+    "Plan",
+    "PlanStats",
+    "Violation",
+    "cost",
+]
+
+FIELD_TOKENS = 1 << 0
+"""``DCP_FIELD_TOKENS``: int64 token ids."""
+FIELD_LABELS = 1 << 1
+"""``DCP_FIELD_LABELS``: int64 labels."""
+FIELD_LOSS_MASK = 1 << 2
+"""``DCP_FIELD_LOSS_MASK``: float32 loss mask."""
+FIELD_POSITION_IDS = 1 << 3
+"""``DCP_FIELD_POSITION_IDS``: int64 position ids."""
+FIELD_ALL = 0xF
+"""``DCP_FIELD_ALL``: the four fields."""
+
+_FIELD_NAMES = {
+    "tokens": FIELD_TOKENS,
+    "labels": FIELD_LABELS,
+    "loss_mask": FIELD_LOSS_MASK,
+    "position_ids": FIELD_POSITION_IDS,
+}
+_TAIL_NAMES = {"append_dummy": 0, "extend_last": 1}
+_PARTITION_NAMES = {"zigzag": 0, "contiguous": 1}
+_SCHEDULERS = ("dp_balanced", "dynamic_cp", "balanced")
+
+_DEFAULTS = _core.config_default()
+_INT32 = (-(1 << 31), (1 << 31) - 1)
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _check_int(name: str, value: Any, lo: int, hi: int, error=InvalidConfigError) -> int:
+    if isinstance(value, bool):
+        value = int(value)
+    if isinstance(value, np.integer):
+        value = int(value)
+    if not isinstance(value, int):
+        raise error(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if not lo <= value <= hi:
+        raise error(f"{name} = {value} is outside [{lo}, {hi}]")
+    return value
+
+
+# --------------------------------------------------------------------------
+# Configuration
+# --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class CostModel:
+    """The step cost model (``dcp_cost_model``), integer "attention token pair" units.
+
+    ``cost(s, cp) = (quadratic*s^2 + linear*s)/cp + [cp > 1]*(max(0, kv[log2 cp]*s*(cp-1)/cp - quadratic*s^2/cp)
+    + round_latency*(cp-1))``; a microbatch costs its slowest rank plus ``microbatch_overhead``.
+    Defaults are ``dcp_cost_model_default()``'s (hidden size 4096, 8 GPUs a node).
+    """
+
+    quadratic: int = _DEFAULTS["cost"]["quadratic"]
+    linear: int = _DEFAULTS["cost"]["linear"]
+    kv: Tuple[int, ...] = tuple(_DEFAULTS["cost"]["kv"])
+    round_latency: int = _DEFAULTS["cost"]["round_latency"]
+    microbatch_overhead: int = _DEFAULTS["cost"]["microbatch_overhead"]
+
+    def _to_dict(self) -> Dict[str, Any]:
+        kv = tuple(self.kv)
+        if len(kv) != _core.MAX_LOG2_CP + 1:
+            raise InvalidConfigError(f"cost.kv must have {_core.MAX_LOG2_CP + 1} entries, got {len(kv)}")
+        return {
+            "quadratic": _check_int("cost.quadratic", self.quadratic, *_INT64),
+            "linear": _check_int("cost.linear", self.linear, *_INT64),
+            "kv": tuple(_check_int(f"cost.kv[{k}]", v, *_INT64) for k, v in enumerate(kv)),
+            "round_latency": _check_int("cost.round_latency", self.round_latency, *_INT64),
+            "microbatch_overhead": _check_int("cost.microbatch_overhead", self.microbatch_overhead, *_INT64),
+        }
+
+
+@dataclasses.dataclass
+class Config:
+    """A ``dcp_config``: everything that fixes the size of a context.
+
+    Keyword arguments are named exactly as the C fields; defaults are
+    ``dcp_config_default()``'s.  Enumerations take names or their C values:
+    ``scheduler`` ``"dp_balanced"``, ``"dynamic_cp"`` or ``"balanced"``;
+    ``thd_tail_policy`` ``"append_dummy"`` or ``"extend_last"``;
+    ``cp_partition`` ``"zigzag"`` or ``"contiguous"``.  ``fields`` is a
+    ``FIELD_*`` bit set or an iterable of names (``{"tokens", "labels"}``).
+    ``cost`` is a :class:`CostModel` (or a dict of its fields).
+
+    Nothing is checked until the configuration is used (or :meth:`validate`
+    is called): then a bad value raises :class:`dcpack.InvalidConfigError`
+    with ``dcp_config_validate()``'s message.
+    """
+
+    world_size: int = _DEFAULTS["world_size"]
+    data_parallel_size: int = _DEFAULTS["data_parallel_size"]
+    context_parallel_size: int = _DEFAULTS["context_parallel_size"]
+    tensor_parallel_size: int = _DEFAULTS["tensor_parallel_size"]
+    pipeline_parallel_size: int = _DEFAULTS["pipeline_parallel_size"]
+    virtual_pipeline_size: int = _DEFAULTS["virtual_pipeline_size"]
+    microbatch_group_size_per_vp_stage: int = _DEFAULTS["microbatch_group_size_per_vp_stage"]
+    scheduler: Union[str, int] = _SCHEDULERS[_DEFAULTS["scheduler"]]
+    max_sequences: int = _DEFAULTS["max_sequences"]
+    max_seqlen_per_rank: int = _DEFAULTS["max_seqlen_per_rank"]
+    min_cp_size: int = _DEFAULTS["min_cp_size"]
+    max_sequences_per_microbatch: int = _DEFAULTS["max_sequences_per_microbatch"]
+    max_tokens_per_rank: int = _DEFAULTS["max_tokens_per_rank"]
+    max_microbatches: int = _DEFAULTS["max_microbatches"]
+    pad_alignment: int = _DEFAULTS["pad_alignment"]
+    fields: Any = _DEFAULTS["fields"]
+    pad_to_max_seqlen: Union[int, bool] = _DEFAULTS["pad_to_max_seqlen"]
+    thd_tail_policy: Union[str, int] = "append_dummy"
+    cp_partition: Union[str, int] = "zigzag"
+    cost: CostModel = dataclasses.field(default_factory=CostModel)
+
+    # -- conversions --------------------------------------------------------
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The configuration as the flat dict the C binding reads (enums as ints)."""
+        d: Dict[str, Any] = {}
+        int32_fields = (
+            "world_size", "data_parallel_size", "context_parallel_size", "tensor_parallel_size",
+            "pipeline_parallel_size", "virtual_pipeline_size", "microbatch_group_size_per_vp_stage",
+            "max_sequences", "max_seqlen_per_rank", "min_cp_size", "max_sequences_per_microbatch",
+            "max_microbatches", "pad_alignment", "pad_to_max_seqlen",
+        )
+        for name in int32_fields:
+            d[name] = _check_int(name, getattr(self, name), *_INT32)
+        d["max_tokens_per_rank"] = _check_int("max_tokens_per_rank", self.max_tokens_per_rank, *_INT64)
+        d["scheduler"] = _enum("scheduler", self.scheduler, {n: i for i, n in enumerate(_SCHEDULERS)})
+        d["thd_tail_policy"] = _enum("thd_tail_policy", self.thd_tail_policy, _TAIL_NAMES)
+        d["cp_partition"] = _enum("cp_partition", self.cp_partition, _PARTITION_NAMES)
+        d["fields"] = _fields_mask(self.fields)
+        cost_model = self.cost
+        if isinstance(cost_model, dict):
+            cost_model = CostModel(**cost_model)
+        if not isinstance(cost_model, CostModel):
+            raise InvalidConfigError(f"cost must be a CostModel or a dict, got {type(cost_model).__name__}")
+        d["cost"] = cost_model._to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Dict[str, Any]) -> "Config":
+        """Inverse of :meth:`to_dict` (enums come back as names)."""
+        d = dict(d)
+        d["scheduler"] = _SCHEDULERS[d["scheduler"]] if isinstance(d["scheduler"], int) else d["scheduler"]
+        inv_tail = {v: k for k, v in _TAIL_NAMES.items()}
+        inv_part = {v: k for k, v in _PARTITION_NAMES.items()}
+        d["thd_tail_policy"] = inv_tail.get(d["thd_tail_policy"], d["thd_tail_policy"])
+        d["cp_partition"] = inv_part.get(d["cp_partition"], d["cp_partition"])
+        c = d.get("cost")
+        if isinstance(c, dict):
+            d["cost"] = CostModel(**{**c, "kv": tuple(c["kv"])})
+        return cls(**d)
+
+    def replace(self, **changes: Any) -> "Config":
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    def validate(self) -> "Config":
+        """Run ``dcp_config_validate()``; raises :class:`InvalidConfigError` (or ``DcpOverflowError``). Returns self."""
+        _core.config_validate(self.to_dict())
+        return self
+
+    @property
+    def num_ranks(self) -> int:
+        """``dcp_config_num_ranks()``: DPxCP ranks the planner distributes over (validates first)."""
+        return _core.config_validate(self.to_dict())
+
+    def workspace_size(self) -> int:
+        """``dcp_workspace_size()``: bytes of one context for this configuration."""
+        return _core.workspace_size(self.to_dict())
+
+
+def _enum(name: str, value: Any, names: Dict[str, int]) -> int:
+    if isinstance(value, str):
+        if value not in names:
+            raise InvalidConfigError(f"{name} {value!r} is not one of {', '.join(names)}")
+        return names[value]
+    return _check_int(name, value, *_INT32)
+
+
+def _fields_mask(fields: Any) -> int:
+    if isinstance(fields, (int, np.integer)) and not isinstance(fields, bool):
+        return _check_int("fields", fields, 0, (1 << 32) - 1)
+    if isinstance(fields, str):
+        fields = [fields]
+    try:
+        names = list(fields)
+    except TypeError:
+        raise InvalidConfigError(f"fields must be a FIELD_* mask or names, got {fields!r}") from None
+    mask = 0
+    for n in names:
+        if n not in _FIELD_NAMES:
+            raise InvalidConfigError(f"unknown field {n!r} (tokens, labels, loss_mask, position_ids)")
+        mask |= _FIELD_NAMES[n]
+    return mask
+
+
+def cost(length: int, cp: int, model: Optional[CostModel] = None) -> int:
+    """``dcp_cost()``: per-rank cost of a sequence of ``length`` tokens on ``cp`` ranks."""
+    cfg = Config(cost=model if model is not None else CostModel())
+    return _core.cost(cfg.to_dict(), _check_int("length", length, *_INT64, error=InvalidArgumentError),
+                      _check_int("cp", cp, *_INT32, error=InvalidArgumentError))
+
+
+# --------------------------------------------------------------------------
+# Arrays and views
+# --------------------------------------------------------------------------
+
+
+class _View:
+    """An ``__array_interface__`` exporter: numpy views of library memory that keep its owner alive."""
+
+    __slots__ = ("__array_interface__", "_owner")
+
+    def __init__(self, address: int, count: int, typestr: str, owner: Any, readonly: bool = True) -> None:
+        self.__array_interface__ = {
+            "data": (address, readonly),
+            "shape": (count,),
+            "typestr": typestr,
+            "version": 3,
+        }
+        self._owner = owner
+
+
+def _view(address: Optional[int], count: int, dtype: str, owner: Any, readonly: bool = True) -> Optional[np.ndarray]:
+    if address is None:
+        return None
+    if count == 0:
+        a = np.empty(0, dtype=dtype)
+        a.flags.writeable = False
+        return a
+    return np.asarray(_View(address, count, np.dtype(dtype).str, owner, readonly))
+
+
+def _is_torch_tensor(x: Any) -> bool:
+    t = type(x)
+    return t.__module__.split(".")[0] == "torch" and hasattr(x, "data_ptr") and hasattr(x, "is_contiguous")
+
+
+def as_lengths(lengths: Any) -> np.ndarray:
+    """Lengths as a contiguous int32 numpy array, without a copy when they already are one.
+
+    Accepts a list or tuple of ints, a numpy integer array, a CPU torch tensor
+    or any object exporting DLPack or the buffer protocol.  Integer arrays of
+    another width are converted (values outside int32 raise BadLengthError);
+    floats, booleans and other types raise InvalidArgumentError.
+    """
+    if _is_torch_tensor(lengths):
+        if lengths.device.type != "cpu":
+            raise InvalidArgumentError(f"lengths must be host memory, got a tensor on {lengths.device}")
+        arr = lengths.detach().numpy()  # zero copy for a CPU tensor
+    elif isinstance(lengths, np.ndarray):
+        arr = lengths
+    elif isinstance(lengths, (list, tuple, range)):
+        if len(lengths) == 0:
+            return np.empty(0, dtype=np.int32)
+        for v in lengths:
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise InvalidArgumentError(f"lengths must be ints, got {type(v).__name__} {v!r}")
+        try:
+            arr = np.asarray(lengths, dtype=np.int64)
+        except OverflowError:
+            raise BadLengthError("a length does not fit in int64") from None
+    elif hasattr(lengths, "__dlpack__"):
+        arr = np.from_dlpack(lengths)
+    else:
+        try:
+            arr = np.asarray(memoryview(lengths))
+        except TypeError:
+            raise InvalidArgumentError(
+                f"lengths must be a list of ints, a numpy integer array or a CPU tensor, got {type(lengths).__name__}"
+            ) from None
+    if arr.ndim != 1:
+        raise InvalidArgumentError(f"lengths must be one-dimensional, got shape {arr.shape}")
+    if arr.dtype.kind not in "iu":
+        raise InvalidArgumentError(f"lengths must have an integer dtype, got {arr.dtype}")
+    if arr.dtype == np.int32 and arr.flags.c_contiguous and arr.flags.aligned and arr.dtype.isnative:
+        return arr
+    if arr.size and (int(arr.min()) < _INT32[0] or int(arr.max()) > _INT32[1]):
+        bad = int(arr.max()) if int(arr.max()) > _INT32[1] else int(arr.min())
+        raise BadLengthError(f"length {bad} does not fit in int32")
+    return np.ascontiguousarray(arr, dtype=np.int32)
+
+
+def _address(arr: np.ndarray) -> int:
+    return int(arr.__array_interface__["data"][0])
+
+
+# --------------------------------------------------------------------------
+# Plans
+# --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PlanStats:
+    """``dcp_plan_stats``: step-model statistics of a plan (integers), plus derived ratios."""
+
+    num_microbatches: int
+    makespan: int
+    """Sum over microbatches of (slowest rank + overhead)."""
+    lower_bound: int
+    """A lower bound on any plan's makespan for these lengths and ranks."""
+    quad_makespan: int
+    """The reference's model: per-rank sum of s^2/cp, summed over microbatch maxima."""
+    busy_sum: int
+    max_rank_sum: int
+    cp_size_sum: int
+    total_tokens: int
+
+    @property
+    def efficiency(self) -> float:
+        """lower_bound / makespan (1.0 is optimal)."""
+        return self.lower_bound / self.makespan if self.makespan else 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Violation:
+    """``dcp_plan_violation``: which invariant a plan broke, and where."""
+
+    invariant: int
+    """A ``dcp_invariant`` value (1 each id once, 2 block shape, 4 token capacity, 5 no empty rank,
+    6 VPP multiple, 7 structure, 8 sequence cap)."""
+    microbatch: int
+    rank: int
+    id: int
+    message: str
+
+
+_PLAN_ARRAYS = ("microbatch_first_group", "group_first_rank", "group_cp_size", "group_first_id", "ids")
+
+
+class Plan:
+    """A plan for one global batch (``dcp_plan``), as structure-of-arrays group tables.
+
+    Microbatch ``m`` owns groups ``microbatch_first_group[m] : microbatch_first_group[m+1]``,
+    sorted by first rank.  Group ``g`` runs on ranks
+    ``group_first_rank[g] : group_first_rank[g] + group_cp_size[g]``, all holding
+    ``ids[group_first_id[g] : group_first_id[g+1]]`` (0-based global ids, the
+    order of the lengths planned).
+
+    A plan returned by :meth:`Planner.plan` is a *view* of the planner's
+    workspace: its arrays are read-only numpy views, valid until the next
+    ``plan()`` (or step) on that planner.  After that, every attribute of the
+    old Plan raises :class:`dcpack.StaleViewError` instead of showing the new
+    plan's data; arrays you took from it earlier are not revoked (numpy cannot)
+    and then show the new data, so keep a :meth:`copy` of what must outlive the
+    next call.  A copy owns its arrays and never goes stale.
+    """
+
+    __slots__ = ("_ctx", "_gen", "_desc", "_arrays", "_lengths", "_owned", "__weakref__")
+
+    def __init__(self, ctx: Any, generation: Optional[int], desc: tuple, lengths: np.ndarray,
+                 arrays: Optional[Dict[str, np.ndarray]] = None) -> None:
+        self._ctx = ctx
+        self._gen = generation
+        self._desc = desc
+        self._lengths = lengths
+        self._owned = arrays is not None
+        if arrays is None:
+            nr, nm, ng, ni = desc[:4]
+            counts = (nm + 1, ng, ng, ng + 1, ni)
+            arrays = {name: _view(desc[4 + i], counts[i], "int32", ctx) for i, name in enumerate(_PLAN_ARRAYS)}
+        self._arrays = arrays
+
+    # -- lifetime -----------------------------------------------------------
+
+    def _check(self) -> None:
+        if self._gen is not None and self._ctx.generation != self._gen:
+            raise StaleViewError(
+                "this Plan is a view of a planner's workspace and a later plan() or step() on that planner "
+                "replaced it; keep Plan.copy() to use a plan after the next call"
+            )
+
+    @property
+    def is_valid_view(self) -> bool:
+        """False once a later plan or step replaced this view (always True for a copy)."""
+        return self._gen is None or self._ctx.generation == self._gen
+
+    def copy(self) -> "Plan":
+        """An owning copy: its arrays are its own and it never goes stale."""
+        self._check()
+        arrays = {k: np.array(v, dtype=np.int32, copy=True) for k, v in self._arrays.items()}
+        for a in arrays.values():
+            a.flags.writeable = False
+        desc = self._desc[:4] + tuple(_address(arrays[k]) for k in _PLAN_ARRAYS) + self._desc[9:]
+        return Plan(self._ctx, None, desc, np.array(self._lengths, copy=True), arrays)
+
+    # -- the arrays -----------------------------------------------------------
+
+    def _get(self, name: str) -> np.ndarray:
+        self._check()
+        return self._arrays[name]
+
+    @property
+    def num_ranks(self) -> int:
+        """DPxCP ranks of the plan."""
+        self._check()
+        return self._desc[0]
+
+    @property
+    def num_microbatches(self) -> int:
+        """Microbatches of the plan."""
+        self._check()
+        return self._desc[1]
+
+    @property
+    def num_groups(self) -> int:
+        """CP groups over all microbatches."""
+        self._check()
+        return self._desc[2]
+
+    @property
+    def num_ids(self) -> int:
+        """Entries of :attr:`ids` (each sequence once)."""
+        self._check()
+        return self._desc[3]
+
+    @property
+    def microbatch_first_group(self) -> np.ndarray:
+        """int32 ``[num_microbatches + 1]``."""
+        return self._get("microbatch_first_group")
+
+    @property
+    def group_first_rank(self) -> np.ndarray:
+        """int32 ``[num_groups]``."""
+        return self._get("group_first_rank")
+
+    @property
+    def group_cp_size(self) -> np.ndarray:
+        """int32 ``[num_groups]``: each group's CP size."""
+        return self._get("group_cp_size")
+
+    @property
+    def group_first_id(self) -> np.ndarray:
+        """int32 ``[num_groups + 1]``: offsets into :attr:`ids`."""
+        return self._get("group_first_id")
+
+    @property
+    def ids(self) -> np.ndarray:
+        """int32 ``[num_ids]``: sequence ids, group by group."""
+        return self._get("ids")
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """The lengths this plan was computed for (the array handed to plan(), not copied)."""
+        self._check()
+        return self._lengths
+
+    # -- helpers --------------------------------------------------------------
+
+    def group_of_rank(self, microbatch: int, rank: int) -> int:
+        """``dcp_plan_group_of_rank()``: the group of ``rank`` in ``microbatch``, or -1."""
+        self._check()
+        nm, nr = self._desc[1], self._desc[0]
+        if not (0 <= microbatch < nm) or not (0 <= rank < nr):
+            raise InvalidArgumentError(f"microbatch {microbatch} / rank {rank} outside {nm} x {nr}")
+        return _core.plan_group_of_rank(self._desc, microbatch, rank)
+
+    def rank_ids(self, microbatch: int, rank: int) -> np.ndarray:
+        """Ids ``rank`` holds in ``microbatch`` (a read-only view; empty when it holds nothing)."""
+        g = self.group_of_rank(microbatch, rank)
+        if g < 0:
+            return np.empty(0, dtype=np.int32)
+        gfi = self._arrays["group_first_id"]
+        return self._arrays["ids"][gfi[g]:gfi[g + 1]]
+
+    def groups(self, microbatch: int) -> List[Tuple[int, int, np.ndarray]]:
+        """The groups of one microbatch as ``(first_rank, cp_size, ids)``."""
+        self._check()
+        if not 0 <= microbatch < self._desc[1]:
+            raise InvalidArgumentError(f"microbatch {microbatch} outside [0, {self._desc[1]})")
+        mfg, gfr, gcs, gfi, ids = (self._arrays[k] for k in _PLAN_ARRAYS)
+        return [(int(gfr[g]), int(gcs[g]), ids[gfi[g]:gfi[g + 1]])
+                for g in range(int(mfg[microbatch]), int(mfg[microbatch + 1]))]
+
+    def to_lists(self) -> List[List[List[int]]]:
+        """Megatron-LM's ``sample_id_groups``: ``[microbatch][rank] -> list of ids``."""
+        self._check()
+        mfg, gfr, gcs, gfi, ids = (self._arrays[k].tolist() for k in _PLAN_ARRAYS)
+        nr = self._desc[0]
+        out: List[List[List[int]]] = []
+        for m in range(self._desc[1]):
+            row: List[List[int]] = [[] for _ in range(nr)]
+            for g in range(mfg[m], mfg[m + 1]):
+                members = ids[gfi[g]:gfi[g + 1]]
+                for r in range(gfr[g], gfr[g] + gcs[g]):
+                    row[r] = list(members)
+            out.append(row)
+        return out
+
+    def cp_sizes(self) -> np.ndarray:
+        """CP size of every sequence, indexed by id (int32 ``[num_ids]``)."""
+        self._check()
+        gcs, gfi = self._arrays["group_cp_size"], self._arrays["group_first_id"]
+        out = np.zeros(self._desc[3], dtype=np.int32)
+        out[self._arrays["ids"]] = np.repeat(gcs, np.diff(gfi))
+        return out
+
+    def hash(self) -> int:
+        """``dcp_plan_hash()``: FNV-1a 64 over the arrays (equal plans have equal hashes)."""
+        self._check()
+        return _core.plan_hash(self._desc)
+
+    def _lengths_for(self, lengths: Any) -> np.ndarray:
+        if lengths is not None:
+            return as_lengths(lengths)
+        if self._lengths.size == 0 and self._desc[3] > 0:
+            raise InvalidArgumentError("this plan came from a step: pass the global batch's lengths")
+        return self._lengths
+
+    def stats(self, lengths: Any = None) -> PlanStats:
+        """``dcp_plan_stats_compute()`` under the planner's cost model and the planned lengths
+        (or ``lengths``, which a step's plan needs)."""
+        self._check()
+        lengths = self._lengths_for(lengths)
+        d = self._ctx.stats(self._desc, _address(lengths) if lengths.size else 0, lengths.size)
+        return PlanStats(**d)
+
+    def violation(self, lengths: Any = None) -> Optional[Violation]:
+        """``dcp_plan_validate()``: None when every invariant holds, else the first violation."""
+        self._check()
+        lengths = self._lengths_for(lengths)
+        v = self._ctx.validate(self._desc, _address(lengths) if lengths.size else 0, lengths.size)
+        return None if v is None else Violation(*v)
+
+    def validate(self, lengths: Any = None) -> "Plan":
+        """Raise :class:`dcpack.InvalidPlanError` (with ``.violation``) if an invariant breaks; returns self."""
+        v = self.violation(lengths)
+        if v is not None:
+            err = InvalidPlanError(v.message)
+            err.violation = v  # type: ignore[attr-defined]
+            raise err
+        return self
+
+    def __len__(self) -> int:
+        return self.num_microbatches
+
+    def __iter__(self) -> Iterator[List[Tuple[int, int, np.ndarray]]]:
+        for m in range(self.num_microbatches):
+            yield self.groups(m)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Plan):
+            return NotImplemented
+        self._check()
+        other._check()
+        return self._desc[:4] == other._desc[:4] and all(
+            np.array_equal(self._arrays[k], other._arrays[k]) for k in _PLAN_ARRAYS)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        if not self.is_valid_view:
+            return "<dcpack.Plan (stale view)>"
+        kind = "copy" if self._owned else "view"
+        return (f"<dcpack.Plan {kind}: {self._desc[1]} microbatches, {self._desc[2]} groups, "
+                f"{self._desc[3]} sequences on {self._desc[0]} ranks>")
+
+
+class Planner:
+    """Plans global batches with one context (``dcp_context_create`` + ``dcp_plan_compute``).
+
+    ``Planner(config)`` or ``Planner(**config_fields)``.  One call at a time:
+    a planner used from two threads at once raises InvalidArgumentError in the
+    second instead of racing.  The GIL is released while the library plans.
+    """
+
+    def __init__(self, config: Optional[Config] = None, **fields: Any) -> None:
+        if config is None:
+            config = Config(**fields)
+        elif fields:
+            config = config.replace(**fields)
+        if not isinstance(config, Config):
+            raise InvalidArgumentError(f"config must be a dcpack.Config, got {type(config).__name__}")
+        self._config = config
+        self._ctx = _core.Context(config.to_dict())
+
+    @property
+    def config(self) -> Config:
+        """The configuration the context was built with."""
+        return self._config
+
+    @property
+    def workspace_bytes(self) -> int:
+        """``dcp_context_workspace_bytes()``."""
+        return self._ctx.workspace_bytes
+
+    @property
+    def last_error(self) -> str:
+        """``dcp_context_last_error()``."""
+        return self._ctx.last_error()
+
+    def plan(self, lengths: Any) -> Plan:
+        """Plan one global batch; returns a :class:`Plan` view valid until the next call on this planner.
+
+        ``lengths``: a list of ints, a numpy integer array or a CPU torch
+        tensor (int32 and contiguous: used in place, no copy).  Raises
+        CapacityError (more sequences than ``max_sequences``),
+        BadLengthError (a length <= 0 or longer than all ranks hold),
+        InfeasibleError, InvalidArgumentError (empty batch, wrong type or
+        dtype).
+        """
+        arr = as_lengths(lengths)
+        desc = self._ctx.plan(_address(arr) if arr.size else 0, arr.size)
+        return Plan(self._ctx, self._ctx.generation, desc, arr)
+
+    def close(self) -> None:
+        """Destroy the context now (views of it go stale; it is otherwise released when collected)."""
+        self._ctx.close()
+
+    def __enter__(self) -> "Planner":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        c = self._config
+        return (f"<dcpack.Planner {c.scheduler} dp={c.data_parallel_size} cp={c.context_parallel_size} "
+                f"max_sequences={c.max_sequences} max_seqlen_per_rank={c.max_seqlen_per_rank}>")

@@ -1,0 +1,496 @@
+"""The training step's data plane (``dcp_step``) on the CPU, over the in-process communicator."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import _core
+from ._api import (
+    FIELD_LABELS,
+    FIELD_LOSS_MASK,
+    FIELD_POSITION_IDS,
+    FIELD_TOKENS,
+    Config,
+    Plan,
+    _address,
+    _is_torch_tensor,
+    _view,
+)
+from ._errors import Error, InvalidArgumentError, StaleViewError
+
+__all__ = [
+    "FAULT_NONE",
+    "FAULT_RETURN_ERROR",
+    "FAULT_NEVER_ARRIVE",
+    "FAULT_TRUNCATE",
+    "Comm",
+    "InprocWorld",
+    "InprocCluster",
+    "StepArgs",
+    "Sample",
+    "Microbatch",
+    "StepOutput",
+    "Stepper",
+]
+
+FAULT_NONE = 0
+"""``DCP_FAULT_NONE``: clear a pending fault."""
+FAULT_RETURN_ERROR = 1
+"""``DCP_FAULT_RETURN_ERROR``: the rank fails its next collective locally (DCP_ERR_COMM on every rank)."""
+FAULT_NEVER_ARRIVE = 2
+"""``DCP_FAULT_NEVER_ARRIVE``: the rank skips its next collective; the others time out."""
+FAULT_TRUNCATE = 3
+"""``DCP_FAULT_TRUNCATE``: the rank provides half the bytes it announces (DCP_ERR_CORRUPT_INPUT)."""
+
+Comm = _core.Comm
+"""One rank's communicator (``dcp_comm``): ``.rank``, ``.size``, ``.kind`` ("inproc" or "nccl")."""
+
+_I32 = (-(1 << 31), (1 << 31) - 1)
+
+
+class InprocWorld:
+    """``dcp_inproc_world``: ``size`` ranks that are threads of this process.
+
+    ``world.comm(rank)`` gives rank ``rank``'s communicator.  The k-th
+    collective a rank calls meets the k-th of every other rank; a rank that
+    waits longer than ``timeout_ms`` (0 = forever) for its peers fails the
+    collective with DcpTimeoutError on every rank.  The world is released when
+    it and every communicator of it are gone.
+    """
+
+    def __init__(self, size: int, timeout_ms: int = 60000) -> None:
+        for name, v in (("size", size), ("timeout_ms", timeout_ms)):
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise InvalidArgumentError(f"{name} must be an int, got {v!r}")
+        if not 1 <= size <= _I32[1] or not 0 <= timeout_ms <= _I32[1]:
+            raise InvalidArgumentError(f"need size >= 1 and timeout_ms >= 0, got size={size}, timeout_ms={timeout_ms}")
+        self._world = _core.World(size, timeout_ms)
+        self.size = size
+        self.timeout_ms = timeout_ms
+
+    def comm(self, rank: int) -> Comm:
+        """``dcp_inproc_comm()``: the communicator of rank ``rank`` (a new handle each call)."""
+        if isinstance(rank, bool) or not isinstance(rank, int):
+            raise InvalidArgumentError(f"rank must be an int, got {rank!r}")
+        return self._world.comm(rank)
+
+    def inject_fault(self, rank: int, fault: int) -> None:
+        """``dcp_inproc_inject_fault()``: a FAULT_* on the rank's next collective (tests)."""
+        self._world.inject_fault(rank, fault)
+
+    def __repr__(self) -> str:
+        return f"<dcpack.InprocWorld size={self.size} timeout_ms={self.timeout_ms}>"
+
+
+@dataclasses.dataclass
+class StepArgs:
+    """``dcp_step_args``: where a rank sits and how it talks.
+
+    ``world``: every rank of the step (errors are agreed over it).
+    ``data_context_parallel``: the rank's DPxCP group (rank = dp_rank * CP + cp_rank),
+    needed on ranks that hold data.  ``tensor_parallel``: its TP group, None when
+    TP is 1 or every TP rank holds the data.  ``cuda_stream``: a cudaStream_t as an
+    int (dcpack.torch sets it).
+    """
+
+    world: Comm
+    data_context_parallel: Optional[Comm] = None
+    tensor_parallel: Optional[Comm] = None
+    pipeline_rank: int = 0
+    mtp_virtual_stages: int = 0
+    tp_ranks_hold_data: bool = False
+    cuda_stream: Optional[int] = None
+    holds_data: bool = True
+    """Whether this rank passes an input (TP rank 0, or every TP rank with tp_ranks_hold_data)."""
+
+
+class InprocCluster:
+    """All the in-process communicators of a DPxCPxTPxPP layout, as ``dcp_step`` numbers ranks.
+
+    World rank ``w`` has DPxCP rank ``w % N`` (N = DP*CP), TP rank ``(w // N) % TP``
+    and PP stage ``w // (N*TP)``.  Each (PP stage, TP rank) pair has its own
+    DPxCP world, each (PP stage, DPxCP rank) pair its own TP world, like the C
+    test harness.  ``args(w)`` gives rank w's :class:`StepArgs`; :meth:`run`
+    runs a function on one thread per rank.
+    """
+
+    def __init__(self, config: Config, timeout_ms: int = 60000, tp_ranks_hold_data: bool = False) -> None:
+        d = config.to_dict()
+        _core.config_validate(d)
+        self.n = d["data_parallel_size"] * d["context_parallel_size"]
+        self.tp = d["tensor_parallel_size"]
+        self.pp = d["pipeline_parallel_size"]
+        self.size = self.n * self.tp * self.pp
+        self.tp_ranks_hold_data = bool(tp_ranks_hold_data)
+        # each later communicator waits longer than the earlier ones, as the C harness does
+        self._world = InprocWorld(self.size, timeout_ms * 4)
+        self._lanes = [InprocWorld(self.n, timeout_ms) for _ in range(self.pp * self.tp)]
+        self._tps = [InprocWorld(self.tp, timeout_ms * 2) for _ in range(self.pp * self.n)]
+
+    def coordinates(self, world_rank: int) -> Tuple[int, int, int]:
+        """(dpxcp rank, tp rank, pp stage) of a world rank."""
+        return world_rank % self.n, (world_rank // self.n) % self.tp, world_rank // (self.n * self.tp)
+
+    def args(self, world_rank: int) -> StepArgs:
+        """The StepArgs of one world rank (new communicator handles each call)."""
+        if not 0 <= world_rank < self.size:
+            raise InvalidArgumentError(f"world rank {world_rank} outside [0, {self.size})")
+        dpxcp, tp, pp = self.coordinates(world_rank)
+        holds = self.tp_ranks_hold_data or tp == 0
+        return StepArgs(
+            world=self._world.comm(world_rank),
+            data_context_parallel=self._lanes[pp * self.tp + tp].comm(dpxcp) if holds else None,
+            tensor_parallel=(self._tps[pp * self.n + dpxcp].comm(tp)
+                             if (not self.tp_ranks_hold_data and self.tp > 1) else None),
+            pipeline_rank=pp,
+            tp_ranks_hold_data=self.tp_ranks_hold_data,
+            holds_data=holds,
+        )
+
+    def run(self, fn: Callable[[int], Any]) -> List[Any]:
+        """Run ``fn(world_rank)`` on one thread per rank; return the results by rank.
+
+        An exception in a rank is returned in that rank's slot (every rank of a
+        failing step raises the same dcpack error, so all are kept).
+        """
+        results: List[Any] = [None] * self.size
+
+        def body(w: int) -> None:
+            try:
+                results[w] = fn(w)
+            except BaseException as e:  # noqa: BLE001 - returned to the caller
+                results[w] = e
+
+        threads = [threading.Thread(target=body, args=(w,), name=f"dcpack-rank-{w}") for w in range(self.size)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return results
+
+
+_DTYPES = {"tokens": np.int64, "labels": np.int64, "loss_mask": np.float32, "position_ids": np.int64}
+_FIELD_BITS = (("tokens", FIELD_TOKENS), ("labels", FIELD_LABELS), ("loss_mask", FIELD_LOSS_MASK),
+               ("position_ids", FIELD_POSITION_IDS))
+
+
+def _host_array(x: Any, dtype: Any, name: str) -> np.ndarray:
+    """A 1-D C-contiguous host array of exactly ``dtype``, without a copy, or InvalidArgumentError."""
+    if _is_torch_tensor(x):
+        if x.device.type != "cpu":
+            raise InvalidArgumentError(f"{name} is on {x.device}; the CPU step takes host memory (see dcpack.torch)")
+        x = x.detach().numpy()
+    if not isinstance(x, np.ndarray):
+        raise InvalidArgumentError(f"{name} must be a numpy array or a CPU tensor, got {type(x).__name__}")
+    if x.dtype != np.dtype(dtype):
+        raise InvalidArgumentError(f"{name} must have dtype {np.dtype(dtype)}, got {x.dtype}")
+    if x.ndim != 1:
+        raise InvalidArgumentError(f"{name} must be one-dimensional, got shape {x.shape}")
+    if not (x.flags.c_contiguous and x.flags.aligned and x.dtype.isnative):
+        raise InvalidArgumentError(f"{name} must be contiguous, aligned and in native byte order")
+    return x
+
+
+@dataclasses.dataclass
+class Sample:
+    """One sample of a rank's input (``dcp_sample``), as the trainer's loader produced it.
+
+    Field arrays are 1-D and contiguous: ``tokens``, ``labels`` and
+    ``position_ids`` int64, ``loss_mask`` float32 (numpy arrays or CPU
+    tensors; dcpack.torch takes CUDA tensors).  They are read in place during
+    the step, never copied beforehand.
+
+    Two shapes: pre-packed (``cu_seqlens`` int32 cuts the buffers into
+    sub-samples, each non-empty one a sequence), or one sequence whose first
+    ``original_length`` tokens are real (default: all of them).
+    """
+
+    tokens: Any = None
+    labels: Any = None
+    loss_mask: Any = None
+    position_ids: Any = None
+    cu_seqlens: Any = None
+    original_length: Optional[int] = None
+
+
+def _sample_descriptor(s: Any, fields: int, index: int, keep: List[Any]) -> tuple:
+    if isinstance(s, dict):
+        unknown = set(s) - {"tokens", "labels", "loss_mask", "position_ids", "cu_seqlens", "original_length"}
+        if unknown:
+            raise InvalidArgumentError(f"sample {index}: unknown keys {sorted(unknown)}")
+        s = Sample(**s)
+    if not isinstance(s, Sample):
+        raise InvalidArgumentError(f"sample {index} must be a dcpack.Sample or a dict, got {type(s).__name__}")
+    addrs: List[Optional[int]] = []
+    num_tokens: Optional[int] = None
+    for name, bit in _FIELD_BITS:
+        value = getattr(s, name)
+        if not fields & bit:
+            addrs.append(None)
+            continue
+        if value is None:
+            raise InvalidArgumentError(f"sample {index} lacks {name}, which the step's fields include")
+        arr = _host_array(value, _DTYPES[name], f"sample {index} {name}")
+        if num_tokens is None:
+            num_tokens = arr.shape[0]
+        elif arr.shape[0] != num_tokens:
+            raise InvalidArgumentError(f"sample {index}: {name} has {arr.shape[0]} elements, expected {num_tokens}")
+        keep.append(arr)
+        addrs.append(_address(arr) if arr.size else None)
+    if num_tokens is None:
+        num_tokens = 0
+    cu_addr, num_cu = None, 0
+    padded = original = 0
+    if s.cu_seqlens is not None:
+        cu = _host_array(s.cu_seqlens, np.int32, f"sample {index} cu_seqlens")
+        keep.append(cu)
+        cu_addr, num_cu = (_address(cu) if cu.size else None), cu.shape[0]
+        if s.original_length is not None:
+            raise InvalidArgumentError(f"sample {index}: original_length applies to one-sequence samples only")
+    else:
+        if num_tokens > _I32[1]:
+            raise InvalidArgumentError(f"sample {index}: {num_tokens} tokens exceed an int32 length")
+        padded = num_tokens
+        original = num_tokens if s.original_length is None else s.original_length
+        if isinstance(original, bool) or not isinstance(original, (int, np.integer)):
+            raise InvalidArgumentError(f"sample {index}: original_length must be an int")
+        original = int(original)
+        if not 0 <= original <= padded:
+            raise InvalidArgumentError(f"sample {index}: original_length {original} outside [0, {padded}]")
+    return (addrs[0], addrs[1], addrs[2], addrs[3], int(num_tokens), cu_addr, int(num_cu), padded, original)
+
+
+class _StepState:
+    """What one step's views share: the context, its generation, a flag for device memory."""
+
+    __slots__ = ("ctx", "gen")
+
+    def __init__(self, ctx: Any, gen: int) -> None:
+        self.ctx = ctx
+        self.gen = gen
+
+    def check(self) -> None:
+        if self.ctx.generation != self.gen:
+            raise StaleViewError(
+                "this step output is a view of the stepper's output block and a later step() or plan() on that "
+                "stepper replaced it; keep StepOutput.copy() (or copy the arrays) to use it after the next call"
+            )
+
+
+class Microbatch:
+    """One microbatch as this rank computes on it (``dcp_microbatch``).
+
+    Arrays are read-only numpy views of the stepper's output block (or owned
+    arrays after :meth:`StepOutput.copy`): ``tokens``, ``labels``,
+    ``position_ids`` int64, ``loss_mask`` float32 (None on stages that do not
+    need them), ``padding_mask`` bool (True where a slot holds no real token),
+    ``cu_seqlens`` and ``cu_seqlens_padded`` int32 (global boundaries before CP
+    slicing).  Scalars: ``num_tokens`` (this rank's slots), ``num_sequences``,
+    ``max_seqlen``, ``local_cp_size``, ``cp_rank``.
+    """
+
+    _ARRAYS = ("tokens", "labels", "loss_mask", "position_ids", "padding_mask", "cu_seqlens", "cu_seqlens_padded")
+    __slots__ = ("_state", "_arrays", "num_tokens", "num_cu_seqlens", "num_sequences", "max_seqlen",
+                 "local_cp_size", "cp_rank")
+
+    def __init__(self, state: Optional[_StepState], arrays: Dict[str, Optional[np.ndarray]], scalars: tuple) -> None:
+        self._state = state
+        self._arrays = arrays
+        (self.num_tokens, self.num_cu_seqlens, self.num_sequences, self.max_seqlen, self.local_cp_size,
+         self.cp_rank) = scalars
+
+    def _get(self, name: str) -> Optional[np.ndarray]:
+        if self._state is not None:
+            self._state.check()
+        return self._arrays[name]
+
+    tokens = property(lambda self: self._get("tokens"), doc="int64 [num_tokens] or None")
+    labels = property(lambda self: self._get("labels"), doc="int64 [num_tokens] or None")
+    loss_mask = property(lambda self: self._get("loss_mask"), doc="float32 [num_tokens] or None")
+    position_ids = property(lambda self: self._get("position_ids"), doc="int64 [num_tokens] or None")
+    padding_mask = property(lambda self: self._get("padding_mask"), doc="bool [num_tokens]: True on padding slots")
+    cu_seqlens = property(lambda self: self._get("cu_seqlens"), doc="int32 [num_cu_seqlens]: real-token boundaries")
+    cu_seqlens_padded = property(lambda self: self._get("cu_seqlens_padded"),
+                                 doc="int32 [num_cu_seqlens]: padded-span boundaries (before CP slicing)")
+
+    def copy(self) -> "Microbatch":
+        """An owning copy of this microbatch."""
+        arrays = {k: (None if v is None else np.array(v, copy=True)) for k, v in
+                  ((k, self._get(k)) for k in self._ARRAYS)}
+        return Microbatch(None, arrays, (self.num_tokens, self.num_cu_seqlens, self.num_sequences, self.max_seqlen,
+                                         self.local_cp_size, self.cp_rank))
+
+    def __repr__(self) -> str:
+        return (f"<dcpack.Microbatch {self.num_tokens} slots, {self.num_sequences} sequences, "
+                f"cp {self.local_cp_size} (rank {self.cp_rank}), max_seqlen {self.max_seqlen}>")
+
+
+class StepOutput:
+    """What ``dcp_step`` gives this rank (``dcp_step_output``).
+
+    ``microbatches[v * num_microbatches + m]`` is microbatch m of virtual
+    stage v (:meth:`microbatch`).  ``seqlen_sum`` and ``seqlen_squared_sum``
+    are the exact FLOPs sums over the global batch's padded lengths; ``plan``
+    is the step's :class:`Plan` (None on ranks that received it by broadcast);
+    ``stats`` the step's measurements (``dcp_step_stats``, a dict).
+
+    Lifetime: a view of the stepper's output block, valid until the next
+    ``step()`` on that stepper; after it, attributes raise StaleViewError.
+    :meth:`copy` gives an owning copy.
+    """
+
+    def __init__(self, state: Optional[_StepState], num_microbatches: int, num_virtual_stages: int,
+                 num_sequences: int, seqlen_sum: int, seqlen_squared_sum: int, stats: Dict[str, int],
+                 plan: Optional[Plan], microbatches: List[Microbatch]) -> None:
+        self._state = state
+        self.num_microbatches = num_microbatches
+        self.num_virtual_stages = num_virtual_stages
+        self.num_sequences = num_sequences
+        self.seqlen_sum = seqlen_sum
+        self.seqlen_squared_sum = seqlen_squared_sum
+        self.stats = stats
+        self._plan = plan
+        self._microbatches = microbatches
+
+    @property
+    def is_valid_view(self) -> bool:
+        """False once a later step replaced this output (always True for a copy)."""
+        return self._state is None or self._state.ctx.generation == self._state.gen
+
+    @property
+    def microbatches(self) -> List[Microbatch]:
+        """All microbatches, virtual stage by virtual stage."""
+        if self._state is not None:
+            self._state.check()
+        return self._microbatches
+
+    @property
+    def plan(self) -> Optional[Plan]:
+        """The step's plan (a view with the same lifetime), or None."""
+        if self._state is not None:
+            self._state.check()
+        return self._plan
+
+    def microbatch(self, m: int, vstage: int = 0) -> Microbatch:
+        """Microbatch ``m`` of virtual stage ``vstage``."""
+        if not (0 <= m < self.num_microbatches and 0 <= vstage < self.num_virtual_stages):
+            raise InvalidArgumentError(
+                f"microbatch {m} / virtual stage {vstage} outside {self.num_microbatches} x {self.num_virtual_stages}")
+        return self.microbatches[vstage * self.num_microbatches + m]
+
+    def copy(self) -> "StepOutput":
+        """An owning copy (arrays and plan)."""
+        mbs = [mb.copy() for mb in self.microbatches]
+        plan = self._plan.copy() if self._plan is not None else None
+        return StepOutput(None, self.num_microbatches, self.num_virtual_stages, self.num_sequences, self.seqlen_sum,
+                          self.seqlen_squared_sum, dict(self.stats), plan, mbs)
+
+    def __repr__(self) -> str:
+        state = "stale view" if not self.is_valid_view else ("view" if self._state else "copy")
+        return (f"<dcpack.StepOutput {state}: {self.num_microbatches} microbatches x {self.num_virtual_stages} "
+                f"virtual stages, {self.num_sequences} sequences>")
+
+
+def _fields_of(samples: Sequence[Any]) -> int:
+    mask = 0
+    for s in samples:
+        get = s.get if isinstance(s, dict) else (lambda k, s=s: getattr(s, k, None))
+        for name, bit in _FIELD_BITS:
+            if get(name) is not None:
+                mask |= bit
+    return mask
+
+
+class Stepper:
+    """Runs ``dcp_step`` for one rank: one context sized by ``config`` (max_tokens_per_rank > 0).
+
+    ``Stepper(config).step(samples, args)`` on every rank of the step (each
+    rank its own Stepper, in its own thread; the GIL is released while the
+    library steps).  ``samples``: this rank's list of :class:`Sample` (or
+    dicts), or None on ranks that receive by TP broadcast.
+    """
+
+    def __init__(self, config: Config) -> None:
+        if not isinstance(config, Config):
+            raise InvalidArgumentError(f"config must be a dcpack.Config, got {type(config).__name__}")
+        self._config = config
+        self._ctx = _core.Context(config.to_dict())
+
+    @property
+    def config(self) -> Config:
+        """The configuration of this rank's context."""
+        return self._config
+
+    def step(self, samples: Optional[Sequence[Any]], args: Optional[StepArgs] = None, *,
+             fields: Optional[int] = None, **kwargs: Any) -> StepOutput:
+        """One step on this rank; returns a :class:`StepOutput` view (valid until the next step).
+
+        ``args`` is a :class:`StepArgs`, or give its fields as keywords
+        (``world=..., data_context_parallel=..., pipeline_rank=...``).
+        ``fields``: the FIELD_* set every sample carries (default: the fields
+        present in the samples).  Errors are agreed over the world: every rank
+        raises the same dcpack.Error subclass.
+        """
+        if args is None:
+            kwargs.pop("holds_data", None)
+            args = StepArgs(**kwargs)
+        elif kwargs:
+            raise InvalidArgumentError("give either a StepArgs or keyword arguments, not both")
+        return self._wrap_host(self._step(samples, args, fields, device=False))
+
+    def _step(self, samples: Optional[Sequence[Any]], args: StepArgs, fields: Optional[int], device: bool,
+              descriptors: Optional[list] = None) -> Any:
+        keep: List[Any] = []
+        if descriptors is None and samples is not None:
+            if isinstance(samples, (Sample, dict)) or not isinstance(samples, (list, tuple)):
+                raise InvalidArgumentError("samples must be a list of dcpack.Sample (or dicts), or None")
+            if fields is None:
+                fields = _fields_of(samples)
+            descriptors = [_sample_descriptor(s, fields, i, keep) for i, s in enumerate(samples)]
+        if fields is None:
+            fields = self._config.to_dict()["fields"]
+        for name in ("pipeline_rank", "mtp_virtual_stages"):
+            v = getattr(args, name)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _I32[1]:
+                raise InvalidArgumentError(f"{name} must be a non-negative int, got {v!r}")
+        raw = self._ctx.step(args.world, args.data_context_parallel, args.tensor_parallel, args.pipeline_rank,
+                             args.mtp_virtual_stages, int(bool(args.tp_ranks_hold_data)), args.cuda_stream,
+                             int(fields), descriptors)
+        del keep
+        return raw
+
+    def _wrap_host(self, raw: tuple) -> StepOutput:
+        gen, nm, nv, nseq, ssum, sq, stats, plan_desc, mbs = raw
+        state = _StepState(self._ctx, gen)
+        ctx = self._ctx
+        microbatches = []
+        for t in mbs:
+            (a_tok, a_lab, a_lm, a_pos, a_pad, a_cu, a_cup, ntok, ncu, nseqs, maxs, lcp, cpr, _h1, _h2) = t
+            arrays = {
+                "tokens": _view(a_tok, ntok, "int64", ctx),
+                "labels": _view(a_lab, ntok, "int64", ctx),
+                "loss_mask": _view(a_lm, ntok, "float32", ctx),
+                "position_ids": _view(a_pos, ntok, "int64", ctx),
+                "padding_mask": _view(a_pad, ntok, "bool", ctx),
+                "cu_seqlens": _view(a_cu, ncu, "int32", ctx),
+                "cu_seqlens_padded": _view(a_cup, ncu, "int32", ctx),
+            }
+            microbatches.append(Microbatch(state, arrays, (ntok, ncu, nseqs, maxs, lcp, cpr)))
+        plan = None
+        if plan_desc is not None:
+            plan = Plan(ctx, gen, plan_desc, np.empty(0, dtype=np.int32))
+        return StepOutput(state, nm, nv, nseq, ssum, sq, stats, plan, microbatches)
+
+    def close(self) -> None:
+        """Destroy the context now."""
+        self._ctx.close()
+
+    def __enter__(self) -> "Stepper":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

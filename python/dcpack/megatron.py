@@ -1,0 +1,494 @@
+"""Megatron-LM drop-in: dcpack's planners behind Megatron-LM's sequence-packing scheduler interface.
+
+Megatron-LM (``megatron/core/datasets/data_schedule.py``) looks its
+sequence-packing scheduler up by name in ``scheduler_map`` and calls it as::
+
+    scheduler = scheduler_map[name](max_seqlen_per_dp_cp_rank, cp_size, dp_size,
+                                    microbatch_group_size_per_vp_stage, max_num_seqs=..., **kwargs)
+    scheduler.run(data_iterator, num_microbatches, dp_group, tp_group, pp_group, dp_cp_group, dev, config)
+
+The classes here take the same constructor arguments and offer the same
+methods as Megatron's ``BasePackingScheduler`` subclasses:
+
+- :class:`DpBalancedScheduler`: Megatron's ``DpBalancedScheduler`` (static CP), same plans;
+- :class:`DefaultDynamicCPScheduler`: Megatron's ``DefaultDynamicCPScheduler``, same plans;
+- :class:`BalancedScheduler`: dcpack's ``balanced`` (dynamic CP, minimises the step cost model).
+
+``get_groups_and_subsamples`` plans with the C library; ``run`` is
+Megatron's own ``run`` (imported from Megatron at call time), which calls
+back into ``get_groups_and_subsamples``.  :func:`install` puts the classes
+into Megatron's ``scheduler_map`` at run time, under the names you choose,
+without editing Megatron's files.  Importing this module does not import
+Megatron or torch.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, Union
+
+import numpy as np
+
+from ._api import Config, CostModel, Planner
+
+__all__ = [
+    "DcpackPackingScheduler",
+    "DpBalancedScheduler",
+    "DefaultDynamicCPScheduler",
+    "BalancedScheduler",
+    "SCHEDULERS",
+    "install",
+    "uninstall",
+    "make_scheduler",
+    "DataPath",
+    "config_from_megatron",
+    "install_data_path",
+    "uninstall_data_path",
+]
+
+REQUIRED_SAMPLE_KEYS = ["tokens", "labels", "loss_mask", "position_ids", "original_seq_len", "padded_seq_len"]
+
+
+class DcpackPackingScheduler:
+    """Common part of the drop-in schedulers (Megatron's ``BasePackingScheduler`` interface).
+
+    Args:
+        max_seqlen_per_dp_cp_rank: tokens one DPxCP rank holds in a microbatch (``max_seqlen_per_rank``).
+        cp_size: context-parallel size (the static CP size for dp_balanced; with dynamic CP the pool is
+            dp_size * cp_size ranks).
+        dp_size: data-parallel size.
+        microbatch_group_size_per_vp_stage: VPP microbatch group, or None without VPP.
+        max_num_seqs: cap on real sequences per rank per microbatch, or None.
+        min_cp_size: smallest CP group of the dynamic schedulers.
+        cost: the cost model of the ``balanced`` scheduler and of :meth:`stats`.
+    """
+
+    dcpack_scheduler: str = ""
+    is_dynamic_cp: bool = True
+    honours_max_num_seqs: bool = True
+
+    def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
+                 microbatch_group_size_per_vp_stage: Optional[int], max_num_seqs: Optional[int] = None,
+                 min_cp_size: int = 1, cost: Optional[CostModel] = None) -> None:
+        self.max_seqlen_per_dp_cp_rank = max_seqlen_per_dp_cp_rank
+        self.cp_size = cp_size
+        self.dp_size = dp_size
+        self.microbatch_group_size_per_vp_stage = microbatch_group_size_per_vp_stage
+        self.max_num_seqs = max_num_seqs
+        self.min_cp_size = min_cp_size
+        self.max_seq_len_all_ranks = max_seqlen_per_dp_cp_rank * cp_size
+        self.max_seq_len_per_rank = max_seqlen_per_dp_cp_rank
+        self.total_hdp_gpus = dp_size * cp_size
+        cap = max_num_seqs if (max_num_seqs is not None and self.honours_max_num_seqs) else 0
+        self.config = Config(
+            scheduler=self.dcpack_scheduler,
+            data_parallel_size=int(dp_size),
+            context_parallel_size=int(cp_size),
+            max_seqlen_per_rank=int(max_seqlen_per_dp_cp_rank),
+            min_cp_size=int(min_cp_size),
+            max_sequences_per_microbatch=int(cap),
+            microbatch_group_size_per_vp_stage=int(microbatch_group_size_per_vp_stage or 0),
+            cost=cost if cost is not None else CostModel(),
+        )
+        self._planner: Optional[Planner] = None
+        self._lock = threading.Lock()
+        self.last_plan = None
+        """A copy of the last plan (dcpack.Plan), for statistics."""
+
+    def get_required_sample_keys(self) -> List[str]:
+        """The keys every sample of the batch must carry (as Megatron's DpBalancedScheduler)."""
+        return list(REQUIRED_SAMPLE_KEYS)
+
+    def _plan(self, lengths: np.ndarray):
+        with self._lock:
+            n = int(lengths.size)
+            if self._planner is None or self._planner.config.max_sequences < n:
+                capacity = 1024
+                while capacity < n:
+                    capacity *= 2
+                self._planner = Planner(self.config.replace(max_sequences=capacity))
+            plan = self._planner.plan(lengths)
+            self.last_plan = plan.copy()
+            return self.last_plan
+
+    def plan(self, sample_id_seqlens: Sequence[Tuple[int, int]]):
+        """The dcpack :class:`~dcpack.Plan` of a batch given as Megatron's ``(global_id, seqlen)`` pairs."""
+        lengths = np.fromiter((int(s) for _, s in sample_id_seqlens), dtype=np.int64, count=len(sample_id_seqlens))
+        return self._plan(lengths)
+
+    def _index_to_id(self, sample_id_seqlens: Sequence[Tuple[int, int]]) -> Optional[List[int]]:
+        return [int(i) for i, _ in sample_id_seqlens]
+
+    def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[Tuple[int, int]]) -> List[List[List[int]]]:
+        """Plan the batch: ``[microbatch][dpxcp rank] -> list of sample ids`` (Megatron's ``sample_id_groups``)."""
+        lists = self.plan(sample_id_seqlens).to_lists()
+        ids = self._index_to_id(sample_id_seqlens)
+        if ids is not None and ids != list(range(len(ids))):
+            lists = [[[ids[k] for k in rank] for rank in mb] for mb in lists]
+        return lists
+
+    def run(self, data_iterator: Any, num_microbatches: int, dp_group: Any, tp_group: Any, pp_group: Any,
+            dp_cp_group: Any, dev: Any, config: Any) -> Tuple[Any, int, float, float]:
+        """Megatron's own ``DpBalancedScheduler.run`` (fetch, reroute, pack, broadcast), planning with dcpack."""
+        from megatron.core.datasets.data_schedule import DpBalancedScheduler as _MegatronDpBalanced
+
+        return _MegatronDpBalanced.run(self, data_iterator, num_microbatches, dp_group, tp_group, pp_group,
+                                       dp_cp_group, dev, config)
+
+    def __repr__(self) -> str:
+        return (f"<dcpack.megatron.{type(self).__name__} dp={self.dp_size} cp={self.cp_size} "
+                f"max_seqlen_per_dp_cp_rank={self.max_seqlen_per_dp_cp_rank}>")
+
+
+class DpBalancedScheduler(DcpackPackingScheduler):
+    """Megatron's ``dp_balanced``: sequences packed in order, a static CP group of ``cp_size`` ranks.
+
+    Plans identical to Megatron-LM's ``DpBalancedScheduler`` (which returns
+    positions in ``sample_id_seqlens``, not the ids: so does this class).
+    """
+
+    dcpack_scheduler = "dp_balanced"
+    is_dynamic_cp = False
+
+    def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
+                 microbatch_group_size_per_vp_stage: Optional[int], max_num_seqs: Optional[int] = None,
+                 cost: Optional[CostModel] = None) -> None:
+        super().__init__(max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage,
+                         max_num_seqs=max_num_seqs, min_cp_size=1, cost=cost)
+
+    def _index_to_id(self, sample_id_seqlens: Sequence[Tuple[int, int]]) -> Optional[List[int]]:
+        return None  # the reference appends positions i, whatever the ids are
+
+
+class DefaultDynamicCPScheduler(DcpackPackingScheduler):
+    """Megatron's ``default_dynamic_cp``: a power-of-two CP group per sequence, per microbatch.
+
+    Plans identical to Megatron-LM's ``DefaultDynamicCPScheduler``.  Like it,
+    ``max_num_seqs`` is ignored unless ``honour_max_num_seqs=True``.
+    """
+
+    dcpack_scheduler = "dynamic_cp"
+    honours_max_num_seqs = False
+
+    def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
+                 microbatch_group_size_per_vp_stage: Optional[int], max_num_seqs: Optional[int] = None,
+                 min_cp_size: int = 1, cost: Optional[CostModel] = None, honour_max_num_seqs: bool = False) -> None:
+        self.honours_max_num_seqs = bool(honour_max_num_seqs)
+        super().__init__(max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage,
+                         max_num_seqs=max_num_seqs, min_cp_size=min_cp_size, cost=cost)
+
+
+class BalancedScheduler(DcpackPackingScheduler):
+    """dcpack's ``balanced`` scheduler: dynamic CP groups chosen to minimise the step cost model.
+
+    Takes the arguments of Megatron's ``DefaultDynamicCPScheduler`` (``min_cp_size``
+    included) and honours ``max_num_seqs`` as a cap on real sequences.  Megatron
+    passes ``thd_max_packed_sequences`` as is to schedulers other than
+    dp_balanced; with THD padding that appends a dummy sequence, give
+    ``install(max_num_seqs_offset=1)`` so one slot stays free for the dummy.
+    """
+
+    dcpack_scheduler = "balanced"
+    max_num_seqs_offset = 0
+
+    def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
+                 microbatch_group_size_per_vp_stage: Optional[int], max_num_seqs: Optional[int] = None,
+                 min_cp_size: int = 1, cost: Optional[CostModel] = None) -> None:
+        if max_num_seqs is not None and self.max_num_seqs_offset:
+            max_num_seqs = max(1, int(max_num_seqs) - self.max_num_seqs_offset)
+        super().__init__(max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage,
+                         max_num_seqs=max_num_seqs, min_cp_size=min_cp_size, cost=cost)
+
+
+SCHEDULERS: Dict[str, Type[DcpackPackingScheduler]] = {
+    "dp_balanced": DpBalancedScheduler,
+    "dynamic_cp": DefaultDynamicCPScheduler,
+    "default_dynamic_cp": DefaultDynamicCPScheduler,
+    "balanced": BalancedScheduler,
+}
+"""dcpack scheduler names (and Megatron's ``default_dynamic_cp``) -> drop-in class."""
+
+
+def make_scheduler(kind: Union[str, Type[DcpackPackingScheduler]], **defaults: Any) -> Type[DcpackPackingScheduler]:
+    """A drop-in class whose extra keyword arguments default to ``defaults``.
+
+    ``make_scheduler("balanced", cost=CostModel(linear=...))`` gives a class
+    Megatron can construct with its usual arguments and the cost model you chose.
+    ``max_num_seqs_offset`` (balanced only) is a class attribute, not a constructor default.
+    """
+    base = SCHEDULERS[kind] if isinstance(kind, str) else kind
+    if not (isinstance(base, type) and issubclass(base, DcpackPackingScheduler)):
+        raise TypeError(f"not a dcpack scheduler: {kind!r}")
+    offset = defaults.pop("max_num_seqs_offset", None)
+    if not defaults and offset is None:
+        return base
+    attrs: Dict[str, Any] = {"__doc__": base.__doc__, "__module__": __name__}
+    if offset is not None:
+        attrs["max_num_seqs_offset"] = int(offset)
+    if defaults:
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            for k, v in defaults.items():
+                kwargs.setdefault(k, v)
+            base.__init__(self, *args, **kwargs)
+
+        attrs["__init__"] = __init__
+    return type(base.__name__, (base,), attrs)
+
+
+_DEFAULT_MAPPING = {"dp_balanced": "dp_balanced", "default_dynamic_cp": "dynamic_cp"}
+
+
+def _data_schedule_module(module: Any = None) -> Any:
+    if module is not None:
+        return module
+    from megatron.core.datasets import data_schedule  # imported only when installing
+
+    return data_schedule
+
+
+def install(mapping: Optional[Dict[str, Union[str, type]]] = None, *, module: Any = None,
+            **defaults: Any) -> Dict[str, Any]:
+    """Put dcpack's schedulers into Megatron-LM's ``scheduler_map``, at run time.
+
+    ``mapping``: Megatron scheduler name (what ``--sequence-packing-scheduler``
+    gives, e.g. ``"dp_balanced"``, ``"default_dynamic_cp"``) -> dcpack
+    scheduler (``"dp_balanced"``, ``"dynamic_cp"``, ``"balanced"``) or a class.
+    Default: Megatron's two names to their identical dcpack counterparts.
+    ``install({"default_dynamic_cp": "balanced"})`` runs Megatron's dynamic-CP
+    path (``--dynamic-context-parallel`` requires that name) with dcpack's
+    balanced planner.  ``defaults`` go to :func:`make_scheduler` (``cost=...``,
+    ``max_num_seqs_offset=1``).  ``module`` is the ``data_schedule`` module
+    (default: ``megatron.core.datasets.data_schedule``).
+
+    Returns what the map held before, for :func:`uninstall`.
+    """
+    ds = _data_schedule_module(module)
+    mapping = dict(_DEFAULT_MAPPING if mapping is None else mapping)
+    previous: Dict[str, Any] = {}
+    for name, target in mapping.items():
+        cls = make_scheduler(target, **dict(defaults))
+        previous[name] = ds.scheduler_map.get(name, _MISSING)
+        ds.scheduler_map[name] = cls
+    return previous
+
+
+_MISSING = object()
+
+
+def uninstall(previous: Dict[str, Any], *, module: Any = None) -> None:
+    """Restore Megatron's ``scheduler_map`` entries :func:`install` replaced."""
+    ds = _data_schedule_module(module)
+    for name, cls in previous.items():
+        if cls is _MISSING:
+            ds.scheduler_map.pop(name, None)
+        else:
+            ds.scheduler_map[name] = cls
+
+
+# --------------------------------------------------------------------------
+# Level 2: Megatron-LM's packed data path through dcp_step (needs torch, CUDA and a CUDA build)
+# --------------------------------------------------------------------------
+
+
+def _sample_from_megatron(item: Dict[str, Any], device: Any) -> Any:
+    """One of Megatron's dataset samples as a dcpack.Sample on ``device``.
+
+    Pre-packed samples (``cu_seqlens``, e.g. SFTDataset) keep their cut; unpacked
+    ones (``padded_seq_len``, ``original_seq_len``, e.g. VarlenDataset) are one
+    sequence each.  A leading batch dimension of 1 (default collate) is dropped.
+    """
+    import torch
+
+    from ._step import Sample
+
+    def flat(t: Any) -> Any:
+        if t.dim() == 2 and t.shape[0] == 1:
+            t = t.squeeze(0)
+        return t
+
+    fields = {}
+    for key, dtype in (("tokens", torch.int64), ("labels", torch.int64), ("loss_mask", torch.float32),
+                       ("position_ids", torch.int64)):
+        if key in item and item[key] is not None:
+            fields[key] = flat(item[key]).to(device=device, dtype=dtype, non_blocking=True).contiguous()
+    if "padded_seq_len" in item:
+        padded = int(flat(item["padded_seq_len"]).reshape(-1)[0])
+        original = int(flat(item.get("original_seq_len", item["padded_seq_len"])).reshape(-1)[0])
+        n = next(iter(fields.values())).numel() if fields else 0
+        if n != padded:
+            raise ValueError(f"sample has {n} tokens but padded_seq_len {padded}")
+        return Sample(original_length=original, **fields)
+    cu = flat(item["cu_seqlens"]).to(device="cpu", dtype=torch.int32).contiguous().numpy()
+    return Sample(cu_seqlens=cu, **fields)
+
+
+class DataPath:
+    """Megatron-LM's sequence-packing data path through ``dcp_step`` (Level 2).
+
+    Replaces ``wrap_data_iterator`` (fetch the DP rank's samples, gather
+    lengths, plan, reroute, pack) and ``get_batch_on_this_rank_for_sequence_packing``
+    (pad, CP-slice, TP broadcast) with one ``dcp_step`` per global batch on the
+    GPU, over dcpack's NCCL communicators.  Every TP rank gets its microbatches
+    from the step (dcp_step broadcasts to the TP group), so every rank's
+    iterator is a real one.
+
+    ``config``: the dcpack.Config of the run (DP, CP, TP, PP, VPP sizes,
+    scheduler, max_seqlen_per_rank, padding, capacities with
+    max_tokens_per_rank > 0); :func:`config_from_megatron` derives it from
+    Megatron's arguments.  ``groups``: a dcpack.torch.NcclGroups (default:
+    ``NcclGroups.from_megatron(config)``).
+
+    Outputs are views of dcpack's output block, valid until the next
+    ``wrap_data_iterator`` call: Megatron consumes a global batch's
+    microbatches before it fetches the next one.
+    """
+
+    def __init__(self, config: Config, groups: Any = None, mtp_virtual_stages: int = 0) -> None:
+        from . import torch as dt
+
+        self.config = config
+        self.groups = groups if groups is not None else dt.NcclGroups.from_megatron(config)
+        self.stepper = dt.CudaStepper(config, self.groups)
+        self.mtp_virtual_stages = mtp_virtual_stages
+        self.last_output = None
+
+    def wrap_data_iterator(self, data_iterator: Any, config: Any, num_microbatches: int,
+                           pg_collection: Any = None) -> Tuple[Any, int, float, float]:
+        """Drop-in for Megatron's ``wrap_data_iterator``: (iterator(s), microbatches, seqlen sum, squared sum)."""
+        import torch
+
+        vpp = self.config.virtual_pipeline_size
+        source = data_iterator
+        if isinstance(source, list):
+            source = next((d for d in source if d is not None), None)
+        samples = None
+        if self.groups.holds_data:
+            if source is None:
+                raise ValueError("this rank holds data but its data_iterator is None")
+            device = torch.device("cuda", self.groups.device)
+            items: List[Dict[str, Any]] = []
+            for _ in range(num_microbatches):
+                item = next(source)
+                items.extend(item if isinstance(item, list) else [item])
+            samples = [_sample_from_megatron(it, device) for it in items]
+        out = self.stepper.step(samples, mtp_virtual_stages=self.mtp_virtual_stages)
+        self.last_output = out
+        per_stage = []
+        for v in range(vpp):
+            batches = []
+            for m in range(out.num_microbatches):
+                mb = out.microbatch(m, v)
+                batches.append({
+                    "tokens": None if mb.tokens is None else mb.tokens.view(1, -1),
+                    "labels": None if mb.labels is None else mb.labels.view(1, -1),
+                    "loss_mask": None if mb.loss_mask is None else mb.loss_mask.view(1, -1),
+                    "position_ids": None if mb.position_ids is None else mb.position_ids.view(1, -1),
+                    "padding_mask": mb.padding_mask.view(1, -1),
+                    "cu_seqlens": mb.cu_seqlens,
+                    "cu_seqlens_padded": mb.cu_seqlens_padded,
+                    "max_seqlen": mb.max_seqlen,
+                    "local_cp_size": mb.local_cp_size,
+                    "cp_rank": mb.cp_rank,
+                })
+            per_stage.append(iter(batches))
+        iterators: Any = per_stage if vpp > 1 else per_stage[0]
+        return iterators, out.num_microbatches, float(out.seqlen_sum), float(out.seqlen_squared_sum)
+
+    @staticmethod
+    def get_batch(data_iterator: Any, vpp_size: Optional[int] = None, mtp_on_this_rank: bool = False,
+                  vp_stage: Optional[int] = None, dynamic_cp: bool = False, pg_collection: Any = None,
+                  config: Any = None) -> tuple:
+        """Drop-in for ``get_batch_on_this_rank_for_sequence_packing``: the microbatch dcp_step already
+        padded, sliced and broadcast, as (tokens, labels, loss_mask, None, position_ids,
+        packed_seq_params, padding_mask)."""
+        from megatron.core import parallel_state
+        from megatron.core.packed_seq_params import PackedSeqParams
+
+        batch = next(data_iterator)
+        local_cp_size = batch["local_cp_size"] if dynamic_cp else None
+        cp_group = (parallel_state.get_dynamic_data_context_parallel_groups(group_size=local_cp_size)
+                    if dynamic_cp else None)
+        params = PackedSeqParams(
+            qkv_format="thd",
+            cu_seqlens_q=batch["cu_seqlens"], cu_seqlens_kv=batch["cu_seqlens"],
+            cu_seqlens_q_padded=batch["cu_seqlens_padded"], cu_seqlens_kv_padded=batch["cu_seqlens_padded"],
+            max_seqlen_q=batch["max_seqlen"], max_seqlen_kv=batch["max_seqlen"],
+            local_cp_size=local_cp_size, cp_group=cp_group,
+            cp_partition_mode=getattr(config, "cp_partition_mode", "zigzag"), pad_between_seqs=True,
+        )
+        return (batch["tokens"], batch["labels"], batch["loss_mask"], None, batch["position_ids"], params,
+                batch["padding_mask"])
+
+
+def config_from_megatron(args: Any, max_sequences: int, max_tokens_per_rank: int,
+                         scheduler: Optional[str] = None) -> Config:
+    """A dcpack.Config from Megatron-LM's training arguments (``get_args()``).
+
+    Reads the parallel sizes, ``sequence_packing_scheduler`` (dp_balanced,
+    default_dynamic_cp; ``scheduler`` overrides with a dcpack name),
+    ``max_seqlen_per_dp_cp_rank``, ``min_dynamic_context_parallel_size``,
+    ``microbatch_group_size_per_vp_stage``, ``thd_max_packed_sequences``,
+    ``pad_packed_seq_alignment`` ("max" or an int), the THD tail policy and
+    ``cp_partition_mode``.  ``max_sequences`` and ``max_tokens_per_rank`` are
+    the capacities (sequences per global batch; tokens one rank brings in or
+    holds out, THD padding included).
+    """
+    name = scheduler or {"dp_balanced": "dp_balanced", "default_dynamic_cp": "dynamic_cp"}.get(
+        getattr(args, "sequence_packing_scheduler", None) or "dp_balanced", "dynamic_cp")
+    vpp = getattr(args, "virtual_pipeline_model_parallel_size", None) or 1
+    alignment = getattr(args, "pad_packed_seq_alignment", None)
+    tail = getattr(args, "thd_tail_padding_policy", None)
+    padding = alignment is not None
+    cap = getattr(args, "thd_max_packed_sequences", None)
+    append_dummy = tail in (None, "append_dummy_seq", "append_dummy")
+    if cap is not None and padding and append_dummy:
+        cap = int(cap) - 1  # thd_max_packed_sequences counts the dummy sequence
+    return Config(
+        scheduler=name,
+        data_parallel_size=args.data_parallel_size,
+        context_parallel_size=args.context_parallel_size,
+        tensor_parallel_size=args.tensor_model_parallel_size,
+        pipeline_parallel_size=args.pipeline_model_parallel_size,
+        virtual_pipeline_size=vpp,
+        microbatch_group_size_per_vp_stage=(getattr(args, "microbatch_group_size_per_vp_stage", None) or 0)
+        if vpp > 1 else 0,
+        max_sequences=max_sequences,
+        max_seqlen_per_rank=args.max_seqlen_per_dp_cp_rank,
+        min_cp_size=getattr(args, "min_dynamic_context_parallel_size", None) or 1,
+        max_sequences_per_microbatch=int(cap or 0),
+        max_tokens_per_rank=max_tokens_per_rank,
+        pad_alignment=0 if (alignment is None or alignment == "max") else int(alignment),
+        pad_to_max_seqlen=1 if alignment == "max" else 0,
+        thd_tail_policy="append_dummy" if append_dummy else "extend_last",
+        cp_partition=getattr(args, "cp_partition_mode", None) or "zigzag",
+    )
+
+
+def install_data_path(path: DataPath, *, training_module: Any = None, gpt_module: Any = None) -> Dict[str, Any]:
+    """Route Megatron-LM's packed data path through ``path`` at run time (Level 2).
+
+    Replaces ``wrap_data_iterator`` where ``megatron.training.training``
+    imported it, and ``get_batch_on_this_rank_for_sequence_packing`` in the
+    module that runs ``pretrain_gpt.py`` (``gpt_module``, default ``__main__``).
+    Returns the replaced functions for :func:`uninstall_data_path`.
+    """
+    import sys
+
+    if training_module is None:
+        from megatron.training import training as training_module
+    if gpt_module is None:
+        gpt_module = sys.modules["__main__"]
+    previous = {
+        "wrap_data_iterator": (training_module, getattr(training_module, "wrap_data_iterator", None)),
+        "get_batch_on_this_rank_for_sequence_packing": (
+            gpt_module, getattr(gpt_module, "get_batch_on_this_rank_for_sequence_packing", None)),
+    }
+    training_module.wrap_data_iterator = path.wrap_data_iterator
+    gpt_module.get_batch_on_this_rank_for_sequence_packing = path.get_batch
+    return previous
+
+
+def uninstall_data_path(previous: Dict[str, Any]) -> None:
+    """Restore what :func:`install_data_path` replaced."""
+    for name, (module, fn) in previous.items():
+        setattr(module, name, fn)

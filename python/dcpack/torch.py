@@ -1,0 +1,385 @@
+"""dcpack.torch: ``dcp_step`` on torch CUDA tensors, over NCCL communicators dcpack creates next to torch.distributed.
+
+Needs torch with CUDA and a dcpack built with CUDA and NCCL (``DCPACK_CUDA=1 pip install .``;
+the default wheel is CPU-only and raises UnsupportedError here).
+
+- :class:`NcclGroups`: this rank's world, DPxCP and TP communicators.  One
+  rank of a torch.distributed process group makes an NCCL unique id, it is
+  broadcast over that group (``broadcast_object_list``), every rank calls
+  ``ncclCommInitRank`` (the way vLLM's PyNcclCommunicator does), and the DPxCP
+  and TP communicators are ``ncclCommSplit`` s of it.
+- :class:`CudaStepper`: one rank's context with its CUDA workspace taken from
+  torch's allocator (a ``torch.uint8`` CUDA tensor and a pinned host tensor of
+  ``dcp_cuda_workspace_size()`` bytes, bound by ``dcp_context_attach_cuda``).
+  ``step()`` runs on a stream of its own that first waits for torch's current
+  stream; the step waits for its stream before it returns, so outputs are
+  ready for any stream.
+- Outputs are torch tensors that view dcpack's output block (zero copy, through
+  ``__cuda_array_interface__``), valid until the next ``step()`` on that
+  stepper: afterwards the :class:`TorchStepOutput` raises StaleViewError, and
+  tensors taken from it earlier show the next step's data (``clone()`` what
+  must outlive it).
+
+One libnccl per process: the extension is linked against ``libnccl.so.2`` by
+its soname, so the dynamic loader reuses the libnccl torch already loaded
+(import torch first, which this module does); :func:`check_single_libnccl`
+verifies that exactly one libnccl file is mapped.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from . import _core
+from ._api import Config, _view
+from ._errors import InvalidArgumentError, NcclError, UnsupportedError
+from ._step import Microbatch, Sample, StepArgs, Stepper, _StepState
+
+__all__ = ["check_single_libnccl", "nccl_comm", "NcclGroups", "CudaStepper", "TorchMicrobatch", "TorchStepOutput"]
+
+_DTYPES = {"tokens": torch.int64, "labels": torch.int64, "loss_mask": torch.float32, "position_ids": torch.int64}
+_BITS = {"tokens": 1, "labels": 2, "loss_mask": 4, "position_ids": 8}
+
+
+def check_single_libnccl() -> List[str]:
+    """The libnccl files mapped into this process; raises NcclError when there are several."""
+    paths = set()
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 6 and "libnccl" in parts[-1].rsplit("/", 1)[-1]:
+                    paths.add(parts[-1])
+    except OSError:
+        return []
+    if len(paths) > 1:
+        raise NcclError("several libnccl are loaded in this process (" + ", ".join(sorted(paths)) +
+                        "): import torch before dcpack, or build dcpack against torch's NCCL")
+    return sorted(paths)
+
+
+def _require_cuda_build() -> None:
+    if not (_core.HAVE_CUDA and _core.HAVE_NCCL):
+        raise UnsupportedError("this dcpack was built without CUDA and NCCL: reinstall with DCPACK_CUDA=1 "
+                               "(docs/python.md, CUDA builds)")
+
+
+def _device_index(device: Any) -> int:
+    if device is None:
+        return torch.cuda.current_device()
+    d = torch.device(device)
+    if d.type != "cuda":
+        raise InvalidArgumentError(f"device must be a CUDA device, got {d}")
+    return d.index if d.index is not None else torch.cuda.current_device()
+
+
+def nccl_comm(group: Any = None, *, device: Any = None, stream: Optional[torch.cuda.Stream] = None,
+              timeout_ms: int = 600000, staging_bytes: int = 0) -> _core.Comm:
+    """A dcpack NCCL communicator over the ranks of a torch.distributed process group.
+
+    Rank 0 of ``group`` makes the NCCL unique id; it is broadcast over ``group``;
+    every rank then joins with ``ncclCommInitRank`` on ``device`` (default: the
+    current device).  Operations run on ``stream`` (default: a new stream).
+    Collective over ``group``.
+    """
+    _require_cuda_build()
+    index = _device_index(device)
+    rank, size = dist.get_rank(group), dist.get_world_size(group)
+    uid = _core.nccl_unique_id() if rank == 0 else None
+    holder = [uid]
+    src = dist.get_global_rank(group, 0) if group is not None else 0
+    dist.broadcast_object_list(holder, src=src, group=group, device=torch.device("cuda", index))
+    if stream is None:
+        stream = torch.cuda.Stream(device=index)
+    comm = _core.nccl_comm_create(holder[0], size, rank, index, stream.cuda_stream, timeout_ms, staging_bytes)
+    check_single_libnccl()
+    return comm
+
+
+class NcclGroups:
+    """This rank's communicators for ``dcp_step``, built over a torch.distributed group.
+
+    ``NcclGroups(config, dp_cp_rank=..., tp_rank=..., pp_rank=...)``: ``world``
+    is an NCCL communicator over ``group`` (default: the default group; it must
+    hold every rank of the step), split into the DPxCP communicator of this
+    rank's (pp, tp) lane, ranked by ``dp_cp_rank`` (= dp_rank * CP + cp_rank),
+    and the TP communicator of its (pp, dpxcp) position, ranked by ``tp_rank``
+    (only when TP > 1 and only TP rank 0 holds data).  :meth:`from_megatron`
+    reads the coordinates from Megatron-LM's parallel_state.
+    """
+
+    def __init__(self, config: Config, *, dp_cp_rank: int, tp_rank: int = 0, pp_rank: int = 0, group: Any = None,
+                 device: Any = None, tp_ranks_hold_data: bool = False, timeout_ms: int = 600000) -> None:
+        _require_cuda_build()
+        d = config.to_dict()
+        n = _core.config_validate(d)
+        tp, pp = d["tensor_parallel_size"], d["pipeline_parallel_size"]
+        if not (0 <= dp_cp_rank < n and 0 <= tp_rank < tp and 0 <= pp_rank < pp):
+            raise InvalidArgumentError(f"coordinates dp_cp {dp_cp_rank} / tp {tp_rank} / pp {pp_rank} outside "
+                                       f"{n} x {tp} x {pp}")
+        self.device = _device_index(device)
+        self.stream = torch.cuda.Stream(device=self.device)
+        self.pipeline_rank = pp_rank
+        self.tp_ranks_hold_data = bool(tp_ranks_hold_data)
+        self.holds_data = self.tp_ranks_hold_data or tp_rank == 0
+        staging = _core.nccl_staging_bytes(d)
+        self.world = nccl_comm(group, device=self.device, stream=self.stream, timeout_ms=timeout_ms,
+                               staging_bytes=staging)
+        if self.world.size != n * tp * pp:
+            raise InvalidArgumentError(f"the group has {self.world.size} ranks, the configuration {n * tp * pp}")
+        # every rank takes part in both splits (ncclCommSplit is collective over the parent)
+        lane = self.world.split(pp_rank * tp + tp_rank if self.holds_data else -1, dp_cp_rank)
+        self.data_context_parallel = lane
+        use_tp = not self.tp_ranks_hold_data and tp > 1
+        tpc = self.world.split(pp_rank * n + dp_cp_rank if use_tp else -1, tp_rank)
+        self.tensor_parallel = tpc if use_tp else None
+
+    @classmethod
+    def from_megatron(cls, config: Config, **kwargs: Any) -> "NcclGroups":
+        """Coordinates from megatron.core.parallel_state (initialised model parallel)."""
+        from megatron.core import parallel_state as ps
+
+        return cls(config, dp_cp_rank=ps.get_data_parallel_rank(with_context_parallel=True),
+                   tp_rank=ps.get_tensor_model_parallel_rank(), pp_rank=ps.get_pipeline_model_parallel_rank(),
+                   **kwargs)
+
+    def args(self, mtp_virtual_stages: int = 0) -> StepArgs:
+        """The StepArgs of this rank (on this object's stream)."""
+        return StepArgs(world=self.world, data_context_parallel=self.data_context_parallel,
+                        tensor_parallel=self.tensor_parallel, pipeline_rank=self.pipeline_rank,
+                        mtp_virtual_stages=mtp_virtual_stages, tp_ranks_hold_data=self.tp_ranks_hold_data,
+                        cuda_stream=self.stream.cuda_stream, holds_data=self.holds_data)
+
+    def close(self) -> None:
+        """Destroy the NCCL communicators dcpack created."""
+        for c in (self.tensor_parallel, self.data_context_parallel, self.world):
+            if c is not None:
+                c.close()
+
+
+class _CudaView:
+    """``__cuda_array_interface__`` exporter: a torch tensor over dcpack's device memory, owner kept alive."""
+
+    __slots__ = ("__cuda_array_interface__", "_owner")
+
+    def __init__(self, address: int, count: int, typestr: str, owner: Any) -> None:
+        self.__cuda_array_interface__ = {"data": (address, False), "shape": (count,), "typestr": typestr,
+                                         "version": 3, "stream": None}
+        self._owner = owner
+
+
+def _tensor(address: Optional[int], count: int, dtype: torch.dtype, typestr: str, device: int, owner: Any):
+    if address is None:
+        return None
+    if count == 0:
+        return torch.empty(0, dtype=dtype, device=torch.device("cuda", device))
+    t = torch.as_tensor(_CudaView(address, count, typestr, owner), device=torch.device("cuda", device))
+    assert t.dtype == dtype
+    return t
+
+
+class TorchMicrobatch:
+    """One microbatch on this rank as torch tensors (``dcp_microbatch``).
+
+    CUDA tensors: ``tokens``, ``labels``, ``position_ids`` (int64), ``loss_mask``
+    (float32), None where the stage does not need them; ``padding_mask``
+    (bool); ``cu_seqlens`` and ``cu_seqlens_padded`` (int32).  Host tensors:
+    ``cu_seqlens_host``, ``cu_seqlens_padded_host``.  Ints: ``max_seqlen``,
+    ``local_cp_size``, ``cp_rank``, ``num_tokens``, ``num_sequences``.
+    """
+
+    _NAMES = ("tokens", "labels", "loss_mask", "position_ids", "padding_mask", "cu_seqlens", "cu_seqlens_padded",
+              "cu_seqlens_host", "cu_seqlens_padded_host")
+
+    def __init__(self, state: Optional[_StepState], tensors: Dict[str, Any], scalars: tuple) -> None:
+        self._state = state
+        self._tensors = tensors
+        (self.num_tokens, self.num_cu_seqlens, self.num_sequences, self.max_seqlen, self.local_cp_size,
+         self.cp_rank) = scalars
+
+    def __getattr__(self, name: str) -> Any:
+        if name in TorchMicrobatch._NAMES:
+            if self._state is not None:
+                self._state.check()
+            return self._tensors[name]
+        raise AttributeError(name)
+
+    def clone(self) -> "TorchMicrobatch":
+        """An owning copy (tensors cloned)."""
+        tensors = {k: (None if getattr(self, k) is None else getattr(self, k).clone()) for k in self._NAMES}
+        return TorchMicrobatch(None, tensors, (self.num_tokens, self.num_cu_seqlens, self.num_sequences,
+                                               self.max_seqlen, self.local_cp_size, self.cp_rank))
+
+
+class TorchStepOutput:
+    """What ``dcp_step`` gives this rank, as torch tensors; a view valid until the next step.
+
+    ``microbatch(m, vstage)``, ``num_microbatches``, ``num_virtual_stages``,
+    ``num_sequences``, ``seqlen_sum`` and ``seqlen_squared_sum`` (exact ints:
+    Megatron's FLOPs sums), ``stats`` (dict), ``plan`` (a dcpack.Plan view or None).
+    """
+
+    def __init__(self, state, nm, nv, nseq, ssum, sq, stats, plan, microbatches) -> None:
+        self._state = state
+        self.num_microbatches, self.num_virtual_stages, self.num_sequences = nm, nv, nseq
+        self.seqlen_sum, self.seqlen_squared_sum, self.stats = ssum, sq, stats
+        self._plan, self._microbatches = plan, microbatches
+
+    @property
+    def is_valid_view(self) -> bool:
+        """False once a later step replaced this output."""
+        return self._state is None or self._state.ctx.generation == self._state.gen
+
+    @property
+    def microbatches(self) -> List[TorchMicrobatch]:
+        """All microbatches, virtual stage by virtual stage."""
+        if self._state is not None:
+            self._state.check()
+        return self._microbatches
+
+    @property
+    def plan(self):
+        """The step's plan (view), or None on ranks that received it by broadcast."""
+        if self._state is not None:
+            self._state.check()
+        return self._plan
+
+    def microbatch(self, m: int, vstage: int = 0) -> TorchMicrobatch:
+        """Microbatch ``m`` of virtual stage ``vstage``."""
+        if not (0 <= m < self.num_microbatches and 0 <= vstage < self.num_virtual_stages):
+            raise InvalidArgumentError(f"microbatch {m} / virtual stage {vstage} outside "
+                                       f"{self.num_microbatches} x {self.num_virtual_stages}")
+        return self.microbatches[vstage * self.num_microbatches + m]
+
+
+def _cuda_field(x: Any, name: str, device: int) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise InvalidArgumentError(f"{name} must be a torch tensor, got {type(x).__name__}")
+    if x.device.type != "cuda" or x.device.index != device:
+        raise InvalidArgumentError(f"{name} must be on cuda:{device}, got {x.device}")
+    field = name.rsplit(" ", 1)[-1]
+    if x.dtype != _DTYPES[field]:
+        raise InvalidArgumentError(f"{name} must be {_DTYPES[field]}, got {x.dtype}")
+    if x.dim() != 1 or not x.is_contiguous():
+        raise InvalidArgumentError(f"{name} must be one-dimensional and contiguous")
+    return x
+
+
+class CudaStepper:
+    """Runs ``dcp_step`` on the GPU for one rank, with CUDA workspace from torch's allocator.
+
+    ``config.max_tokens_per_rank`` must be > 0.  ``groups`` gives the
+    communicators and the stream.
+    """
+
+    def __init__(self, config: Config, groups: NcclGroups) -> None:
+        _require_cuda_build()
+        self._stepper = Stepper(config)
+        self._ctx = self._stepper._ctx
+        self.groups = groups
+        self.device = groups.device
+        device_bytes, host_bytes = _core.cuda_workspace_size(config.to_dict())
+        with torch.cuda.device(self.device):
+            self._device_ws = torch.empty(max(device_bytes, 1), dtype=torch.uint8, device="cuda")
+        self._host_ws = torch.empty(max(host_bytes, 1), dtype=torch.uint8, pin_memory=True)
+        _core.cuda_set_device(self.device)
+        self._ctx.attach_cuda(self._device_ws.data_ptr(), device_bytes, self._host_ws.data_ptr(), host_bytes)
+
+    def step(self, samples: Optional[Sequence[Any]], *, mtp_virtual_stages: int = 0,
+             fields: Optional[int] = None) -> TorchStepOutput:
+        """One step on this rank.
+
+        ``samples``: list of :class:`dcpack.Sample` (or dicts) whose fields are
+        CUDA tensors on this rank's device (int64 tokens/labels/position_ids,
+        float32 loss_mask; 1-D, contiguous) and whose ``cu_seqlens`` is host
+        memory (int32 CPU tensor or numpy array); None on ranks that receive by
+        TP broadcast.  Collective over the world communicator.
+        """
+        keep: List[Any] = []
+        descriptors = None
+        if samples is not None:
+            if not isinstance(samples, (list, tuple)):
+                raise InvalidArgumentError("samples must be a list of dcpack.Sample (or dicts), or None")
+            descriptors = []
+            for i, s in enumerate(samples):
+                if isinstance(s, dict):
+                    s = Sample(**s)
+                if not isinstance(s, Sample):
+                    raise InvalidArgumentError(f"sample {i} must be a dcpack.Sample or a dict")
+                present = {k: getattr(s, k) for k in _DTYPES if getattr(s, k) is not None}
+                mask = fields if fields is not None else sum(_BITS[k] for k in present)
+                if fields is None:
+                    fields = mask
+                addrs, n = [], None
+                for k in ("tokens", "labels", "loss_mask", "position_ids"):
+                    if not fields & _BITS[k]:
+                        addrs.append(None)
+                        continue
+                    if k not in present:
+                        raise InvalidArgumentError(f"sample {i} lacks {k}, which the step's fields include")
+                    t = _cuda_field(present[k], f"sample {i} {k}", self.device)
+                    if n is None:
+                        n = t.numel()
+                    elif t.numel() != n:
+                        raise InvalidArgumentError(f"sample {i}: {k} has {t.numel()} elements, expected {n}")
+                    keep.append(t)
+                    addrs.append(t.data_ptr() if t.numel() else None)
+                n = n or 0
+                cu_addr, ncu, padded, original = None, 0, 0, 0
+                if s.cu_seqlens is not None:
+                    cu = s.cu_seqlens
+                    if isinstance(cu, torch.Tensor):
+                        if cu.device.type != "cpu":
+                            raise InvalidArgumentError(f"sample {i} cu_seqlens must be host memory")
+                        cu = cu.numpy()
+                    cu = np.asarray(cu)
+                    if cu.dtype != np.int32 or cu.ndim != 1 or not cu.flags.c_contiguous:
+                        raise InvalidArgumentError(f"sample {i} cu_seqlens must be a contiguous 1-D int32 array")
+                    keep.append(cu)
+                    cu_addr, ncu = (cu.__array_interface__["data"][0] if cu.size else None), cu.size
+                else:
+                    padded = n
+                    original = n if s.original_length is None else int(s.original_length)
+                    if not 0 <= original <= padded or padded > (1 << 31) - 1:
+                        raise InvalidArgumentError(f"sample {i}: original_length {original} outside [0, {padded}]")
+                descriptors.append((addrs[0], addrs[1], addrs[2], addrs[3], int(n), cu_addr, int(ncu), padded,
+                                    original))
+        args = self.groups.args(mtp_virtual_stages)
+        current = torch.cuda.current_stream(self.device)
+        self.groups.stream.wait_stream(current)
+        _core.cuda_set_device(self.device)
+        raw = self._stepper._step(None, args, fields, device=True, descriptors=descriptors)
+        del keep
+        return self._wrap(raw)
+
+    def _wrap(self, raw: tuple) -> TorchStepOutput:
+        gen, nm, nv, nseq, ssum, sq, stats, plan_desc, mbs = raw
+        state = _StepState(self._ctx, gen)
+        ctx, dev = self._ctx, self.device
+        out = []
+        for t in mbs:
+            (a_tok, a_lab, a_lm, a_pos, a_pad, a_cu, a_cup, ntok, ncu, nseqs, maxs, lcp, cpr, h_cu, h_cup) = t
+            tensors = {
+                "tokens": _tensor(a_tok, ntok, torch.int64, "<i8", dev, ctx),
+                "labels": _tensor(a_lab, ntok, torch.int64, "<i8", dev, ctx),
+                "loss_mask": _tensor(a_lm, ntok, torch.float32, "<f4", dev, ctx),
+                "position_ids": _tensor(a_pos, ntok, torch.int64, "<i8", dev, ctx),
+                "padding_mask": _tensor(a_pad, ntok, torch.bool, "|b1", dev, ctx),
+                "cu_seqlens": _tensor(a_cu, ncu, torch.int32, "<i4", dev, ctx),
+                "cu_seqlens_padded": _tensor(a_cup, ncu, torch.int32, "<i4", dev, ctx),
+                "cu_seqlens_host": torch.from_numpy(_view(h_cu, ncu, "int32", ctx).copy()) if h_cu else None,
+                "cu_seqlens_padded_host": torch.from_numpy(_view(h_cup, ncu, "int32", ctx).copy()) if h_cup else None,
+            }
+            out.append(TorchMicrobatch(state, tensors, (ntok, ncu, nseqs, maxs, lcp, cpr)))
+        from ._api import Plan
+
+        plan = Plan(ctx, gen, plan_desc, np.empty(0, dtype=np.int32)) if plan_desc is not None else None
+        return TorchStepOutput(state, nm, nv, nseq, ssum, sq, stats, plan, out)
+
+    def close(self) -> None:
+        """Destroy the context (the workspace tensors are freed with this object)."""
+        self._stepper.close()
