@@ -19,6 +19,7 @@
 
 #ifdef DCP_HAVE_CUDA
 #include "gpu_util.h"
+#include "../core/digest.h"
 #include "../core/mtp_roll.h"
 #include "../core/pack.h"
 #include "../core/segments.h"
@@ -418,6 +419,64 @@ static void run_gdn_pad(void)
     }
 }
 
+/* The input digest: spans of generated samples, 8- and 4-byte fields, against the CPU twin. */
+static void run_digest(void)
+{
+    enum { SAMPLES = 5, FIELDS = 2 };
+    const int64_t sizes[FIELDS] = {8, 4};
+    const int32_t field_index[FIELDS] = {0, 3}; /* tokens, loss_mask */
+    int64_t sample_len[SAMPLES];
+    void *host[FIELDS][SAMPLES], *dev[FIELDS][SAMPLES];
+    for (int i = 0; i < SAMPLES; i++) sample_len[i] = 1 + (int64_t)(rnd() % 3000);
+    for (int f = 0; f < FIELDS; f++)
+        for (int i = 0; i < SAMPLES; i++) {
+            size_t bytes = (size_t)sample_len[i] * (size_t)sizes[f];
+            unsigned char *h = malloc(bytes);
+            for (size_t b = 0; b < bytes; b++) h[b] = (unsigned char)rnd();
+            host[f][i] = h;
+            dev[f][i] = to_device(h, bytes);
+        }
+    /* spans: pieces of the samples in a shuffled order, some empty */
+    enum { SPANS = 40 };
+    int32_t src_index[SPANS];
+    int64_t src_offset[SPANS], position[SPANS], length[SPANS];
+    int64_t at = 0;
+    uint64_t want = 0;
+    for (int k = 0; k < SPANS; k++) {
+        int32_t i = (int32_t)(rnd() % SAMPLES);
+        int64_t a = (int64_t)(rnd() % (uint64_t)sample_len[i]), n = (int64_t)(rnd() % (uint64_t)(sample_len[i] - a + 1));
+        src_index[k] = i, src_offset[k] = a, position[k] = at, length[k] = n;
+        for (int f = 0; f < FIELDS; f++)
+            want += dcp__digest_run_cpu((unsigned char *)host[f][i] + a * sizes[f], (size_t)sizes[f], n, at,
+                                        field_index[f]);
+        at += n;
+    }
+    const void *src_ptrs[FIELDS * SAMPLES];
+    for (int f = 0; f < FIELDS; f++)
+        for (int i = 0; i < SAMPLES; i++) src_ptrs[f * SAMPLES + i] = dev[f][i];
+    int32_t *d_src_index = to_device(src_index, sizeof src_index);
+    int64_t *d_src_offset = to_device(src_offset, sizeof src_offset), *d_position = to_device(position, sizeof position);
+    int64_t *d_length = to_device(length, sizeof length), *d_sizes = to_device(sizes, sizeof sizes);
+    int32_t *d_fields = to_device(field_index, sizeof field_index);
+    const void **d_src = to_device(src_ptrs, sizeof src_ptrs);
+    uint64_t *d_out = to_device(NULL, 8);
+    dcp_segment_table t = {SPANS, d_src_index, d_src_offset, NULL, d_position, d_length, NULL};
+    DCP_CHECK_EQ_INT(dcp__digest_cuda(&t, (const void *const *)d_src, SAMPLES, d_fields, d_sizes, FIELDS, d_out, NULL), 0);
+    uint64_t *got = to_host(d_out, 8);
+    if (*got != want)
+        dcp_test_fail(__FILE__, __LINE__, "digest %016llx on device, %016llx on the host", (unsigned long long)*got,
+                      (unsigned long long)want);
+    /* one flipped bit anywhere in a span changes it: -0.0f against 0.0f */
+    float zero = 0.0f, negative = -0.0f;
+    uint64_t z = dcp__digest_run_cpu(&zero, 4, 1, 7, 3), n = dcp__digest_run_cpu(&negative, 4, 1, 7, 3);
+    DCP_CHECK(z != n);
+    free(got);
+    cudaFree(d_src_index), cudaFree(d_src_offset), cudaFree(d_position), cudaFree(d_length), cudaFree(d_sizes);
+    cudaFree(d_fields), cudaFree((void *)d_src), cudaFree(d_out);
+    for (int f = 0; f < FIELDS; f++)
+        for (int i = 0; i < SAMPLES; i++) free(host[f][i]), cudaFree(dev[f][i]);
+}
+
 static void run_launch_errors(void)
 {
     /* a bad launch comes back as a status, not a crash */
@@ -437,7 +496,14 @@ static void run_cp_slice(void) {}
 static void run_mtp_roll(void) {}
 static void run_gdn_pad(void) {}
 static void run_launch_errors(void) {}
+static void run_digest(void) {}
 #endif
+
+DCP_TEST(input_digest)
+{
+    REQUIRE_GPU();
+    run_digest();
+}
 
 DCP_TEST(segment_table_kernel)
 {
