@@ -267,6 +267,9 @@ def _is_torch_tensor(x: Any) -> bool:
     return t.__module__.split(".")[0] == "torch" and hasattr(x, "data_ptr") and hasattr(x, "is_contiguous")
 
 
+_EMPTY_LENGTHS = np.zeros(1, dtype=np.int32)
+
+
 def as_lengths(lengths: Any) -> np.ndarray:
     """Lengths as a contiguous int32 numpy array, without a copy when they already are one.
 
@@ -631,7 +634,9 @@ class Planner:
         dtype).
         """
         arr = as_lengths(lengths)
-        desc = self._ctx.plan(_address(arr) if arr.size else 0, arr.size)
+        if arr.size == 0:  # the library refuses an empty batch; give it a real pointer so it says so
+            arr = _EMPTY_LENGTHS
+        desc = self._ctx.plan(_address(arr), arr.size if arr is not _EMPTY_LENGTHS else 0)
         return Plan(self._ctx, self._ctx.generation, desc, arr)
 
     def close(self) -> None:
