@@ -50,7 +50,7 @@ static dcp_status rec_read_back(dcp_mover *m, void *stream, size_t prefix_bytes,
     return DCP_OK;
 }
 static void rec_release(dcp_mover *m) { ((record *)m->state)->other_calls++; }
-static const dcp_mover_ops record_ops = {"record", rec_buffers, rec_stage, rec_land, rec_read_back, rec_release};
+static const dcp_mover_ops record_ops = {"record", rec_buffers, rec_stage, rec_land, NULL, rec_read_back, rec_release};
 
 typedef struct bcast {
     dcp_inproc_world *world;

@@ -284,6 +284,7 @@ typedef struct step_gather {
     uint32_t fields[MAXR];
     int32_t pairs[MAXR][2 * MAXS];
     int32_t count[MAXR];
+    uint64_t data_digest[MAXR];
     dcp_inproc_fault fault[MAXR];
     /* outputs per rank */
     dcp_status status[MAXR];
@@ -319,7 +320,7 @@ static void gather_rank(int32_t rank, void *arg)
     dcp_error err;
     dcp__error_clear(&err);
     if (g->fault[rank] != DCP_FAULT_NONE) dcp_inproc_inject_fault(g->world, rank, g->fault[rank]);
-    g->status[rank] = dcp__gather_step(&comm, g->fields[rank], &local, &g->config, L, &scratch, &g->stats[rank], &err);
+    g->status[rank] = dcp__gather_step(&comm, g->fields[rank], &local, g->data_digest[rank], &g->config, L, &scratch, &g->stats[rank], &err);
     snprintf(g->message[rank], sizeof g->message[rank], "%s", err.message);
     dcp__arena_release(&scratch);
 }
@@ -382,12 +383,12 @@ DCP_TEST(step_gather_dp2_cp2_siblings_agree)
     /*
      * ids 0, 1 from DP 0, id 2 from DP 1: padded {8,4,6}, original {8,3,6}, offsets {0,2,3};
      * sum 8+4+6 = 18, squares 64+16+36 = 116; DP 0 brings 12 tokens in 2 sequences.
-     * Metadata: 3 peers' 24-byte headers (fields 4 + count 4 + hash 8 + tokens 8) = 72, plus the
-     * pairs of the other DP ranks' leaders: 24 bytes in all, less what this rank sent itself:
-     *   rank 0 sent 16 -> 72 + 8 = 80; rank 2 sent 8 -> 72 + 16 = 88; non-leaders sent 0 -> 96.
+     * Metadata: 3 peers' 32-byte headers (fields 4 + count 4 + hash 8 + data digest 8 + tokens 8) = 96,
+     * plus the pairs of the other DP ranks' leaders: 24 bytes in all, less what this rank sent itself:
+     *   rank 0 sent 16 -> 96 + 8 = 104; rank 2 sent 8 -> 96 + 16 = 112; non-leaders sent 0 -> 120.
      */
     const int32_t want_padded[3] = {8, 4, 6}, want_original[3] = {8, 3, 6}, want_offsets[3] = {0, 2, 3};
-    const int64_t want_metadata[4] = {80, 96, 88, 96};
+    const int64_t want_metadata[4] = {104, 120, 112, 120};
     for (int32_t r = 0; r < 4; r++) {
         DCP_CHECK_STATUS(g->status[r], DCP_OK);
         DCP_CHECK_EQ_INT(g->lengths[r].num_sequences, 3);
@@ -414,8 +415,8 @@ DCP_TEST(step_gather_dp2_empty_rank)
     const int32_t dp1[4] = {5, 2, 7, 7};
     set_pairs(g, 1, dp1, 2);
     DCP_REQUIRE(run_ranks(g));
-    /* offsets {0,0,2}; sum 12, squares 25+49 = 74; metadata 24 + (16 - own): rank 0 40, rank 1 24 */
-    const int64_t want_metadata[2] = {40, 24};
+    /* offsets {0,0,2}; sum 12, squares 25+49 = 74; metadata 32 + (16 - own): rank 0 48, rank 1 32 */
+    const int64_t want_metadata[2] = {48, 32};
     for (int32_t r = 0; r < 2; r++) {
         DCP_CHECK_STATUS(g->status[r], DCP_OK);
         DCP_CHECK_EQ_INT(g->lengths[r].num_sequences, 2);
@@ -452,8 +453,16 @@ DCP_TEST(step_gather_cp_siblings_disagree)
     set_pairs(g, 3, dp1_more, 2);
     DCP_REQUIRE(run_ranks(g));
     check_all_failed(g, DCP_ERR_CORRUPT_INPUT, "CP siblings 2 and 3 hold different sequences (1 vs 2)", __LINE__);
-    /* the world is still in step: agreeing siblings gather again */
+    /* same lengths, different bytes (their data digests differ) */
     set_pairs(g, 3, dp1, 1);
+    g->data_digest[0] = g->data_digest[1] = 0x1111;
+    g->data_digest[2] = 0x2222;
+    g->data_digest[3] = 0x2223;
+    DCP_REQUIRE(run_ranks(g));
+    check_all_failed(g, DCP_ERR_CORRUPT_INPUT,
+                     "CP siblings 2 and 3 hold sequences of the same lengths with different contents", __LINE__);
+    /* the world is still in step: agreeing siblings gather again */
+    g->data_digest[3] = 0x2222;
     DCP_REQUIRE(run_ranks(g));
     for (int32_t r = 0; r < 4; r++) {
         DCP_CHECK_STATUS(g->status[r], DCP_OK);
