@@ -538,3 +538,33 @@ DCP_TEST(plan_checks_refuse_non_positive_lengths_and_null_lengths)
     DCP_CHECK_EQ_INT(stats.total_tokens, 100);
     dcp_context_destroy(ctx);
 }
+
+/* ---- zigzag needs 2 x cp only where there is a cut: a 23-token span on one rank steps ---- */
+
+DCP_TEST(an_odd_span_on_one_rank_is_not_cut)
+{
+    dcp_config c = small_config(1, 1);
+    dcp_context *ctx = NULL;
+    DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+    dcp_inproc_world *w = NULL;
+    DCP_REQUIRE_OK(dcp_inproc_world_create(1, 30000, &w));
+    dcp_comm world;
+    DCP_REQUIRE_OK(dcp_inproc_comm(w, 0, &world));
+    int64_t tokens[23], labels[23], positions[23];
+    float mask[23];
+    for (int i = 0; i < 23; i++) tokens[i] = 500 + i, labels[i] = i, positions[i] = i, mask[i] = 1.0f;
+    dcp_sample s = {tokens, labels, mask, positions, 23, NULL, 0, 23, 23};
+    dcp_step_input in = {&s, 1, DCP_FIELD_ALL};
+    dcp_step_args args;
+    memset(&args, 0, sizeof args);
+    args.world = &world;
+    args.data_context_parallel = &world;
+    const dcp_step_output *out = NULL;
+    DCP_REQUIRE_OK(dcp_step(ctx, &args, &in, &out));
+    DCP_REQUIRE_EQ_INT(out->num_microbatches, 1);
+    DCP_CHECK_EQ_INT(out->microbatches[0].local_cp_size, 1);
+    DCP_CHECK_EQ_INT(out->microbatches[0].num_tokens, 23);
+    for (int i = 0; i < 23; i++) DCP_CHECK_EQ_INT(out->microbatches[0].tokens[i], 500 + i);
+    dcp_inproc_world_destroy(w);
+    dcp_context_destroy(ctx);
+}
