@@ -56,14 +56,18 @@ def _preload_nccl() -> None:
 
     path = os.environ.get("DCPACK_NCCL_LIBRARY")
     if not path and "torch" not in sys.modules:
+        import glob
+
         try:
             spec = importlib.util.find_spec("nvidia")
         except (ImportError, ValueError):
             spec = None
         for base in (spec.submodule_search_locations or []) if spec else []:
-            candidate = os.path.join(base, "nccl", "lib", "libnccl.so.2")
-            if os.path.exists(candidate):
-                path = candidate
+            # nvidia/nccl/lib (the nvidia-nccl wheels), else any other nvidia/*/lib that holds it
+            candidates = [os.path.join(base, "nccl", "lib", "libnccl.so.2")]
+            candidates += sorted(glob.glob(os.path.join(base, "*", "lib", "libnccl.so.2")))
+            path = next((c for c in candidates if os.path.exists(c)), None)
+            if path:
                 break
     if path:
         ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
