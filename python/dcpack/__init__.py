@@ -33,6 +33,7 @@ from ._errors import (  # noqa: F401  (re-exported)
     InvalidPlanError,
     NcclError,
     NullPointerError,
+    OutOfStepError,
     StaleViewError,
     UnsupportedError,
     WorkspaceTooSmallError,
@@ -55,14 +56,18 @@ def _preload_nccl() -> None:
 
     path = os.environ.get("DCPACK_NCCL_LIBRARY")
     if not path and "torch" not in sys.modules:
+        import glob
+
         try:
             spec = importlib.util.find_spec("nvidia")
         except (ImportError, ValueError):
             spec = None
         for base in (spec.submodule_search_locations or []) if spec else []:
-            candidate = os.path.join(base, "nccl", "lib", "libnccl.so.2")
-            if os.path.exists(candidate):
-                path = candidate
+            # nvidia/nccl/lib (the nvidia-nccl wheels), else any other nvidia/*/lib that holds it
+            candidates = [os.path.join(base, "nccl", "lib", "libnccl.so.2")]
+            candidates += sorted(glob.glob(os.path.join(base, "*", "lib", "libnccl.so.2")))
+            path = next((c for c in candidates if os.path.exists(c)), None)
+            if path:
                 break
     if path:
         ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
@@ -114,7 +119,7 @@ __all__ = [
     "Error", "NullPointerError", "InvalidArgumentError", "InvalidConfigError", "DcpOverflowError",
     "WorkspaceTooSmallError", "CapacityError", "BadLengthError", "InfeasibleError", "InvalidPlanError",
     "CorruptInputError", "FieldMismatchError", "CommError", "DcpTimeoutError", "AllocError", "CudaError",
-    "NcclError", "UnsupportedError", "StaleViewError", "error_class",
+    "NcclError", "UnsupportedError", "OutOfStepError", "StaleViewError", "error_class",
     "FIELD_TOKENS", "FIELD_LABELS", "FIELD_LOSS_MASK", "FIELD_POSITION_IDS", "FIELD_ALL",
     "Config", "CostModel", "Planner", "Plan", "PlanStats", "Violation", "as_lengths", "cost",
     "status_name", "cuda_device_count", "HAVE_CUDA", "HAVE_NCCL", "__version__",

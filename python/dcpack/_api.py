@@ -114,6 +114,8 @@ class Config:
     ``cp_partition`` ``"zigzag"`` or ``"contiguous"``.  ``fields`` is a
     ``FIELD_*`` bit set or an iterable of names (``{"tokens", "labels"}``).
     ``cost`` is a :class:`CostModel` (or a dict of its fields).
+    ``skip_sibling_data_check`` (0 or 1, default 0) turns off the step's check
+    that CP siblings hold byte-identical inputs (their lengths are still compared).
 
     Nothing is checked until the configuration is used (or :meth:`validate`
     is called): then a bad value raises :class:`dcpack.InvalidConfigError`
@@ -139,6 +141,9 @@ class Config:
     pad_to_max_seqlen: Union[int, bool] = _DEFAULTS["pad_to_max_seqlen"]
     thd_tail_policy: Union[str, int] = "append_dummy"
     cp_partition: Union[str, int] = "zigzag"
+    skip_sibling_data_check: Union[int, bool] = _DEFAULTS["skip_sibling_data_check"]
+    """0 (default): the step checks that CP siblings hold identical inputs (a digest of every byte they
+    move), CorruptInputError on every rank when they differ; 1: it compares their lengths only."""
     cost: CostModel = dataclasses.field(default_factory=CostModel)
 
     # -- conversions --------------------------------------------------------
@@ -150,7 +155,7 @@ class Config:
             "world_size", "data_parallel_size", "context_parallel_size", "tensor_parallel_size",
             "pipeline_parallel_size", "virtual_pipeline_size", "microbatch_group_size_per_vp_stage",
             "max_sequences", "max_seqlen_per_rank", "min_cp_size", "max_sequences_per_microbatch",
-            "max_microbatches", "pad_alignment", "pad_to_max_seqlen",
+            "max_microbatches", "pad_alignment", "pad_to_max_seqlen", "skip_sibling_data_check",
         )
         for name in int32_fields:
             d[name] = _check_int(name, getattr(self, name), *_INT32)
@@ -622,6 +627,18 @@ class Planner:
     def last_error(self) -> str:
         """``dcp_context_last_error()``."""
         return self._ctx.last_error()
+
+    @property
+    def calls(self) -> int:
+        """``dcp_context_calls()``: multi-rank calls made on this context since it was built or resynced.
+
+        Planning alone makes none (``plan()`` is local); :class:`dcpack.Stepper` counts every step.
+        """
+        return self._ctx.calls
+
+    def resync(self, next_call: int = 0) -> None:
+        """``dcp_context_resync()``: set the call count to ``next_call`` and accept multi-rank calls again."""
+        self._ctx.resync(_check_int("next_call", next_call, 0, (1 << 64) - 1, error=InvalidArgumentError))
 
     def plan(self, lengths: Any) -> Plan:
         """Plan one global batch; returns a :class:`Plan` view valid until the next call on this planner.

@@ -30,6 +30,7 @@ __all__ = [
     "CudaError",
     "NcclError",
     "UnsupportedError",
+    "OutOfStepError",
     "StaleViewError",
     "error_class",
 ]
@@ -87,6 +88,12 @@ AllocError = _make("AllocError", "DCP_ERR_ALLOC", -15, "The library could not ob
 CudaError = _make("CudaError", "DCP_ERR_CUDA", -16, "A CUDA runtime call failed (DCP_ERR_CUDA).")
 NcclError = _make("NcclError", "DCP_ERR_NCCL", -17, "An NCCL call failed (DCP_ERR_NCCL).")
 UnsupportedError = _make("UnsupportedError", "DCP_ERR_UNSUPPORTED", -18, "The library was built without the feature, e.g. CUDA (DCP_ERR_UNSUPPORTED).")
+OutOfStepError = _make(
+    "OutOfStepError", "DCP_ERR_OUT_OF_STEP", -19,
+    "Ranks met in different calls: one skipped or repeated a step, or their step ids differ (DCP_ERR_OUT_OF_STEP). "
+    "Raised on every rank of the step; the stepper then refuses every step until resync() is called on every "
+    "rank with the same next call count.",
+)
 
 class StaleViewError(InvalidArgumentError):
     """A Plan or step output was used after the next plan or step on its context.
@@ -101,7 +108,7 @@ _BY_CODE: Dict[int, Type[Error]] = {
     for cls in (
         NullPointerError, InvalidArgumentError, InvalidConfigError, DcpOverflowError, WorkspaceTooSmallError,
         CapacityError, BadLengthError, InfeasibleError, InvalidPlanError, CorruptInputError, FieldMismatchError,
-        CommError, DcpTimeoutError, AllocError, CudaError, NcclError, UnsupportedError,
+        CommError, DcpTimeoutError, AllocError, CudaError, NcclError, UnsupportedError, OutOfStepError,
     )
 }
 _BY_NAME: Dict[str, Type[Error]] = {cls.status: cls for cls in _BY_CODE.values()}

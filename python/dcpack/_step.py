@@ -94,7 +94,9 @@ class StepArgs:
     ``data_context_parallel``: the rank's DPxCP group (rank = dp_rank * CP + cp_rank),
     needed on ranks that hold data.  ``tensor_parallel``: its TP group, None when
     TP is 1 or every TP rank holds the data.  ``cuda_stream``: a cudaStream_t as an
-    int (dcpack.torch sets it).
+    int (dcpack.torch sets it).  ``step_id``: the caller's step number (0 = none),
+    compared across ranks with the stepper's call count, so a rank a step ahead of
+    its peers makes the step fail with OutOfStepError on every rank.
     """
 
     world: Comm
@@ -104,6 +106,8 @@ class StepArgs:
     mtp_virtual_stages: int = 0
     tp_ranks_hold_data: bool = False
     cuda_stream: Optional[int] = None
+    step_id: int = 0
+    """``dcp_step_args.step_id`` (uint64; 0 = none).  ``Stepper.step(..., step_id=n)`` overrides it."""
     holds_data: bool = True
     """Whether this rank passes an input (TP rank 0, or every TP rank with tp_ranks_hold_data)."""
 
@@ -395,6 +399,14 @@ class StepOutput:
                 f"virtual stages, {self.num_sequences} sequences>")
 
 
+def _check_uint64(name: str, value: Any) -> int:
+    if isinstance(value, np.integer):
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < (1 << 64):
+        raise InvalidArgumentError(f"{name} must be an int in [0, 2**64), got {value!r}")
+    return value
+
+
 def _fields_of(samples: Sequence[Any]) -> int:
     mask = 0
     for s in samples:
@@ -412,6 +424,15 @@ class Stepper:
     rank its own Stepper, in its own thread; the GIL is released while the
     library steps).  ``samples``: this rank's list of :class:`Sample` (or
     dicts), or None on ranks that receive by TP broadcast.
+
+    Calls in step: every ``step()`` counts on the stepper's context
+    (:attr:`calls`), a failed one too, also one refused in Python before the
+    library saw it.  The step's first collective compares the count (and the
+    ``step_id`` given) across ranks: ranks that skipped or repeated a step raise
+    :class:`dcpack.OutOfStepError`, all of them, instead of pairing two steps'
+    data; the stepper then refuses every step at once (OutOfStepError, no
+    collective) until :meth:`resync` is called on every rank with the same
+    next call count.
     """
 
     def __init__(self, config: Config) -> None:
@@ -425,41 +446,81 @@ class Stepper:
         """The configuration of this rank's context."""
         return self._config
 
+    @property
+    def calls(self) -> int:
+        """``dcp_context_calls()``: steps made on this stepper since it was built or resynced (failed ones too)."""
+        return self._ctx.calls
+
+    def resync(self, next_call: int = 0) -> None:
+        """``dcp_context_resync()``: after an OutOfStepError, once the ranks are back in step.
+
+        Call it on every rank of the step with the same ``next_call`` (e.g. 0,
+        or the step number the training loop restarts from): it sets the call
+        count and lets the stepper step again.
+        """
+        self._ctx.resync(_check_uint64("next_call", next_call))
+
     def step(self, samples: Optional[Sequence[Any]], args: Optional[StepArgs] = None, *,
-             fields: Optional[int] = None, **kwargs: Any) -> StepOutput:
+             fields: Optional[int] = None, step_id: Optional[int] = None, **kwargs: Any) -> StepOutput:
         """One step on this rank; returns a :class:`StepOutput` view (valid until the next step).
 
         ``args`` is a :class:`StepArgs`, or give its fields as keywords
         (``world=..., data_context_parallel=..., pipeline_rank=...``).
         ``fields``: the FIELD_* set every sample carries (default: the fields
-        present in the samples).  Errors are agreed over the world: every rank
-        raises the same dcpack.Error subclass.
+        present in the samples).  ``step_id``: this step's number, compared
+        across ranks (default: ``args.step_id``; 0 = none).  Errors are agreed
+        over the world: every rank raises the same dcpack.Error subclass.
         """
-        if args is None:
-            kwargs.pop("holds_data", None)
-            args = StepArgs(**kwargs)
-        elif kwargs:
-            raise InvalidArgumentError("give either a StepArgs or keyword arguments, not both")
-        return self._wrap_host(self._step(samples, args, fields, device=False))
+        try:
+            if args is None:
+                kwargs.pop("holds_data", None)
+                args = StepArgs(**kwargs)
+            elif kwargs:
+                raise InvalidArgumentError("give either a StepArgs or keyword arguments, not both")
+        except BaseException:
+            self._count_lone_failure()
+            raise
+        return self._wrap_host(self._step(samples, args, fields, device=False, step_id=step_id))
+
+    def _count_lone_failure(self) -> None:
+        """Count a step refused in Python, before the library saw it, on the context.
+
+        The library counts a step that fails on the calling rank alone; so does
+        the package: the peers' next step then finds this rank a call ahead and
+        every rank raises OutOfStepError, instead of this rank's next step pairing
+        with the peers' current one.  (Failures from the C call are counted there.)
+        """
+        try:
+            self._ctx.count_failed_step()
+        except Error:
+            pass
 
     def _step(self, samples: Optional[Sequence[Any]], args: StepArgs, fields: Optional[int], device: bool,
-              descriptors: Optional[list] = None) -> Any:
+              descriptors: Optional[list] = None, step_id: Optional[int] = None) -> Any:
         keep: List[Any] = []
-        if descriptors is None and samples is not None:
-            if isinstance(samples, (Sample, dict)) or not isinstance(samples, (list, tuple)):
-                raise InvalidArgumentError("samples must be a list of dcpack.Sample (or dicts), or None")
+        try:
+            if not isinstance(args, StepArgs):
+                raise InvalidArgumentError(f"args must be a dcpack.StepArgs, got {type(args).__name__}")
+            if descriptors is None and samples is not None:
+                if isinstance(samples, (Sample, dict)) or not isinstance(samples, (list, tuple)):
+                    raise InvalidArgumentError("samples must be a list of dcpack.Sample (or dicts), or None")
+                if fields is None:
+                    fields = _fields_of(samples)
+                descriptors = [_sample_descriptor(s, fields, i, keep) for i, s in enumerate(samples)]
             if fields is None:
-                fields = _fields_of(samples)
-            descriptors = [_sample_descriptor(s, fields, i, keep) for i, s in enumerate(samples)]
-        if fields is None:
-            fields = self._config.to_dict()["fields"]
-        for name in ("pipeline_rank", "mtp_virtual_stages"):
-            v = getattr(args, name)
-            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _I32[1]:
-                raise InvalidArgumentError(f"{name} must be a non-negative int, got {v!r}")
+                fields = self._config.to_dict()["fields"]
+            for name in ("pipeline_rank", "mtp_virtual_stages"):
+                v = getattr(args, name)
+                if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _I32[1]:
+                    raise InvalidArgumentError(f"{name} must be a non-negative int, got {v!r}")
+            sid = _check_uint64("step_id", args.step_id if step_id is None else step_id)
+        except BaseException:
+            self._count_lone_failure()
+            raise
+        # from here on the C binding counts the call, whatever happens
         raw = self._ctx.step(args.world, args.data_context_parallel, args.tensor_parallel, args.pipeline_rank,
                              args.mtp_virtual_stages, int(bool(args.tp_ranks_hold_data)), args.cuda_stream,
-                             int(fields), descriptors)
+                             int(fields), descriptors, sid)
         del keep
         return raw
 

@@ -10,15 +10,17 @@ the default wheel is CPU-only and raises UnsupportedError here).
   and TP communicators are ``ncclCommSplit`` s of it.
 - :class:`CudaStepper`: one rank's context with its CUDA workspace taken from
   torch's allocator (a ``torch.uint8`` CUDA tensor and a pinned host tensor of
-  ``dcp_cuda_workspace_size()`` bytes, bound by ``dcp_context_attach_cuda``).
-  ``step()`` runs on a stream of its own that first waits for torch's current
-  stream; the step waits for its stream before it returns, so outputs are
-  ready for any stream.
+  ``dcp_cuda_workspace_size()`` bytes, 256-byte aligned, bound by
+  ``dcp_context_attach_cuda``).  ``step()`` runs on the groups' stream, which
+  first waits for torch's current stream; the step waits for its stream before
+  it returns, so outputs are ready for any stream.  ``step(..., step_id=n)``
+  and ``calls`` / ``resync()`` are the calls-in-step checks of dcpack.Stepper.
 - Outputs are torch tensors that view dcpack's output block (zero copy, through
   ``__cuda_array_interface__``), valid until the next ``step()`` on that
   stepper: afterwards the :class:`TorchStepOutput` raises StaleViewError, and
   tensors taken from it earlier show the next step's data (``clone()`` what
-  must outlive it).
+  must outlive it).  Each output tensor keeps the context and both workspace
+  tensors alive, so its memory is never handed to anyone else while it lives.
 
 One libnccl per process: the extension is linked against ``libnccl.so.2`` by
 its soname, so the dynamic loader reuses the libnccl torch already loaded
@@ -37,7 +39,7 @@ import torch.distributed as dist
 from . import _core
 from ._api import Config, _view
 from ._errors import InvalidArgumentError, NcclError, UnsupportedError
-from ._step import Microbatch, Sample, StepArgs, Stepper, _StepState
+from ._step import Sample, StepArgs, Stepper, _StepState
 
 __all__ = ["check_single_libnccl", "nccl_comm", "NcclGroups", "CudaStepper", "TorchMicrobatch", "TorchStepOutput"]
 
@@ -134,9 +136,9 @@ class NcclGroups:
         # every rank takes part in both splits (ncclCommSplit is collective over the parent)
         lane = self.world.split(pp_rank * tp + tp_rank if self.holds_data else -1, dp_cp_rank)
         self.data_context_parallel = lane
+        # the TP split only where TP communicators are used: the same decision on every rank (configuration)
         use_tp = not self.tp_ranks_hold_data and tp > 1
-        tpc = self.world.split(pp_rank * n + dp_cp_rank if use_tp else -1, tp_rank)
-        self.tensor_parallel = tpc if use_tp else None
+        self.tensor_parallel = self.world.split(pp_rank * n + dp_cp_rank, tp_rank) if use_tp else None
 
     @classmethod
     def from_megatron(cls, config: Config, **kwargs: Any) -> "NcclGroups":
@@ -147,12 +149,12 @@ class NcclGroups:
                    tp_rank=ps.get_tensor_model_parallel_rank(), pp_rank=ps.get_pipeline_model_parallel_rank(),
                    **kwargs)
 
-    def args(self, mtp_virtual_stages: int = 0) -> StepArgs:
+    def args(self, mtp_virtual_stages: int = 0, step_id: int = 0) -> StepArgs:
         """The StepArgs of this rank (on this object's stream)."""
         return StepArgs(world=self.world, data_context_parallel=self.data_context_parallel,
                         tensor_parallel=self.tensor_parallel, pipeline_rank=self.pipeline_rank,
                         mtp_virtual_stages=mtp_virtual_stages, tp_ranks_hold_data=self.tp_ranks_hold_data,
-                        cuda_stream=self.stream.cuda_stream, holds_data=self.holds_data)
+                        cuda_stream=self.stream.cuda_stream, step_id=step_id, holds_data=self.holds_data)
 
     def close(self) -> None:
         """Destroy the NCCL communicators dcpack created."""
@@ -202,14 +204,14 @@ class TorchMicrobatch:
          self.cp_rank) = scalars
 
     def __getattr__(self, name: str) -> Any:
-        if name in TorchMicrobatch._NAMES:
+        if name in TorchMicrobatch._NAMES and "_tensors" in self.__dict__:
             if self._state is not None:
                 self._state.check()
             return self._tensors[name]
         raise AttributeError(name)
 
     def clone(self) -> "TorchMicrobatch":
-        """An owning copy (tensors cloned)."""
+        """An owning copy (tensors cloned, on torch's current stream)."""
         tensors = {k: (None if getattr(self, k) is None else getattr(self, k).clone()) for k in self._NAMES}
         return TorchMicrobatch(None, tensors, (self.num_tokens, self.num_cu_seqlens, self.num_sequences,
                                                self.max_seqlen, self.local_cp_size, self.cp_rank))
@@ -255,6 +257,13 @@ class TorchStepOutput:
                                        f"{self.num_microbatches} x {self.num_virtual_stages}")
         return self.microbatches[vstage * self.num_microbatches + m]
 
+    def clone(self) -> "TorchStepOutput":
+        """An owning copy: microbatch tensors cloned, the plan copied; it never goes stale."""
+        plan = self.plan.copy() if self.plan is not None else None
+        return TorchStepOutput(None, self.num_microbatches, self.num_virtual_stages, self.num_sequences,
+                               self.seqlen_sum, self.seqlen_squared_sum, dict(self.stats), plan,
+                               [mb.clone() for mb in self.microbatches])
+
 
 def _cuda_field(x: Any, name: str, device: int) -> torch.Tensor:
     if not isinstance(x, torch.Tensor):
@@ -269,11 +278,35 @@ def _cuda_field(x: Any, name: str, device: int) -> torch.Tensor:
     return x
 
 
+class _Workspace:
+    """What output tensors keep alive: the context and the torch tensors its CUDA workspace lives in.
+
+    The context points into the workspace tensors; output tensors point into
+    the device one.  Holding all three in one owner means neither the context
+    nor torch's allocator can reuse that memory while any output tensor lives,
+    whatever happens to the CudaStepper.
+    """
+
+    __slots__ = ("ctx", "device", "host")
+
+    def __init__(self, ctx: Any, device: torch.Tensor, host: torch.Tensor) -> None:
+        self.ctx, self.device, self.host = ctx, device, host
+
+
+_ALIGN = 256  # dcp_context_attach_cuda lays its blocks out 256-aligned from the bases it is given
+
+
+def _aligned(t: torch.Tensor) -> int:
+    return (t.data_ptr() + _ALIGN - 1) & ~(_ALIGN - 1)
+
+
 class CudaStepper:
     """Runs ``dcp_step`` on the GPU for one rank, with CUDA workspace from torch's allocator.
 
     ``config.max_tokens_per_rank`` must be > 0.  ``groups`` gives the
-    communicators and the stream.
+    communicators and the stream.  Every ``step()`` counts on the context
+    (:attr:`calls`) and is compared across ranks, as for :class:`dcpack.Stepper`:
+    after an OutOfStepError call :meth:`resync` on every rank.
     """
 
     def __init__(self, config: Config, groups: NcclGroups) -> None:
@@ -283,96 +316,134 @@ class CudaStepper:
         self.groups = groups
         self.device = groups.device
         device_bytes, host_bytes = _core.cuda_workspace_size(config.to_dict())
+        # room to align both bases to 256 bytes whatever the allocators return
         with torch.cuda.device(self.device):
-            self._device_ws = torch.empty(max(device_bytes, 1), dtype=torch.uint8, device="cuda")
-        self._host_ws = torch.empty(max(host_bytes, 1), dtype=torch.uint8, pin_memory=True)
+            self._device_ws = torch.empty(device_bytes + _ALIGN, dtype=torch.uint8, device="cuda")
+        self._host_ws = torch.empty(host_bytes + _ALIGN, dtype=torch.uint8, pin_memory=True)
+        # the workspace is used on the groups' stream; tell torch's caching allocator so (a free is then
+        # ordered after that stream's work, not only the allocating stream's)
+        self._device_ws.record_stream(groups.stream)
+        self._owner = _Workspace(self._ctx, self._device_ws, self._host_ws)
         _core.cuda_set_device(self.device)
-        self._ctx.attach_cuda(self._device_ws.data_ptr(), device_bytes, self._host_ws.data_ptr(), host_bytes)
+        self._ctx.attach_cuda(_aligned(self._device_ws), device_bytes, _aligned(self._host_ws), host_bytes)
+
+    @property
+    def calls(self) -> int:
+        """``dcp_context_calls()``: steps made on this stepper since it was built or resynced."""
+        return self._stepper.calls
+
+    def resync(self, next_call: int = 0) -> None:
+        """``dcp_context_resync()``: after an OutOfStepError, on every rank with the same ``next_call``."""
+        self._stepper.resync(next_call)
 
     def step(self, samples: Optional[Sequence[Any]], *, mtp_virtual_stages: int = 0,
-             fields: Optional[int] = None) -> TorchStepOutput:
+             fields: Optional[int] = None, step_id: int = 0) -> TorchStepOutput:
         """One step on this rank.
 
         ``samples``: list of :class:`dcpack.Sample` (or dicts) whose fields are
         CUDA tensors on this rank's device (int64 tokens/labels/position_ids,
         float32 loss_mask; 1-D, contiguous) and whose ``cu_seqlens`` is host
         memory (int32 CPU tensor or numpy array); None on ranks that receive by
-        TP broadcast.  Collective over the world communicator.
+        TP broadcast.  ``step_id``: this step's number, compared across ranks
+        (0 = none).  Collective over the world communicator.
         """
         keep: List[Any] = []
-        descriptors = None
-        if samples is not None:
-            if not isinstance(samples, (list, tuple)):
-                raise InvalidArgumentError("samples must be a list of dcpack.Sample (or dicts), or None")
-            descriptors = []
-            for i, s in enumerate(samples):
-                if isinstance(s, dict):
-                    s = Sample(**s)
-                if not isinstance(s, Sample):
-                    raise InvalidArgumentError(f"sample {i} must be a dcpack.Sample or a dict")
-                present = {k: getattr(s, k) for k in _DTYPES if getattr(s, k) is not None}
-                mask = fields if fields is not None else sum(_BITS[k] for k in present)
-                if fields is None:
-                    fields = mask
-                addrs, n = [], None
-                for k in ("tokens", "labels", "loss_mask", "position_ids"):
-                    if not fields & _BITS[k]:
-                        addrs.append(None)
-                        continue
-                    if k not in present:
-                        raise InvalidArgumentError(f"sample {i} lacks {k}, which the step's fields include")
-                    t = _cuda_field(present[k], f"sample {i} {k}", self.device)
-                    if n is None:
-                        n = t.numel()
-                    elif t.numel() != n:
-                        raise InvalidArgumentError(f"sample {i}: {k} has {t.numel()} elements, expected {n}")
-                    keep.append(t)
-                    addrs.append(t.data_ptr() if t.numel() else None)
-                n = n or 0
-                cu_addr, ncu, padded, original = None, 0, 0, 0
-                if s.cu_seqlens is not None:
-                    cu = s.cu_seqlens
-                    if isinstance(cu, torch.Tensor):
-                        if cu.device.type != "cpu":
-                            raise InvalidArgumentError(f"sample {i} cu_seqlens must be host memory")
-                        cu = cu.numpy()
-                    cu = np.asarray(cu)
-                    if cu.dtype != np.int32 or cu.ndim != 1 or not cu.flags.c_contiguous:
-                        raise InvalidArgumentError(f"sample {i} cu_seqlens must be a contiguous 1-D int32 array")
-                    keep.append(cu)
-                    cu_addr, ncu = (cu.__array_interface__["data"][0] if cu.size else None), cu.size
-                else:
-                    padded = n
-                    original = n if s.original_length is None else int(s.original_length)
-                    if not 0 <= original <= padded or padded > (1 << 31) - 1:
-                        raise InvalidArgumentError(f"sample {i}: original_length {original} outside [0, {padded}]")
-                descriptors.append((addrs[0], addrs[1], addrs[2], addrs[3], int(n), cu_addr, int(ncu), padded,
-                                    original))
-        args = self.groups.args(mtp_virtual_stages)
-        current = torch.cuda.current_stream(self.device)
-        self.groups.stream.wait_stream(current)
-        _core.cuda_set_device(self.device)
+        try:
+            descriptors, fields = self._descriptors(samples, fields, keep)
+            args = self.groups.args(mtp_virtual_stages, step_id)
+            # inputs written on torch's current stream are ready before the step's stream reads them
+            current = torch.cuda.current_stream(self.device)
+            self.groups.stream.wait_stream(current)
+            _core.cuda_set_device(self.device)
+        except BaseException:
+            self._stepper._count_lone_failure()
+            raise
         raw = self._stepper._step(None, args, fields, device=True, descriptors=descriptors)
         del keep
         return self._wrap(raw)
 
+    def _descriptors(self, samples: Optional[Sequence[Any]], fields: Optional[int], keep: List[Any]):
+        if samples is None:
+            return None, fields
+        if isinstance(samples, (Sample, dict)) or not isinstance(samples, (list, tuple)):
+            raise InvalidArgumentError("samples must be a list of dcpack.Sample (or dicts), or None")
+        descriptors = []
+        for i, s in enumerate(samples):
+            if isinstance(s, dict):
+                unknown = set(s) - {"tokens", "labels", "loss_mask", "position_ids", "cu_seqlens", "original_length"}
+                if unknown:
+                    raise InvalidArgumentError(f"sample {i}: unknown keys {sorted(unknown)}")
+                s = Sample(**s)
+            if not isinstance(s, Sample):
+                raise InvalidArgumentError(f"sample {i} must be a dcpack.Sample or a dict")
+            present = {k: getattr(s, k) for k in _DTYPES if getattr(s, k) is not None}
+            if fields is None:
+                fields = sum(_BITS[k] for k in present)
+            addrs, n = [], None
+            for k in ("tokens", "labels", "loss_mask", "position_ids"):
+                if not fields & _BITS[k]:
+                    addrs.append(None)
+                    continue
+                if k not in present:
+                    raise InvalidArgumentError(f"sample {i} lacks {k}, which the step's fields include")
+                t = _cuda_field(present[k], f"sample {i} {k}", self.device)
+                if n is None:
+                    n = t.numel()
+                elif t.numel() != n:
+                    raise InvalidArgumentError(f"sample {i}: {k} has {t.numel()} elements, expected {n}")
+                keep.append(t)
+                addrs.append(t.data_ptr() if t.numel() else None)
+            n = n or 0
+            cu_addr, ncu, padded, original = None, 0, 0, 0
+            if s.cu_seqlens is not None:
+                cu = s.cu_seqlens
+                if isinstance(cu, torch.Tensor):
+                    if cu.device.type != "cpu":
+                        raise InvalidArgumentError(f"sample {i} cu_seqlens must be host memory, got {cu.device}")
+                    cu = cu.detach().numpy()
+                if not isinstance(cu, np.ndarray):
+                    raise InvalidArgumentError(f"sample {i} cu_seqlens must be an int32 CPU tensor or numpy array")
+                if (cu.dtype != np.int32 or cu.ndim != 1 or not cu.flags.c_contiguous or not cu.flags.aligned
+                        or not cu.dtype.isnative):
+                    raise InvalidArgumentError(f"sample {i} cu_seqlens must be a contiguous 1-D int32 array")
+                if s.original_length is not None:
+                    raise InvalidArgumentError(f"sample {i}: original_length applies to one-sequence samples only")
+                keep.append(cu)
+                cu_addr, ncu = (cu.__array_interface__["data"][0] if cu.size else None), cu.size
+            else:
+                if n > (1 << 31) - 1:
+                    raise InvalidArgumentError(f"sample {i}: {n} tokens exceed an int32 length")
+                padded = n
+                original = n if s.original_length is None else s.original_length
+                if isinstance(original, bool) or not isinstance(original, (int, np.integer)):
+                    raise InvalidArgumentError(f"sample {i}: original_length must be an int")
+                original = int(original)
+                if not 0 <= original <= padded:
+                    raise InvalidArgumentError(f"sample {i}: original_length {original} outside [0, {padded}]")
+            descriptors.append((addrs[0], addrs[1], addrs[2], addrs[3], int(n), cu_addr, int(ncu), padded,
+                                original))
+        return descriptors, fields
+
     def _wrap(self, raw: tuple) -> TorchStepOutput:
         gen, nm, nv, nseq, ssum, sq, stats, plan_desc, mbs = raw
         state = _StepState(self._ctx, gen)
-        ctx, dev = self._ctx, self.device
+        ctx, dev, owner = self._ctx, self.device, self._owner
         out = []
         for t in mbs:
             (a_tok, a_lab, a_lm, a_pos, a_pad, a_cu, a_cup, ntok, ncu, nseqs, maxs, lcp, cpr, h_cu, h_cup) = t
             tensors = {
-                "tokens": _tensor(a_tok, ntok, torch.int64, "<i8", dev, ctx),
-                "labels": _tensor(a_lab, ntok, torch.int64, "<i8", dev, ctx),
-                "loss_mask": _tensor(a_lm, ntok, torch.float32, "<f4", dev, ctx),
-                "position_ids": _tensor(a_pos, ntok, torch.int64, "<i8", dev, ctx),
-                "padding_mask": _tensor(a_pad, ntok, torch.bool, "|b1", dev, ctx),
-                "cu_seqlens": _tensor(a_cu, ncu, torch.int32, "<i4", dev, ctx),
-                "cu_seqlens_padded": _tensor(a_cup, ncu, torch.int32, "<i4", dev, ctx),
-                "cu_seqlens_host": torch.from_numpy(_view(h_cu, ncu, "int32", ctx).copy()) if h_cu else None,
-                "cu_seqlens_padded_host": torch.from_numpy(_view(h_cup, ncu, "int32", ctx).copy()) if h_cup else None,
+                "tokens": _tensor(a_tok, ntok, torch.int64, "<i8", dev, owner),
+                "labels": _tensor(a_lab, ntok, torch.int64, "<i8", dev, owner),
+                "loss_mask": _tensor(a_lm, ntok, torch.float32, "<f4", dev, owner),
+                "position_ids": _tensor(a_pos, ntok, torch.int64, "<i8", dev, owner),
+                "padding_mask": _tensor(a_pad, ntok, torch.bool, "|b1", dev, owner),
+                "cu_seqlens": _tensor(a_cu, ncu, torch.int32, "<i4", dev, owner),
+                "cu_seqlens_padded": _tensor(a_cup, ncu, torch.int32, "<i4", dev, owner),
+                # host copies: these arrays live in the pinned workspace, which the next step rewrites
+                "cu_seqlens_host": (torch.from_numpy(_view(h_cu, ncu, "int32", owner).copy())
+                                    if h_cu is not None else None),
+                "cu_seqlens_padded_host": (torch.from_numpy(_view(h_cup, ncu, "int32", owner).copy())
+                                           if h_cup is not None else None),
             }
             out.append(TorchMicrobatch(state, tensors, (ntok, ncu, nseqs, maxs, lcp, cpr)))
         from ._api import Plan
@@ -381,5 +452,5 @@ class CudaStepper:
         return TorchStepOutput(state, nm, nv, nseq, ssum, sq, stats, plan, out)
 
     def close(self) -> None:
-        """Destroy the context (the workspace tensors are freed with this object)."""
+        """Destroy the context now (outputs go stale; the workspace is freed once no output tensor holds it)."""
         self._stepper.close()

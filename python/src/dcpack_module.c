@@ -111,7 +111,8 @@ static int config_from_dict(PyObject *dict, dcp_config *c)
         get_i32(dict, "max_microbatches", &c->max_microbatches) < 0 ||
         get_i32(dict, "pad_alignment", &c->pad_alignment) < 0 || get_i64(dict, "fields", &fields) < 0 ||
         get_i32(dict, "pad_to_max_seqlen", &c->pad_to_max_seqlen) < 0 ||
-        get_i32(dict, "thd_tail_policy", &tail) < 0 || get_i32(dict, "cp_partition", &partition) < 0)
+        get_i32(dict, "thd_tail_policy", &tail) < 0 || get_i32(dict, "cp_partition", &partition) < 0 ||
+        get_i32(dict, "skip_sibling_data_check", &c->skip_sibling_data_check) < 0)
         return -1;
     if (fields < 0 || fields > (int64_t)UINT32_MAX) {
         raise_status(DCP_ERR_INVALID_CONFIG, "fields does not fit in uint32");
@@ -202,6 +203,7 @@ static PyObject *config_to_dict(const dcp_config *c)
     SET_ITEM(d, "pad_to_max_seqlen", PyLong_FromLong(c->pad_to_max_seqlen));
     SET_ITEM(d, "thd_tail_policy", PyLong_FromLong((long)c->thd_tail_policy));
     SET_ITEM(d, "cp_partition", PyLong_FromLong((long)c->cp_partition));
+    SET_ITEM(d, "skip_sibling_data_check", PyLong_FromLong(c->skip_sibling_data_check));
     return d;
 }
 
@@ -331,6 +333,7 @@ static PyObject *World_comm(PyObject *o, PyObject *args)
     allocfunc alloc = (allocfunc)PyType_GetSlot(CommType, Py_tp_alloc);
     CommObject *c = (CommObject *)alloc(CommType, 0);
     if (!c) return NULL;
+    memset(&c->comm, 0, sizeof c->comm); /* every field zero (calls included) whatever the backend fills in */
     dcp_status st = dcp_inproc_comm(self->world, rank, &c->comm);
     if (st != DCP_OK) {
         Py_DECREF(c);
@@ -440,6 +443,7 @@ static PyObject *make_nccl_comm(PyObject *owner)
     allocfunc alloc = (allocfunc)PyType_GetSlot(CommType, Py_tp_alloc);
     CommObject *c = (CommObject *)alloc(CommType, 0);
     if (!c) return NULL;
+    memset(&c->comm, 0, sizeof c->comm); /* every field zero (calls included) before init or split fills it */
     c->kind = COMM_NCCL;
     Py_XINCREF(owner);
     c->owner = owner;
@@ -771,28 +775,63 @@ static PyObject *stats_dict(const dcp_step_stats *s)
 }
 
 /*
- * step(world, dpcp, tp, pipeline_rank, mtp_virtual_stages, tp_ranks_hold_data, cuda_stream, fields, samples)
+ * A step this rank gave up on before the library saw it (arguments the binding or the package refused)
+ * counts on the context like one the library refuses on the calling rank alone: dcp_step without
+ * arguments is such a call (counted, no collective).  The peers' next step then meets this rank's next
+ * one with different call counts, and every rank gets DCP_ERR_OUT_OF_STEP instead of pairing two
+ * different steps.  Not counted: a closed context, or one another thread is running a call on (that
+ * call is the step).  The pending exception is kept.  Returns 1 when the call was counted.
+ */
+static int count_lone_step(ContextObject *self)
+{
+    if (!self->ctx || self->busy) return 0;
+    self->generation++; /* a failed step replaces the previous output too */
+    const dcp_step_output *out = NULL;
+    (void)dcp_step(self->ctx, NULL, NULL, &out);
+    return 1;
+}
+
+static PyObject *Context_count_failed_step(PyObject *o, PyObject *unused)
+{
+    (void)unused;
+    return PyBool_FromLong(count_lone_step((ContextObject *)o));
+}
+
+/*
+ * step(world, dpcp, tp, pipeline_rank, mtp_virtual_stages, tp_ranks_hold_data, cuda_stream, fields, samples,
+ *      step_id=0)
  * samples: None (this rank receives by broadcast) or a list of 9-tuples
  *   (tokens, labels, loss_mask, position_ids, num_tokens, cu_seqlens, num_cu_seqlens, padded_length,
  *    original_length), addresses as ints or None.
  * -> (generation, num_microbatches, num_virtual_stages, num_sequences, seqlen_sum, seqlen_squared_sum,
  *     stats, plan tuple or None, [microbatch tuples])
+ * *reached: whether dcp_step ran with these arguments (else Context_step counts the call).
  */
-static PyObject *Context_step(PyObject *o, PyObject *args)
+static PyObject *step_call(ContextObject *self, PyObject *args, int *reached)
 {
-    ContextObject *self = (ContextObject *)o;
-    PyObject *ow, *od, *ot, *ostream, *osamples;
+    PyObject *ow, *od, *ot, *ostream, *osamples, *ostep = NULL;
     int pipeline_rank, hold;
     unsigned long mtp, fields;
-    if (!PyArg_ParseTuple(args, "OOOikiOkO", &ow, &od, &ot, &pipeline_rank, &mtp, &hold, &ostream, &fields,
-                          &osamples))
+    if (!PyArg_ParseTuple(args, "OOOikiOkO|O", &ow, &od, &ot, &pipeline_rank, &mtp, &hold, &ostream, &fields,
+                          &osamples, &ostep))
         return NULL;
+    unsigned long long step_id = 0;
+    if (ostep && ostep != Py_None) {
+        step_id = PyLong_AsUnsignedLongLong(ostep);
+        if (step_id == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return raise_invalid("step_id must be an int in [0, 2**64)");
+        }
+    }
     CommObject *world, *dpcp, *tp;
     if (comm_arg(ow, "world", &world) < 0 || comm_arg(od, "data_context_parallel", &dpcp) < 0 ||
         comm_arg(ot, "tensor_parallel", &tp) < 0)
         return NULL;
     void *stream;
     if (get_addr(ostream, &stream) < 0) return NULL;
+    /* refuse a closed or busy context before the sample table (which a running step reads) is touched;
+       the GIL is held from here to context_enter below, so no other call can start in between */
+    if (!self->ctx || self->busy) return context_enter(self) < 0 ? NULL : raise_invalid("context state");
     dcp_step_input input;
     memset(&input, 0, sizeof input);
     int has_input = osamples != Py_None;
@@ -857,9 +896,11 @@ static PyObject *Context_step(PyObject *o, PyObject *args)
     sa.mtp_virtual_stages = (uint32_t)mtp;
     sa.tp_ranks_hold_data = hold;
     sa.cuda_stream = stream;
+    sa.step_id = (uint64_t)step_id;
     self->generation++;
     const dcp_step_output *out = NULL;
     dcp_status st;
+    *reached = 1;
     Py_BEGIN_ALLOW_THREADS
     st = dcp_step(self->ctx, &sa, has_input ? &input : NULL, &out);
     Py_END_ALLOW_THREADS
@@ -896,6 +937,43 @@ static PyObject *Context_step(PyObject *o, PyObject *args)
                          plan, list);
 }
 
+static PyObject *Context_step(PyObject *o, PyObject *args)
+{
+    ContextObject *self = (ContextObject *)o;
+    int reached = 0;
+    PyObject *result = step_call(self, args, &reached);
+    if (!result && !reached) {
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        count_lone_step(self);
+        PyErr_Restore(type, value, traceback);
+    }
+    return result;
+}
+
+/* resync(next_call): dcp_context_resync. */
+static PyObject *Context_resync(PyObject *o, PyObject *arg)
+{
+    ContextObject *self = (ContextObject *)o;
+    unsigned long long next = PyLong_AsUnsignedLongLong(arg);
+    if (next == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return raise_invalid("next_call must be an int in [0, 2**64)");
+    }
+    if (context_enter(self) < 0) return NULL;
+    dcp_status st = dcp_context_resync(self->ctx, (uint64_t)next);
+    self->busy = 0;
+    if (st != DCP_OK) return context_error(self, st, "dcp_context_resync");
+    Py_RETURN_NONE;
+}
+
+static PyObject *Context_get_calls(PyObject *o, void *closure)
+{
+    (void)closure;
+    ContextObject *self = (ContextObject *)o;
+    return PyLong_FromUnsignedLongLong(self->ctx ? dcp_context_calls(self->ctx) : 0);
+}
+
 static PyObject *Context_close(PyObject *o, PyObject *unused)
 {
     (void)unused;
@@ -912,6 +990,9 @@ static PyMethodDef Context_methods[] = {
     {"stats", Context_stats, METH_VARARGS, "stats(plan, lengths_address, n) -> dict (dcp_plan_stats_compute)."},
     {"validate", Context_validate, METH_VARARGS, "validate(plan, lengths_address, n) -> None or violation tuple."},
     {"step", Context_step, METH_VARARGS, "step(...) -> output descriptor (dcp_step)."},
+    {"count_failed_step", Context_count_failed_step, METH_NOARGS,
+     "Count a step this rank gave up on before the library saw it (dcp_step without arguments) -> bool."},
+    {"resync", Context_resync, METH_O, "resync(next_call): dcp_context_resync()."},
     {"attach_cuda", Context_attach_cuda, METH_VARARGS, "attach_cuda(device, device_bytes, host, host_bytes)."},
     {"last_error", Context_last_error, METH_NOARGS, "dcp_context_last_error()."},
     {"close", Context_close, METH_NOARGS, "Destroy the context now."},
@@ -921,6 +1002,7 @@ static PyMethodDef Context_methods[] = {
 static PyGetSetDef Context_getset[] = {
     {"generation", Context_get_generation, NULL, "Plans and steps so far (views of an older one are stale).", NULL},
     {"config", Context_get_config, NULL, "The configuration as a dict.", NULL},
+    {"calls", Context_get_calls, NULL, "dcp_context_calls(): multi-rank calls since creation or the last resync.", NULL},
     {"workspace_bytes", Context_get_workspace_bytes, NULL, "dcp_context_workspace_bytes().", NULL},
     {"scratch_high_water", Context_get_scratch_high_water, NULL, "dcp_context_scratch_high_water().", NULL},
     {NULL, NULL, NULL, NULL, NULL},

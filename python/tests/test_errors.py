@@ -26,6 +26,7 @@ STATUSES = {
     -16: ("DCP_ERR_CUDA", dcpack.CudaError),
     -17: ("DCP_ERR_NCCL", dcpack.NcclError),
     -18: ("DCP_ERR_UNSUPPORTED", dcpack.UnsupportedError),
+    -19: ("DCP_ERR_OUT_OF_STEP", dcpack.OutOfStepError),
 }
 
 

@@ -86,3 +86,22 @@ def test_config_from_megatron_arguments():
     c = dm.config_from_megatron(args, max_sequences=64, max_tokens_per_rank=1 << 16)
     assert (c.scheduler, c.pad_to_max_seqlen, c.max_sequences_per_microbatch, c.microbatch_group_size_per_vp_stage,
             c.thd_tail_policy) == ("dp_balanced", 1, 9, 0, "extend_last")
+
+
+def test_install_data_path_on_stand_in_modules():
+    """install_data_path swaps both functions in (and back) without importing Megatron."""
+    def original_wrap(*args, **kwargs):
+        return "megatron's wrap_data_iterator"
+
+    def original_get_batch(*args, **kwargs):
+        return "megatron's get_batch"
+
+    training = types.SimpleNamespace(wrap_data_iterator=original_wrap)
+    gpt = types.SimpleNamespace(get_batch_on_this_rank_for_sequence_packing=original_get_batch)
+    path = types.SimpleNamespace(wrap_data_iterator=lambda *a, **k: "dcpack", get_batch=lambda *a, **k: "dcpack")
+    prev = dm.install_data_path(path, training_module=training, gpt_module=gpt)
+    assert training.wrap_data_iterator is path.wrap_data_iterator
+    assert gpt.get_batch_on_this_rank_for_sequence_packing is path.get_batch
+    dm.uninstall_data_path(prev)
+    assert training.wrap_data_iterator is original_wrap
+    assert gpt.get_batch_on_this_rank_for_sequence_packing is original_get_batch
