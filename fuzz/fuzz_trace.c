@@ -1,4 +1,4 @@
-/* dcp-fuzz-sources: pipeline/cli/trace_read.c pipeline/cli/options.c */
+/* dcp-fuzz-sources: programs/trace_read.c programs/options.c */
 /*
  * fuzz_trace.c - the dcpack program's trace reader (one length per line, CSV,
  * JSON Lines) on arbitrary files.
@@ -14,7 +14,7 @@
  *   4 auto --column len; the rest is the file (NUL bytes become 'x').
  */
 #include "fuzz_common.h"
-#include "../pipeline/cli/cli.h"
+#include "../programs/cli.h"
 
 #include <ctype.h>
 #include <stdlib.h>
