@@ -7,6 +7,20 @@
 
 #include <string.h>
 
+#ifdef DCP_HAVE_JEMALLOC
+/*
+ * jemalloc, linked in as malloc, is not safe for a new thread when memory runs
+ * out: jemalloc 5.3 dereferences the arena it could not create for the thread
+ * (in the thread's first malloc), and flushes a thread cache it could not set
+ * up (when the thread ends); either way the program dies of SIGSEGV.  With one
+ * automatic arena and no thread caches neither is made per thread, and a
+ * failed allocation returns NULL, which the program reports (exit status 1).
+ * The rank threads of `dcpack step` allocate before and after their steps
+ * only; contexts allocate from arenas of their own.
+ */
+const char *malloc_conf = "narenas:1,tcache:false";
+#endif
+
 static const struct {
     const char *name;
     int (*run)(int argc, char **argv);
