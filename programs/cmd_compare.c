@@ -499,8 +499,8 @@ int dcp_cli_compare(int argc, char **argv)
                            rows[second].label, 100.0 * (rows[best].makespan / rows[best].lower_bound - 1.0));
             }
         }
-        if (fflush(stdout) != 0) status = dcp_cli_fail(DCP_EXIT_ERROR, "compare", "cannot write the output");
-        else if (any_failed) status = DCP_EXIT_ERROR;
+        status = dcp_cli_output_status("compare");
+        if (status == DCP_EXIT_OK && any_failed) status = DCP_EXIT_ERROR;
     }
     for (int k = 0; k < num_rows; k++) free(rows[k].seconds);
     for (int b = 0; b < num_batches; b++) dcp_cli_trace_free(&batches[b]);

@@ -198,6 +198,6 @@ int dcp_cli_cost(int argc, char **argv)
         print_grouped(model.microbatch_overhead, 0);
         printf(" to its slowest rank.\n");
     }
-    if (fflush(stdout) != 0) return dcp_cli_fail(DCP_EXIT_ERROR, "cost", "cannot write the output");
+    if (dcp_cli_output_status("cost") != DCP_EXIT_OK) return DCP_EXIT_ERROR;
     return DCP_EXIT_OK;
 }

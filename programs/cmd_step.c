@@ -286,8 +286,8 @@ int dcp_cli_step(int argc, char **argv)
     } else {
         print_report(&o, &r, &trace);
         int ok = r.statuses_agree && steps_status(&o, &r) == DCP_OK && (!o.check || r.verified);
-        if (fflush(stdout) != 0) st = dcp_cli_fail(DCP_EXIT_ERROR, "step", "cannot write the output");
-        else if (!ok)
+        st = dcp_cli_output_status("step");
+        if (st == DCP_EXIT_OK && !ok)
             st = dcp_cli_fail(DCP_EXIT_ERROR, "step", "%s", r.message[0] ? r.message : "a step failed or did not verify");
     }
     dcp_cli_trace_free(&trace);

@@ -58,7 +58,14 @@ static void usage(FILE *out)
             DCP_VERSION_MAJOR, DCP_VERSION_MINOR, DCP_VERSION_PATCH);
 }
 
-int main(int argc, char **argv)
+/* Whatever a command (or a help text) printed must have been written: a full disk is a failure too. */
+static int finish(const char *command, int status)
+{
+    if (dcp_cli_output_status(command) != DCP_EXIT_OK && status == DCP_EXIT_OK) return DCP_EXIT_ERROR;
+    return status;
+}
+
+static int run(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
@@ -92,4 +99,10 @@ int main(int argc, char **argv)
     fprintf(stderr, "dcpack: unknown command '%s'\n\n", name);
     usage(stderr);
     return DCP_EXIT_USAGE;
+}
+
+int main(int argc, char **argv)
+{
+    int status = run(argc, argv);
+    return finish(argc >= 2 && argv[1][0] != '-' ? argv[1] : "", status);
 }
