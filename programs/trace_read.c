@@ -8,6 +8,11 @@
  *          length; fields may be "quoted" ("" inside quotes is one ")
  *   jsonl  one JSON object per line; --column names the key of the length
  * Every bad record is reported as FILE:LINE with the offending text.
+ *
+ * The input is read as a stream, a line at a time, and reading stops at the
+ * first bad line: input that is no trace (a device, a binary file, a bad line
+ * followed by endless input) fails where it goes wrong, in bounded memory.  A
+ * NUL byte is in no trace; a line longer than MAX_LINE bytes is refused.
  */
 #include "cli.h"
 
@@ -41,34 +46,97 @@ static const char *excerpt(const char *text, size_t len, char *buf, size_t size)
     return buf;
 }
 
-static int read_all(const char *command, const char *path, char **data, size_t *size)
+/*
+ * The longest line a trace may hold.  A JSON Lines record may carry a whole
+ * sample besides its length, so this is generous; it bounds the memory an
+ * endless line can take.
+ */
+#define MAX_LINE ((size_t)64 << 20)
+#define CHUNK ((size_t)64 << 10) /* bytes read at a time */
+
+/* Lines of a file or standard input, read a chunk at a time. */
+typedef struct line_source {
+    FILE *f;
+    const char *command, *name, *path;
+    char *buf;
+    size_t cap;        /* bytes allocated */
+    size_t start, end; /* the bytes read and not yet handed out */
+    size_t scanned;    /* of those, the ones known to hold no '\n' (and no NUL) */
+    int at_eof, started;
+    int32_t number;    /* lines handed out */
+} line_source;
+
+/*
+ * The next line, without its '\n' and a trailing '\r', in [*s, *s + *len),
+ * valid until the next call: 1; 0 at the end of the input; -1 with *status
+ * set and the message printed (a NUL byte, a line too long, a read error, out
+ * of memory).  A UTF-8 byte-order mark before the first line is skipped.
+ */
+static int source_next(line_source *src, const char **s, size_t *len, int *status)
 {
-    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (!f) return dcp_cli_fail(DCP_EXIT_INPUT, command, "cannot open %s: %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap + 1);
     for (;;) {
-        if (!buf) {
-            if (f != stdin) fclose(f);
-            return dcp_cli_fail(DCP_EXIT_ERROR, command, "%s: out of memory", path);
+        char *base = src->buf + src->start;
+        size_t have = src->end - src->start;
+        char *newline = have > src->scanned ? memchr(base + src->scanned, '\n', have - src->scanned) : NULL;
+        size_t upto = newline ? (size_t)(newline - base) : have;
+        const char *nul = upto > src->scanned ? memchr(base + src->scanned, '\0', upto - src->scanned) : NULL;
+        if (nul) {
+            *status = dcp_cli_fail(DCP_EXIT_INPUT, src->command, "%s:%lld: a NUL byte at column %zu: not a trace",
+                                   src->name, (long long)src->number + 1, (size_t)(nul - base) + 1);
+            return -1;
         }
-        n += fread(buf + n, 1, cap - n, f);
-        if (n < cap) break;
-        cap *= 2;
-        char *grown = realloc(buf, cap + 1);
-        if (!grown) free(buf);
-        buf = grown;
+        src->scanned = upto;
+        if (upto > MAX_LINE) {
+            *status = dcp_cli_fail(DCP_EXIT_INPUT, src->command, "%s:%lld: line longer than %zu bytes", src->name,
+                                   (long long)src->number + 1, MAX_LINE);
+            return -1;
+        }
+        if (newline || (src->at_eof && have > 0)) {
+            if (src->number == INT32_MAX) {
+                *status = dcp_cli_fail(DCP_EXIT_INPUT, src->command, "%s: more than %d lines", src->name, INT32_MAX);
+                return -1;
+            }
+            src->number++;
+            src->start += newline ? upto + 1 : upto;
+            src->scanned = 0;
+            if (upto > 0 && base[upto - 1] == '\r') upto--;
+            *s = base;
+            *len = upto;
+            return 1;
+        }
+        if (src->at_eof) return 0;
+        /* read on: the partial line moves to the front, and the buffer grows when it is full */
+        if (src->start > 0) {
+            memmove(src->buf, base, have);
+            src->start = 0;
+            src->end = have;
+        }
+        if (src->cap - src->end < CHUNK) {
+            size_t cap = src->cap ? src->cap * 2 : 2 * CHUNK;
+            if (cap > MAX_LINE + CHUNK) cap = MAX_LINE + CHUNK; /* a line never holds more before it is refused */
+            if (cap < src->end + CHUNK) cap = src->end + CHUNK;
+            char *grown = realloc(src->buf, cap);
+            if (!grown) {
+                *status = dcp_cli_fail(DCP_EXIT_ERROR, src->command, "%s: out of memory", src->name);
+                return -1;
+            }
+            src->buf = grown;
+            src->cap = cap;
+        }
+        size_t got = fread(src->buf + src->end, 1, CHUNK, src->f);
+        src->end += got;
+        if (got < CHUNK) {
+            if (ferror(src->f)) {
+                *status = dcp_cli_fail(DCP_EXIT_INPUT, src->command, "cannot read %s: %s", src->path, strerror(errno));
+                return -1;
+            }
+            src->at_eof = 1;
+        }
+        if (!src->started) { /* a UTF-8 byte order mark is not data */
+            src->started = 1;
+            if (src->end >= 3 && memcmp(src->buf, "\xEF\xBB\xBF", 3) == 0) src->start = 3;
+        }
     }
-    int failed = ferror(f);
-    if (f != stdin) fclose(f);
-    if (failed) {
-        free(buf);
-        return dcp_cli_fail(DCP_EXIT_INPUT, command, "cannot read %s", path);
-    }
-    buf[n] = '\0';
-    *data = buf;
-    *size = n;
-    return DCP_EXIT_OK;
 }
 
 static int push(reader *r, int32_t length, int32_t line)
@@ -123,58 +191,11 @@ static int parse_length(reader *r, const char *text, size_t len, int32_t line, c
     return push(r, (int32_t)v, line);
 }
 
-/* Line iteration: [*start, *end) of the next line, without '\n' and a trailing '\r'. */
-typedef struct line_cursor {
-    const char *p, *limit;
-    int32_t number;
-} line_cursor;
-
-static int next_line(line_cursor *c, const char **start, size_t *len)
-{
-    if (c->p >= c->limit) return 0;
-    const char *s = c->p, *e = memchr(s, '\n', (size_t)(c->limit - s));
-    if (!e) e = c->limit;
-    c->p = e < c->limit ? e + 1 : c->limit;
-    c->number++;
-    if (e > s && e[-1] == '\r') e--;
-    *start = s;
-    *len = (size_t)(e - s);
-    return 1;
-}
-
 static int blank(const char *s, size_t len)
 {
     for (size_t i = 0; i < len; i++)
         if (!isspace((unsigned char)s[i])) return 0;
     return 1;
-}
-
-/* A blank line is allowed only when nothing but blank lines follows. */
-static int blank_line_error(reader *r, line_cursor c, int32_t line, const char *what)
-{
-    const char *s;
-    size_t len;
-    while (next_line(&c, &s, &len))
-        if (!blank(s, len))
-            return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: empty line (%s)", r->name, line, what);
-    return -1; /* the rest is blank: stop reading */
-}
-
-static int read_text(reader *r, const char *data, size_t size)
-{
-    line_cursor c = {data, data + size, 0};
-    const char *s;
-    size_t len;
-    while (next_line(&c, &s, &len)) {
-        if (blank(s, len)) {
-            int st = blank_line_error(r, c, c.number, "every line holds one length; ids are line numbers");
-            if (st == -1) break;
-            return st;
-        }
-        int st = parse_length(r, s, len, c.number, "one integer per line");
-        if (st != DCP_EXIT_OK) return st;
-    }
-    return DCP_EXIT_OK;
 }
 
 /* ---- CSV ---- */
@@ -227,16 +248,11 @@ static int csv_field(const char *s, size_t len, int index, char *out, size_t out
     }
 }
 
-static int read_csv(reader *r, const char *data, size_t size, const char *column)
+/* The header line: *index gets the column's field number. */
+static int csv_header(reader *r, const char *s, size_t len, const char *column, int *index)
 {
-    line_cursor c = {data, data + size, 0};
-    const char *s;
-    size_t len;
-    if (!next_line(&c, &s, &len) || blank(s, len))
-        return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:1: expected a CSV header line naming the columns",
-                            r->name);
-    int index = -1, fields = 0;
     char name[256], all[512] = "";
+    *index = -1;
     for (int f = 0;; f++) {
         size_t n = 0;
         int seen = csv_field(s, len, f, name, sizeof name, &n);
@@ -245,37 +261,31 @@ static int read_csv(reader *r, const char *data, size_t size, const char *column
         if (n >= sizeof name) n = 0; /* a name too long to hold matches no --column */
         while (n && isspace((unsigned char)name[n - 1])) n--;
         name[n] = '\0';
-        if (index < 0 && strcmp(name, column) == 0) index = f;
+        if (*index < 0 && strcmp(name, column) == 0) *index = f;
         if (strlen(all) + n + 3 < sizeof all) {
             if (f) strcat(all, ", ");
             strcat(all, name);
         }
-        fields = seen;
     }
-    if (index < 0)
+    if (*index < 0)
         return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:1: no column '%s' in the header (columns: %s)", r->name,
                             column, all);
-    (void)fields;
-    while (next_line(&c, &s, &len)) {
-        if (blank(s, len)) {
-            int st = blank_line_error(r, c, c.number, "every row is one sequence");
-            if (st == -1) break;
-            return st;
-        }
-        char value[128];
-        size_t n = 0;
-        int seen = csv_field(s, len, index, value, sizeof value, &n);
-        if (seen < 0) return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: unterminated quote", r->name, c.number);
-        if (seen <= index)
-            return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: the row has %d fields; column '%s' is field %d",
-                                r->name, c.number, seen, column, index + 1);
-        if (n >= sizeof value)
-            return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: column '%s' holds %zu characters, more than a "
-                                "length can (%zu)", r->name, c.number, column, n, sizeof value - 1);
-        int st = parse_length(r, value, n, c.number, "column values must be integers");
-        if (st != DCP_EXIT_OK) return st;
-    }
     return DCP_EXIT_OK;
+}
+
+static int csv_row(reader *r, const char *s, size_t len, int32_t line, const char *column, int index)
+{
+    char value[128];
+    size_t n = 0;
+    int seen = csv_field(s, len, index, value, sizeof value, &n);
+    if (seen < 0) return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: unterminated quote", r->name, line);
+    if (seen <= index)
+        return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: the row has %d fields; column '%s' is field %d",
+                            r->name, line, seen, column, index + 1);
+    if (n >= sizeof value)
+        return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: column '%s' holds %zu characters, more than a "
+                            "length can (%zu)", r->name, line, column, n, sizeof value - 1);
+    return parse_length(r, value, n, line, "column values must be integers");
 }
 
 /* ---- JSON Lines ---- */
@@ -361,73 +371,83 @@ static int json_key_is(const char *s, size_t n, const char *key)
     return key[k] == '\0';
 }
 
-static int read_jsonl(reader *r, const char *data, size_t size, const char *column)
+static int jsonl_record(reader *r, const char *s, size_t len, int32_t line, const char *column)
 {
-    line_cursor c = {data, data + size, 0};
-    const char *s;
-    size_t len;
-    while (next_line(&c, &s, &len)) {
-        if (blank(s, len)) {
-            int st = blank_line_error(r, c, c.number, "every line is one JSON object, one sequence");
-            if (st == -1) break;
-            return st;
-        }
-        json j = {s, s + len};
-        json_space(&j);
-        char shown[200];
-        if (j.p >= j.end || *j.p != '{')
-            return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: not a JSON object: '%s'", r->name, c.number,
-                                excerpt(s, len, shown, sizeof shown));
+    json j = {s, s + len};
+    json_space(&j);
+    char shown[200];
+    if (j.p >= j.end || *j.p != '{')
+        return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: not a JSON object: '%s'", r->name, line,
+                            excerpt(s, len, shown, sizeof shown));
+    j.p++;
+    const char *value = NULL;
+    size_t value_len = 0;
+    int ok = 1;
+    json_space(&j);
+    if (j.p < j.end && *j.p == '}') {
         j.p++;
-        const char *value = NULL;
-        size_t value_len = 0;
-        int ok = 1;
-        json_space(&j);
-        if (j.p < j.end && *j.p == '}') {
+    } else {
+        for (;;) {
+            const char *k;
+            size_t kn;
+            json_space(&j);
+            if (json_string(&j, &k, &kn) != 0) { ok = 0; break; }
+            json_space(&j);
+            if (j.p >= j.end || *j.p != ':') { ok = 0; break; }
             j.p++;
-        } else {
-            for (;;) {
-                const char *k;
-                size_t kn;
-                json_space(&j);
-                if (json_string(&j, &k, &kn) != 0) { ok = 0; break; }
-                json_space(&j);
-                if (j.p >= j.end || *j.p != ':') { ok = 0; break; }
-                j.p++;
-                json_space(&j);
-                const char *v = j.p;
-                if (json_skip(&j, 1) != 0) { ok = 0; break; }
-                if (!value && json_key_is(k, kn, column)) {
-                    value = v;
-                    value_len = (size_t)(j.p - v);
-                }
-                json_space(&j);
-                if (j.p < j.end && *j.p == ',') { j.p++; continue; }
-                if (j.p < j.end && *j.p == '}') { j.p++; break; }
-                ok = 0;
-                break;
+            json_space(&j);
+            const char *v = j.p;
+            if (json_skip(&j, 1) != 0) { ok = 0; break; }
+            if (!value && json_key_is(k, kn, column)) {
+                value = v;
+                value_len = (size_t)(j.p - v);
             }
+            json_space(&j);
+            if (j.p < j.end && *j.p == ',') { j.p++; continue; }
+            if (j.p < j.end && *j.p == '}') { j.p++; break; }
+            ok = 0;
+            break;
         }
-        json_space(&j);
-        if (!ok || j.p != j.end)
-            return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: malformed JSON at column %d: '%s'", r->name,
-                                c.number, (int)(j.p - s) + 1, excerpt(s, len, shown, sizeof shown));
-        if (!value)
-            return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: no \"%s\" key in this record", r->name, c.number,
-                                column);
-        if (value[0] == '"')
-            return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: \"%s\" is a string (%s), not a number", r->name,
-                                c.number, column, excerpt(value, value_len, shown, sizeof shown));
-        int st = parse_length(r, value, value_len, c.number, "JSON values must be integers");
-        if (st != DCP_EXIT_OK) return st;
     }
-    return DCP_EXIT_OK;
+    json_space(&j);
+    if (!ok || j.p != j.end)
+        return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: malformed JSON at column %d: '%s'", r->name, line,
+                            (int)(j.p - s) + 1, excerpt(s, len, shown, sizeof shown));
+    if (!value)
+        return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: no \"%s\" key in this record", r->name, line, column);
+    if (value[0] == '"')
+        return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: \"%s\" is a string (%s), not a number", r->name, line,
+                            column, excerpt(value, value_len, shown, sizeof shown));
+    return parse_length(r, value, value_len, line, "JSON values must be integers");
 }
 
 static int ends_with(const char *s, const char *suffix)
 {
     size_t n = strlen(s), k = strlen(suffix);
     return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+enum format { FORMAT_AUTO, FORMAT_TEXT, FORMAT_CSV, FORMAT_JSONL };
+
+/*
+ * --input-format auto, decided at the first line that is not blank (line
+ * `line`, its text in [s, s + len)): with --column, JSON Lines when it starts
+ * with '{', else CSV; without, one length per line, unless it looks like JSON
+ * Lines or (line 1 holding a comma) CSV, which need --column.
+ */
+static int decide_format(reader *r, const char *s, size_t len, int32_t line, const char *column, enum format *format)
+{
+    while (len && isspace((unsigned char)*s)) s++, len--;
+    if (column) {
+        *format = len && *s == '{' ? FORMAT_JSONL : FORMAT_CSV;
+        return DCP_EXIT_OK;
+    }
+    if ((len && *s == '{') || (line == 1 && memchr(s, ',', len)))
+        return dcp_cli_fail(DCP_EXIT_INPUT, r->command,
+                            "%s:1: looks like %s, not one length per line: name the length column with --column NAME",
+                            r->name, len && *s == '{' ? "JSON Lines" : "CSV");
+    *format = FORMAT_TEXT;
+    return DCP_EXIT_OK;
 }
 
 int dcp_cli_trace_read(const char *command, const char *path, const char *format, const char *column,
@@ -444,39 +464,54 @@ int dcp_cli_trace_read(const char *command, const char *path, const char *format
     if ((strcmp(format, "csv") == 0 || strcmp(format, "jsonl") == 0) && !column)
         return dcp_cli_fail(DCP_EXIT_USAGE, command, "%s input needs --column NAME (the length column)", format);
 
-    char *data = NULL;
-    size_t size = 0;
-    int st = read_all(command, path, &data, &size);
-    if (st != DCP_EXIT_OK) return st;
-    if (size >= 3 && memcmp(data, "\xEF\xBB\xBF", 3) == 0) { /* a UTF-8 byte order mark is not data */
-        memmove(data, data + 3, size - 2);
-        size -= 3;
+    enum format kind = strcmp(format, "text") == 0    ? FORMAT_TEXT
+                       : strcmp(format, "csv") == 0   ? FORMAT_CSV
+                       : strcmp(format, "jsonl") == 0 ? FORMAT_JSONL
+                                                      : FORMAT_AUTO;
+    if (kind == FORMAT_AUTO && column) {
+        if (ends_with(path, ".csv")) kind = FORMAT_CSV;
+        else if (ends_with(path, ".jsonl") || ends_with(path, ".ndjson") || ends_with(path, ".json")) kind = FORMAT_JSONL;
     }
-    const char *first = data;
-    while (*first && isspace((unsigned char)*first)) first++;
-    if (strcmp(format, "auto") == 0) {
-        if (column) {
-            if (ends_with(path, ".csv")) format = "csv";
-            else if (ends_with(path, ".jsonl") || ends_with(path, ".ndjson") || ends_with(path, ".json")) format = "jsonl";
-            else format = *first == '{' ? "jsonl" : "csv";
-        } else {
-            size_t line_len = strcspn(data, "\n");
-            format = "text";
-            if (*first == '{' || memchr(data, ',', line_len)) {
-                const char *kind = *first == '{' ? "JSON Lines" : "CSV";
-                free(data);
-                return dcp_cli_fail(DCP_EXIT_INPUT, command,
-                                    "%s:1: looks like %s, not one length per line: name the length column with "
-                                    "--column NAME",
-                                    name, kind);
-            }
-        }
-    }
+
+    FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
+    if (!f) return dcp_cli_fail(DCP_EXIT_INPUT, command, "cannot open %s: %s", path, strerror(errno));
+    line_source src = {.f = f, .command = command, .name = trace->name, .path = path};
     reader r = {command, trace->name, trace, 0};
-    if (strcmp(format, "csv") == 0) st = read_csv(&r, data, size, column);
-    else if (strcmp(format, "jsonl") == 0) st = read_jsonl(&r, data, size, column);
-    else st = read_text(&r, data, size);
-    free(data);
+    int st = DCP_EXIT_OK, got, csv_index = -1;
+    int32_t first_blank = 0; /* the first of the blank lines just read, if any */
+    const char *s;
+    size_t len;
+    while ((got = source_next(&src, &s, &len, &st)) == 1) {
+        const int32_t line = src.number;
+        /* a blank line is allowed only when nothing but blank lines follows */
+        if (blank(s, len)) {
+            if (!first_blank) first_blank = line;
+            continue;
+        }
+        if (kind == FORMAT_AUTO && (st = decide_format(&r, s, len, line, column, &kind)) != DCP_EXIT_OK) break;
+        if (kind == FORMAT_CSV && csv_index < 0) {
+            st = first_blank ? dcp_cli_fail(DCP_EXIT_INPUT, command, "%s:1: expected a CSV header line naming the "
+                                            "columns", r.name)
+                             : csv_header(&r, s, len, column, &csv_index);
+        } else if (first_blank) {
+            st = dcp_cli_fail(DCP_EXIT_INPUT, command, "%s:%d: empty line (%s)", r.name, first_blank,
+                              kind == FORMAT_TEXT  ? "every line holds one length; ids are line numbers"
+                              : kind == FORMAT_CSV ? "every row is one sequence"
+                                                   : "every line is one JSON object, one sequence");
+        } else if (kind == FORMAT_CSV) {
+            st = csv_row(&r, s, len, line, column, csv_index);
+        } else if (kind == FORMAT_JSONL) {
+            st = jsonl_record(&r, s, len, line, column);
+        } else {
+            st = parse_length(&r, s, len, line, "one integer per line");
+        }
+        if (st != DCP_EXIT_OK) break;
+    }
+    if (f != stdin) fclose(f);
+    free(src.buf);
+    if (st == DCP_EXIT_OK && kind == FORMAT_AUTO && column) kind = FORMAT_CSV; /* nothing but blank lines */
+    if (st == DCP_EXIT_OK && kind == FORMAT_CSV && csv_index < 0)
+        st = dcp_cli_fail(DCP_EXIT_INPUT, command, "%s:1: expected a CSV header line naming the columns", r.name);
     if (st == DCP_EXIT_OK && trace->count == 0)
         st = dcp_cli_fail(DCP_EXIT_INPUT, command, "%s: empty trace: no sequence lengths", name);
     if (st != DCP_EXIT_OK) dcp_cli_trace_free(trace);
