@@ -75,7 +75,7 @@ typedef struct line_source {
 static int source_next(line_source *src, const char **s, size_t *len, int *status)
 {
     for (;;) {
-        char *base = src->buf + src->start;
+        char *base = src->buf ? src->buf + src->start : NULL; /* NULL before the first read */
         size_t have = src->end - src->start;
         char *newline = have > src->scanned ? memchr(base + src->scanned, '\n', have - src->scanned) : NULL;
         size_t upto = newline ? (size_t)(newline - base) : have;
