@@ -160,14 +160,18 @@ static int push(reader *r, int32_t length, int32_t line)
     return DCP_EXIT_OK;
 }
 
-/* A length from text[0..len): one integer in [1, INT32_MAX], spaces around it allowed. */
+/*
+ * A length from text[0..len): digits (leading zeros allowed) making an integer
+ * in [1, INT32_MAX], spaces around them allowed; no sign ('-' only to say that
+ * a length is negative).
+ */
 static int parse_length(reader *r, const char *text, size_t len, int32_t line, const char *what)
 {
     while (len && isspace((unsigned char)*text)) text++, len--;
     while (len && isspace((unsigned char)text[len - 1])) len--;
     char shown[200];
     excerpt(text, len, shown, sizeof shown);
-    size_t sign = len && (text[0] == '-' || text[0] == '+');
+    size_t sign = len && text[0] == '-';
     size_t digits = 0;
     while (sign + digits < len && isdigit((unsigned char)text[sign + digits])) digits++;
     if (digits == 0 || sign + digits != len)
@@ -359,16 +363,94 @@ static int json_skip(json *j, int depth)
     return j->p > start ? 0 : -1;
 }
 
-/* Key equality with the simple escapes (\" \\ \/) undone. */
+/* Four hex digits at s (n bytes left): 0 with the value in *out. */
+static int hex4(const char *s, size_t n, uint32_t *out)
+{
+    if (n < 4) return -1;
+    uint32_t v = 0;
+    for (int i = 0; i < 4; i++) {
+        int c = (unsigned char)s[i];
+        if (!isxdigit(c)) return -1;
+        v = v * 16 + (uint32_t)(isdigit(c) ? c - '0' : tolower(c) - 'a' + 10);
+    }
+    *out = v;
+    return 0;
+}
+
+/*
+ * Whether the raw content of a key (escapes kept) is `key` once its escapes are
+ * undone: \" \\ \/ \b \f \n \r \t and \uXXXX (surrogate pairs too) as UTF-8.
+ */
 static int json_key_is(const char *s, size_t n, const char *key)
 {
     size_t k = 0;
-    for (size_t i = 0; i < n; i++, k++) {
-        char ch = s[i];
-        if (ch == '\\' && i + 1 < n) ch = s[++i];
-        if (key[k] != ch) return 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char out[4];
+        size_t m = 0;
+        if (s[i] != '\\') {
+            out[m++] = (unsigned char)s[i++];
+        } else {
+            if (i + 1 >= n) return 0;
+            char e = s[i + 1];
+            i += 2;
+            if (e != 'u') {
+                switch (e) {
+                case '"': case '\\': case '/': out[m++] = (unsigned char)e; break;
+                case 'b': out[m++] = '\b'; break;
+                case 'f': out[m++] = '\f'; break;
+                case 'n': out[m++] = '\n'; break;
+                case 'r': out[m++] = '\r'; break;
+                case 't': out[m++] = '\t'; break;
+                default: return 0;
+                }
+            } else {
+                uint32_t cp = 0, low = 0;
+                if (hex4(s + i, n - i, &cp) != 0 || cp == 0) return 0; /* no key holds a NUL */
+                i += 4;
+                if (cp >= 0xD800 && cp < 0xDC00) {
+                    if (i + 2 > n || s[i] != '\\' || s[i + 1] != 'u' || hex4(s + i + 2, n - i - 2, &low) != 0 ||
+                        low < 0xDC00 || low >= 0xE000)
+                        return 0;
+                    i += 6;
+                    cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+                } else if (cp >= 0xDC00 && cp < 0xE000) {
+                    return 0;
+                }
+                if (cp < 0x80) out[m++] = (unsigned char)cp;
+                else if (cp < 0x800) out[m++] = (unsigned char)(0xC0 | cp >> 6), out[m++] = (unsigned char)(0x80 | (cp & 0x3F));
+                else if (cp < 0x10000)
+                    out[m++] = (unsigned char)(0xE0 | cp >> 12), out[m++] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F)),
+                    out[m++] = (unsigned char)(0x80 | (cp & 0x3F));
+                else
+                    out[m++] = (unsigned char)(0xF0 | cp >> 18), out[m++] = (unsigned char)(0x80 | ((cp >> 12) & 0x3F)),
+                    out[m++] = (unsigned char)(0x80 | ((cp >> 6) & 0x3F)), out[m++] = (unsigned char)(0x80 | (cp & 0x3F));
+            }
+        }
+        for (size_t q = 0; q < m; q++, k++)
+            if ((unsigned char)key[k] != out[q]) return 0; /* out[q] is never 0: key's end is never passed */
     }
     return key[k] == '\0';
+}
+
+/* The JSON number grammar: -?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)? */
+static int json_number(const char *s, size_t n)
+{
+    size_t i = 0;
+    if (i < n && s[i] == '-') i++;
+    if (i >= n || !isdigit((unsigned char)s[i])) return 0;
+    if (s[i] == '0') i++;
+    else
+        while (i < n && isdigit((unsigned char)s[i])) i++;
+    if (i < n && s[i] == '.') {
+        if (++i >= n || !isdigit((unsigned char)s[i])) return 0;
+        while (i < n && isdigit((unsigned char)s[i])) i++;
+    }
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        if (++i < n && (s[i] == '+' || s[i] == '-')) i++;
+        if (i >= n || !isdigit((unsigned char)s[i])) return 0;
+        while (i < n && isdigit((unsigned char)s[i])) i++;
+    }
+    return i == n;
 }
 
 static int jsonl_record(reader *r, const char *s, size_t len, int32_t line, const char *column)
@@ -398,7 +480,13 @@ static int jsonl_record(reader *r, const char *s, size_t len, int32_t line, cons
             json_space(&j);
             const char *v = j.p;
             if (json_skip(&j, 1) != 0) { ok = 0; break; }
-            if (!value && json_key_is(k, kn, column)) {
+            if (json_key_is(k, kn, column)) {
+                if (value) { /* which one is the length? */
+                    char other[200];
+                    return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: the key \"%s\" appears twice (%s and %s)",
+                                        r->name, line, column, excerpt(value, value_len, shown, sizeof shown),
+                                        excerpt(v, (size_t)(j.p - v), other, sizeof other));
+                }
                 value = v;
                 value_len = (size_t)(j.p - v);
             }
@@ -417,6 +505,9 @@ static int jsonl_record(reader *r, const char *s, size_t len, int32_t line, cons
         return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: no \"%s\" key in this record", r->name, line, column);
     if (value[0] == '"')
         return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: \"%s\" is a string (%s), not a number", r->name, line,
+                            column, excerpt(value, value_len, shown, sizeof shown));
+    if (!json_number(value, value_len))
+        return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: \"%s\": '%s' is not a JSON number", r->name, line,
                             column, excerpt(value, value_len, shown, sizeof shown));
     return parse_length(r, value, value_len, line, "JSON values must be integers");
 }
