@@ -69,7 +69,8 @@ static const char step_usage[] =
     "  dcpack step --generate mlmdefault:n=256 --dp 2 --pp 4 --vpp 2 --mtp-stage 3 --mtp-virtual-stages 2\n"
     "\n"
     "exit status: 0 every step succeeded (and verified, with --check); 1 a step failed, the ranks'\n"
-    "statuses differ or a rank did not verify (the JSON still prints), or the steps could not run;\n"
+    "statuses differ or a rank did not verify (the JSON still prints), or the steps could not run\n"
+    "(out of memory, or a thread for every rank could not be started);\n"
     "2 usage error or an invalid configuration; 3 bad input (a trace that cannot be read or holds\n"
     "a bad value, more sequences than --max-sequences, a sequence longer than its ranks hold).\n";
 
