@@ -58,7 +58,9 @@ static int cp_log2(const char *text)
 int dcp_cli_cost_profile_load(const char *command, const char *path, dcp_cost_model *model)
 {
     FILE *f = fopen(path, "r");
-    if (!f) return dcp_cli_fail(DCP_EXIT_INPUT, command, "cannot open cost profile %s: %s", path, strerror(errno));
+    if (!f) /* out of memory is no fault of the file's */
+        return dcp_cli_fail(errno == ENOMEM ? DCP_EXIT_ERROR : DCP_EXIT_INPUT, command, "cannot open cost profile %s: %s",
+                            path, strerror(errno));
     dcp_cost_model m = *model;
     char line[1024];
     int number = 0, status = DCP_EXIT_OK;

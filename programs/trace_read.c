@@ -565,7 +565,9 @@ int dcp_cli_trace_read(const char *command, const char *path, const char *format
     }
 
     FILE *f = strcmp(path, "-") == 0 ? stdin : fopen(path, "rb");
-    if (!f) return dcp_cli_fail(DCP_EXIT_INPUT, command, "cannot open %s: %s", path, strerror(errno));
+    if (!f) /* out of memory is no fault of the file's */
+        return dcp_cli_fail(errno == ENOMEM ? DCP_EXIT_ERROR : DCP_EXIT_INPUT, command, "cannot open %s: %s", path,
+                            strerror(errno));
     line_source src = {.f = f, .command = command, .name = trace->name, .path = path};
     reader r = {command, trace->name, trace, 0};
     int st = DCP_EXIT_OK, got, csv_index = -1;
