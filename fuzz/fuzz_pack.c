@@ -3,9 +3,10 @@
  * a layout (DP, CP, TP, PP, VPP, scheduler, CP partition, THD tail and
  * padding, sequence cap, pre-packed or one sequence per sample, which TP
  * ranks hold data, MTP stages) from bytes; two dcp_step() calls on every rank
- * (tests/step_harness.c, threads), every microbatch of every rank and virtual
- * stage compared field by field with the independent oracle (tests/oracle.c),
- * which packs, pads and CP-slices the whole samples the reference's way.
+ * (programs/harness/step_harness.c, threads), every microbatch of every rank
+ * and virtual stage compared field by field with the independent oracle
+ * (programs/harness/oracle.c), which packs, pads and CP-slices the whole
+ * samples the reference's way.
  * Matching it on every rank means the plan + pack + CP slice delivered every
  * token of every sequence to exactly its place; the oracle is what unslicing
  * and unpacking would have to give back.

@@ -1,4 +1,4 @@
-/* dcp-fuzz-sources: pipeline/cli/trace_read.c pipeline/cli/options.c */
+/* dcp-fuzz-sources: programs/trace_read.c programs/options.c */
 /*
  * fuzz_trace.c - the dcpack program's trace reader (one length per line, CSV,
  * JSON Lines) on arbitrary files.
@@ -14,7 +14,7 @@
  *   4 auto --column len; the rest is the file (NUL bytes become 'x').
  */
 #include "fuzz_common.h"
-#include "../pipeline/cli/cli.h"
+#include "../programs/cli.h"
 
 #include <ctype.h>
 #include <stdlib.h>
@@ -40,14 +40,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 #define MAX_EXPECTED 65536
 static int32_t expected[MAX_EXPECTED];
 
-/* One length from [s, s+n): spaces around, optional sign, digits; 0 on success. */
+/* One length from [s, s+n): spaces around, digits (a '-' makes it negative: refused); 0 on success. */
 static int oracle_length(const char *s, size_t n, int32_t *out)
 {
     while (n && isspace((unsigned char)*s)) s++, n--;
     while (n && isspace((unsigned char)s[n - 1])) n--;
     size_t i = 0;
     int negative = 0;
-    if (n && (s[0] == '+' || s[0] == '-')) negative = s[0] == '-', i = 1;
+    if (n && s[0] == '-') negative = 1, i = 1;
     if (i == n) return -1;
     int64_t v = 0;
     for (; i < n; i++) {

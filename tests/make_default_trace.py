@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Write pipeline/cli/default_trace.c: the embedded default trace of `dcpack plan`.
+"""Write programs/default_trace.c: the embedded default trace of `dcpack plan`.
 
-usage: make_default_trace.py TRACE > pipeline/cli/default_trace.c
+usage: make_default_trace.py TRACE > programs/default_trace.c
 TRACE is workloads.py's mlmdefault_n1024_seed1.txt (tests/data/workloads/ holds a copy).
 """
 import sys

@@ -3,7 +3,7 @@
  * test_gpu_step.c - dcp_step() on real GPUs: one thread per GPU, NCCL
  * communicators, input in device memory, a CUDA workspace per context.  Every
  * rank's outputs are downloaded and checked element by element against the
- * CPU in-process oracle (tests/oracle.c), for dynamic CP and dp_balanced, with
+ * CPU in-process oracle (programs/harness/oracle.c), for dynamic CP and dp_balanced, with
  * VPP and MTP, TP broadcast and pre-packed input.  After a warm-up step, no
  * step takes device memory (cudaMemGetInfo) or allocates on the heap beyond
  * what NCCL itself allocates and frees inside each collective call (jemalloc

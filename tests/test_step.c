@@ -1,6 +1,6 @@
 /*
  * test_step.c - dcp_step() over in-process ranks, every rank's output checked
- * element by element against the oracle (tests/oracle.c).
+ * element by element against the oracle (programs/harness/oracle.c).
  */
 #include "dcp_test.h"
 #include "step_harness.h"

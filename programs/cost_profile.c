@@ -3,8 +3,9 @@
  * with a profile of their own model (the README's "Cost model", dcp_cost_model).
  *
  * Format: one `key = value` per line; '#' starts a comment; blank lines are
- * ignored; values are non-negative integers; a later line overrides an
- * earlier one; keys not given keep the defaults.
+ * ignored; values are non-negative integers, digits only (no sign), as is
+ * the CP size in kv.<cp>; a later line overrides an earlier one; keys not
+ * given keep the defaults.
  *
  *   quadratic = 1               s^2 coefficient
  *   linear = 49152              s coefficient (12 * hidden size)
@@ -30,11 +31,24 @@ static char *trim(char *s)
     return s;
 }
 
+/* A non-negative integer written as digits only (no sign, no spaces): 0 with the value in *out, -1 otherwise. */
+static int digits_value(const char *text, int64_t *out)
+{
+    int64_t v = 0;
+    if (!*text) return -1;
+    for (const char *p = text; *p; p++) {
+        if (!isdigit((unsigned char)*p) || v > (INT64_MAX - (*p - '0')) / 10) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    *out = v;
+    return 0;
+}
+
 /* log2 of a power of two cp in [2, 2^DCP_MAX_LOG2_CP], or -1. */
 static int cp_log2(const char *text)
 {
     int64_t cp = 0;
-    if (dcp_cli_strtoi64(text, &cp) != 0 || cp < 2 || cp > ((int64_t)1 << DCP_MAX_LOG2_CP) || (cp & (cp - 1)))
+    if (digits_value(text, &cp) != 0 || cp < 2 || cp > ((int64_t)1 << DCP_MAX_LOG2_CP) || (cp & (cp - 1)))
         return -1;
     int k = 0;
     while (((int64_t)1 << k) < cp) k++;
@@ -44,7 +58,9 @@ static int cp_log2(const char *text)
 int dcp_cli_cost_profile_load(const char *command, const char *path, dcp_cost_model *model)
 {
     FILE *f = fopen(path, "r");
-    if (!f) return dcp_cli_fail(DCP_EXIT_INPUT, command, "cannot open cost profile %s: %s", path, strerror(errno));
+    if (!f) /* out of memory is no fault of the file's */
+        return dcp_cli_fail(errno == ENOMEM ? DCP_EXIT_ERROR : DCP_EXIT_INPUT, command, "cannot open cost profile %s: %s",
+                            path, strerror(errno));
     dcp_cost_model m = *model;
     char line[1024];
     int number = 0, status = DCP_EXIT_OK;
@@ -67,7 +83,7 @@ int dcp_cli_cost_profile_load(const char *command, const char *path, dcp_cost_mo
         *eq = '\0';
         char *key = trim(s), *text = trim(eq + 1);
         int64_t v = 0;
-        if (dcp_cli_strtoi64(text, &v) != 0 || v < 0) {
+        if (digits_value(text, &v) != 0) {
             status = dcp_cli_fail(DCP_EXIT_INPUT, command, "%s:%d: %s = '%s': values are non-negative integers", path,
                                   number, key, text);
             break;

@@ -10,11 +10,19 @@ int dcp_cli_fail(int status, const char *command, const char *format, ...)
 {
     va_list ap;
     va_start(ap, format);
-    fprintf(stderr, "dcpack %s: ", command);
+    if (command && command[0]) fprintf(stderr, "dcpack %s: ", command);
+    else fprintf(stderr, "dcpack: ");
     vfprintf(stderr, format, ap);
     fputc('\n', stderr);
     va_end(ap);
     return status;
+}
+
+int dcp_cli_output_status(const char *command)
+{
+    /* ferror too: a write that failed before the last flush leaves the flush itself nothing to fail on */
+    if (fflush(stdout) != 0 || ferror(stdout)) return dcp_cli_fail(DCP_EXIT_ERROR, command, "cannot write the output");
+    return DCP_EXIT_OK;
 }
 
 int dcp_cli_option(dcp_cli_args *args, const char *name, const char **value)

@@ -33,8 +33,15 @@ enum {
                            more sequences than --max-sequences */
 };
 
-/* "dcpack <command>: <message>" on stderr; returns `status` so a failure site is one line. */
+/* "dcpack <command>: <message>" ("dcpack: <message>" for command "") on stderr; returns `status` so a failure
+   site is one line. */
 int dcp_cli_fail(int status, const char *command, const char *format, ...) DCP_CLI_PRINTF(3, 4);
+
+/*
+ * Flush standard output: DCP_EXIT_OK when everything printed there was written,
+ * else DCP_EXIT_ERROR with "dcpack <command>: cannot write the output" on stderr.
+ */
+int dcp_cli_output_status(const char *command);
 
 /* ---- options ---- */
 

@@ -381,6 +381,7 @@ static int compare_schedulers(const plan_options *o, const dcp_cli_trace *trace)
         }
     }
     for (int k = 0; k < COUNT; k++) dcp_cli_planner_destroy(&runs[k].planner);
+    if (dcp_cli_output_status("plan") != DCP_EXIT_OK) return DCP_EXIT_ERROR;
     return planned > 0 ? DCP_EXIT_OK : DCP_EXIT_ERROR;
 }
 
@@ -479,7 +480,7 @@ int dcp_cli_plan(int argc, char **argv)
     } else if (st == DCP_EXIT_OK) {
         if (o.json) print_plan_json(&o, &r, &trace);
         else print_plan_text(&o, &r, &trace);
-        if (fflush(stdout) != 0) st = dcp_cli_fail(DCP_EXIT_ERROR, "plan", "cannot write the output");
+        st = dcp_cli_output_status("plan");
         if (st == DCP_EXIT_OK && o.svg) {
             char title[700];
             char label[64];

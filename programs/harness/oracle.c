@@ -69,7 +69,14 @@ typedef struct tensors {
     uint8_t *mask;
 } tensors;
 
-static void tensors_alloc(tensors *t, int64_t length)
+static void tensors_free(tensors *t)
+{
+    free(t->tokens), free(t->labels), free(t->position_ids), free(t->loss_mask), free(t->mask);
+    memset(t, 0, sizeof *t);
+}
+
+/* 0, or -1 when out of memory (t then holds nothing) */
+static int tensors_alloc(tensors *t, int64_t length)
 {
     t->length = length;
     size_t n = (size_t)(length > 0 ? length : 1);
@@ -78,19 +85,19 @@ static void tensors_alloc(tensors *t, int64_t length)
     t->position_ids = calloc(n, sizeof(int64_t));
     t->loss_mask = calloc(n, sizeof(float));
     t->mask = calloc(n, 1);
+    if (t->tokens && t->labels && t->position_ids && t->loss_mask && t->mask) return 0;
+    tensors_free(t);
+    return -1;
 }
 
-static void tensors_free(tensors *t)
-{
-    free(t->tokens), free(t->labels), free(t->position_ids), free(t->loss_mask), free(t->mask);
-    memset(t, 0, sizeof *t);
-}
-
-/* new tensors of `length` slots: the first min(length, old) copied, the rest 0 and mask True */
-static void tensors_resize(tensors *t, int64_t length)
+/*
+ * new tensors of `length` slots: the first min(length, old) copied, the rest 0 and mask True;
+ * -1 when out of memory (t unchanged)
+ */
+static int tensors_resize(tensors *t, int64_t length)
 {
     tensors n;
-    tensors_alloc(&n, length);
+    if (tensors_alloc(&n, length) != 0) return -1;
     int64_t keep = t->length < length ? t->length : length;
     for (int64_t i = 0; i < length; i++) n.mask[i] = 1;
     memcpy(n.tokens, t->tokens, (size_t)keep * 8);
@@ -100,6 +107,7 @@ static void tensors_resize(tensors *t, int64_t length)
     memcpy(n.mask, t->mask, (size_t)keep);
     tensors_free(t);
     *t = n;
+    return 0;
 }
 
 dcp_status dcp_oracle_microbatch_compute(const dcp_config *c, const dcp_plan *plan, const dcp_oracle_batch *batch,
@@ -125,9 +133,11 @@ dcp_status dcp_oracle_microbatch_compute(const dcp_config *c, const dcp_plan *pl
     int64_t packed = 0;
     for (int32_t k = 0; k < n; k++) packed += batch->padded[mine[k]];
     tensors t;
-    tensors_alloc(&t, packed);
+    dcp_status status = DCP_OK;
+    int ok = tensors_alloc(&t, packed) == 0;
     int32_t *cu = calloc((size_t)n + 2 + (size_t)c->max_sequences_per_microbatch + 2, sizeof *cu);
     int32_t *cup = calloc((size_t)n + 2 + (size_t)c->max_sequences_per_microbatch + 2, sizeof *cup);
+    if (!ok || !cu || !cup) goto out_of_memory;
     int32_t entries = n + 1, max_seqlen = 0;
     int64_t at = 0;
     for (int32_t k = 0; k < n; k++) {
@@ -151,7 +161,6 @@ dcp_status dcp_oracle_microbatch_compute(const dcp_config *c, const dcp_plan *pl
                                      ? c->max_sequences_per_microbatch + (dummy_policy ? 1 : 0)
                                      : -1;
     const int zigzag = c->cp_partition == DCP_CP_ZIGZAG;
-    dcp_status status = DCP_OK;
     int64_t contiguous_local = -1;
     if (cp > 1 && !zigzag && padding)
         contiguous_local = target_len >= 0 ? target_len : round_up((cup[n] + cp - 1) / cp, alignment);
@@ -194,7 +203,7 @@ dcp_status dcp_oracle_microbatch_compute(const dcp_config *c, const dcp_plan *pl
             status = fail(msg, msz, DCP_ERR_CAPACITY, "oracle: partition total below the packed length");
             goto done;
         }
-        tensors_resize(&t, partition_total);
+        if (tensors_resize(&t, partition_total) != 0) goto out_of_memory;
     }
     if (cp > 1) {
         tensors s;
@@ -204,7 +213,7 @@ dcp_status dcp_oracle_microbatch_compute(const dcp_config *c, const dcp_plan *pl
                 goto done;
             }
             int64_t rows = total / cp;
-            tensors_alloc(&s, rows);
+            if (tensors_alloc(&s, rows) != 0) goto out_of_memory;
             for (int64_t i = 0; i < rows; i++) {
                 int64_t x = cp_rank * rows + i;
                 s.tokens[i] = t.tokens[x], s.labels[i] = t.labels[x], s.position_ids[i] = t.position_ids[x];
@@ -212,6 +221,7 @@ dcp_status dcp_oracle_microbatch_compute(const dcp_config *c, const dcp_plan *pl
             }
         } else {
             int *cu_s = calloc((size_t)n + 1, sizeof *cu_s);
+            if (!cu_s) goto out_of_memory;
             for (int32_t i = 0; i <= n; i++) {
                 if (cup[i] % (2 * cp) != 0) {
                     free(cu_s);
@@ -221,7 +231,10 @@ dcp_status dcp_oracle_microbatch_compute(const dcp_config *c, const dcp_plan *pl
                 cu_s[i] = cup[i] / cp;
             }
             int64_t rows = total / cp;
-            tensors_alloc(&s, rows);
+            if (tensors_alloc(&s, rows) != 0) {
+                free(cu_s);
+                goto out_of_memory;
+            }
             for (int token_id = 0; token_id < rows; token_id++) {
                 int seq = te_binary_search(token_id, cu_s, n + 1);
                 int seq_len = cu_s[seq + 1] - cu_s[seq];
@@ -259,7 +272,7 @@ dcp_status dcp_oracle_microbatch_compute(const dcp_config *c, const dcp_plan *pl
                           (long long)local_target);
             goto done;
         }
-        tensors_resize(&t, local_target);
+        if (tensors_resize(&t, local_target) != 0) goto out_of_memory;
         int64_t dummy = 0, last_padded = 0;
         if (gt > ga && dummy_policy) {
             dummy = gt - ga;
@@ -303,6 +316,8 @@ dcp_status dcp_oracle_microbatch_compute(const dcp_config *c, const dcp_plan *pl
     out->num_cu_seqlens = entries, out->max_seqlen = max_seqlen;
     out->local_cp_size = cp, out->cp_rank = cp_rank, out->num_sequences = n;
     return DCP_OK;
+out_of_memory:
+    status = fail(msg, msz, DCP_ERR_ALLOC, "oracle: out of memory");
 done:
     tensors_free(&t);
     free(cu), free(cup);

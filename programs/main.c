@@ -7,6 +7,20 @@
 
 #include <string.h>
 
+#ifdef DCP_HAVE_JEMALLOC
+/*
+ * jemalloc, linked in as malloc, is not safe for a new thread when memory runs
+ * out: jemalloc 5.3 dereferences the arena it could not create for the thread
+ * (in the thread's first malloc), and flushes a thread cache it could not set
+ * up (when the thread ends); either way the program dies of SIGSEGV.  With one
+ * automatic arena and no thread caches neither is made per thread, and a
+ * failed allocation returns NULL, which the program reports (exit status 1).
+ * The rank threads of `dcpack step` allocate before and after their steps
+ * only; contexts allocate from arenas of their own.
+ */
+const char *malloc_conf = "narenas:1,tcache:false";
+#endif
+
 static const struct {
     const char *name;
     int (*run)(int argc, char **argv);
@@ -44,7 +58,14 @@ static void usage(FILE *out)
             DCP_VERSION_MAJOR, DCP_VERSION_MINOR, DCP_VERSION_PATCH);
 }
 
-int main(int argc, char **argv)
+/* Whatever a command (or a help text) printed must have been written: a full disk is a failure too. */
+static int finish(const char *command, int status)
+{
+    if (dcp_cli_output_status(command) != DCP_EXIT_OK && status == DCP_EXIT_OK) return DCP_EXIT_ERROR;
+    return status;
+}
+
+static int run(int argc, char **argv)
 {
     if (argc < 2) {
         usage(stderr);
@@ -78,4 +99,10 @@ int main(int argc, char **argv)
     fprintf(stderr, "dcpack: unknown command '%s'\n\n", name);
     usage(stderr);
     return DCP_EXIT_USAGE;
+}
+
+int main(int argc, char **argv)
+{
+    int status = run(argc, argv);
+    return finish(argc >= 2 && argv[1][0] != '-' ? argv[1] : "", status);
 }

@@ -69,7 +69,8 @@ static const char step_usage[] =
     "  dcpack step --generate mlmdefault:n=256 --dp 2 --pp 4 --vpp 2 --mtp-stage 3 --mtp-virtual-stages 2\n"
     "\n"
     "exit status: 0 every step succeeded (and verified, with --check); 1 a step failed, the ranks'\n"
-    "statuses differ or a rank did not verify (the JSON still prints), or the steps could not run;\n"
+    "statuses differ or a rank did not verify (the JSON still prints), or the steps could not run\n"
+    "(out of memory, or a thread for every rank could not be started);\n"
     "2 usage error or an invalid configuration; 3 bad input (a trace that cannot be read or holds\n"
     "a bad value, more sequences than --max-sequences, a sequence longer than its ranks hold).\n";
 
@@ -286,8 +287,8 @@ int dcp_cli_step(int argc, char **argv)
     } else {
         print_report(&o, &r, &trace);
         int ok = r.statuses_agree && steps_status(&o, &r) == DCP_OK && (!o.check || r.verified);
-        if (fflush(stdout) != 0) st = dcp_cli_fail(DCP_EXIT_ERROR, "step", "cannot write the output");
-        else if (!ok)
+        st = dcp_cli_output_status("step");
+        if (st == DCP_EXIT_OK && !ok)
             st = dcp_cli_fail(DCP_EXIT_ERROR, "step", "%s", r.message[0] ? r.message : "a step failed or did not verify");
     }
     dcp_cli_trace_free(&trace);

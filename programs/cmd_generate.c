@@ -57,6 +57,6 @@ int dcp_cli_generate(int argc, char **argv)
     if (st != DCP_EXIT_OK) return st;
     for (int32_t i = 0; i < trace.count; i++) printf("%d\n", trace.lengths[i]);
     dcp_cli_trace_free(&trace);
-    if (fflush(stdout) != 0) return dcp_cli_fail(DCP_EXIT_ERROR, "generate", "cannot write the output");
+    if (dcp_cli_output_status("generate") != DCP_EXIT_OK) return DCP_EXIT_ERROR;
     return DCP_EXIT_OK;
 }

@@ -18,7 +18,8 @@ static const char cost_usage[] =
     "\n"
     "and a microbatch costs its slowest rank plus microbatch_overhead (integer units; divisions\n"
     "round down). A profile file holds `key = value` lines ('#' comments, blank lines ignored,\n"
-    "non-negative integers, later lines override earlier ones, missing keys keep the defaults):\n"
+    "non-negative integers written as digits, no sign; later lines override earlier ones, missing\n"
+    "keys keep the defaults):\n"
     "\n"
     "  quadratic = 1                s^2 coefficient\n"
     "  linear = 49152               s coefficient (12 x hidden size)\n"
@@ -198,6 +199,6 @@ int dcp_cli_cost(int argc, char **argv)
         print_grouped(model.microbatch_overhead, 0);
         printf(" to its slowest rank.\n");
     }
-    if (fflush(stdout) != 0) return dcp_cli_fail(DCP_EXIT_ERROR, "cost", "cannot write the output");
+    if (dcp_cli_output_status("cost") != DCP_EXIT_OK) return DCP_EXIT_ERROR;
     return DCP_EXIT_OK;
 }

@@ -35,7 +35,8 @@ typedef struct dcp_oracle_microbatch {
 /*
  * Expected output of DPxCP rank `rank` in microbatch `microbatch` of `plan`.
  * Returns DCP_OK, or the status the reference's assertion maps to (with a
- * message in `message`).  Free with dcp_oracle_microbatch_free().
+ * message in `message`), or DCP_ERR_ALLOC when out of memory.  Free with
+ * dcp_oracle_microbatch_free().
  */
 dcp_status dcp_oracle_microbatch_compute(const dcp_config *config, const dcp_plan *plan, const dcp_oracle_batch *batch,
                                          int32_t microbatch, int32_t rank, dcp_oracle_microbatch *out, char *message,

@@ -115,13 +115,15 @@ typedef struct dataset {
     const float **loss_mask_of;
 } dataset;
 
-static void dataset_build(dataset *d, const int32_t *lengths, int32_t n, int32_t span_multiple, int prepacked)
+/* 0, or -1 when out of memory (then dataset_free() releases what was taken) */
+static int dataset_build(dataset *d, const int32_t *lengths, int32_t n, int32_t span_multiple, int prepacked)
 {
     memset(d, 0, sizeof *d);
-    d->n = n;
     d->padded = calloc((size_t)n + 1, sizeof *d->padded);
     d->original = calloc((size_t)n + 1, sizeof *d->original);
     d->offset = calloc((size_t)n + 1, sizeof *d->offset);
+    if (!d->padded || !d->original || !d->offset) return -1;
+    d->n = n;
     for (int32_t i = 0; i < n; i++) {
         int32_t len = lengths[i] > 0 ? lengths[i] : 1;
         d->padded[i] = (len + span_multiple - 1) / span_multiple * span_multiple;
@@ -137,6 +139,9 @@ static void dataset_build(dataset *d, const int32_t *lengths, int32_t n, int32_t
     d->labels_of = calloc((size_t)n + 1, sizeof *d->labels_of);
     d->position_ids_of = calloc((size_t)n + 1, sizeof *d->position_ids_of);
     d->loss_mask_of = calloc((size_t)n + 1, sizeof *d->loss_mask_of);
+    if (!d->tokens || !d->labels || !d->position_ids || !d->loss_mask || !d->tokens_of || !d->labels_of ||
+        !d->position_ids_of || !d->loss_mask_of)
+        return -1;
     for (int32_t i = 0; i < n; i++) {
         int64_t at = d->offset[i];
         d->tokens_of[i] = d->tokens + at;
@@ -151,6 +156,7 @@ static void dataset_build(dataset *d, const int32_t *lengths, int32_t n, int32_t
             d->loss_mask[at + j] = real ? 0.25f + 0.25f * (float)((i + j) % 4) : -1.0f;
         }
     }
+    return 0;
 }
 
 static void dataset_free(dataset *d)
@@ -166,12 +172,14 @@ typedef struct dp_input {
     int32_t *cu; /* storage for pre-packed cu_seqlens */
 } dp_input;
 
-static void dp_input_build(dp_input *in, const dataset *d, int32_t first, int32_t last, int prepacked)
+/* 0, or -1 when out of memory */
+static int dp_input_build(dp_input *in, const dataset *d, int32_t first, int32_t last, int prepacked)
 {
     int32_t count = last - first;
     in->samples = calloc((size_t)count + 1, sizeof *in->samples);
     in->cu = calloc((size_t)count * 2 + 8, sizeof *in->cu);
     in->num_samples = 0;
+    if (!in->samples || !in->cu) return -1;
     int32_t *cu_at = in->cu;
     for (int32_t i = first; i < last;) {
         dcp_sample *s = &in->samples[in->num_samples++];
@@ -202,6 +210,7 @@ static void dp_input_build(dp_input *in, const dataset *d, int32_t first, int32_
         cu_at += entries;
         i += take;
     }
+    return 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -233,13 +242,11 @@ typedef struct shared {
     int64_t mismatches;
     char message[256];
     int32_t microbatches;
+    int out_of_memory;       /* a rank's workspace or the oracle could not be allocated (what: oom_message) */
+    char oom_message[128];
+    int no_workspace;        /* a rank's workspace could not be allocated: no rank steps */
     dcp_harness_result *result;
 } shared;
-
-typedef struct rank_arg {
-    shared *sh;
-    int32_t world_rank;
-} rank_arg;
 
 static void note(shared *sh, const char *format, ...) __attribute__((format(printf, 2, 3)));
 static void note(shared *sh, const char *format, ...)
@@ -249,6 +256,20 @@ static void note(shared *sh, const char *format, ...)
         va_list args;
         va_start(args, format);
         vsnprintf(sh->message, sizeof sh->message, format, args);
+        va_end(args);
+    }
+    pthread_mutex_unlock(&sh->lock);
+}
+
+static void out_of_memory(shared *sh, const char *format, ...) __attribute__((format(printf, 2, 3)));
+static void out_of_memory(shared *sh, const char *format, ...)
+{
+    pthread_mutex_lock(&sh->lock);
+    if (!sh->out_of_memory) {
+        sh->out_of_memory = 1;
+        va_list args;
+        va_start(args, format);
+        vsnprintf(sh->oom_message, sizeof sh->oom_message, format, args);
         va_end(args);
     }
     pthread_mutex_unlock(&sh->lock);
@@ -287,6 +308,10 @@ static int64_t verify_rank(shared *sh, int32_t pp, int32_t dpxcp, uint32_t mtp, 
         dcp_oracle_microbatch want;
         char msg[200];
         dcp_status os = dcp_oracle_microbatch_compute(c, plan, &batch, m, dpxcp, &want, msg, sizeof msg);
+        if (os == DCP_ERR_ALLOC) { /* not a mismatch: this rank's outputs went unchecked */
+            out_of_memory(sh, "the oracle of rank %d, microbatch %d", dpxcp, m);
+            return bad;
+        }
         if (os != DCP_OK) {
             note(sh, "oracle refuses microbatch %d on rank %d (%s) but the step succeeded", m, dpxcp, msg);
             return bad + 1;
@@ -323,7 +348,8 @@ static int64_t verify_rank(shared *sh, int32_t pp, int32_t dpxcp, uint32_t mtp, 
     return bad;
 }
 
-static void plant_fault(shared *sh, int32_t dp_rank)
+/* 0, or -1 when out of memory */
+static int plant_fault(shared *sh, int32_t dp_rank)
 {
     const dcp_harness_options *o = sh->opt;
     const dp_input *src = &sh->inputs[dp_rank];
@@ -331,8 +357,9 @@ static void plant_fault(shared *sh, int32_t dp_rank)
     int32_t extra = o->fault == DCP_HARNESS_FAULT_CAPACITY ? sh->config.max_sequences + 1 : 0;
     f->num_samples = src->num_samples + extra;
     f->samples = calloc((size_t)f->num_samples + 1, sizeof *f->samples);
-    memcpy(f->samples, src->samples, (size_t)src->num_samples * sizeof *src->samples);
     f->cu = calloc(64, sizeof *f->cu);
+    if (!f->samples || !f->cu) return -1;
+    memcpy(f->samples, src->samples, (size_t)src->num_samples * sizeof *src->samples);
     sh->faulty_fields = sh->config.fields;
     dcp_sample *s0 = &f->samples[0];
     switch (o->fault) {
@@ -360,14 +387,14 @@ static void plant_fault(shared *sh, int32_t dp_rank)
     case DCP_HARNESS_FAULT_SIBLINGS_DIFFER: f->num_samples = src->num_samples - 1; break;
     default: break;
     }
+    return 0;
 }
 
-static void *rank_main(void *p)
+static void rank_main(int32_t w, void *p)
 {
-    rank_arg *a = (rank_arg *)p;
-    shared *sh = a->sh;
+    shared *sh = p;
     const dcp_harness_options *o = sh->opt;
-    const int32_t w = a->world_rank, n = sh->n, tp_size = sh->tp;
+    const int32_t n = sh->n, tp_size = sh->tp;
     const int32_t dpxcp = w % n, tp = (w / n) % tp_size, pp = w / (n * tp_size);
     const int32_t cp = sh->config.context_parallel_size, dp_rank = dpxcp / cp;
 
@@ -411,7 +438,13 @@ static void *rank_main(void *p)
     size_t workspace = 0;
     void *memory = NULL;
     dcp_status cs = dcp_workspace_size(&sh->config, &workspace);
-    if (cs == DCP_OK && !(memory = malloc(workspace))) cs = DCP_ERR_ALLOC;
+    if (cs == DCP_OK && !(memory = malloc(workspace))) {
+        cs = DCP_ERR_ALLOC;
+        out_of_memory(sh, "world rank %d's workspace (%zu bytes)", w, workspace);
+        pthread_mutex_lock(&sh->lock);
+        sh->no_workspace = 1;
+        pthread_mutex_unlock(&sh->lock);
+    }
     if (cs == DCP_OK) {
         memset(memory, 0xA5, workspace);
         cs = dcp_context_init_static(memory, workspace, &sh->config, &ctx);
@@ -437,7 +470,12 @@ static void *rank_main(void *p)
 #endif
     if (cs != DCP_OK) note(sh, "world rank %d: context: %s", w, dcp_status_str(cs));
 
-    for (int32_t step = 0; step < o->steps; step++) {
+    /* every rank is set up: one without a workspace would leave the others waiting in their first collective */
+    pthread_barrier_wait(&sh->start);
+    pthread_mutex_lock(&sh->lock);
+    const int32_t steps = sh->no_workspace ? 0 : o->steps;
+    pthread_mutex_unlock(&sh->lock);
+    for (int32_t step = 0; step < steps; step++) {
         dcp_step_input input = {sh->inputs[dp_rank].samples, sh->inputs[dp_rank].num_samples, sh->config.fields};
 #ifdef DCP_HAVE_NCCL
         if (o->gpu) input.samples = device_samples;
@@ -531,7 +569,6 @@ static void *rank_main(void *p)
 #ifdef DCP_HAVE_NCCL
     if (o->gpu) dcp_gpu_rank_end(&gr);
 #endif
-    return NULL;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -565,6 +602,20 @@ int32_t dcp_harness_read_trace(const char *path, int32_t *out, int32_t capacity)
     return n;
 }
 
+/* DCP_ERR_ALLOC, with "out of memory: <what>" as the result's message. */
+static dcp_status harness_out_of_memory(dcp_harness_result *result, const char *format, ...)
+    __attribute__((format(printf, 2, 3)));
+static dcp_status harness_out_of_memory(dcp_harness_result *result, const char *format, ...)
+{
+    char what[200];
+    va_list args;
+    va_start(args, format);
+    vsnprintf(what, sizeof what, format, args);
+    va_end(args);
+    snprintf(result->message, sizeof result->message, "out of memory: %s", what);
+    return DCP_ERR_ALLOC;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -592,15 +643,25 @@ dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *res
     sh.world = sh.n * sh.tp * sh.pp;
     result->world_size = sh.world;
 
-    /* spans divisible by 2 * (largest CP group) so zigzag can always cut them */
-    dataset_build(&sh.data, o->lengths, o->num_lengths, 2 * sh.n, o->prepacked);
-    result->total_tokens = sh.data.offset[sh.data.n];
     const int32_t dp = c->data_parallel_size;
+    dcp_context *planner = NULL;
+    double *per_step = NULL;
+    int barrier_ready = 0, lock_ready = 0;
+
+    /* spans divisible by 2 * (largest CP group) so zigzag can always cut them */
     sh.inputs = calloc((size_t)dp, sizeof *sh.inputs);
+    if (!sh.inputs || dataset_build(&sh.data, o->lengths, o->num_lengths, 2 * sh.n, o->prepacked) != 0) {
+        st = harness_out_of_memory(result, "the synthetic batch (%d sequences)", o->num_lengths);
+        goto cleanup;
+    }
+    result->total_tokens = sh.data.offset[sh.data.n];
     int64_t max_input = 0;
     for (int32_t p = 0; p < dp; p++) {
         int32_t first = (int32_t)((int64_t)sh.data.n * p / dp), last = (int32_t)((int64_t)sh.data.n * (p + 1) / dp);
-        dp_input_build(&sh.inputs[p], &sh.data, first, last, o->prepacked);
+        if (dp_input_build(&sh.inputs[p], &sh.data, first, last, o->prepacked) != 0) {
+            st = harness_out_of_memory(result, "DP rank %d's samples", p);
+            goto cleanup;
+        }
         int64_t tokens = sh.data.offset[last] - sh.data.offset[first];
         if (tokens > max_input) max_input = tokens;
     }
@@ -608,15 +669,13 @@ dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *res
     /* the plan, computed once in this process, for the oracle and for sizing */
     dcp_config plan_config = *c;
     plan_config.max_tokens_per_rank = 0;
-    dcp_context *planner = NULL;
     st = dcp_context_create(&plan_config, &planner);
     const dcp_plan *plan = NULL;
     if (st == DCP_OK) st = dcp_plan_compute(planner, sh.data.padded, sh.data.n, &plan);
     if (st != DCP_OK) {
         snprintf(result->message, sizeof result->message, "plan: %s: %s", dcp_status_str(st),
                  planner ? dcp_context_last_error(planner) : "");
-        dcp_context_destroy(planner);
-        goto cleanup_data;
+        goto cleanup;
     }
     sh.plan = (dcp_plan *)plan;
     if (sh.config.max_tokens_per_rank == 0) {
@@ -626,8 +685,11 @@ dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *res
         sh.config.max_tokens_per_rank = (max_input > out_bound ? max_input : out_bound) + 64;
     }
 
-    if (o->fault != DCP_HARNESS_FAULT_NONE && o->fault_world_rank >= 0)
-        plant_fault(&sh, (o->fault_world_rank % sh.n) / c->context_parallel_size);
+    if (o->fault != DCP_HARNESS_FAULT_NONE && o->fault_world_rank >= 0 &&
+        plant_fault(&sh, (o->fault_world_rank % sh.n) / c->context_parallel_size) != 0) {
+        st = harness_out_of_memory(result, "the planted bad input");
+        goto cleanup;
+    }
 
     int32_t timeout = o->timeout_ms > 0 ? o->timeout_ms : 60000;
     if (o->gpu) {
@@ -637,10 +699,7 @@ dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *res
         snprintf(result->message, sizeof result->message, "built without NCCL");
         st = DCP_ERR_UNSUPPORTED;
 #endif
-        if (st != DCP_OK) {
-            dcp_context_destroy(planner);
-            goto cleanup_data;
-        }
+        if (st != DCP_OK) goto cleanup;
     }
     /*
      * A rank may wait out a lane's timeout before it reaches the TP broadcast,
@@ -650,15 +709,17 @@ dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *res
      */
     sh.lanes = calloc((size_t)sh.pp * (size_t)sh.tp, sizeof *sh.lanes);
     sh.tps = calloc((size_t)sh.pp * (size_t)sh.n, sizeof *sh.tps);
-    dcp_status ws = dcp_inproc_world_create(sh.world, timeout * 4, &sh.world_group);
+    dcp_status ws = sh.lanes && sh.tps ? dcp_inproc_world_create(sh.world, timeout * 4, &sh.world_group) : DCP_ERR_ALLOC;
     for (int32_t i = 0; ws == DCP_OK && i < sh.pp * sh.tp; i++) ws = dcp_inproc_world_create(sh.n, timeout, &sh.lanes[i]);
     for (int32_t i = 0; ws == DCP_OK && i < sh.pp * sh.n; i++) ws = dcp_inproc_world_create(sh.tp, timeout * 2, &sh.tps[i]);
     if (ws != DCP_OK) {
-        snprintf(result->message, sizeof result->message, "in-process communicators: %s", dcp_status_str(ws));
+        snprintf(result->message, sizeof result->message, "in-process communicators: %s%s", dcp_status_str(ws),
+                 ws == DCP_ERR_ALLOC ? " (out of memory)" : "");
         st = ws;
+        goto cleanup;
     }
-    pthread_barrier_init(&sh.start, NULL, (unsigned)sh.world);
-    pthread_mutex_init(&sh.lock, NULL);
+    barrier_ready = pthread_barrier_init(&sh.start, NULL, (unsigned)sh.world) == 0;
+    lock_ready = pthread_mutex_init(&sh.lock, NULL) == 0;
     sh.status = calloc((size_t)o->steps * (size_t)sh.world, sizeof *sh.status);
     sh.seconds = calloc((size_t)o->steps * (size_t)sh.world, sizeof *sh.seconds);
     sh.result = result;
@@ -668,18 +729,22 @@ dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *res
     result->rank_dpxcp = calloc((size_t)sh.world, sizeof(int32_t));
     result->rank_collectives = calloc((size_t)sh.world, sizeof(int32_t));
     result->rank_step_status = sh.status;
-
-    pthread_t *threads = calloc((size_t)sh.world, sizeof *threads);
-    rank_arg *args = calloc((size_t)sh.world, sizeof *args);
-    for (int32_t w = 0; w < sh.world; w++) {
-        args[w].sh = &sh;
-        args[w].world_rank = w;
-        pthread_create(&threads[w], NULL, rank_main, &args[w]);
+    per_step = calloc((size_t)o->steps, sizeof *per_step);
+    if (!barrier_ready || !lock_ready || !sh.status || !sh.seconds || !result->rank_stats || !result->rank_pipeline ||
+        !result->rank_tensor || !result->rank_dpxcp || !result->rank_collectives || !per_step) {
+        st = harness_out_of_memory(result, "the results of %d ranks", sh.world);
+        goto cleanup;
     }
-    for (int32_t w = 0; w < sh.world; w++) pthread_join(threads[w], NULL);
+
+    /* all ranks or none: one that never started would leave the others waiting at the start barrier */
+    if (dcp_inproc_run(sh.world, rank_main, &sh) != DCP_OK) {
+        snprintf(result->message, sizeof result->message,
+                 "cannot start %d rank threads: out of memory or too many threads", sh.world);
+        st = DCP_ERR_ALLOC;
+        goto cleanup;
+    }
 
     result->statuses_agree = 1;
-    double *per_step = calloc((size_t)o->steps, sizeof *per_step);
     for (int32_t s = 0; s < o->steps; s++) {
         if (s < 8) result->step_status[s] = sh.status[s * sh.world];
         for (int32_t w = 0; w < sh.world; w++) {
@@ -690,7 +755,6 @@ dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *res
     qsort(per_step, (size_t)o->steps, sizeof *per_step, cmp_double);
     result->step_seconds_min = per_step[0];
     result->step_seconds_median = per_step[o->steps / 2];
-    free(per_step);
     result->num_microbatches = sh.microbatches;
     result->heap_bytes_max = sh.heap_max;
 #ifdef DCP_HAVE_JEMALLOC
@@ -710,21 +774,28 @@ dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *res
         if (sh.status[s * sh.world] != DCP_OK) all_ok = 0;
     result->verified = o->check && sh.mismatches == 0 && (all_ok || o->fault != DCP_HARNESS_FAULT_NONE || o->comm_fault != DCP_FAULT_NONE);
     memcpy(result->message, sh.message, sizeof result->message);
+    if (sh.out_of_memory) st = harness_out_of_memory(result, "%s", sh.oom_message);
 
-    free(threads), free(args);
-    pthread_barrier_destroy(&sh.start);
-    pthread_mutex_destroy(&sh.lock);
+cleanup:
+    if (st != DCP_OK) { /* the message stays; the per-rank tables go */
+        free(result->rank_stats), free(result->rank_pipeline), free(result->rank_tensor), free(result->rank_dpxcp);
+        free(result->rank_collectives), free(result->rank_step_status);
+        result->rank_stats = NULL, result->rank_pipeline = result->rank_tensor = result->rank_dpxcp = NULL;
+        result->rank_collectives = NULL, result->rank_step_status = NULL;
+    }
+    free(per_step);
+    if (barrier_ready) pthread_barrier_destroy(&sh.start);
+    if (lock_ready) pthread_mutex_destroy(&sh.lock);
     dcp_inproc_world_destroy(sh.world_group);
 #ifdef DCP_HAVE_NCCL
     dcp_gpu_world_destroy(sh.gpu);
 #endif
-    for (int32_t i = 0; i < sh.pp * sh.tp; i++) dcp_inproc_world_destroy(sh.lanes[i]);
-    for (int32_t i = 0; i < sh.pp * sh.n; i++) dcp_inproc_world_destroy(sh.tps[i]);
+    for (int32_t i = 0; sh.lanes && i < sh.pp * sh.tp; i++) dcp_inproc_world_destroy(sh.lanes[i]);
+    for (int32_t i = 0; sh.tps && i < sh.pp * sh.n; i++) dcp_inproc_world_destroy(sh.tps[i]);
     free(sh.lanes), free(sh.tps), free(sh.seconds);
     free(sh.faulty.samples), free(sh.faulty.cu);
     dcp_context_destroy(planner);
-cleanup_data:
-    for (int32_t p = 0; p < dp; p++) free(sh.inputs[p].samples), free(sh.inputs[p].cu);
+    for (int32_t p = 0; sh.inputs && p < dp; p++) free(sh.inputs[p].samples), free(sh.inputs[p].cu);
     free(sh.inputs);
     dataset_free(&sh.data);
     return st;

@@ -8,6 +8,7 @@
 #include "cli.h"
 
 #include <dirent.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -142,7 +143,9 @@ static int name_order(const void *a, const void *b) { return strcmp(*(char *cons
 static int list_directory(const char *dir, char ***out, int *count)
 {
     DIR *d = opendir(dir);
-    if (!d) return dcp_cli_fail(DCP_EXIT_INPUT, "compare", "cannot open directory %s", dir);
+    if (!d) /* out of memory is no fault of the directory's */
+        return dcp_cli_fail(errno == ENOMEM ? DCP_EXIT_ERROR : DCP_EXIT_INPUT, "compare", "cannot open directory %s: %s",
+                            dir, strerror(errno));
     char **paths = NULL;
     int n = 0, cap = 0, status = DCP_EXIT_OK;
     struct dirent *e;
@@ -499,8 +502,8 @@ int dcp_cli_compare(int argc, char **argv)
                            rows[second].label, 100.0 * (rows[best].makespan / rows[best].lower_bound - 1.0));
             }
         }
-        if (fflush(stdout) != 0) status = dcp_cli_fail(DCP_EXIT_ERROR, "compare", "cannot write the output");
-        else if (any_failed) status = DCP_EXIT_ERROR;
+        status = dcp_cli_output_status("compare");
+        if (status == DCP_EXIT_OK && any_failed) status = DCP_EXIT_ERROR;
     }
     for (int k = 0; k < num_rows; k++) free(rows[k].seconds);
     for (int b = 0; b < num_batches; b++) dcp_cli_trace_free(&batches[b]);

@@ -69,7 +69,11 @@ typedef struct dcp_harness_result {
 
 void dcp_harness_options_default(dcp_harness_options *options);
 
-/* Run; DCP_OK when the harness itself worked (step failures are in the result). */
+/*
+ * Run; DCP_OK when the harness itself worked (step failures are in the result).
+ * DCP_ERR_ALLOC when memory ran out (the batch, a rank's workspace, the oracle)
+ * or not every rank's thread could start (then none runs); result->message says which.
+ */
 dcp_status dcp_harness_run(const dcp_harness_options *options, dcp_harness_result *result);
 void dcp_harness_result_free(dcp_harness_result *result);
 
