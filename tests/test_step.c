@@ -235,7 +235,9 @@ static void check_comm_fault(int32_t n, int32_t world_rank, dcp_inproc_fault fau
         DCP_CHECK_EQ_INT(first_other, DCP_ERR_COMM);
         break;
     case DCP_FAULT_NEVER_ARRIVE:
-        /* the missing rank is seen as a timeout; the agreement names the lowest failing rank's status */
+        /* the missing rank is seen as a timeout; the agreement names the lowest failing rank's status, and when
+           the agreement itself times out its outcome is the same on every rank that took part (the others_agree
+           check above, with every communicator on the same timeout) */
         DCP_CHECK(first_other == DCP_ERR_TIMEOUT || first_other == DCP_ERR_COMM);
         DCP_CHECK(faulty == DCP_ERR_TIMEOUT || faulty == DCP_ERR_COMM);
         break;
@@ -278,6 +280,56 @@ DCP_TEST(communicator_faults_at_every_collective_are_agreed_and_the_next_step_wo
             /* each waits out timeouts: under slow tools only the first and last collective */
             if (!slow || k == 0 || k == calls[i] - 1) check_comm_fault(n, ranks[i], DCP_FAULT_NEVER_ARRIVE, k);
         }
+}
+
+/*
+ * DP 2 x TP 2, every communicator on the same timeout (300 ms, then 1 s), the TP root of DP rank 0 never
+ * arriving at one of its collectives (each in turn, the all-to-all-v ten times): every rank without the fault
+ * returns one status, whichever place it waited in.
+ */
+static void check_one_status(int32_t n, int32_t timeout_ms, int32_t call, int runs)
+{
+    for (int run = 0; run < runs; run++) {
+        dcp_harness_options o;
+        base_options(&o, n, 2, 1, 2, 1);
+        o.config.scheduler = DCP_SCHEDULER_DYNAMIC_CP;
+        o.timeout_ms = timeout_ms;
+        o.steps = 1;
+        o.comm_fault = DCP_FAULT_NEVER_ARRIVE;
+        o.comm_fault_call = call;
+        o.fault_world_rank = 0;
+        o.fault_step = 0;
+        dcp_harness_result r;
+        DCP_REQUIRE_OK(dcp_harness_run(&o, &r));
+        /* the ranks without the fault agree; the faulty rank fails too (when it skipped an agreement it knows only
+           its own failure) */
+        for (int32_t w = 2; w < r.world_size; w++)
+            if (r.rank_step_status[w] != r.rank_step_status[1])
+                dcp_test_fail(__FILE__, __LINE__, "timeout %d ms, call %d, run %d: rank %d returned %s, rank 1 %s",
+                              timeout_ms, call, run, w, dcp_status_str(r.rank_step_status[w]),
+                              dcp_status_str(r.rank_step_status[1]));
+        DCP_CHECK(r.rank_step_status[0] != DCP_OK && r.rank_step_status[1] != DCP_OK);
+        dcp_harness_result_free(&r);
+    }
+}
+
+DCP_TEST(a_missing_peer_gives_every_rank_one_status_with_equal_timeouts)
+{
+    int32_t n = load("mlmdefault_n256_seed1.txt", 64);
+    dcp_harness_options o;
+    base_options(&o, n, 2, 1, 2, 1);
+    o.config.scheduler = DCP_SCHEDULER_DYNAMIC_CP;
+    dcp_harness_result r;
+    DCP_REQUIRE_OK(dcp_harness_run(&o, &r));
+    int32_t calls = r.rank_collectives[0];
+    DCP_REQUIRE(r.step_status[0] == DCP_OK && r.rank_tensor[0] == 0 && calls >= 7);
+    dcp_harness_result_free(&r);
+    /* its collectives: call agreement, headers, lengths, agreement, the all-to-all-v (4), TP header, body, agreement */
+    const int32_t exchange = 4;
+    check_one_status(n, 300 * time_scale(), exchange, 10);
+    check_one_status(n, 1000 * time_scale(), exchange, 2);
+    for (int32_t k = 0; k < calls; k++)
+        if (k != exchange) check_one_status(n, 300 * time_scale(), k, 1);
 }
 
 DCP_TEST(zero_heap_allocations_for_a_4096_sequence_step)

@@ -702,16 +702,17 @@ dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *res
         if (st != DCP_OK) goto cleanup;
     }
     /*
-     * A rank may wait out a lane's timeout before it reaches the TP broadcast,
-     * and a TP peer's before the world's agreement: each later communicator
-     * waits longer than all before it together, so a fault on one ends as that
-     * communicator's status instead of a second timeout racing it.
+     * Every communicator waits the same timeout, as a trainer would set them:
+     * a rank that waits out one collective for a missing peer reaches the
+     * next one late, and the step's agreements still give every rank one
+     * status (an agreement that fails returns its own outcome on every rank
+     * that took part).
      */
     sh.lanes = calloc((size_t)sh.pp * (size_t)sh.tp, sizeof *sh.lanes);
     sh.tps = calloc((size_t)sh.pp * (size_t)sh.n, sizeof *sh.tps);
-    dcp_status ws = sh.lanes && sh.tps ? dcp_inproc_world_create(sh.world, timeout * 4, &sh.world_group) : DCP_ERR_ALLOC;
+    dcp_status ws = sh.lanes && sh.tps ? dcp_inproc_world_create(sh.world, timeout, &sh.world_group) : DCP_ERR_ALLOC;
     for (int32_t i = 0; ws == DCP_OK && i < sh.pp * sh.tp; i++) ws = dcp_inproc_world_create(sh.n, timeout, &sh.lanes[i]);
-    for (int32_t i = 0; ws == DCP_OK && i < sh.pp * sh.n; i++) ws = dcp_inproc_world_create(sh.tp, timeout * 2, &sh.tps[i]);
+    for (int32_t i = 0; ws == DCP_OK && i < sh.pp * sh.n; i++) ws = dcp_inproc_world_create(sh.tp, timeout, &sh.tps[i]);
     if (ws != DCP_OK) {
         snprintf(result->message, sizeof result->message, "in-process communicators: %s%s", dcp_status_str(ws),
                  ws == DCP_ERR_ALLOC ? " (out of memory)" : "");

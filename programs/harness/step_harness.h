@@ -37,8 +37,7 @@ typedef struct dcp_harness_options {
     int32_t comm_fault_call;     /* at its comm_fault_call-th collective of that step (0 = the first) */
     int32_t fault_world_rank;    /* the rank that gets the planted input and/or communicator fault */
     int32_t fault_step;
-    int32_t timeout_ms;          /* DPxCP collectives waiting longer fail (0: 60 s); TP ones wait twice, the
-                                    world's agreements four times as long */
+    int32_t timeout_ms;          /* collectives waiting longer fail (0: 60 s); the same for every communicator */
     int gpu;                     /* one thread per GPU, NCCL communicators, device data (gpu_harness.h); the
                                     first step is a warm-up for allocation counts.  Needs NCCL and world-size GPUs */
 } dcp_harness_options;
