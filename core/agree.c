@@ -2,7 +2,16 @@
 #include "agree.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
+
+const char *dcp__comm_why(dcp_comm *comm, char *buffer, size_t size)
+{
+    const char *why = comm && comm->ops && comm->ops->describe_failure ? comm->ops->describe_failure(comm) : NULL;
+    if (!why || !why[0]) return "";
+    snprintf(buffer, size, "; %s", why);
+    return buffer;
+}
 
 dcp_status dcp__agree(dcp_comm *comm, dcp_status local, dcp_error *err, const char *who, const char *rank_name)
 {
@@ -11,14 +20,15 @@ dcp_status dcp__agree(dcp_comm *comm, dcp_status local, dcp_error *err, const ch
     dcp_status st = comm->ops->agree(comm, local, &agreed, &failed);
     if (st != DCP_OK) {
         /* the agreement's own outcome is the same on every rank that took part; a local error is not */
+        char why[128];
         if (local == DCP_OK)
-            return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s", who, rank_name, comm->rank,
-                             dcp_status_str(st));
+            return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s%s", who, rank_name, comm->rank,
+                             dcp_status_str(st), dcp__comm_why(comm, why, sizeof why));
         char own[DCP_ERROR_MESSAGE_SIZE];
         memcpy(own, err->message, sizeof own);
         own[sizeof own - 1] = '\0';
-        return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s (this rank had failed: %.150s)", who,
-                         rank_name, comm->rank, dcp_status_str(st), own);
+        return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s%s (this rank had failed: %.120s)", who,
+                         rank_name, comm->rank, dcp_status_str(st), dcp__comm_why(comm, why, sizeof why), own);
     }
     if (agreed == DCP_OK || (failed == comm->rank && agreed == local)) return agreed;
     if (local == DCP_OK)
@@ -60,9 +70,10 @@ dcp_status dcp__agree_call(dcp_comm *comm, const dcp_call_tag *mine, dcp_call_ta
                            const char *who, const char *rank_name)
 {
     dcp_status st = comm->ops->allgather(comm, mine, sizeof *mine, tags);
+    char why[128];
     if (st != DCP_OK)
-        return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s", who, rank_name, comm->rank,
-                         dcp_status_str(st));
+        return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s%s", who, rank_name, comm->rank,
+                         dcp_status_str(st), dcp__comm_why(comm, why, sizeof why));
     /* every rank sees the same tags: the first mismatch against rank 0's, then the lowest failing rank */
     for (int32_t r = 1; r < comm->size; r++) {
         dcp_status m = compare_tags(&tags[0], 0, &tags[r], r, err, who, rank_name);
@@ -88,9 +99,10 @@ dcp_status dcp__agree_call_small(dcp_comm *comm, const dcp_call_tag *mine, dcp_e
 {
     dcp_call_tag root = *mine;
     dcp_status st = comm->ops->broadcast(comm, &root, sizeof root, 0);
+    char why[128];
     if (st != DCP_OK)
-        return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s", who, rank_name, comm->rank,
-                         dcp_status_str(st));
+        return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s%s", who, rank_name, comm->rank,
+                         dcp_status_str(st), dcp__comm_why(comm, why, sizeof why));
     dcp_status local = (dcp_status)mine->status;
     dcp_status m = compare_tags(mine, comm->rank, &root, 0, err, who, rank_name);
     if (m != DCP_OK) local = m;

@@ -58,6 +58,9 @@ dcp_status dcp__agree_call(dcp_comm *comm, const dcp_call_tag *mine, dcp_call_ta
 dcp_status dcp__agree_call_small(dcp_comm *comm, const dcp_call_tag *mine, dcp_error *err, const char *who,
                                  const char *rank_name);
 
+/* Why comm's last operation failed, as "; <the backend's sentence>", or "" when it says nothing. */
+const char *dcp__comm_why(dcp_comm *comm, char *buffer, size_t size);
+
 /* A digest of every field of a configuration (padding bytes excluded): ranks compare it. */
 uint64_t dcp__config_digest(const dcp_config *config);
 

@@ -32,6 +32,7 @@
 #include "../alloc/host.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -76,6 +77,7 @@ typedef struct rank_slot {
     dcp_inproc_fault fault; /* pending for the next collective */
     int64_t call_ns;       /* when the rank called the collective */
     announcement a;
+    char why[128];         /* why its last collective failed; "" after a success */
 } rank_slot;
 
 typedef struct abort_record {
@@ -311,6 +313,28 @@ static void wait_until(dcp_inproc_world *w, int64_t deadline_ns)
     (void)rc; /* ETIMEDOUT or a wake-up: the caller re-reads the state either way */
 }
 
+/* The sentence describe_failure gives for a collective's outcome on this rank. */
+static void describe(rank_slot *me, uint64_t k, dcp_status status, int32_t failed, dcp_inproc_fault fault)
+{
+    const dcp_inproc_world *w = me->world;
+    if (status == DCP_OK) me->why[0] = '\0';
+    else if (fault == DCP_FAULT_NEVER_ARRIVE)
+        snprintf(me->why, sizeof me->why, "rank %d did not take part in collective %llu (planted fault)", me->rank,
+                 (unsigned long long)k);
+    else if (status == DCP_ERR_TIMEOUT && failed >= 0 && failed != me->rank)
+        snprintf(me->why, sizeof me->why, "rank %d did not arrive at collective %llu within %lld ms", failed,
+                 (unsigned long long)k, (long long)(w->timeout_ns / 1000000));
+    else if (status == DCP_ERR_TIMEOUT)
+        snprintf(me->why, sizeof me->why, "this rank came to collective %llu after its peers had given up",
+                 (unsigned long long)k);
+    else if (failed >= 0)
+        snprintf(me->why, sizeof me->why, "collective %llu failed with %s on rank %d", (unsigned long long)k,
+                 dcp_status_str(status), failed);
+    else
+        snprintf(me->why, sizeof me->why, "collective %llu failed with %s", (unsigned long long)k,
+                 dcp_status_str(status));
+}
+
 /*
  * Take part in the next collective.  `local` is the rank's own verdict on its
  * arguments (DCP_OK or the status it gives up with).
@@ -375,6 +399,7 @@ static dcp_status collective(rank_slot *me, const announcement *a, dcp_status lo
         status = me->result;
         failed = me->failed_rank;
     }
+    describe(me, k, status, failed, fault);
     pthread_mutex_unlock(&w->mutex);
     if (failed_rank) *failed_rank = failed;
     return status;
@@ -480,8 +505,18 @@ static dcp_status inproc_agree(dcp_comm *comm, dcp_status local_status, dcp_stat
     return st;
 }
 
+static const char *inproc_describe_failure(dcp_comm *comm)
+{
+    rank_slot *me = slot_of(comm);
+    if (!me) return "";
+    pthread_mutex_lock(&me->world->mutex);
+    const char *why = me->why; /* written only by this rank's own calls */
+    pthread_mutex_unlock(&me->world->mutex);
+    return why;
+}
+
 static const dcp_comm_ops inproc_ops = {
-    inproc_allgather, inproc_allgatherv, inproc_alltoallv, inproc_broadcast, inproc_agree,
+    inproc_allgather, inproc_allgatherv, inproc_alltoallv, inproc_broadcast, inproc_agree, inproc_describe_failure,
 };
 
 /* ---- worlds ---- */

@@ -343,7 +343,10 @@ static dcp_status op_agree(dcp_comm *comm, dcp_status local, dcp_status *agreed,
     return DCP_OK;
 }
 
-static const dcp_comm_ops nccl_ops = {op_allgather, op_allgatherv, op_alltoallv, op_broadcast, op_agree};
+static const char *op_describe_failure(dcp_comm *comm) { return comm && comm->impl ? IMPL(comm)->message : ""; }
+
+static const dcp_comm_ops nccl_ops = {op_allgather, op_allgatherv, op_alltoallv, op_broadcast, op_agree,
+                                      op_describe_failure};
 
 /* ------------------------------------------------------------------------ */
 /* Life cycle                                                                */

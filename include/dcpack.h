@@ -371,6 +371,12 @@ typedef struct dcp_comm_ops {
      * Returns DCP_OK when the agreement itself completed.
      */
     dcp_status (*agree)(dcp_comm *comm, dcp_status local, dcp_status *agreed, int32_t *failed_rank);
+    /*
+     * Optional (NULL: none): why this handle's last operation failed, as a short sentence that names the
+     * rank that failed or never arrived ("rank 3 did not arrive within 300 ms"); "" after a success.
+     * dcpack appends it to its own messages.  Both backends provide it.
+     */
+    const char *(*describe_failure)(dcp_comm *comm);
 } dcp_comm_ops;
 
 struct dcp_comm {

@@ -9,14 +9,17 @@
  * (rows, cu arrays) back to the host through the token mover.
  */
 #include "step.h"
+#include "../core/agree.h"
 
 dcp_status dcp__broadcast(dcp_comm *tp, int holds_data, dcp_broadcast_header *h, dcp_mover *mover,
                           int32_t max_microbatches, void *stream, dcp_step_stats *stats, dcp_error *err)
 {
     dcp_status s = holds_data ? (dcp_status)h->status : DCP_OK;
+    char why[128];
     stats->collectives++;
     dcp_status bs = tp->ops->broadcast(tp, h, sizeof *h, 0);
-    if (bs != DCP_OK && s == DCP_OK) s = dcp__fail(err, bs, "step: TP broadcast of the header failed: %s", dcp_status_str(bs));
+    if (bs != DCP_OK && s == DCP_OK) s = dcp__fail(err, bs, "step: TP broadcast of the header failed: %s%s", dcp_status_str(bs),
+                                                 dcp__comm_why(tp, why, sizeof why));
     if (s == DCP_OK && h->status != DCP_OK)
         s = dcp__fail(err, (dcp_status)h->status, "step: TP rank 0 failed with %s", dcp_status_str((dcp_status)h->status));
     dcp_body_layout b;
@@ -33,7 +36,8 @@ dcp_status dcp__broadcast(dcp_comm *tp, int holds_data, dcp_broadcast_header *h,
         stats->collectives++;
         dcp_status body_status = tp->ops->broadcast(tp, mover->body, (size_t)used, 0);
         if (body_status != DCP_OK && s == DCP_OK)
-            s = dcp__fail(err, body_status, "step: TP broadcast of the outputs failed: %s", dcp_status_str(body_status));
+            s = dcp__fail(err, body_status, "step: TP broadcast of the outputs failed: %s%s", dcp_status_str(body_status),
+                          dcp__comm_why(tp, why, sizeof why));
         if (!holds_data && s == DCP_OK) s = mover->ops->read_back(mover, stream, b.prefix, err);
         stats->broadcast_bytes = (int64_t)sizeof *h + used;
     }

@@ -60,9 +60,11 @@ static dcp_status gather_lengths(dcp_context *ctx, dcp_comm *comm, dcp_call_tag 
         local_status = dcp__fail(err, DCP_ERR_CAPACITY, "gather: scratch too small for %d DP ranks", dp);
     dcp_status st = agree(ctx, comm, tag, local_status, tags, err);
     if (st != DCP_OK) return st;
+    char why[128];
 
     st = comm->ops->allgather(comm, &count, sizeof count, counts);
-    if (st != DCP_OK) return dcp__fail(err, st, "gather: all-gather of counts failed: %s", dcp_status_str(st));
+    if (st != DCP_OK) return dcp__fail(err, st, "gather: all-gather of counts failed: %s%s", dcp_status_str(st),
+                                         dcp__comm_why(comm, why, sizeof why));
 
     /* every rank sees the same counts, so every rank takes the same branch below */
     int64_t total = 0;
@@ -79,7 +81,8 @@ static dcp_status gather_lengths(dcp_context *ctx, dcp_comm *comm, dcp_call_tag 
                         (long long)total, ctx->config.max_sequences);
     ctx->rank_offsets[dp] = (int32_t)total;
     st = comm->ops->allgatherv(comm, local, (size_t)count * sizeof(int32_t), ctx->global_lengths, bytes, offsets);
-    if (st != DCP_OK) return dcp__fail(err, st, "gather: all-gather of lengths failed: %s", dcp_status_str(st));
+    if (st != DCP_OK) return dcp__fail(err, st, "gather: all-gather of lengths failed: %s%s", dcp_status_str(st),
+                                         dcp__comm_why(comm, why, sizeof why));
     ctx->num_global = (int32_t)total;
     return DCP_OK;
 }
@@ -324,6 +327,7 @@ dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp_local_seq
 {
     const int32_t n = lane->size, cp = c->context_parallel_size, dp = c->data_parallel_size;
     rank_header mine = {fields, local->count, 0, data_digest, local->tokens};
+    char why[128];
     mine.hash = fnv1a(14695981039346656037ull, local->pairs, (size_t)local->count * 2 * sizeof(int32_t));
 
     rank_header *headers = DCP_ARENA_NEW(scratch, rank_header, n);
@@ -333,7 +337,8 @@ dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp_local_seq
         return dcp__fail(err, DCP_ERR_CAPACITY, "step: gather scratch too small for %d ranks", n);
     stats->collectives++;
     dcp_status s = lane->ops->allgather(lane, &mine, sizeof mine, headers);
-    if (s != DCP_OK) return dcp__fail(err, s, "step: all-gather of rank headers failed: %s", dcp_status_str(s));
+    if (s != DCP_OK) return dcp__fail(err, s, "step: all-gather of rank headers failed: %s%s", dcp_status_str(s),
+                                        dcp__comm_why(lane, why, sizeof why));
     stats->metadata_bytes_received += (int64_t)((n - 1) * sizeof mine);
 
     /* every rank sees the same headers, so every rank takes the same branch below */
@@ -373,7 +378,8 @@ dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp_local_seq
     }
     stats->collectives++;
     s = lane->ops->allgatherv(lane, local->pairs, bytes[lane->rank], pairs, bytes, offsets);
-    if (s != DCP_OK) return dcp__fail(err, s, "step: all-gather of lengths failed: %s", dcp_status_str(s));
+    if (s != DCP_OK) return dcp__fail(err, s, "step: all-gather of lengths failed: %s%s", dcp_status_str(s),
+                                        dcp__comm_why(lane, why, sizeof why));
     stats->metadata_bytes_received += (int64_t)(total * 2 * (int64_t)sizeof(int32_t)) - (int64_t)bytes[lane->rank];
     int64_t sum = 0;
     __int128 squared = 0;

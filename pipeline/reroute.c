@@ -11,6 +11,7 @@
  * and a receiver's own DP rank's data never leaves it.
  */
 #include "step.h"
+#include "../core/agree.h"
 #include "../core/plan.h"
 
 #include <string.h>
@@ -214,7 +215,9 @@ dcp_status dcp__reroute_exchange(dcp_comm *lane, const unsigned char *send, cons
                                  const size_t *recv_offsets, dcp_step_stats *stats, dcp_error *err)
 {
     stats->collectives++;
+    char why[128];
     dcp_status s = lane->ops->alltoallv(lane, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets);
-    if (s != DCP_OK) return dcp__fail(err, s, "step: the token exchange failed: %s", dcp_status_str(s));
+    if (s != DCP_OK) return dcp__fail(err, s, "step: the token exchange failed: %s%s", dcp_status_str(s),
+                                        dcp__comm_why(lane, why, sizeof why));
     return DCP_OK;
 }

@@ -63,7 +63,7 @@ static dcp_status solo_agree(dcp_comm *comm, dcp_status local, dcp_status *agree
     return DCP_OK;
 }
 
-static const dcp_comm_ops solo_ops = {solo_allgather, solo_allgatherv, solo_alltoallv, solo_broadcast, solo_agree};
+static const dcp_comm_ops solo_ops = {solo_allgather, solo_allgatherv, solo_alltoallv, solo_broadcast, solo_agree, NULL};
 
 static dcp_comm solo_comm(void)
 {

@@ -568,3 +568,47 @@ DCP_TEST(an_odd_span_on_one_rank_is_not_cut)
     dcp_inproc_world_destroy(w);
     dcp_context_destroy(ctx);
 }
+
+/* ---- after a timeout, every waiting rank's message names the rank that never came ---- */
+
+typedef struct absent_test {
+    dcp_inproc_world *world;
+    dcp_status status[3];
+    char message[3][256];
+} absent_test;
+
+static void absent_rank(int32_t rank, void *arg)
+{
+    absent_test *t = arg;
+    if (rank == 2) return; /* never calls: its process died, say */
+    dcp_config c = small_config(3, 1);
+    dcp_context *ctx = NULL;
+    if (dcp_context_create(&c, &ctx) != DCP_OK) return;
+    dcp_comm world;
+    dcp_inproc_comm(t->world, rank, &world);
+    dcp_step_args args;
+    memset(&args, 0, sizeof args);
+    args.world = &world;
+    args.data_context_parallel = &world;
+    sample_buffers b;
+    fill(&b, base_of(rank, 0));
+    dcp_sample s = sample_of(&b);
+    dcp_step_input in = {&s, 1, DCP_FIELD_ALL};
+    const dcp_step_output *out = NULL;
+    t->status[rank] = dcp_step(ctx, &args, &in, &out);
+    snprintf(t->message[rank], sizeof t->message[rank], "%s", dcp_context_last_error(ctx));
+    dcp_context_destroy(ctx);
+}
+
+DCP_TEST(after_a_timeout_every_waiting_rank_names_the_absent_rank)
+{
+    absent_test t;
+    memset(&t, 0, sizeof t);
+    DCP_REQUIRE_OK(dcp_inproc_world_create(3, 200, &t.world));
+    DCP_REQUIRE_OK(dcp_inproc_run(3, absent_rank, &t));
+    dcp_inproc_world_destroy(t.world);
+    for (int r = 0; r < 2; r++) {
+        DCP_CHECK_STATUS(t.status[r], DCP_ERR_TIMEOUT);
+        DCP_CHECK_CONTAINS(t.message[r], "rank 2 did not arrive at collective 1 within 200 ms");
+    }
+}
