@@ -23,7 +23,7 @@ traces=("$src"/tests/data/workloads/*_n256_seed1.txt "$src"/tests/data/workloads
 sources=()
 for f in "$src"/alloc/*.c "$src"/core/*.c "$src"/pipeline/*.c "$src"/pipeline/balanced/*.c \
          "$src"/pipeline/dynamic_cp/*.c; do
-  case "$f" in */alloc/device_cuda.c) ;; *) sources+=("$f") ;; esac
+  case "$f" in */alloc/device_cuda.c | */alloc/host_block_jemalloc.c) ;; *) sources+=("$f") ;; esac
 done
 sources+=("$src"/gpu/no_cuda.c "$src"/gpu/no_nccl.c "$src"/tests/plan_hash_main.c)
 
