@@ -595,7 +595,20 @@ static int setup_nccl(const options *o, const layout *L, const char *path, const
             id.internal[i] = (char)v;
         }
     }
+    /*
+     * Split children share the world's resources, its abort flag among them: aborting one communicator then
+     * stops the kernels of all of them.  After a lost peer several communicators can hold a kernel that waits for
+     * it (all on one stream), and freeing device memory waits for every kernel, so aborting them one by one with
+     * private flags could wait forever on a kernel of a communicator not aborted yet.
+     */
+#if defined(NCCL_VERSION_CODE) && NCCL_VERSION_CODE >= NCCL_VERSION(2, 18, 0)
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.splitShare = 1;
+    config.blocking = 1; /* dcpack's backend makes blocking NCCL calls, whatever NCCL_COMM_BLOCKING says */
+    ncclResult_t r = ncclCommInitRankConfig(&c->nccl_world, L->world, id, L->rank, &config);
+#else
     ncclResult_t r = ncclCommInitRank(&c->nccl_world, L->world, id, L->rank);
+#endif
     if (r != ncclSuccess) {
         fprintf(stderr, "rank %d: ncclCommInitRank: %s\n", L->rank, ncclGetErrorString(r));
         c->nccl_world = NULL;
@@ -881,6 +894,16 @@ static void on_init_alarm(int sig)
     ssize_t ignored = write(STDERR_FILENO, message, sizeof message - 1);
     (void)ignored;
     _exit(RC_SETUP);
+}
+
+static void on_abort_alarm(int sig)
+{
+    (void)sig;
+    static const char message[] =
+        "dcpack_train_data_loop: aborting the communicators did not finish in time; leaving without them\n";
+    ssize_t ignored = write(STDERR_FILENO, message, sizeof message - 1);
+    (void)ignored;
+    _exit(RC_PEER_LOST);
 }
 
 static int peer_lost(dcp_status s) { return s == DCP_ERR_TIMEOUT || s == DCP_ERR_COMM || s == DCP_ERR_NCCL; }
@@ -1244,9 +1267,13 @@ int main(int argc, char **argv)
         comms_destroy(&c);
         fprintf(stderr, "rank %d: exiting with status %d\n", L.rank, rc);
     } else {
-        /* a lost peer (or a failure of this rank alone, which its peers will see as one) */
+        /* a lost peer (or a failure of this rank alone, which its peers will see as one); some NCCL versions
+           can wait in ncclCommAbort for a peer that is gone: leave anyway after a while */
         print_comm_failure(&c, L.rank);
+        signal(SIGALRM, on_abort_alarm);
+        alarm((unsigned)(10 + o.timeout_ms / 1000));
         comms_abort(&c);
+        alarm(0);
         fprintf(stderr, "rank %d: %s: communicators aborted, exiting with status %d\n", L.rank,
                 rc == RC_PEER_LOST ? "a peer was lost" : "this rank failed", rc);
 #ifdef DCP_EXAMPLE_NCCL

@@ -47,7 +47,8 @@ case "$n" in
 esac
 if [ "$comm" = shm ]; then lost='DCP_ERR_TIMEOUT'; bound=$((2 * timeout_ms + 3000 * scale))
 else lost='DCP_ERR_TIMEOUT|DCP_ERR_NCCL|DCP_ERR_COMM'; bound=$((3 * timeout_ms + 5000 * scale)); fi
-guard=$(( (4 * timeout_ms) / 1000 + 60 * scale ))
+# each launch: start-up (NCCL connects 8 GPUs in seconds), two steps, the timeouts, the aborts
+guard=$(( (4 * timeout_ms) / 1000 + 120 * scale ))
 
 failures=0
 # drill NAME RANK STEP CALL HOW
