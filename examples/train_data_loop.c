@@ -760,7 +760,14 @@ static dcp_status w_agree(dcp_comm *comm, dcp_status local, dcp_status *agreed, 
     return INNER(comm)->ops->agree(INNER(comm), local, agreed, failed_rank);
 }
 
-static const dcp_comm_ops counted_ops = {w_allgather, w_allgatherv, w_alltoallv, w_broadcast, w_agree};
+static const char *w_describe_failure(dcp_comm *comm)
+{
+    dcp_comm *inner = INNER(comm);
+    return inner->ops->describe_failure ? inner->ops->describe_failure(inner) : "";
+}
+
+static const dcp_comm_ops counted_ops = {w_allgather, w_allgatherv, w_alltoallv, w_broadcast, w_agree,
+                                         w_describe_failure};
 
 static void counted(dcp_comm *inner, dcp_comm *outer)
 {
