@@ -59,6 +59,30 @@ static int copy_tokens(const dcp_step_output *out, int64_t *dst, int cap)
     return n;
 }
 
+/*
+ * One dcp_step on `ctx` over one world (the world is also the DPxCP group), with the rank's sample of step k
+ * (base_of) and the given step id; NULL args when null_args.  Keeps the tokens it got in tokens[*count].
+ */
+static int64_t base_of(int32_t rank, int k);
+static dcp_status step_on(dcp_context *ctx, dcp_comm *world, int32_t rank, int k, uint64_t step_id, int null_args,
+                          int64_t *tokens, int *count)
+{
+    dcp_step_args args;
+    memset(&args, 0, sizeof args);
+    args.world = world;
+    args.data_context_parallel = world;
+    args.step_id = step_id;
+    sample_buffers b;
+    fill(&b, base_of(rank, k));
+    dcp_sample s = sample_of(&b);
+    dcp_step_input in = {&s, 1, DCP_FIELD_ALL};
+    const dcp_step_output *out = NULL;
+    dcp_status st = dcp_step(ctx, null_args ? NULL : &args, &in, &out);
+    if (count) *count = 0;
+    if (st == DCP_OK && tokens && count) *count = copy_tokens(out, tokens, TOKENS);
+    return st;
+}
+
 /* ---- CP siblings holding different bytes ---- */
 
 typedef struct sibling_test {
@@ -162,24 +186,13 @@ typedef struct skip_test {
     int calls[2];
 } skip_test;
 
-static void step_once(skip_test *t, int32_t rank, int k, int use_null_args, int64_t base)
+static void step_once(skip_test *t, int32_t rank, int k, int use_null_args)
 {
     dcp_comm world;
     dcp_inproc_comm(t->world, rank, &world);
-    dcp_step_args args;
-    memset(&args, 0, sizeof args);
-    args.world = &world;
-    args.data_context_parallel = &world;
-    sample_buffers b;
-    fill(&b, base);
-    dcp_sample s = sample_of(&b);
-    dcp_step_input in = {&s, 1, DCP_FIELD_ALL};
-    const dcp_step_output *out = NULL;
     int slot = t->calls[rank]++;
-    t->status[rank][slot] = dcp_step(t->ctx[rank], use_null_args ? NULL : &args, &in, &out);
-    t->count[rank][slot] = 0;
-    if (t->status[rank][slot] == DCP_OK) t->count[rank][slot] = copy_tokens(out, t->tokens[rank][slot], TOKENS);
-    (void)k;
+    t->status[rank][slot] = step_on(t->ctx[rank], &world, rank, k, 0, use_null_args, t->tokens[rank][slot],
+                                    &t->count[rank][slot]);
 }
 
 /* Rank r's input in step k. */
@@ -191,11 +204,11 @@ static void skip_rank(int32_t rank, void *arg)
     int first = t->joined ? t->run : 0, last = t->joined ? t->run + 1 : STEPS;
     for (int k = first; k < last; k++) {
         if (rank == 1 && k == 0 && !t->repeat) {
-            step_once(t, rank, k, 1, 0); /* fails here alone: no communicator to tell the others through */
+            step_once(t, rank, k, 1); /* fails here alone: no communicator to tell the others through */
             continue;
         }
-        step_once(t, rank, k, 0, base_of(rank, k));
-        if (rank == 1 && k == 1 && t->repeat) step_once(t, rank, k, 0, base_of(rank, k)); /* the same step again */
+        step_once(t, rank, k, 0);
+        if (rank == 1 && k == 1 && t->repeat) step_once(t, rank, k, 0); /* the same step again */
     }
 }
 
@@ -217,17 +230,7 @@ static void fresh_rank(int32_t rank, void *arg)
     if (dcp_context_create(&c, &ctx) != DCP_OK) return;
     dcp_comm world;
     dcp_inproc_comm(f->world, rank, &world);
-    dcp_step_args args;
-    memset(&args, 0, sizeof args);
-    args.world = &world;
-    args.data_context_parallel = &world;
-    sample_buffers b;
-    fill(&b, base_of(rank, f->k));
-    dcp_sample s = sample_of(&b);
-    dcp_step_input in = {&s, 1, DCP_FIELD_ALL};
-    const dcp_step_output *out = NULL;
-    f->status[rank] = dcp_step(ctx, &args, &in, &out);
-    if (f->status[rank] == DCP_OK) f->count[rank] = copy_tokens(out, f->tokens[rank], TOKENS);
+    f->status[rank] = step_on(ctx, &world, rank, f->k, 0, 0, f->tokens[rank], &f->count[rank]);
     dcp_context_destroy(ctx);
 }
 
@@ -349,21 +352,9 @@ static void id_rank(int32_t rank, void *arg)
     if (dcp_context_create(&c, &ctx) != DCP_OK) return;
     dcp_comm world;
     dcp_inproc_comm(t->world, rank, &world);
-    dcp_step_args args;
-    memset(&args, 0, sizeof args);
-    args.world = &world;
-    args.data_context_parallel = &world;
-    sample_buffers b;
-    fill(&b, base_of(rank, 0));
-    dcp_sample s = sample_of(&b);
-    dcp_step_input in = {&s, 1, DCP_FIELD_ALL};
-    const dcp_step_output *out = NULL;
     /* rank 0 numbers its steps 1, 2, 3; rank 1 makes step 1 twice (1, 1, 2) */
     const uint64_t ids[2][3] = {{1, 2, 3}, {1, 1, 2}};
-    for (int k = 0; k < 3; k++) {
-        args.step_id = ids[rank][k];
-        t->status[rank][k] = dcp_step(ctx, &args, &in, &out);
-    }
+    for (int k = 0; k < 3; k++) t->status[rank][k] = step_on(ctx, &world, rank, 0, ids[rank][k], 0, NULL, NULL);
     dcp_context_destroy(ctx);
 }
 
@@ -398,16 +389,7 @@ static void config_rank(int32_t rank, void *arg)
     if (dcp_context_create(&c, &ctx) != DCP_OK) return;
     dcp_comm world;
     dcp_inproc_comm(t->world, rank, &world);
-    dcp_step_args args;
-    memset(&args, 0, sizeof args);
-    args.world = &world;
-    args.data_context_parallel = &world;
-    sample_buffers b;
-    fill(&b, base_of(rank, 0));
-    dcp_sample s = sample_of(&b);
-    dcp_step_input in = {&s, 1, DCP_FIELD_ALL};
-    const dcp_step_output *out = NULL;
-    t->status[rank] = dcp_step(ctx, &args, &in, &out);
+    t->status[rank] = step_on(ctx, &world, rank, 0, 0, 0, NULL, NULL);
     snprintf(t->message[rank], sizeof t->message[rank], "%s", dcp_context_last_error(ctx));
     dcp_context_destroy(ctx);
 }
@@ -586,16 +568,7 @@ static void absent_rank(int32_t rank, void *arg)
     if (dcp_context_create(&c, &ctx) != DCP_OK) return;
     dcp_comm world;
     dcp_inproc_comm(t->world, rank, &world);
-    dcp_step_args args;
-    memset(&args, 0, sizeof args);
-    args.world = &world;
-    args.data_context_parallel = &world;
-    sample_buffers b;
-    fill(&b, base_of(rank, 0));
-    dcp_sample s = sample_of(&b);
-    dcp_step_input in = {&s, 1, DCP_FIELD_ALL};
-    const dcp_step_output *out = NULL;
-    t->status[rank] = dcp_step(ctx, &args, &in, &out);
+    t->status[rank] = step_on(ctx, &world, rank, 0, 0, 0, NULL, NULL);
     snprintf(t->message[rank], sizeof t->message[rank], "%s", dcp_context_last_error(ctx));
     dcp_context_destroy(ctx);
 }
