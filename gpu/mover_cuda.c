@@ -9,9 +9,10 @@
  *
  * Each copy builds its segment table (and the pointer tables of the fields)
  * in the pinned block, uploads it in one copy and runs one launch of the
- * segment kernel: once to gather outgoing tokens into the send staging, once
- * to place received tokens in the body, zero every padding slot and write
- * the mask.  The device body has the host body's layout (core/body.h); its
+ * segment kernel: once to gather the tokens that travel into the send
+ * staging, once to land every token in the body (received ones from the
+ * receive staging, the ones this rank keeps straight from the caller's
+ * samples), zero every padding slot and write the mask.  The device body has the host body's layout (core/body.h); its
  * prefix (rows, cu_seqlens) is written on the host and uploaded.
  */
 #include "../core/mover.h"
@@ -214,9 +215,10 @@ static dcp_status cuda_stage(dcp_mover *m, void *stream, const dcp_step_input *i
     return e == cudaSuccess ? DCP_OK : cuda_fail(err, e, "step: gathering outgoing tokens");
 }
 
-static dcp_status cuda_land(dcp_mover *m, void *stream, uint32_t kept, const dcp_recv_pieces *p,
-                            const dcp_exchange_blocks *x, const unsigned char *recv, const dcp_body_layout *b,
-                            int64_t total_tokens, dcp_arena *scratch, dcp_error *err)
+static dcp_status cuda_land(dcp_mover *m, void *stream, uint32_t kept, const dcp_recv_pieces *r,
+                            const dcp_exchange_blocks *x, const unsigned char *recv, const dcp_own_pieces *o,
+                            const dcp_step_input *in, const dcp_body_layout *b, int64_t total_tokens,
+                            dcp_arena *scratch, dcp_error *err)
 {
     (void)scratch;
     cuda_mover *st = (cuda_mover *)m->state;
@@ -228,28 +230,21 @@ static dcp_status cuda_land(dcp_mover *m, void *stream, uint32_t kept, const dcp
     }
     int32_t nf = 1; /* the mask */
     for (int f = 0; f < DCP_NUM_FIELDS; f++) nf += (kept & dcp__field_bit[f]) != 0;
+    /* sources of a field: the peers' runs in the receive buffer, then the samples' buffers */
+    const int32_t samples = o->count > 0 ? in->num_samples : 0;
     table_build t;
-    dcp_status s = table_begin(st, 2 * p->count + 1, nf, x->num_peers, 1, &t, err);
+    dcp_status s = table_begin(st, 2 * (r->count + o->count) + 1, nf, (int64_t)x->num_peers + samples, 1, &t, err);
     if (s != DCP_OK) return s;
     /* every piece, with a fill for the gap before it, then the tail: each slot written once */
-    int64_t n = 0, at = 0;
-    for (int64_t i = 0; i < p->count; i++) {
-        if (p->dst[i] < at || p->dst[i] + p->length[i] > total_tokens)
-            return dcp__fail(err, DCP_ERR_INVALID_PLAN, "step: received piece %lld lands at %lld, before %lld",
-                             (long long)i, (long long)p->dst[i], (long long)at);
-        if (p->dst[i] > at) {
-            t.src_index[n] = -1, t.dst_index[n] = 0, t.src_offset[n] = 0, t.dst_offset[n] = at;
-            t.length[n++] = p->dst[i] - at;
-        }
-        t.src_index[n] = p->sender[i], t.dst_index[n] = 0, t.src_offset[n] = p->cursor[i], t.dst_offset[n] = p->dst[i];
-        t.length[n++] = p->length[i];
-        at = p->dst[i] + p->length[i];
-    }
-    if (at < total_tokens) {
-        t.src_index[n] = -1, t.dst_index[n] = 0, t.src_offset[n] = 0, t.dst_offset[n] = at;
-        t.length[n++] = total_tokens - at;
-    }
-    t.n = n; /* the carved arrays hold 2 * count + 1; the used prefix is what runs */
+    int64_t bad = 0;
+    const int64_t n = dcp__landing_segments(r, o, x->num_peers, total_tokens, t.src_index, t.src_offset,
+                                            t.dst_offset, t.length, &bad);
+    if (n < 0)
+        return dcp__fail(err, DCP_ERR_INVALID_PLAN, "step: %s piece %lld lands over another or past %lld tokens",
+                         bad >= 0 ? "received" : "own", (long long)(bad >= 0 ? bad : -1 - bad),
+                         (long long)total_tokens);
+    for (int64_t i = 0; i < n; i++) t.dst_index[i] = 0;
+    t.n = n; /* the carved arrays hold 2 * pieces + 1; the used prefix is what runs */
     dcp_segment_field fields[DCP_NUM_FIELDS + 1];
     size_t offset_in_block = 0;
     int32_t k = 0;
@@ -259,6 +254,7 @@ static dcp_status cuda_land(dcp_mover *m, void *stream, uint32_t kept, const dcp
         void **dsts = t.dst_ptrs + (size_t)k * (size_t)t.dests;
         for (int32_t q = 0; q < x->num_peers; q++)
             srcs[q] = recv + x->recv_offsets[q] + (size_t)x->tokens_from[q] * offset_in_block;
+        for (int32_t i = 0; i < samples; i++) srcs[x->num_peers + i] = dcp__sample_field(&in->samples[i], f);
         dsts[0] = st->body + b->field[f];
         fields[k].src = srcs;
         fields[k].dst = dsts;
@@ -273,7 +269,7 @@ static dcp_status cuda_land(dcp_mover *m, void *stream, uint32_t kept, const dcp
     fields[k].elem_size = 1;
     if (n > 0 && (s = table_run(st, &t, fields, nf, stream, err)) != DCP_OK) return s;
     e = cudaStreamSynchronize((cudaStream_t)stream);
-    return e == cudaSuccess ? DCP_OK : cuda_fail(err, e, "step: placing received tokens");
+    return e == cudaSuccess ? DCP_OK : cuda_fail(err, e, "step: placing tokens");
 }
 
 static dcp_status cuda_digest(dcp_mover *m, void *stream, const dcp_step_input *in, uint32_t kept,

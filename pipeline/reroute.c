@@ -8,7 +8,9 @@
  * buffer.  Neither side sends a layout to the other.  A sequence of DP rank p
  * is held by the CP siblings p*cp .. p*cp+cp-1; the one whose CP rank equals
  * the receiver's rank modulo cp sends it, so the siblings share the sending
- * and a receiver's own DP rank's data never leaves it.
+ * and a receiver's own DP rank's data never leaves it: those pieces are
+ * listed as own pieces, landed straight from the samples, and take no part
+ * in the exchange.
  */
 #include "step.h"
 #include "../core/plan.h"
@@ -97,10 +99,12 @@ dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *c, cons
 }
 
 void dcp__reroute_receive(const dcp_plan *plan, const dcp_config *c, const dcp_step_lengths *L, int32_t me,
-                          const dcp_rank_geometry *geometry, dcp_group_scratch *gs, dcp_receive_table *out)
+                          const dcp_local_sequences *local, const dcp_rank_geometry *geometry, dcp_group_scratch *gs,
+                          dcp_receive_table *out)
 {
     const int32_t cp = c->context_parallel_size, dp = c->data_parallel_size;
-    int64_t token_at = 0, cu_at = 0, received = 0;
+    const int32_t lo = L->rank_offsets[me / cp], hi = L->rank_offsets[me / cp + 1]; /* this DP rank's ids */
+    int64_t token_at = 0, cu_at = 0, received = 0, own = 0, own_tokens = 0;
     for (int32_t m = 0; m < plan->num_microbatches; m++) {
         int32_t g = dcp_plan_group_of_rank(plan, m, me);
         int32_t count = group_lengths(plan, L, g, gs->original, gs->padded);
@@ -116,6 +120,16 @@ void dcp__reroute_receive(const dcp_plan *plan, const dcp_config *c, const dcp_s
                                               gs->seq_offset, gs->local_offset, gs->length);
         for (int32_t i = 0; i < pieces; i++) {
             int32_t id = plan->ids[plan->group_first_id[g] + gs->seq[i]];
+            if (id >= lo && id < hi) { /* its own DP rank's: from the sample, no exchange */
+                int32_t k = id - lo;
+                out->own_sample[own] = local->sample[k];
+                out->own_src[own] = local->start[k] + gs->seq_offset[i];
+                out->own_dst[own] = token_at + gs->local_offset[i];
+                out->own_length[own] = gs->length[i];
+                own_tokens += gs->length[i];
+                own++;
+                continue;
+            }
             int32_t sender = owner_of(L->rank_offsets, dp, id) * cp + me % cp;
             out->sender[received] = sender;
             out->cursor[received] = out->tokens_from[sender];
@@ -128,6 +142,8 @@ void dcp__reroute_receive(const dcp_plan *plan, const dcp_config *c, const dcp_s
         cu_at += geo->num_cu_seqlens;
     }
     out->count = received;
+    out->own_count = own;
+    out->own_tokens = own_tokens;
 }
 
 dcp_status dcp__reroute_send(const dcp_plan *plan, const dcp_config *c, const dcp_step_lengths *L, int32_t me,
@@ -140,6 +156,11 @@ dcp_status dcp__reroute_send(const dcp_plan *plan, const dcp_config *c, const dc
     for (int32_t m = 0; m < plan->num_microbatches; m++) {
         for (int32_t g = plan->microbatch_first_group[m]; g < plan->microbatch_first_group[m + 1]; g++) {
             int32_t first_id = plan->group_first_id[g], count = plan->group_first_id[g + 1] - first_id;
+            int32_t first_rank = plan->group_first_rank[g];
+            int others = 0; /* a receiver other than this rank that this CP sibling serves */
+            for (int32_t d = first_rank; d < first_rank + plan->group_cp_size[g] && !others; d++)
+                others = d != me && d % cp == my_cp;
+            if (!others) continue;
             int owns = 0;
             for (int32_t k = 0; k < count && !owns; k++)
                 owns = plan->ids[first_id + k] >= lo && plan->ids[first_id + k] < hi;
@@ -151,9 +172,8 @@ dcp_status dcp__reroute_send(const dcp_plan *plan, const dcp_config *c, const dc
             dcp_status s = dcp__thd_geometry_compute(&params, gs->original, gs->padded, count, &geo, err);
             if (s != DCP_OK) return s; /* its ranks reported it before the exchange; not reached */
             dcp__thd_cu_seqlens_write(&geo, gs->original, gs->padded, count, gs->cu, gs->cu_padded);
-            int32_t first_rank = plan->group_first_rank[g];
             for (int32_t d = first_rank; d < first_rank + plan->group_cp_size[g]; d++) {
-                if (d % cp != my_cp) continue;
+                if (d % cp != my_cp || d == me) continue; /* its own pieces land from the samples */
                 int32_t pieces = dcp__thd_real_pieces(&geo, &params, gs->original, gs->cu_padded, d - first_rank,
                                                       gs->seq, gs->seq_offset, gs->local_offset, gs->length);
                 for (int32_t i = 0; i < pieces; i++) {
@@ -181,10 +201,12 @@ dcp_status dcp__reroute_send(const dcp_plan *plan, const dcp_config *c, const dc
 static size_t round8(size_t v) { return (v + 7) & ~(size_t)7; }
 
 void dcp__reroute_blocks(const int64_t *tokens_to, const int64_t *tokens_from, int32_t n, int32_t me,
-                         size_t per_token, size_t *send_bytes, size_t *send_offsets, size_t *recv_bytes,
-                         size_t *recv_offsets, dcp_exchange_blocks *blocks, dcp_step_stats *stats)
+                         int64_t own_tokens, size_t per_token, size_t *send_bytes, size_t *send_offsets,
+                         size_t *recv_bytes, size_t *recv_offsets, dcp_exchange_blocks *blocks,
+                         dcp_step_stats *stats)
 {
     size_t send_total = 0, recv_total = 0;
+    stats->exchange_bytes_local += own_tokens * (int64_t)per_token;
     for (int32_t q = 0; q < n; q++) {
         send_offsets[q] = send_total;
         send_bytes[q] = round8((size_t)tokens_to[q] * per_token);
@@ -193,9 +215,7 @@ void dcp__reroute_blocks(const int64_t *tokens_to, const int64_t *tokens_from, i
         recv_bytes[q] = round8((size_t)tokens_from[q] * per_token);
         recv_total += recv_bytes[q];
         int64_t payload_out = tokens_to[q] * (int64_t)per_token, payload_in = tokens_from[q] * (int64_t)per_token;
-        if (q == me) {
-            stats->exchange_bytes_local += payload_in;
-        } else {
+        if (q != me) { /* the own block is empty: own pieces land from the samples */
             stats->exchange_bytes_sent += payload_out;
             stats->exchange_bytes_received += payload_in;
         }
