@@ -114,8 +114,9 @@ typedef struct dcp_mover_ops {
 struct dcp_mover {
     const dcp_mover_ops *ops;
     void *state;               /* the backend's */
-    unsigned char *host_body;  /* the host body: rows and cu arrays always, the fields too for the CPU mover */
-    size_t body_capacity;      /* bytes of either body */
+    unsigned char *host_body;  /* the host body: rows and cu arrays always (for the CUDA mover only those, in
+                                  its pinned block), the fields too for the CPU mover */
+    size_t body_capacity;      /* bytes of the body the outputs point into */
     unsigned char *body;       /* where the outputs point: host_body, or device memory */
 };
 
@@ -142,6 +143,7 @@ void dcp__mover_cpu_init(dcp_mover *m, unsigned char *host_body, size_t capacity
 typedef struct dcp_mover_sizes {
     size_t staging;   /* one exchange buffer, send or receive */
     size_t body;
+    size_t prefix;    /* the largest body prefix (rows and cu arrays) */
     int64_t segments; /* the most segments one copy can have */
     int64_t sources;  /* the most source buffers per field (samples, or peers and samples) */
     int64_t ranks;    /* DPxCP */

@@ -34,6 +34,7 @@ static dcp_status cpu_stage(dcp_mover *m, void *stream, const dcp_step_input *in
                             dcp_arena *scratch, dcp_error *err)
 {
     (void)m, (void)stream;
+    if (p->count == 0) return DCP_OK; /* nothing travels */
     int64_t *base = DCP_ARENA_NEW(scratch, int64_t, x->num_peers);
     int64_t *dst = DCP_ARENA_NEW(scratch, int64_t, p->count);
     const void **sources = DCP_ARENA_NEW(scratch, const void *, in->num_samples);

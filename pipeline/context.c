@@ -67,9 +67,9 @@ size_t dcp__step_scratch_size(const dcp_config *c)
 {
     if (c->max_tokens_per_rank <= 0) return 0;
     size_t n = (size_t)dcp_config_num_ranks(c), ns = (size_t)c->max_sequences;
-    size_t mb = (size_t)dcp__step_max_microbatches(c), own = dcp__size_mul(2, ns), send = dcp__step_send_piece_bound(c);
+    size_t own = dcp__size_mul(2, ns), send = dcp__step_send_piece_bound(c);
     /* after planning: geometry, group scratch, both route tables, blocks, buffers, the mover's staging and landing */
-    size_t s = DCP_ARENA_BYTES(dcp_thd_geometry, mb);
+    size_t s = dcp__rank_geometry_size(c);
     s = dcp__size_add(s, dcp__group_scratch_size(c));
     s = dcp__size_add(s, DCP_ARENA_BYTES(int32_t, own));                       /* receive: sender */
     s = dcp__size_add(s, dcp__size_mul(3, DCP_ARENA_BYTES(int64_t, own)));     /* receive: cursor, dst, length */
@@ -102,6 +102,7 @@ void dcp__step_mover_sizes(const dcp_config *c, dcp_mover_sizes *z)
     dcp__body_layout_compute(dcp__step_max_microbatches(c), dcp__step_cu_capacity(c), c->max_tokens_per_rank,
                              c->fields, &b);
     z->body = b.used;
+    z->prefix = b.prefix;
     /* receiving: every piece plus the gap before it, plus the tail */
     size_t receive = dcp__size_add(dcp__size_mul(2, dcp__size_mul(2, ns)), 1), send = dcp__step_send_piece_bound(c);
     size_t segments = receive > send ? receive : send;

@@ -300,12 +300,14 @@ typedef struct rank_header {
     int64_t tokens;  /* sum of padded lengths */
 } rank_header;
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t bytes)
+/* A hash of the (padded, original) pairs, one 64-bit step per pair (CP siblings compare it). */
+static uint64_t pairs_hash(const int32_t *pairs, int32_t count)
 {
-    const unsigned char *p = (const unsigned char *)data;
-    for (size_t i = 0; i < bytes; i++) {
-        h ^= p[i];
-        h *= 1099511628211ull;
+    uint64_t h = 14695981039346656037ull ^ (uint64_t)(uint32_t)count;
+    for (int32_t k = 0; k < count; k++) {
+        uint64_t v = (uint64_t)(uint32_t)pairs[2 * k] << 32 | (uint32_t)pairs[2 * k + 1];
+        h = (h ^ v) * 0x9E3779B97F4A7C15ull;
+        h ^= h >> 29;
     }
     return h;
 }
@@ -324,7 +326,7 @@ dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp_local_seq
 {
     const int32_t n = lane->size, cp = c->context_parallel_size, dp = c->data_parallel_size;
     rank_header mine = {fields, local->count, 0, data_digest, local->tokens};
-    mine.hash = fnv1a(14695981039346656037ull, local->pairs, (size_t)local->count * 2 * sizeof(int32_t));
+    if (cp > 1) mine.hash = pairs_hash(local->pairs, local->count); /* without siblings nothing compares it */
 
     rank_header *headers = DCP_ARENA_NEW(scratch, rank_header, n);
     size_t *bytes = DCP_ARENA_NEW(scratch, size_t, n), *offsets = DCP_ARENA_NEW(scratch, size_t, n);

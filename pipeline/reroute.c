@@ -43,6 +43,26 @@ dcp_status dcp__group_scratch_take(const dcp_config *c, dcp_arena *scratch, dcp_
     return DCP_OK;
 }
 
+size_t dcp__rank_geometry_size(const dcp_config *c)
+{
+    size_t mb = (size_t)dcp__step_max_microbatches(c), ns = (size_t)c->max_sequences;
+    size_t s = DCP_ARENA_BYTES(dcp_thd_geometry, mb);
+    s = dcp__size_add(s, DCP_ARENA_BYTES(int32_t, mb));
+    s = dcp__size_add(s, DCP_ARENA_BYTES(int32_t, mb + 1));
+    return dcp__size_add(s, dcp__size_mul(2, DCP_ARENA_BYTES(int32_t, ns)));
+}
+
+dcp_status dcp__rank_geometry_take(const dcp_config *c, int32_t microbatches, dcp_arena *scratch,
+                                   dcp_rank_geometry *g)
+{
+    g->microbatch = DCP_ARENA_NEW(scratch, dcp_thd_geometry, microbatches);
+    g->group = DCP_ARENA_NEW(scratch, int32_t, microbatches);
+    g->first = DCP_ARENA_NEW(scratch, int32_t, (size_t)microbatches + 1);
+    g->original = DCP_ARENA_NEW(scratch, int32_t, c->max_sequences);
+    g->padded = DCP_ARENA_NEW(scratch, int32_t, c->max_sequences);
+    return g->microbatch && g->group && g->first && g->original && g->padded ? DCP_OK : DCP_ERR_CAPACITY;
+}
+
 /* Original and padded lengths of group g's sequences, in plan order. */
 static int32_t group_lengths(const dcp_plan *plan, const dcp_step_lengths *L, int32_t g, int32_t *original,
                              int32_t *padded)
@@ -72,15 +92,25 @@ dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *c, cons
                                  int64_t token_capacity, int64_t cu_capacity, dcp_group_scratch *gs,
                                  dcp_rank_geometry *out, dcp_error *err)
 {
+    (void)gs;
     out->total_tokens = 0;
     out->total_cu = 0;
+    int32_t at = 0;
     for (int32_t m = 0; m < plan->num_microbatches; m++) {
         int32_t g = dcp_plan_group_of_rank(plan, m, rank);
         if (g < 0) return dcp__fail(err, DCP_ERR_INVALID_PLAN, "step: rank %d holds nothing in microbatch %d", rank, m);
-        int32_t n = group_lengths(plan, L, g, gs->original, gs->padded);
+        int32_t n = plan->group_first_id[g + 1] - plan->group_first_id[g];
+        if (n > c->max_sequences - at)
+            return dcp__fail(err, DCP_ERR_INVALID_PLAN, "step: rank %d's groups hold more than %d sequences", rank,
+                             c->max_sequences);
+        group_lengths(plan, L, g, out->original + at, out->padded + at);
+        out->group[m] = g;
+        out->first[m] = at;
         dcp_thd_params params;
         dcp__thd_params_from_config(c, plan->group_cp_size[g], &params);
-        dcp_status s = dcp__thd_geometry_compute(&params, gs->original, gs->padded, n, &out->microbatch[m], err);
+        dcp_status s = dcp__thd_geometry_compute(&params, out->original + at, out->padded + at, n, &out->microbatch[m],
+                                                 err);
+        at += n;
         if (s != DCP_OK) {
             dcp_error inner = *err;
             return dcp__fail(err, s, "step: microbatch %d on rank %d: %.200s", m, rank, inner.message);
@@ -88,6 +118,7 @@ dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *c, cons
         out->total_tokens += out->microbatch[m].num_tokens;
         out->total_cu += out->microbatch[m].num_cu_seqlens;
     }
+    out->first[plan->num_microbatches] = at;
     if (out->total_tokens > token_capacity)
         return dcp__fail(err, DCP_ERR_CAPACITY,
                          "step: rank %d's %d microbatches hold %lld tokens, more than max_tokens_per_rank = %lld", rank,
@@ -106,17 +137,17 @@ void dcp__reroute_receive(const dcp_plan *plan, const dcp_config *c, const dcp_s
     const int32_t lo = L->rank_offsets[me / cp], hi = L->rank_offsets[me / cp + 1]; /* this DP rank's ids */
     int64_t token_at = 0, cu_at = 0, received = 0, own = 0, own_tokens = 0;
     for (int32_t m = 0; m < plan->num_microbatches; m++) {
-        int32_t g = dcp_plan_group_of_rank(plan, m, me);
-        int32_t count = group_lengths(plan, L, g, gs->original, gs->padded);
+        const int32_t g = geometry->group[m], count = geometry->first[m + 1] - geometry->first[m];
+        const int32_t *original = geometry->original + geometry->first[m], *padded = geometry->padded + geometry->first[m];
         const dcp_thd_geometry *geo = &geometry->microbatch[m];
         dcp_thd_params params;
         dcp__thd_params_from_config(c, plan->group_cp_size[g], &params);
         int32_t cp_rank = me - plan->group_first_rank[g];
-        dcp__thd_cu_seqlens_write(geo, gs->original, gs->padded, count, out->cu + cu_at, out->cu_padded + cu_at);
+        dcp__thd_cu_seqlens_write(geo, original, padded, count, out->cu + cu_at, out->cu_padded + cu_at);
         dcp_body_row row = {token_at, geo->num_tokens, cu_at, geo->num_cu_seqlens, geo->max_seqlen,
                             plan->group_cp_size[g], cp_rank, count};
         out->rows[m] = row;
-        int32_t pieces = dcp__thd_real_pieces(geo, &params, gs->original, out->cu_padded + cu_at, cp_rank, gs->seq,
+        int32_t pieces = dcp__thd_real_pieces(geo, &params, original, out->cu_padded + cu_at, cp_rank, gs->seq,
                                               gs->seq_offset, gs->local_offset, gs->length);
         for (int32_t i = 0; i < pieces; i++) {
             int32_t id = plan->ids[plan->group_first_id[g] + gs->seq[i]];

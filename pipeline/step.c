@@ -141,8 +141,8 @@ static dcp_status gather_and_plan(step_run *r, dcp_error *err)
     if (s != DCP_OK) return dcp__fail(err, s, "%s", ctx->last_error.message);
 
     dcp_arena *scratch = dcp__context_scratch(ctx); /* planning's scratch is free again */
-    r->geometry.microbatch = DCP_ARENA_NEW(scratch, dcp_thd_geometry, r->plan->num_microbatches);
-    if (!r->geometry.microbatch || dcp__group_scratch_take(&ctx->config, scratch, &r->gs) != DCP_OK)
+    if (dcp__rank_geometry_take(&ctx->config, r->plan->num_microbatches, scratch, &r->geometry) != DCP_OK ||
+        dcp__group_scratch_take(&ctx->config, scratch, &r->gs) != DCP_OK)
         return dcp__fail(err, DCP_ERR_CAPACITY, "step: geometry scratch too small");
     return dcp__reroute_geometry(r->plan, &ctx->config, L, r->rank, st->token_capacity, st->cu_capacity, &r->gs,
                                  &r->geometry, err);

@@ -117,11 +117,23 @@ typedef struct dcp_group_scratch {
 dcp_status dcp__group_scratch_take(const dcp_config *config, dcp_arena *scratch, dcp_group_scratch *gs);
 size_t dcp__group_scratch_size(const dcp_config *config);
 
-/* This rank's place in the plan: its THD geometry per microbatch and their totals. */
+/*
+ * This rank's place in the plan, from one pass over its microbatches: its
+ * group and THD geometry in each, the lengths of those groups' sequences
+ * (kept for the receive side, which needs them again) and the totals.
+ */
 typedef struct dcp_rank_geometry {
     dcp_thd_geometry *microbatch; /* [num_microbatches] */
+    int32_t *group;               /* [num_microbatches]: this rank's group in each */
+    int32_t *first;               /* [num_microbatches + 1]: where each one's lengths start below */
+    int32_t *original, *padded;   /* [max_sequences]: its groups' lengths in plan order, microbatch after microbatch */
     int64_t total_tokens, total_cu;
 } dcp_rank_geometry;
+
+/* Take the geometry's arrays for `microbatches` microbatches from scratch; DCP_ERR_CAPACITY when they do not fit. */
+dcp_status dcp__rank_geometry_take(const dcp_config *config, int32_t microbatches, dcp_arena *scratch,
+                                   dcp_rank_geometry *geometry);
+size_t dcp__rank_geometry_size(const dcp_config *config);
 
 dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *config, const dcp_step_lengths *lengths,
                                  int32_t rank, int64_t token_capacity, int64_t cu_capacity, dcp_group_scratch *gs,

@@ -550,13 +550,15 @@ static void mover_land_case(int32_t peers, int32_t samples, int64_t pieces, int6
     dcp__body_layout_compute(1, 3, total, kept, &b);
     unsigned char *cpu_body = malloc(b.used), *gpu_host_body = malloc(b.used);
     fill_random(cpu_body, b.used);
-    memcpy(gpu_host_body, cpu_body, b.prefix);
     dcp_mover cpu, gpu;
     dcp__mover_cpu_init(&cpu, cpu_body, b.used);
     dcp__mover_cpu_init(&gpu, gpu_host_body, b.used);
-    dcp_mover_sizes z = {recv_total + 8, b.used, 2 * pieces + 1, (int64_t)samples + peers, peers > 0 ? peers : 1};
+    dcp_mover_sizes z = {recv_total + 8, b.used, b.prefix, 2 * pieces + 1, (int64_t)samples + peers,
+                         peers > 0 ? peers : 1};
     dcp_error err;
     DCP_REQUIRE_OK(dcp__mover_cuda_create(&gpu, &z, NULL, 0, NULL, 0, &err));
+    DCP_CHECK(gpu.host_body != gpu_host_body); /* the prefix is written in the mover's pinned block */
+    memcpy(gpu.host_body, cpu_body, b.prefix);
     CUDA_CHECK(cudaMemset(gpu.body, 0xA5, b.used));
     dcp_step_input host_in = {host_samples, samples, kept}, dev_in = {dev_samples, samples, kept};
     /* scratch for the CPU mover's table */
@@ -578,6 +580,7 @@ static void mover_land_case(int32_t peers, int32_t samples, int64_t pieces, int6
                       peers, samples, (long long)pieces, kept);
     free(landed);
     gpu.ops->release(&gpu);
+    DCP_CHECK(gpu.host_body == gpu_host_body); /* the CPU mover's body again */
     for (int32_t i = 0; i < samples; i++)
         for (int f = 0; f < DCP_NUM_FIELDS; f++) free(host_buf[i][f]), cudaFree(dev_buf[i][f]);
     free(host_samples), free(dev_samples), free(host_recv), cudaFree(dev_recv);
