@@ -1,7 +1,8 @@
 /*
  * bench_gpu.c - the data plane on GPUs.
  *
- *   bench_gpu [--trace FILE] [--gpus N] [--steps K] [--pack-tokens T]
+ *   bench_gpu [--trace FILE] [--gpus N] [--steps K] [--pack-tokens T] [--no-pack] [--no-step]
+ *   bench_gpu --pack-only MEAN ALIGNED VARIANT [--pack-tokens T] [--reps R]   (one table, one build: for a profiler)
  *
  * 1. Pack kernel bandwidth: one launch of the segment-table kernel moving the
  *    four fields (28 bytes a token) of T tokens (default 16M: 470 MB, many
@@ -9,10 +10,11 @@
  *    shuffled places of one destination, against cudaMemcpyAsync
  *    device-to-device of the same number of bytes.  Pieces start at arbitrary
  *    element offsets (as CP slices do), or 16-byte aligned in one row.  Each
- *    row is one kernel build (gpu/kernels.h: variant 0 is the library's), and
- *    a flat 16-byte copy kernel of the same bytes shows the ceiling of a
- *    kernel of this kind.  Bytes count read + written; CUDA events, median of
- *    30 after 5 warm-ups.
+ *    row is one kernel build (gpu/kernels.h: variant 0 is the library's, 8200
+ *    the former choice), its output checked against the former choice's byte
+ *    for byte, and a flat 16-byte copy kernel of the same bytes shows the
+ *    ceiling of a kernel of this kind.  Bytes count read + written; CUDA
+ *    events, median of 30 after 5 warm-ups.
  * 2. Whole step: dcp_step for the trace's sequences (default 4096 of
  *    mlmdefault) on N GPUs (one thread each, NCCL), DP = N, dynamic CP; first
  *    verified against the oracle once, then K timed steps.  Reported: median
@@ -68,7 +70,29 @@ static int cmp_float(const void *a, const void *b)
 
 /* ---- 1. pack kernel bandwidth ------------------------------------------- */
 
-static void bench_pack(int64_t tokens, int64_t mean_piece, int aligned)
+/* Kernel builds part 1 measures (gpu/kernels.h): 0 is the library's, 8200 the former choice, 202 and 203 other builds of the persistent kernel. */
+static const int64_t pack_variants[] = {0, 8200, 202, 203};
+#define PACK_VARIANTS ((int)(sizeof pack_variants / sizeof pack_variants[0]))
+
+/* Host copies of every field's destination, to check each build against the former choice's output. */
+static unsigned char *host_copy(void *const *dst, const int64_t *elem, int fields, int64_t total)
+{
+    size_t bytes = 0;
+    for (int f = 0; f < fields; f++) bytes += (size_t)total * (size_t)elem[f];
+    unsigned char *h = malloc(bytes), *at = h;
+    for (int f = 0; f < fields; f++) {
+        CK(cudaMemcpy(at, dst[f], (size_t)total * (size_t)elem[f], cudaMemcpyDeviceToHost));
+        at += (size_t)total * (size_t)elem[f];
+    }
+    return h;
+}
+
+/*
+ * One table, every kernel build in `variants` (count of them): median of
+ * `reps` after 5 warm-ups, each build's output checked against the former
+ * choice's (variant 8200) byte for byte.
+ */
+static void bench_pack(int64_t tokens, int64_t mean_piece, int aligned, const int64_t *variants, int count, int reps)
 {
     enum { SOURCES = 16, FIELDS = 4 };
     const int64_t elem[FIELDS] = {8, 8, 8, 4};
@@ -139,13 +163,22 @@ static void bench_pack(int64_t tokens, int64_t mean_piece, int aligned)
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    enum { WARM = 5, REPS = 30 };
-    const int64_t tiles[] = {0, 8192, 4096, 16384, 4097, 4102}; /* kernel builds: 0 is the library's */
-    for (int k = 0; k < (int)(sizeof tiles / sizeof tiles[0]); k++) {
-        float pack_ms[REPS], copy_ms[REPS];
-        for (int i = 0; i < WARM + REPS; i++) {
+    enum { WARM = 5, MAX_REPS = 64 };
+    if (reps > MAX_REPS) reps = MAX_REPS;
+    if (reps < 1) reps = 1;
+    /* the former choice's output: what every build must write */
+    unsigned char *want = NULL;
+    if (count > 1) {
+        if (dcp__segment_table_pack_tile_cuda(&table, total, fields, FIELDS, 8200, NULL) != 0) exit(1);
+        CK(cudaDeviceSynchronize());
+        want = host_copy(dst, elem, FIELDS, total);
+    }
+    for (int k = 0; k < count; k++) {
+        float pack_ms[MAX_REPS], copy_ms[MAX_REPS];
+        for (int f = 0; f < FIELDS; f++) CK(cudaMemset(dst[f], 0xA5, (size_t)total * (size_t)elem[f]));
+        for (int i = 0; i < WARM + reps; i++) {
             CK(cudaEventRecord(e0, 0));
-            if (dcp__segment_table_pack_tile_cuda(&table, total, fields, FIELDS, tiles[k], NULL) != 0) exit(1);
+            if (dcp__segment_table_pack_tile_cuda(&table, total, fields, FIELDS, variants[k], NULL) != 0) exit(1);
             CK(cudaEventRecord(e1, 0));
             CK(cudaEventSynchronize(e1));
             if (i >= WARM) CK(cudaEventElapsedTime(&pack_ms[i - WARM], e0, e1));
@@ -155,17 +188,25 @@ static void bench_pack(int64_t tokens, int64_t mean_piece, int aligned)
             CK(cudaEventSynchronize(e1));
             if (i >= WARM) CK(cudaEventElapsedTime(&copy_ms[i - WARM], e0, e1));
         }
-        qsort(pack_ms, REPS, sizeof(float), cmp_float);
-        qsort(copy_ms, REPS, sizeof(float), cmp_float);
-        double p = pack_ms[REPS / 2] * 1e-3, c = copy_ms[REPS / 2] * 1e-3;
+        const char *check = "";
+        if (want) {
+            unsigned char *got = host_copy(dst, elem, FIELDS, total);
+            check = memcmp(got, want, bytes) == 0 ? " | output = former's" : " | OUTPUT DIFFERS";
+            free(got);
+        }
+        qsort(pack_ms, (size_t)reps, sizeof(float), cmp_float);
+        qsort(copy_ms, (size_t)reps, sizeof(float), cmp_float);
+        double p = pack_ms[reps / 2] * 1e-3, c = copy_ms[reps / 2] * 1e-3;
         printf("pack  | %10lld tokens | %8lld pieces (mean %5lld%s) | variant %4lld | %7.1f MB | kernel %8.3f ms %7.0f GB/s | "
-               "memcpy %8.3f ms %7.0f GB/s | kernel/memcpy %5.1f%%\n",
+               "memcpy %8.3f ms %7.0f GB/s | kernel/memcpy %5.1f%%%s\n",
                (long long)total, (long long)n, (long long)(total / (n ? n : 1)), aligned ? ", 16B-aligned" : "",
-               (long long)tiles[k], bytes / 1e6,
-               p * 1e3, 2.0 * bytes / p / 1e9, c * 1e3, 2.0 * bytes / c / 1e9, 100.0 * c / p);
+               (long long)variants[k], bytes / 1e6,
+               p * 1e3, 2.0 * bytes / p / 1e9, c * 1e3, 2.0 * bytes / c / 1e9, 100.0 * c / p, check);
     }
-    if (mean_piece == 4096 && !aligned) {
+    free(want);
+    if (mean_piece == 4096 && !aligned && count > 1) {
         /* the ceiling of a kernel of this shape: one flat 16-byte copy of the same bytes */
+        enum { REPS = 30 };
         for (int v = 0; v < 4; v++) {
             float ms[REPS];
             for (int i = 0; i < WARM + REPS; i++) {
@@ -344,12 +385,24 @@ int main(int argc, char **argv)
 {
     const char *trace = "tests/data/workloads/mlmdefault_n4096_seed1.txt";
     int32_t gpus = dcp_cuda_device_count(), steps = 10;
-    int64_t pack_tokens = 16 << 20;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--trace")) trace = argv[i + 1];
-        else if (!strcmp(argv[i], "--gpus")) gpus = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--pack-tokens")) pack_tokens = atoll(argv[i + 1]);
+    int64_t pack_tokens = 16 << 20, only_mean = 0, only_variant = 0;
+    int parts = 3, only_aligned = 0, only_reps = 5;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--no-pack")) parts &= ~1;
+        else if (!strcmp(argv[i], "--no-step")) parts &= ~2;
+        else if (!strcmp(argv[i], "--pack-only") && i + 3 < argc) { /* for a profiler: one table, one build, few launches */
+            only_mean = atoll(argv[i + 1]);
+            only_aligned = atoi(argv[i + 2]);
+            only_variant = atoll(argv[i + 3]);
+            i += 3;
+        } else if (i + 1 < argc) {
+            if (!strcmp(argv[i], "--trace")) trace = argv[i + 1];
+            else if (!strcmp(argv[i], "--gpus")) gpus = atoi(argv[i + 1]);
+            else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
+            else if (!strcmp(argv[i], "--pack-tokens")) pack_tokens = atoll(argv[i + 1]);
+            else if (!strcmp(argv[i], "--reps")) only_reps = atoi(argv[i + 1]);
+            i++;
+        }
     }
     if (dcp_cuda_device_count() < 1) {
         printf("skipped: no GPU\n");
@@ -360,10 +413,16 @@ int main(int argc, char **argv)
     printf("device | %s, %d SMs, %.0f GB, %d visible\n", prop.name, prop.multiProcessorCount,
            prop.totalGlobalMem / 1e9, dcp_cuda_device_count());
     CK(cudaSetDevice(0));
+    if (only_mean > 0) {
+        bench_pack(pack_tokens, only_mean, only_aligned, &only_variant, 1, only_reps);
+        return 0;
+    }
     const int64_t pieces[] = {64, 512, 1024, 4096};
-    for (int i = 0; i < 4; i++) bench_pack(pack_tokens, pieces[i], 0);
-    bench_pack(pack_tokens, 1024, 1);
-    if (gpus >= 1) bench_step(trace, gpus, steps);
+    if (parts & 1) {
+        for (int i = 0; i < 4; i++) bench_pack(pack_tokens, pieces[i], 0, pack_variants, PACK_VARIANTS, 30);
+        bench_pack(pack_tokens, 1024, 1, pack_variants, PACK_VARIANTS, 30);
+    }
+    if ((parts & 2) && gpus >= 1) bench_step(trace, gpus, steps);
     return 0;
 }
 

@@ -110,7 +110,7 @@ static void segment_table_case(int64_t segments, int64_t max_length, int32_t sou
                 dcp_test_fail(__FILE__, __LINE__, "segment table: %lld segments, field %d, destination %d differs",
                               (long long)segments, f, d);
     /* the other builds of the kernel that bench_gpu measures equal the twin too */
-    static const int64_t variants[] = {8192, 4096, 16384, 4097, 4102};
+    static const int64_t variants[] = {8200, 8192, 4096, 16384, 4097, 4102, 200, 202, 203};
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
         for (int f = 0; f < F; f++)
             for (int32_t d = 0; d < dests; d++) CUDA_CHECK(cudaMemset(dev_dst[f][d], 0xA5, dst_bytes[f][d]));
@@ -140,6 +140,7 @@ static void run_segment_table(void)
     segment_table_case(5000, 3000, 4, 5);  /* many tiles, long segments cut across blocks */
     segment_table_case(40000, 20, 8, 2);   /* many short segments per tile */
     segment_table_case(3, 600000, 2, 1);   /* few very long ones */
+    segment_table_case(3000, 70, 6, 3);    /* runs of short pieces: the persistent kernel's groups of lanes */
 }
 
 static void run_pack_and_mask(void)
