@@ -260,6 +260,14 @@ static dcp_status cuda_land(dcp_mover *m, void *stream, uint32_t kept, const dcp
                          (long long)total_tokens);
     t.n = n; /* the carved arrays hold 2 * pieces + 1; the used prefix is what runs */
     dcp_segment_field fields[DCP_NUM_FIELDS + 1];
+    /* the samples' buffers, every kept field's in one pass over the samples */
+    int kept_field[DCP_NUM_FIELDS], nk = 0;
+    for (int f = 0; f < DCP_NUM_FIELDS; f++)
+        if (kept & dcp__field_bit[f]) kept_field[nk++] = f;
+    for (int32_t i = 0; i < samples; i++)
+        for (int j = 0; j < nk; j++)
+            t.src_ptrs[(size_t)j * (size_t)t.sources + (size_t)x->num_peers + (size_t)i] =
+                dcp__sample_field(&in->samples[i], kept_field[j]);
     size_t offset_in_block = 0;
     int32_t k = 0;
     for (int f = 0; f < DCP_NUM_FIELDS; f++) {
@@ -268,7 +276,6 @@ static dcp_status cuda_land(dcp_mover *m, void *stream, uint32_t kept, const dcp
         void **dsts = t.dst_ptrs + (size_t)k * (size_t)t.dests;
         for (int32_t q = 0; q < x->num_peers; q++)
             srcs[q] = recv + x->recv_offsets[q] + (size_t)x->tokens_from[q] * offset_in_block;
-        for (int32_t i = 0; i < samples; i++) srcs[x->num_peers + i] = dcp__sample_field(&in->samples[i], f);
         dsts[0] = st->body + b->field[f];
         fields[k].src = srcs;
         fields[k].dst = dsts;

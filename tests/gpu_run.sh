@@ -60,6 +60,6 @@ fi
 
 if [[ $parts == *,bench,* ]]; then
   run 300 bench_gpu "$B/bench_gpu"
-  grep -E "^(device|pack|flat|step|reroute)" "$O/bench_gpu.log"
+  grep -E "^(device|pack|flat|step|yardstick|reroute)" "$O/bench_gpu.log"
 fi
 exit $failed
