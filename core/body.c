@@ -7,16 +7,6 @@ const uint32_t dcp__field_bit[DCP_NUM_FIELDS] = {DCP_FIELD_TOKENS, DCP_FIELD_LAB
 const size_t dcp__field_size[DCP_NUM_FIELDS] = {8, 8, 8, 4};
 const char *const dcp__field_name[DCP_NUM_FIELDS] = {"tokens", "labels", "position_ids", "loss_mask"};
 
-const void *dcp__sample_field(const dcp_sample *s, int f)
-{
-    switch (f) {
-    case 0: return s->tokens;
-    case 1: return s->labels;
-    case 2: return s->position_ids;
-    default: return s->loss_mask;
-    }
-}
-
 size_t dcp__bytes_per_token(uint32_t fields)
 {
     size_t b = 0;

@@ -11,8 +11,14 @@
  *   CUDA mover  gpu/mover_cuda.c   device memory, one segment-kernel launch
  *                                  per copy (gpu/no_cuda.c without CUDA)
  *
- * Both land every token the same way, so the step's oracle tests hold for
- * either.  Piece tables are SoA arrays built by the reroute stage.
+ * Both land every token the same way: one segment table (dcp__landing_segments)
+ * over two source tables, the peers' blocks of the receive buffer and the
+ * caller's samples, so a token this rank keeps goes from its sample straight
+ * to its slot and one that travels is copied once into the send buffer and
+ * once out of the receive buffer.  The CUDA mover runs that table as one
+ * kernel launch, the CPU mover as the kernel's CPU twin, so the step's oracle
+ * tests hold for either.  Piece tables are SoA arrays built by the reroute
+ * stage.
  */
 #ifndef DCP_MOVER_H
 #define DCP_MOVER_H
@@ -42,6 +48,19 @@ typedef struct dcp_recv_pieces {
 } dcp_recv_pieces;
 
 /*
+ * The pieces this rank keeps: its own DP rank's tokens that it computes on,
+ * landed from its samples without staging or a self-send.  By destination
+ * (increasing, disjoint from each other and from the received pieces).
+ */
+typedef struct dcp_own_pieces {
+    int64_t count;
+    const int32_t *sample; /* the input sample a piece comes from */
+    const int64_t *src;    /* its first element in that sample */
+    const int64_t *dst;    /* token offset in the body */
+    const int64_t *length; /* tokens */
+} dcp_own_pieces;
+
+/*
  * The per-peer blocks of the send and receive buffers.  A peer's block holds
  * each kept field's run of tokens in field order, 8-byte aligned.
  */
@@ -67,19 +86,22 @@ typedef struct dcp_mover_ops {
     /* The send and receive buffers of one exchange (scratch on the host, staging on a device). */
     dcp_status (*buffers)(dcp_mover *m, const dcp_exchange_blocks *x, dcp_arena *scratch, unsigned char **send,
                           unsigned char **recv, dcp_error *err);
-    /* Copy the outgoing pieces of `kept` fields from the caller's samples into `send`; complete on return. */
+    /* Copy the outgoing pieces (never this rank's own) of `kept` fields from the caller's samples into `send`; complete on return. */
     dcp_status (*stage)(dcp_mover *m, void *stream, const dcp_step_input *in, uint32_t kept,
                         const dcp_send_pieces *pieces, const dcp_exchange_blocks *x, unsigned char *send,
                         dcp_arena *scratch, dcp_error *err);
     /*
-     * Land the received pieces in the body laid out as `b` over `total_tokens`:
+     * Land the received pieces (from `recv`) and this rank's own pieces (from
+     * the samples of `in`) in the body laid out as `b` over `total_tokens`:
      * first the host prefix (rows, cu arrays) where the body is elsewhere, then
      * every piece to its slot, 0 in every other slot of [0, total_tokens), the
-     * padding mask 1 where no piece landed.  Complete on return.
+     * padding mask 1 where no piece landed; every output byte written once, by
+     * one pass over the table of dcp__landing_segments.  Complete on return.
      */
-    dcp_status (*land)(dcp_mover *m, void *stream, uint32_t kept, const dcp_recv_pieces *pieces,
-                       const dcp_exchange_blocks *x, const unsigned char *recv, const dcp_body_layout *b,
-                       int64_t total_tokens, dcp_arena *scratch, dcp_error *err);
+    dcp_status (*land)(dcp_mover *m, void *stream, uint32_t kept, const dcp_recv_pieces *received,
+                       const dcp_exchange_blocks *x, const unsigned char *recv, const dcp_own_pieces *own,
+                       const dcp_step_input *in, const dcp_body_layout *b, int64_t total_tokens, dcp_arena *scratch,
+                       dcp_error *err);
     /* The digest (core/digest.h) of the `kept` fields over the spans, in span order. */
     dcp_status (*digest)(dcp_mover *m, void *stream, const dcp_step_input *in, uint32_t kept,
                          const dcp_input_spans *spans, uint64_t *digest, dcp_error *err);
@@ -92,10 +114,27 @@ typedef struct dcp_mover_ops {
 struct dcp_mover {
     const dcp_mover_ops *ops;
     void *state;               /* the backend's */
-    unsigned char *host_body;  /* the host body: rows and cu arrays always, the fields too for the CPU mover */
-    size_t body_capacity;      /* bytes of either body */
+    unsigned char *host_body;  /* the host body: rows and cu arrays always (for the CUDA mover only those, in
+                                  its pinned block), the fields too for the CPU mover */
+    size_t body_capacity;      /* bytes of the body the outputs point into */
     unsigned char *body;       /* where the outputs point: host_body, or device memory */
 };
+
+/*
+ * The landing table both movers run (core/landing.c): the received and own
+ * pieces merged by destination, each preceded by a fill (src_index -1) of the
+ * gap before it, and a fill of the tail, so the segments tile [0,
+ * total_tokens).  A received piece reads source `sender` at element `cursor`
+ * (the peer's run of the field in the receive buffer), an own piece source
+ * `num_peers + sample` at element `src` (the sample's buffer of the field).
+ * The arrays hold 2 * (received + own) + 1 entries.  Returns the segments
+ * written, or -1 when a piece lies before the one landed last (overlap or
+ * disorder) or past total_tokens (*bad names it: received i, or own
+ * -1 - i).
+ */
+int64_t dcp__landing_segments(const dcp_recv_pieces *received, const dcp_own_pieces *own, int32_t num_peers,
+                              int64_t total_tokens, int32_t *src_index, int64_t *src_offset, int64_t *dst_offset,
+                              int64_t *length, int64_t *bad);
 
 /* The CPU mover over a host body of `capacity` bytes. */
 void dcp__mover_cpu_init(dcp_mover *m, unsigned char *host_body, size_t capacity);
@@ -104,8 +143,9 @@ void dcp__mover_cpu_init(dcp_mover *m, unsigned char *host_body, size_t capacity
 typedef struct dcp_mover_sizes {
     size_t staging;   /* one exchange buffer, send or receive */
     size_t body;
+    size_t prefix;    /* the largest body prefix (rows and cu arrays) */
     int64_t segments; /* the most segments one copy can have */
-    int64_t sources;  /* the most source buffers per field (samples or peers) */
+    int64_t sources;  /* the most source buffers per field (samples, or peers and samples) */
     int64_t ranks;    /* DPxCP */
 } dcp_mover_sizes;
 

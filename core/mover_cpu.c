@@ -1,10 +1,12 @@
 /*
  * mover_cpu.c - the CPU token mover (see mover.h): exchange buffers from
- * scratch, staging and landing by the CPU twins of the pack kernels.
+ * scratch, staging and landing by the CPU twins of the pack kernels (landing:
+ * the twin of the segment kernel over the table the CUDA mover launches).
  */
 #include "mover.h"
 #include "digest.h"
 #include "pack.h"
+#include "segments.h"
 
 #include <string.h>
 
@@ -32,6 +34,7 @@ static dcp_status cpu_stage(dcp_mover *m, void *stream, const dcp_step_input *in
                             dcp_arena *scratch, dcp_error *err)
 {
     (void)m, (void)stream;
+    if (p->count == 0) return DCP_OK; /* nothing travels */
     int64_t *base = DCP_ARENA_NEW(scratch, int64_t, x->num_peers);
     int64_t *dst = DCP_ARENA_NEW(scratch, int64_t, p->count);
     const void **sources = DCP_ARENA_NEW(scratch, const void *, in->num_samples);
@@ -50,30 +53,54 @@ static dcp_status cpu_stage(dcp_mover *m, void *stream, const dcp_step_input *in
     return DCP_OK;
 }
 
-static dcp_status cpu_land(dcp_mover *m, void *stream, uint32_t kept, const dcp_recv_pieces *p,
-                           const dcp_exchange_blocks *x, const unsigned char *recv, const dcp_body_layout *b,
-                           int64_t total_tokens, dcp_arena *scratch, dcp_error *err)
+/*
+ * The landing table (dcp__landing_segments) over two source tables per field,
+ * the peers' runs in the receive buffer and the samples' buffers, run by the
+ * CPU twin of the segment kernel: the same table the CUDA mover launches.
+ */
+static dcp_status cpu_land(dcp_mover *m, void *stream, uint32_t kept, const dcp_recv_pieces *r,
+                           const dcp_exchange_blocks *x, const unsigned char *recv, const dcp_own_pieces *o,
+                           const dcp_step_input *in, const dcp_body_layout *b, int64_t total_tokens,
+                           dcp_arena *scratch, dcp_error *err)
 {
     (void)stream;
-    int64_t *base = DCP_ARENA_NEW(scratch, int64_t, x->num_peers);
-    int64_t *src = DCP_ARENA_NEW(scratch, int64_t, p->count);
-    if (!base || !src) return dcp__fail(err, DCP_ERR_CAPACITY, "step: landing scratch too small");
-    /* zero every slot, then land the pieces; the mask is 1 wherever no piece landed */
-    size_t field_offset = 0;
+    const int64_t cap = 2 * (r->count + o->count) + 1;
+    const int32_t samples = o->count > 0 ? in->num_samples : 0;
+    const int64_t sources = (int64_t)x->num_peers + samples;
+    int32_t *src_index = DCP_ARENA_NEW(scratch, int32_t, cap);
+    int64_t *src_offset = DCP_ARENA_NEW(scratch, int64_t, cap), *dst_offset = DCP_ARENA_NEW(scratch, int64_t, cap);
+    int64_t *length = DCP_ARENA_NEW(scratch, int64_t, cap);
+    const void **src = DCP_ARENA_NEW(scratch, const void *, (size_t)DCP_NUM_FIELDS * (size_t)(sources > 0 ? sources : 1));
+    void **dst = DCP_ARENA_NEW(scratch, void *, DCP_NUM_FIELDS + 1);
+    if (!src_index || !src_offset || !dst_offset || !length || !src || !dst)
+        return dcp__fail(err, DCP_ERR_CAPACITY, "step: landing scratch too small");
+    int64_t bad = 0;
+    const int64_t n = dcp__landing_segments(r, o, x->num_peers, total_tokens, src_index, src_offset, dst_offset,
+                                            length, &bad);
+    if (n < 0)
+        return dcp__fail(err, DCP_ERR_INVALID_PLAN, "step: %s piece %lld lands over another or past %lld tokens",
+                         bad >= 0 ? "received" : "own", (long long)(bad >= 0 ? bad : -1 - bad),
+                         (long long)total_tokens);
+    dcp_segment_field fields[DCP_NUM_FIELDS + 1];
+    size_t field_offset = 0; /* bytes per token of the kept fields before this one, in each peer's block */
+    int32_t k = 0;
     for (int f = 0; f < DCP_NUM_FIELDS; f++) {
         if (!(kept & dcp__field_bit[f])) continue;
-        size_t size = dcp__field_size[f];
-        unsigned char *out = m->host_body + b->field[f];
-        memset(out, 0, (size_t)total_tokens * size);
-        field_bases(x->recv_offsets, x->tokens_from, x->num_peers, field_offset, size, base);
-        for (int64_t i = 0; i < p->count; i++) src[i] = base[p->sender[i]] + p->cursor[i];
-        const void *staging[1] = {recv};
-        dcp_pack_layout layout = {p->count, NULL, src, p->dst, p->length};
-        dcp__pack_cpu(&layout, staging, out, size);
+        const size_t size = dcp__field_size[f];
+        const void **table = src + (size_t)k * (size_t)sources;
+        for (int32_t q = 0; q < x->num_peers; q++)
+            table[q] = recv + x->recv_offsets[q] + (size_t)x->tokens_from[q] * field_offset;
+        for (int32_t s = 0; s < samples; s++) table[x->num_peers + s] = dcp__sample_field(&in->samples[s], f);
+        dst[k] = m->host_body + b->field[f];
+        fields[k] = (dcp_segment_field){table, (void *const *)&dst[k], (int64_t)size};
         field_offset += size;
+        k++;
     }
-    dcp_pack_layout placed = {p->count, NULL, p->dst, p->dst, p->length};
-    dcp__padding_mask_from_layout_cpu(&placed, total_tokens, m->host_body + b->mask);
+    dst[k] = m->host_body + b->mask;
+    fields[k] = (dcp_segment_field){NULL, (void *const *)&dst[k], 1};
+    /* the twin walks the segments in order: it needs no work offsets */
+    dcp_segment_table table = {n, src_index, src_offset, NULL, dst_offset, length, NULL};
+    dcp__segment_table_pack_cpu(&table, fields, k + 1);
     return DCP_OK;
 }
 

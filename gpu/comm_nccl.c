@@ -9,8 +9,9 @@
  * are; host buffers (the step's plan metadata) travel through a device
  * staging buffer taken at init.  The variable-size operations are grouped
  * ncclSend/ncclRecv, one group per call, with the rank's own block copied by
- * cudaMemcpyAsync.  Nothing here allocates after init; what init takes comes
- * from alloc/.  Builds without NCCL compile no_nccl.c instead.
+ * cudaMemcpyAsync.  A communicator of one rank makes no NCCL call at all (see
+ * copy_own).  Nothing here allocates after init; what init takes comes from
+ * alloc/.  Builds without NCCL compile no_nccl.c instead.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "dcpack.h"
@@ -161,6 +162,23 @@ static dcp_status to_host(nccl_impl *c, void *dst, const void *src, size_t bytes
     return DCP_OK;
 }
 
+/*
+ * A communicator of one rank moves nothing between ranks: every operation is
+ * the copy of the rank's own block to where it goes (memmove for host
+ * buffers, cudaMemcpyAsync on the stream, waited for, for device buffers),
+ * with no NCCL call and no staging.  One-GPU steps make several such calls.
+ */
+static dcp_status copy_own(nccl_impl *c, int device, void *dst, const void *src, size_t bytes)
+{
+    if (bytes == 0 || dst == src) return DCP_OK;
+    if (!device) {
+        memmove(dst, src, bytes);
+        return DCP_OK;
+    }
+    CUDA_TRY(c, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream));
+    return wait_stream(c);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Operations                                                                */
 /* ------------------------------------------------------------------------ */
@@ -174,6 +192,7 @@ static dcp_status op_allgather(dcp_comm *comm, const void *send, size_t bytes, v
     int device;
     if ((s = placement(c, send, bytes, recv, bytes, &device)) != DCP_OK) return s;
     size_t total = bytes * (size_t)comm->size;
+    if (comm->size == 1) return copy_own(c, device, recv, send, bytes);
     if (device) {
         NCCL_TRY(c, ncclAllGather(send, recv, bytes, ncclUint8, c->comm, c->stream));
         return wait_stream(c);
@@ -208,6 +227,7 @@ static dcp_status op_allgatherv(dcp_comm *comm, const void *send, size_t send_by
     if ((s = placement(c, send, send_bytes, recv, extent, &device)) != DCP_OK) return s;
     unsigned char *base = (unsigned char *)recv;
     const unsigned char *from = (const unsigned char *)send;
+    if (n == 1) return copy_own(c, device, base + recv_offsets[0], from, send_bytes);
     if (!device) {
         if (extent > c->staging_bytes)
             return fail(c, DCP_ERR_CAPACITY, "all-gather-v of %zu host bytes exceeds the %zu-byte staging buffer",
@@ -268,6 +288,7 @@ static dcp_status op_alltoallv(dcp_comm *comm, const void *send, const size_t *s
     if ((s = placement(c, send, send_extent, recv, recv_extent, &device)) != DCP_OK) return s;
     const unsigned char *out = (const unsigned char *)send;
     unsigned char *in = (unsigned char *)recv;
+    if (n == 1) return copy_own(c, device, in + recv_offsets[0], out + send_offsets[0], send_bytes[0]);
     if (!device) {
         size_t in_at = align256(send_extent);
         if (in_at + recv_extent > c->staging_bytes)
@@ -309,6 +330,7 @@ static dcp_status op_broadcast(dcp_comm *comm, void *buffer, size_t bytes, int32
     dcp_status s = begin(comm, &c);
     if (s != DCP_OK) return s;
     if (bytes == 0) return DCP_OK; /* a bad root is NCCL's to refuse (DCP_ERR_NCCL) */
+    if (comm->size == 1 && root == 0) return DCP_OK; /* the root holds it already */
     if (on_device(buffer)) {
         NCCL_TRY(c, ncclBroadcast(buffer, buffer, bytes, ncclUint8, root, c->comm, c->stream));
         return wait_stream(c);
@@ -328,6 +350,11 @@ static dcp_status op_agree(dcp_comm *comm, dcp_status local, dcp_status *agreed,
     nccl_impl *c = NULL;
     dcp_status s = begin(comm, &c);
     if (s != DCP_OK) return s;
+    if (comm->size == 1) {
+        *agreed = local;
+        *failed_rank = local == DCP_OK ? -1 : comm->rank;
+        return DCP_OK;
+    }
     int64_t key = local == DCP_OK ? INT64_MAX : ((int64_t)comm->rank << 16) | (int64_t)(-(int)local & 0xFFFF);
     CUDA_TRY(c, cudaMemcpyAsync(c->agree_word, &key, sizeof key, cudaMemcpyHostToDevice, c->stream));
     NCCL_TRY(c, ncclAllReduce(c->agree_word, c->agree_word, 1, ncclInt64, ncclMin, c->comm, c->stream));

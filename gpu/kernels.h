@@ -36,21 +36,25 @@ extern "C" {
 #include "../core/segments.h"
 
 /*
- * Segment-table copy: every segment of every field in one launch (grid: tiles
- * of the total elements x fields).  `table` and `fields` are host structs
- * whose arrays are device memory; total_elements = work_offset[n] (the host
- * knows it from building the table).  16-byte loads and stores wherever a
- * segment's source and destination share their alignment, 8/4/1 otherwise.
+ * Segment-table copy: every segment of every field in one launch: a grid that
+ * fits the GPU at once, each warp an equal share of the bytes (gpu/pack.cu).
+ * `table` and `fields` are host structs whose arrays are device memory;
+ * total_elements = work_offset[n] (the host knows it from building the
+ * table); the kernel reads work offsets, not lengths (table->length may be
+ * NULL).  Pieces of 4- and 8-byte fields move as 16-byte units aligned on the
+ * destination whatever the source's alignment; other sizes by halfwords or
+ * bytes.
  */
 int dcp__segment_table_pack_cuda(const dcp_segment_table *table, int64_t total_elements,
                                 const dcp_segment_field *fields, int32_t num_fields, void *stream);
 
 /*
- * Measurements only.  The segment kernel in another build: variant = the tile
- * (elements per warp: 4096, 8192 or 16384) with 4 16-byte loads in flight a
- * thread, + 1 for streaming cache hints (4096 only), + 6 for 16-byte units
- * assembled from word-aligned sources under a register cap (4096 only); 0 =
- * the library's choice (tile 8192, 8 loads in flight: gpu/pack.cu).  And a flat
+ * Measurements only.  The segment kernel in another build (gpu/pack.cu lists
+ * them): 0 = the library's choice; 200, 202, 203 the persistent kernel with
+ * fewer loads in flight or without groups of lanes; 8200 the former
+ * choice (tiles of 8192 elements a warp, 8 16-byte loads in flight where both
+ * ends agree modulo 16); 4096, 8192, 16384 (+1 streaming hints, +6 16-byte
+ * units from word-aligned sources) that tile kernel's other builds.  And a flat
  * 16-byte copy of one buffer (bytes a multiple of 16) in the same style:
  * variant 0/1 = 4/8 loads in flight a thread, 2/3 = the same with streaming
  * hints: the ceiling a kernel of this kind reaches.

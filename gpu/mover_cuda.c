@@ -4,15 +4,22 @@
  * Its workspace is one device block and one pinned host block, sized from
  * the configuration's mover sizes and bound once (dcp_context_attach_cuda):
  *
- *   device: [send staging][receive staging][body][segment tables]
- *   pinned: [cuda_mover state][segment tables, as they are built]
+ *   device: [send staging][receive staging][segment tables .....][body]
+ *   pinned: [cuda_mover state]             [segment tables .....][body prefix]
  *
- * Each copy builds its segment table (and the pointer tables of the fields)
- * in the pinned block, uploads it in one copy and runs one launch of the
- * segment kernel: once to gather outgoing tokens into the send staging, once
- * to place received tokens in the body, zero every padding slot and write
- * the mask.  The device body has the host body's layout (core/body.h); its
- * prefix (rows, cu_seqlens) is written on the host and uploaded.
+ * The segment-table region has the same size and offsets in both blocks, and
+ * a table is built at its end, so the table and what follows it are
+ * contiguous on both sides: in the pinned block the body's prefix (rows,
+ * cu_seqlens; the host writes it there, it is the mover's host body), on the
+ * device the body itself.  One copy uploads a table, and for landing the
+ * prefix with it.  Arrays only the host needs (segment lengths) sit below the
+ * uploaded range.
+ *
+ * Each copy runs one launch of the segment kernel: once to gather the tokens
+ * that travel into the send staging, once to land every token in the body
+ * (received ones from the receive staging, the ones this rank keeps straight
+ * from the caller's samples), zero every padding slot and write the mask.
+ * The device body has the host body's layout (core/body.h).
  */
 #include "../core/mover.h"
 #include "../core/segments.h"
@@ -27,21 +34,25 @@ typedef struct cuda_mover {
     int owns_device, owns_host;
     unsigned char *device_base;
     void *host_base;
-    size_t staging_bytes, body_bytes, table_bytes;
+    size_t staging_bytes, body_bytes, table_bytes, prefix_bytes; /* table_bytes: the region, a multiple of 256 */
     int64_t max_segments, max_sources;
-    unsigned char *send_staging, *recv_staging, *body, *table; /* device */
-    unsigned char *host_table;                                 /* pinned */
-    unsigned char *host_body;                                  /* the CPU mover's body, the host mirror */
+    unsigned char *send_staging, *recv_staging, *table, *body; /* device; body = table + table_bytes */
+    unsigned char *host_table, *host_prefix;                   /* pinned; host_prefix = host_table + table_bytes */
+    unsigned char *host_body;                                  /* the CPU mover's body, given back on release */
 } cuda_mover;
 
 static size_t align256(size_t v) { return v > SIZE_MAX - 255 ? SIZE_MAX : (v + 255) & ~(size_t)255; }
 
-/* Bytes of a table of `segments` segments with `fields` fields of `sources` + `dests` pointers each. */
-static size_t table_bytes(int64_t segments, int64_t fields, int64_t sources, int64_t dests)
+/*
+ * Bytes of a table of `segments` segments (with or without destination
+ * indices) and `fields` fields of `sources` + `dests` pointers each.
+ */
+static size_t table_bytes(int64_t segments, int64_t fields, int64_t sources, int64_t dests, int with_dst_index)
 {
     size_t n = (size_t)segments;
-    size_t b = align256(dcp__size_mul(n, 4)) * 2;                          /* src_index, dst_index */
-    b = dcp__size_add(b, dcp__size_mul(align256(dcp__size_mul(n, 8)), 3)); /* src_offset, dst_offset, length */
+    size_t b = align256(dcp__size_mul(n, 8));                              /* length (host only) */
+    b = dcp__size_add(b, align256(dcp__size_mul(n, 4)) * (with_dst_index ? 2 : 1)); /* src_index, dst_index */
+    b = dcp__size_add(b, dcp__size_mul(align256(dcp__size_mul(n, 8)), 2)); /* src_offset, dst_offset */
     b = dcp__size_add(b, align256(dcp__size_mul(n + 1, 8)));               /* work_offset */
     b = dcp__size_add(b, align256(dcp__size_mul((size_t)fields, dcp__size_mul((size_t)sources, 8))));
     b = dcp__size_add(b, align256(dcp__size_mul((size_t)fields, dcp__size_mul((size_t)dests, 8))));
@@ -49,17 +60,18 @@ static size_t table_bytes(int64_t segments, int64_t fields, int64_t sources, int
 }
 
 typedef struct sizes {
-    size_t table, device, host;
+    size_t table, prefix, device, host;
 } sizes;
 
 static dcp_status sizes_compute(const dcp_mover_sizes *z, sizes *out)
 {
-    if (z->staging == SIZE_MAX || z->body == SIZE_MAX || z->segments == INT64_MAX) return DCP_ERR_OVERFLOW;
-    /* 5 fields: four data fields and the mask; sources: samples or peers; destinations: peers */
-    out->table = table_bytes(z->segments, DCP_NUM_FIELDS + 1, z->sources, z->ranks);
-    out->device = dcp__size_add(dcp__size_add(dcp__size_mul(align256(z->staging), 2), align256(z->body)),
-                                align256(out->table));
-    out->host = dcp__size_add(align256(sizeof(cuda_mover)), align256(out->table));
+    if (z->staging == SIZE_MAX || z->body == SIZE_MAX || z->prefix == SIZE_MAX || z->segments == INT64_MAX)
+        return DCP_ERR_OVERFLOW;
+    /* 5 fields: four data fields and the mask; sources: peers and samples; destinations: peers */
+    out->table = align256(table_bytes(z->segments, DCP_NUM_FIELDS + 1, z->sources, z->ranks, 1));
+    out->prefix = align256(z->prefix);
+    out->device = dcp__size_add(dcp__size_add(dcp__size_mul(align256(z->staging), 2), out->table), align256(z->body));
+    out->host = dcp__size_add(dcp__size_add(align256(sizeof(cuda_mover)), out->table), out->prefix);
     return out->device == SIZE_MAX || out->host == SIZE_MAX ? DCP_ERR_OVERFLOW : DCP_OK;
 }
 
@@ -82,16 +94,16 @@ static dcp_status cuda_fail(dcp_error *err, cudaError_t e, const char *what)
 /* Segment tables                                                            */
 /* ------------------------------------------------------------------------ */
 
-/* A table being built in the pinned block, with the same offsets in the device block. */
+/* A table being built at the end of the pinned region, with the same offsets in the device region. */
 typedef struct table_build {
     int64_t n;
-    int32_t *src_index, *dst_index;
+    int32_t *src_index, *dst_index; /* dst_index NULL: every segment to destination 0 */
     int64_t *src_offset, *dst_offset, *length, *work;
     const void **src_ptrs; /* [fields][sources] */
     void **dst_ptrs;       /* [fields][dests] */
     unsigned char *scalars; /* 256 bytes */
     int64_t sources, dests;
-    size_t bytes;          /* used, from the start of the table */
+    size_t upload_from;    /* region offset of the first uploaded byte (past the host-only lengths) */
 } table_build;
 
 static void *carve(unsigned char *base, size_t *at, size_t bytes)
@@ -102,46 +114,51 @@ static void *carve(unsigned char *base, size_t *at, size_t bytes)
 }
 
 static dcp_status table_begin(cuda_mover *st, int64_t n, int32_t fields, int64_t sources, int64_t dests,
-                              table_build *t, dcp_error *err)
+                              int with_dst_index, table_build *t, dcp_error *err)
 {
-    if (n > st->max_segments || sources > st->max_sources + 1 ||
-        table_bytes(n, fields, sources, dests) > st->table_bytes)
+    const size_t bytes = table_bytes(n, fields, sources, dests, with_dst_index);
+    if (n > st->max_segments || sources > st->max_sources + 1 || bytes > st->table_bytes)
         return dcp__fail(err, DCP_ERR_CAPACITY, "step: a device segment table of %lld segments exceeds the workspace",
                          (long long)n);
     unsigned char *h = st->host_table;
-    size_t at = 0;
+    size_t at = st->table_bytes - bytes; /* a multiple of 256: the table ends where the region does */
     t->n = n;
+    t->length = (int64_t *)carve(h, &at, (size_t)n * 8);
+    t->upload_from = at;
     t->src_index = (int32_t *)carve(h, &at, (size_t)n * 4);
-    t->dst_index = (int32_t *)carve(h, &at, (size_t)n * 4);
+    t->dst_index = with_dst_index ? (int32_t *)carve(h, &at, (size_t)n * 4) : NULL;
     t->src_offset = (int64_t *)carve(h, &at, (size_t)n * 8);
     t->dst_offset = (int64_t *)carve(h, &at, (size_t)n * 8);
-    t->length = (int64_t *)carve(h, &at, (size_t)n * 8);
     t->work = (int64_t *)carve(h, &at, (size_t)(n + 1) * 8);
     t->src_ptrs = (const void **)carve(h, &at, (size_t)fields * (size_t)sources * 8);
     t->dst_ptrs = (void **)carve(h, &at, (size_t)fields * (size_t)dests * 8);
     t->scalars = (unsigned char *)carve(h, &at, 256);
     t->sources = sources;
     t->dests = dests;
-    t->bytes = at;
     return DCP_OK;
 }
 
-/* The device address of a pointer into the pinned table. */
+/* The device address of a pointer into the pinned region. */
 #define ON_DEVICE(st, p) ((void *)((st)->table + ((const unsigned char *)(p) - (st)->host_table)))
 
-/* Upload the table and launch the segment kernel over `fields`. */
+/*
+ * Upload the table, and the `prefix` bytes after it (the body's prefix, to
+ * the body), in one copy; then launch the segment kernel over `fields`.
+ */
 static dcp_status table_run(cuda_mover *st, table_build *t, dcp_segment_field *fields, int32_t num_fields,
-                            void *stream, dcp_error *err)
+                            size_t prefix, void *stream, dcp_error *err)
 {
     int64_t total = dcp__segment_work_offsets(t->length, t->n, t->work);
-    cudaError_t e = cudaMemcpyAsync(st->table, st->host_table, t->bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream);
+    cudaError_t e = cudaMemcpyAsync(st->table + t->upload_from, st->host_table + t->upload_from,
+                                    st->table_bytes - t->upload_from + prefix, cudaMemcpyHostToDevice,
+                                    (cudaStream_t)stream);
     if (e != cudaSuccess) return cuda_fail(err, e, "step: upload of a segment table");
     dcp_segment_table table = {t->n,
                                (const int32_t *)ON_DEVICE(st, t->src_index),
                                (const int64_t *)ON_DEVICE(st, t->src_offset),
-                               (const int32_t *)ON_DEVICE(st, t->dst_index),
+                               t->dst_index ? (const int32_t *)ON_DEVICE(st, t->dst_index) : NULL,
                                (const int64_t *)ON_DEVICE(st, t->dst_offset),
-                               (const int64_t *)ON_DEVICE(st, t->length),
+                               NULL, /* the kernel reads work offsets, not lengths */
                                (const int64_t *)ON_DEVICE(st, t->work)};
     for (int32_t f = 0; f < num_fields; f++) {
         if (fields[f].src) fields[f].src = (const void *const *)ON_DEVICE(st, fields[f].src);
@@ -182,7 +199,7 @@ static dcp_status cuda_stage(dcp_mover *m, void *stream, const dcp_step_input *i
     for (int f = 0; f < DCP_NUM_FIELDS; f++) nf += (kept & dcp__field_bit[f]) != 0;
     table_build t;
     int64_t sources = in->num_samples > 0 ? in->num_samples : 1;
-    dcp_status s = table_begin(st, p->count, nf, sources, x->num_peers, &t, err);
+    dcp_status s = table_begin(st, p->count, nf, sources, x->num_peers, 1, &t, err);
     if (s != DCP_OK) return s;
     for (int64_t i = 0; i < p->count; i++) {
         t.src_index[i] = p->sample[i];
@@ -207,50 +224,50 @@ static dcp_status cuda_stage(dcp_mover *m, void *stream, const dcp_step_input *i
         field_offset += dcp__field_size[f];
         k++;
     }
-    s = table_run(st, &t, fields, nf, stream, err);
+    s = table_run(st, &t, fields, nf, 0, stream, err);
     if (s != DCP_OK) return s;
     /* the exchange may run on another stream and reads the staging: it must be complete */
     e = cudaStreamSynchronize((cudaStream_t)stream);
     return e == cudaSuccess ? DCP_OK : cuda_fail(err, e, "step: gathering outgoing tokens");
 }
 
-static dcp_status cuda_land(dcp_mover *m, void *stream, uint32_t kept, const dcp_recv_pieces *p,
-                            const dcp_exchange_blocks *x, const unsigned char *recv, const dcp_body_layout *b,
-                            int64_t total_tokens, dcp_arena *scratch, dcp_error *err)
+static dcp_status cuda_land(dcp_mover *m, void *stream, uint32_t kept, const dcp_recv_pieces *r,
+                            const dcp_exchange_blocks *x, const unsigned char *recv, const dcp_own_pieces *o,
+                            const dcp_step_input *in, const dcp_body_layout *b, int64_t total_tokens,
+                            dcp_arena *scratch, dcp_error *err)
 {
     (void)scratch;
     cuda_mover *st = (cuda_mover *)m->state;
     cudaError_t e = cudaSetDevice(st->device);
     if (e != cudaSuccess) return cuda_fail(err, e, "step: cudaSetDevice");
-    if (b->prefix > 0) {
-        e = cudaMemcpyAsync(st->body, m->host_body, b->prefix, cudaMemcpyHostToDevice, (cudaStream_t)stream);
-        if (e != cudaSuccess) return cuda_fail(err, e, "step: upload of cu_seqlens");
-    }
+    if (b->prefix > st->prefix_bytes)
+        return dcp__fail(err, DCP_ERR_CAPACITY, "step: a body prefix of %zu bytes exceeds the workspace's %zu",
+                         b->prefix, st->prefix_bytes);
     int32_t nf = 1; /* the mask */
     for (int f = 0; f < DCP_NUM_FIELDS; f++) nf += (kept & dcp__field_bit[f]) != 0;
+    /* sources of a field: the peers' runs in the receive buffer, then the samples' buffers */
+    const int32_t samples = o->count > 0 ? in->num_samples : 0;
     table_build t;
-    dcp_status s = table_begin(st, 2 * p->count + 1, nf, x->num_peers, 1, &t, err);
+    dcp_status s = table_begin(st, 2 * (r->count + o->count) + 1, nf, (int64_t)x->num_peers + samples, 1, 0, &t, err);
     if (s != DCP_OK) return s;
     /* every piece, with a fill for the gap before it, then the tail: each slot written once */
-    int64_t n = 0, at = 0;
-    for (int64_t i = 0; i < p->count; i++) {
-        if (p->dst[i] < at || p->dst[i] + p->length[i] > total_tokens)
-            return dcp__fail(err, DCP_ERR_INVALID_PLAN, "step: received piece %lld lands at %lld, before %lld",
-                             (long long)i, (long long)p->dst[i], (long long)at);
-        if (p->dst[i] > at) {
-            t.src_index[n] = -1, t.dst_index[n] = 0, t.src_offset[n] = 0, t.dst_offset[n] = at;
-            t.length[n++] = p->dst[i] - at;
-        }
-        t.src_index[n] = p->sender[i], t.dst_index[n] = 0, t.src_offset[n] = p->cursor[i], t.dst_offset[n] = p->dst[i];
-        t.length[n++] = p->length[i];
-        at = p->dst[i] + p->length[i];
-    }
-    if (at < total_tokens) {
-        t.src_index[n] = -1, t.dst_index[n] = 0, t.src_offset[n] = 0, t.dst_offset[n] = at;
-        t.length[n++] = total_tokens - at;
-    }
-    t.n = n; /* the carved arrays hold 2 * count + 1; the used prefix is what runs */
+    int64_t bad = 0;
+    const int64_t n = dcp__landing_segments(r, o, x->num_peers, total_tokens, t.src_index, t.src_offset,
+                                            t.dst_offset, t.length, &bad);
+    if (n < 0)
+        return dcp__fail(err, DCP_ERR_INVALID_PLAN, "step: %s piece %lld lands over another or past %lld tokens",
+                         bad >= 0 ? "received" : "own", (long long)(bad >= 0 ? bad : -1 - bad),
+                         (long long)total_tokens);
+    t.n = n; /* the carved arrays hold 2 * pieces + 1; the used prefix is what runs */
     dcp_segment_field fields[DCP_NUM_FIELDS + 1];
+    /* the samples' buffers, every kept field's in one pass over the samples */
+    int kept_field[DCP_NUM_FIELDS], nk = 0;
+    for (int f = 0; f < DCP_NUM_FIELDS; f++)
+        if (kept & dcp__field_bit[f]) kept_field[nk++] = f;
+    for (int32_t i = 0; i < samples; i++)
+        for (int j = 0; j < nk; j++)
+            t.src_ptrs[(size_t)j * (size_t)t.sources + (size_t)x->num_peers + (size_t)i] =
+                dcp__sample_field(&in->samples[i], kept_field[j]);
     size_t offset_in_block = 0;
     int32_t k = 0;
     for (int f = 0; f < DCP_NUM_FIELDS; f++) {
@@ -271,9 +288,14 @@ static dcp_status cuda_land(dcp_mover *m, void *stream, uint32_t kept, const dcp
     fields[k].src = NULL;
     fields[k].dst = mask_dst;
     fields[k].elem_size = 1;
-    if (n > 0 && (s = table_run(st, &t, fields, nf, stream, err)) != DCP_OK) return s;
+    /* the table and the body's prefix (rows, cu_seqlens, written by the host after the table) in one copy */
+    if (n > 0 && (s = table_run(st, &t, fields, nf, b->prefix, stream, err)) != DCP_OK) return s;
+    if (n == 0 && b->prefix > 0) {
+        e = cudaMemcpyAsync(st->body, st->host_prefix, b->prefix, cudaMemcpyHostToDevice, (cudaStream_t)stream);
+        if (e != cudaSuccess) return cuda_fail(err, e, "step: upload of cu_seqlens");
+    }
     e = cudaStreamSynchronize((cudaStream_t)stream);
-    return e == cudaSuccess ? DCP_OK : cuda_fail(err, e, "step: placing received tokens");
+    return e == cudaSuccess ? DCP_OK : cuda_fail(err, e, "step: placing tokens");
 }
 
 static dcp_status cuda_digest(dcp_mover *m, void *stream, const dcp_step_input *in, uint32_t kept,
@@ -288,7 +310,7 @@ static dcp_status cuda_digest(dcp_mover *m, void *stream, const dcp_step_input *
     if (e != cudaSuccess) return cuda_fail(err, e, "step: cudaSetDevice");
     table_build t;
     int64_t sources = in->num_samples > 0 ? in->num_samples : 1;
-    dcp_status s = table_begin(st, spans->count, nf, sources, 1, &t, err);
+    dcp_status s = table_begin(st, spans->count, nf, sources, 1, 0, &t, err);
     if (s != DCP_OK) return s;
     int64_t position = 0;
     for (int32_t k = 0; k < spans->count; k++) {
@@ -310,7 +332,8 @@ static dcp_status cuda_digest(dcp_mover *m, void *stream, const dcp_step_input *
         elem_size[k] = (int64_t)dcp__field_size[f];
         k++;
     }
-    e = cudaMemcpyAsync(st->table, st->host_table, t.bytes, cudaMemcpyHostToDevice, (cudaStream_t)stream);
+    e = cudaMemcpyAsync(st->table + t.upload_from, st->host_table + t.upload_from, st->table_bytes - t.upload_from,
+                        cudaMemcpyHostToDevice, (cudaStream_t)stream);
     if (e != cudaSuccess) return cuda_fail(err, e, "step: upload of a digest table");
     dcp_segment_table table = {t.n,
                                (const int32_t *)ON_DEVICE(st, t.src_index),
@@ -333,7 +356,7 @@ static dcp_status cuda_digest(dcp_mover *m, void *stream, const dcp_step_input *
 static dcp_status cuda_read_back(dcp_mover *m, void *stream, size_t prefix_bytes, dcp_error *err)
 {
     cuda_mover *st = (cuda_mover *)m->state;
-    if (prefix_bytes > m->body_capacity)
+    if (prefix_bytes > st->prefix_bytes)
         return dcp__fail(err, DCP_ERR_CORRUPT_INPUT, "step: body prefix of %zu bytes", prefix_bytes);
     cudaError_t e = cudaMemcpyAsync(m->host_body, st->body, prefix_bytes, cudaMemcpyDeviceToHost, (cudaStream_t)stream);
     if (e == cudaSuccess) e = cudaStreamSynchronize((cudaStream_t)stream);
@@ -400,17 +423,21 @@ dcp_status dcp__mover_cuda_create(dcp_mover *m, const dcp_mover_sizes *z, void *
     st->staging_bytes = z->staging;
     st->body_bytes = z->body;
     st->table_bytes = need.table;
+    st->prefix_bytes = need.prefix;
     st->max_segments = z->segments;
     st->max_sources = z->sources;
-    /* device blocks start 256-aligned relative to the base (cudaMalloc's base is) */
+    /* device blocks start 256-aligned relative to the base (cudaMalloc's base is); the body follows the tables */
     st->send_staging = st->device_base;
     st->recv_staging = st->send_staging + align256(z->staging);
-    st->body = st->recv_staging + align256(z->staging);
-    st->table = st->body + align256(z->body);
+    st->table = st->recv_staging + align256(z->staging);
+    st->body = st->table + need.table;
+    /* pinned: the tables, then the body's prefix, which the host writes there: it is the mover's host body now */
     st->host_table = (unsigned char *)st + align256(sizeof *st);
+    st->host_prefix = st->host_table + need.table;
     st->host_body = m->host_body;
     m->ops = &cuda_ops;
     m->state = st;
     m->body = st->body;
+    m->host_body = st->host_prefix;
     return DCP_OK;
 }

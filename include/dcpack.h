@@ -624,7 +624,7 @@ typedef struct dcp_step_stats {
     int64_t tokens_out;               /* slots of this rank's microbatches, padding included */
     int64_t exchange_bytes_sent;      /* token data sent to other ranks */
     int64_t exchange_bytes_received;  /* token data received from other ranks */
-    int64_t exchange_bytes_local;     /* token data this rank routed to itself */
+    int64_t exchange_bytes_local;     /* token data this rank routed to itself (landed from its samples, not sent) */
     int64_t metadata_bytes_received;  /* lengths and per-rank headers from other ranks */
     int64_t broadcast_bytes;          /* outputs received from (or sent to each) TP peer */
     int64_t reference_bytes_received; /* what the reference's per-field DP all-gathers deliver to this rank from
@@ -633,9 +633,9 @@ typedef struct dcp_step_stats {
     /* wall time of the phases on this rank (monotonic clock; with a CUDA workspace, stage and pack include
        their uploads and launches, and pack waits for its kernel) */
     int64_t time_plan_ns;             /* gather of lengths, plan, this rank's THD geometry */
-    int64_t time_stage_ns;            /* both sides' segment tables, outgoing tokens into the send staging */
+    int64_t time_stage_ns;            /* both sides' piece tables, the tokens that travel into the send staging */
     int64_t time_exchange_ns;         /* the all-to-all-v */
-    int64_t time_pack_ns;             /* received tokens to their slots, padding and mask */
+    int64_t time_pack_ns;             /* received and kept tokens to their slots, padding and mask */
 } dcp_step_stats;
 
 typedef struct dcp_step_output {

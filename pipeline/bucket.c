@@ -1,7 +1,8 @@
 /*
  * bucket.c - sort sequences by length (descending, stable) and give each its
  * minimal CP size.  LSD radix sort on the complemented length: stable
- * 11-bit passes over the bits where lengths differ, O(n), no comparisons,
+ * passes of at most 11 bits over the bits where lengths differ (as few passes
+ * as that takes, each digit as narrow as they allow), O(n), no comparisons,
  * the same order on every platform.
  */
 #include "stages.h"
@@ -29,7 +30,7 @@ static inline int32_t min_cp_size_of(int64_t length, int32_t max_seqlen_per_rank
 }
 
 /* Digits of the radix sort: 11 bits (lengths below 2^22 take two passes), 8 below 1024 sequences. */
-enum { DIGIT_BITS = 11, DIGITS = 1 << DIGIT_BITS };
+enum { DIGIT_BITS = 11, DIGITS = 1 << DIGIT_BITS, MAX_PASSES = 3 /* 32 key bits */ };
 
 int32_t dcp__min_cp_size(int64_t length, int32_t max_seqlen_per_rank, int32_t min_cp_size, int32_t num_ranks)
 {
@@ -39,7 +40,7 @@ int32_t dcp__min_cp_size(int64_t length, int32_t max_seqlen_per_rank, int32_t mi
 size_t dcp__bucket_scratch_size(const dcp_config *config)
 {
     size_t keys = DCP_ARENA_BYTES(uint64_t, config->max_sequences);
-    return dcp__size_add(dcp__size_add(keys, keys), DCP_ARENA_BYTES(uint32_t, DIGITS));
+    return dcp__size_add(dcp__size_add(keys, keys), DCP_ARENA_BYTES(uint32_t, MAX_PASSES * DIGITS));
 }
 
 dcp_status dcp__bucket(const int32_t *lengths, int32_t n, const dcp_config *config, int32_t *sorted_ids,
@@ -64,7 +65,7 @@ dcp_status dcp__bucket(const int32_t *lengths, int32_t n, const dcp_config *conf
     }
     if (n == 0) return DCP_OK;
     uint64_t *src = DCP_ARENA_NEW(scratch, uint64_t, n), *dst = DCP_ARENA_NEW(scratch, uint64_t, n);
-    uint32_t *count = DCP_ARENA_NEW(scratch, uint32_t, DIGITS);
+    uint32_t *count = DCP_ARENA_NEW(scratch, uint32_t, MAX_PASSES * DIGITS);
     if (!src || !dst || !count)
         return dcp__fail(err, DCP_ERR_CAPACITY, "bucket scratch too small for %d sequences", n);
     /*
@@ -80,19 +81,26 @@ dcp_status dcp__bucket(const int32_t *lengths, int32_t n, const dcp_config *conf
         all_and &= key;
     }
     uint32_t differ = all_or ^ all_and;
-    const int bits = n >= 1024 ? DIGIT_BITS : 8;
+    /* as few passes as 11-bit digits need (8-bit below 1024 sequences), the digits as narrow as those passes allow */
+    const int low = differ ? __builtin_ctz(differ) : 32, span = differ ? 32 - __builtin_clz(differ) - low : 0;
+    const int widest = n >= 1024 ? DIGIT_BITS : 8, passes = (span + widest - 1) / widest;
+    const int bits = passes > 0 ? (span + passes - 1) / passes : widest;
     const uint32_t mask = (1u << bits) - 1;
-    for (int shift = differ ? __builtin_ctz(differ) : 32; shift < 32 && (differ >> shift); shift += bits) {
-        const int at = 32 + shift;
-        memset(count, 0, (mask + 1) * sizeof *count);
-        for (int32_t i = 0; i < n; i++) count[(src[i] >> at) & mask]++;
-        uint32_t sum = 0;
+    /* every pass's histogram in one read of the keys (a pass permutes keys, not their digits' counts) */
+    memset(count, 0, (size_t)passes * (mask + 1) * sizeof *count);
+    for (int32_t i = 0; i < n; i++) {
+        const uint32_t key = (uint32_t)(src[i] >> 32) >> low;
+        for (int p = 0; p < passes; p++) count[(size_t)p * (mask + 1) + ((key >> (p * bits)) & mask)]++;
+    }
+    for (int p = 0; p < passes; p++) {
+        const int at = 32 + low + p * bits;
+        uint32_t *c = count + (size_t)p * (mask + 1), sum = 0;
         for (uint32_t d = 0; d <= mask; d++) {
-            uint32_t c = count[d];
-            count[d] = sum;
-            sum += c;
+            uint32_t k = c[d];
+            c[d] = sum;
+            sum += k;
         }
-        for (int32_t i = 0; i < n; i++) dst[count[(src[i] >> at) & mask]++] = src[i];
+        for (int32_t i = 0; i < n; i++) dst[c[(src[i] >> at) & mask]++] = src[i];
         uint64_t *t = src;
         src = dst;
         dst = t;

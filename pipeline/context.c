@@ -67,9 +67,9 @@ size_t dcp__step_scratch_size(const dcp_config *c)
 {
     if (c->max_tokens_per_rank <= 0) return 0;
     size_t n = (size_t)dcp_config_num_ranks(c), ns = (size_t)c->max_sequences;
-    size_t mb = (size_t)dcp__step_max_microbatches(c), own = dcp__size_mul(2, ns), send = dcp__step_send_piece_bound(c);
+    size_t own = dcp__size_mul(2, ns), send = dcp__step_send_piece_bound(c);
     /* after planning: geometry, group scratch, both route tables, blocks, buffers, the mover's staging and landing */
-    size_t s = DCP_ARENA_BYTES(dcp_thd_geometry, mb);
+    size_t s = dcp__rank_geometry_size(c);
     s = dcp__size_add(s, dcp__group_scratch_size(c));
     s = dcp__size_add(s, DCP_ARENA_BYTES(int32_t, own));                       /* receive: sender */
     s = dcp__size_add(s, dcp__size_mul(3, DCP_ARENA_BYTES(int64_t, own)));     /* receive: cursor, dst, length */
@@ -78,10 +78,16 @@ size_t dcp__step_scratch_size(const dcp_config *c)
     s = dcp__size_add(s, dcp__size_mul(2, DCP_ARENA_BYTES(int64_t, n)));       /* tokens to / from each peer */
     s = dcp__size_add(s, dcp__size_mul(4, DCP_ARENA_BYTES(size_t, n)));        /* block bytes and offsets */
     s = dcp__size_add(s, dcp__size_mul(2, dcp__arena_bytes(1, dcp__size_add(staging_bytes(c), 1))));
-    s = dcp__size_add(s, dcp__size_mul(2, DCP_ARENA_BYTES(int64_t, n)));       /* mover: field bases */
-    s = dcp__size_add(s, DCP_ARENA_BYTES(int64_t, send));                      /* mover: staging offsets */
-    s = dcp__size_add(s, DCP_ARENA_BYTES(const void *, ns));                   /* mover: sample buffers */
-    s = dcp__size_add(s, DCP_ARENA_BYTES(int64_t, own));                       /* mover: landing offsets */
+    s = dcp__size_add(s, DCP_ARENA_BYTES(int32_t, own));                       /* own: sample */
+    s = dcp__size_add(s, dcp__size_mul(3, DCP_ARENA_BYTES(int64_t, own)));     /* own: src, dst, length */
+    /* the CPU mover: staging (field bases, offsets, sample buffers), then landing (its segment table) */
+    size_t stage = dcp__size_add(DCP_ARENA_BYTES(int64_t, n), DCP_ARENA_BYTES(int64_t, send));
+    stage = dcp__size_add(stage, DCP_ARENA_BYTES(const void *, ns));
+    size_t segments = dcp__size_add(dcp__size_mul(2, own), 1);
+    size_t land = dcp__size_add(DCP_ARENA_BYTES(int32_t, segments), dcp__size_mul(3, DCP_ARENA_BYTES(int64_t, segments)));
+    land = dcp__size_add(land, DCP_ARENA_BYTES(const void *, dcp__size_mul(DCP_NUM_FIELDS, dcp__size_add(n, ns))));
+    land = dcp__size_add(land, DCP_ARENA_BYTES(void *, DCP_NUM_FIELDS + 1));
+    s = dcp__size_add(s, dcp__size_add(stage, land));
     s = max_size(s, dcp__gather_step_scratch_size(c));
     /* the call agreement over the world: one tag per rank of DP*CP*TP*PP */
     int64_t world = (int64_t)dcp_config_num_ranks(c) * c->tensor_parallel_size * c->pipeline_parallel_size;
@@ -96,11 +102,12 @@ void dcp__step_mover_sizes(const dcp_config *c, dcp_mover_sizes *z)
     dcp__body_layout_compute(dcp__step_max_microbatches(c), dcp__step_cu_capacity(c), c->max_tokens_per_rank,
                              c->fields, &b);
     z->body = b.used;
+    z->prefix = b.prefix;
     /* receiving: every piece plus the gap before it, plus the tail */
     size_t receive = dcp__size_add(dcp__size_mul(2, dcp__size_mul(2, ns)), 1), send = dcp__step_send_piece_bound(c);
     size_t segments = receive > send ? receive : send;
     z->segments = segments >= (size_t)INT64_MAX ? INT64_MAX : (int64_t)segments;
-    z->sources = (int64_t)(ns > n ? ns : n);
+    z->sources = (int64_t)dcp__size_add(ns, n); /* landing: the peers' runs, then the samples */
     z->ranks = (int64_t)n;
 }
 

@@ -206,18 +206,6 @@ dcp_status dcp_gather_packed(dcp_context *ctx, dcp_comm *comm, const int32_t *cu
 /* The step's gather                                                         */
 /* ------------------------------------------------------------------------ */
 
-/* One sequence into the table; the capacities are checked by the caller. */
-static void push_sequence(dcp_local_sequences *out, int32_t sample, int64_t start, int32_t padded, int32_t original)
-{
-    int32_t k = out->count++;
-    out->sample[k] = sample;
-    out->start[k] = start;
-    out->pairs[2 * k] = padded;
-    out->pairs[2 * k + 1] = original;
-    out->tokens += padded;
-    out->original_tokens += original;
-}
-
 static dcp_status check_cu_seqlens(const dcp_sample *s, int32_t i, dcp_error *err)
 {
     if (s->num_cu_seqlens < 1)
@@ -234,6 +222,84 @@ static dcp_status check_cu_seqlens(const dcp_sample *s, int32_t i, dcp_error *er
                              i, j, b, (long long)s->num_tokens);
     }
     return DCP_OK;
+}
+
+/* The sequences of the samples into the table (count and sums in locals: the table's arrays cannot alias them). */
+static dcp_status collect(const dcp_step_input *in, const dcp_config *c, int64_t token_capacity,
+                          dcp_local_sequences *out, dcp_error *err)
+{
+    int32_t count = 0;
+    int64_t tokens = 0, original_tokens = 0;
+    dcp_status st = DCP_OK;
+    const int want_tokens = (in->fields & DCP_FIELD_TOKENS) != 0, want_labels = (in->fields & DCP_FIELD_LABELS) != 0;
+    const int want_positions = (in->fields & DCP_FIELD_POSITION_IDS) != 0;
+    const int want_mask = (in->fields & DCP_FIELD_LOSS_MASK) != 0;
+#define PUSH(sample_, start_, padded_, original_)                                                          \
+    do {                                                                                                   \
+        out->sample[count] = (sample_);                                                                    \
+        out->start[count] = (start_);                                                                      \
+        out->pairs[2 * count] = (padded_);                                                                 \
+        out->pairs[2 * count + 1] = (original_);                                                           \
+        tokens += (padded_);                                                                               \
+        original_tokens += (original_);                                                                    \
+        count++;                                                                                           \
+    } while (0)
+    for (int32_t i = 0; i < in->num_samples && st == DCP_OK; i++) {
+        const dcp_sample *s = &in->samples[i];
+        if (s->num_tokens < 0) {
+            st = dcp__fail(err, DCP_ERR_CORRUPT_INPUT, "step: sample %d has %lld tokens", i, (long long)s->num_tokens);
+            break;
+        }
+        const int missing = s->num_tokens > 0 && ((want_tokens && !s->tokens) | (want_labels && !s->labels) |
+                                                  (want_positions && !s->position_ids) | (want_mask && !s->loss_mask));
+        if (missing) { /* which one, for the message */
+            for (int f = 0; f < DCP_NUM_FIELDS && st == DCP_OK; f++)
+                if ((in->fields & dcp__field_bit[f]) && !dcp__sample_field(s, f))
+                    st = dcp__fail(err, DCP_ERR_NULL_POINTER, "step: sample %d has no %s buffer", i, dcp__field_name[f]);
+            break;
+        }
+        if (s->cu_seqlens) {
+            if ((st = check_cu_seqlens(s, i, err)) != DCP_OK) break;
+            for (int32_t j = 1; j < s->num_cu_seqlens; j++) {
+                int32_t a = s->cu_seqlens[j - 1], b = s->cu_seqlens[j];
+                if (b == a) continue; /* empty sub-samples are dropped, as the reference does */
+                if (count >= c->max_sequences) {
+                    st = dcp__fail(err, DCP_ERR_CAPACITY, "step: more than max_sequences = %d sequences on this rank",
+                                   c->max_sequences);
+                    break;
+                }
+                PUSH(i, a, b - a, b - a);
+            }
+            if (st != DCP_OK) break;
+        } else {
+            if ((int64_t)s->padded_length != s->num_tokens) {
+                st = dcp__fail(err, DCP_ERR_CORRUPT_INPUT,
+                               "step: sample %d padded length %d disagrees with its %lld-token buffer", i,
+                               s->padded_length, (long long)s->num_tokens);
+                break;
+            }
+            if (s->original_length < 0 || s->original_length > s->padded_length) {
+                st = dcp__fail(err, DCP_ERR_CORRUPT_INPUT, "step: sample %d original length %d outside [0, %d]", i,
+                               s->original_length, s->padded_length);
+                break;
+            }
+            if (s->padded_length == 0) continue;
+            if (count >= c->max_sequences) {
+                st = dcp__fail(err, DCP_ERR_CAPACITY, "step: more than max_sequences = %d sequences on this rank",
+                               c->max_sequences);
+                break;
+            }
+            PUSH(i, 0, s->padded_length, s->original_length);
+        }
+        if (tokens > token_capacity)
+            st = dcp__fail(err, DCP_ERR_CAPACITY, "step: this rank's input exceeds max_tokens_per_rank = %lld",
+                           (long long)token_capacity);
+    }
+#undef PUSH
+    out->count = count;
+    out->tokens = tokens;
+    out->original_tokens = original_tokens;
+    return st;
 }
 
 dcp_status dcp__gather_local(const dcp_step_input *in, uint32_t needed, const dcp_config *c, int64_t token_capacity,
@@ -255,43 +321,7 @@ dcp_status dcp__gather_local(const dcp_step_input *in, uint32_t needed, const dc
     if (in->num_samples > c->max_sequences)
         return dcp__fail(err, DCP_ERR_CAPACITY, "step: %d samples exceed max_sequences = %d", in->num_samples,
                          c->max_sequences);
-    for (int32_t i = 0; i < in->num_samples; i++) {
-        const dcp_sample *s = &in->samples[i];
-        if (s->num_tokens < 0)
-            return dcp__fail(err, DCP_ERR_CORRUPT_INPUT, "step: sample %d has %lld tokens", i, (long long)s->num_tokens);
-        for (int f = 0; f < DCP_NUM_FIELDS; f++)
-            if ((in->fields & dcp__field_bit[f]) && s->num_tokens > 0 && !dcp__sample_field(s, f))
-                return dcp__fail(err, DCP_ERR_NULL_POINTER, "step: sample %d has no %s buffer", i, dcp__field_name[f]);
-        if (s->cu_seqlens) {
-            dcp_status st = check_cu_seqlens(s, i, err);
-            if (st != DCP_OK) return st;
-            for (int32_t j = 1; j < s->num_cu_seqlens; j++) {
-                int32_t a = s->cu_seqlens[j - 1], b = s->cu_seqlens[j];
-                if (b == a) continue; /* empty sub-samples are dropped, as the reference does */
-                if (out->count >= c->max_sequences)
-                    return dcp__fail(err, DCP_ERR_CAPACITY, "step: more than max_sequences = %d sequences on this rank",
-                                     c->max_sequences);
-                push_sequence(out, i, a, b - a, b - a);
-            }
-        } else {
-            if ((int64_t)s->padded_length != s->num_tokens)
-                return dcp__fail(err, DCP_ERR_CORRUPT_INPUT,
-                                 "step: sample %d padded length %d disagrees with its %lld-token buffer", i,
-                                 s->padded_length, (long long)s->num_tokens);
-            if (s->original_length < 0 || s->original_length > s->padded_length)
-                return dcp__fail(err, DCP_ERR_CORRUPT_INPUT, "step: sample %d original length %d outside [0, %d]", i,
-                                 s->original_length, s->padded_length);
-            if (s->padded_length == 0) continue;
-            if (out->count >= c->max_sequences)
-                return dcp__fail(err, DCP_ERR_CAPACITY, "step: more than max_sequences = %d sequences on this rank",
-                                 c->max_sequences);
-            push_sequence(out, i, 0, s->padded_length, s->original_length);
-        }
-        if (out->tokens > token_capacity)
-            return dcp__fail(err, DCP_ERR_CAPACITY, "step: this rank's input exceeds max_tokens_per_rank = %lld",
-                             (long long)token_capacity);
-    }
-    return DCP_OK;
+    return collect(in, c, token_capacity, out, err);
 }
 
 /* What each DPxCP rank tells the others before anything moves. */
@@ -303,12 +333,14 @@ typedef struct rank_header {
     int64_t tokens;  /* sum of padded lengths */
 } rank_header;
 
-static uint64_t fnv1a(uint64_t h, const void *data, size_t bytes)
+/* A hash of the (padded, original) pairs, one 64-bit step per pair (CP siblings compare it). */
+static uint64_t pairs_hash(const int32_t *pairs, int32_t count)
 {
-    const unsigned char *p = (const unsigned char *)data;
-    for (size_t i = 0; i < bytes; i++) {
-        h ^= p[i];
-        h *= 1099511628211ull;
+    uint64_t h = 14695981039346656037ull ^ (uint64_t)(uint32_t)count;
+    for (int32_t k = 0; k < count; k++) {
+        uint64_t v = (uint64_t)(uint32_t)pairs[2 * k] << 32 | (uint32_t)pairs[2 * k + 1];
+        h = (h ^ v) * 0x9E3779B97F4A7C15ull;
+        h ^= h >> 29;
     }
     return h;
 }
@@ -328,7 +360,7 @@ dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp_local_seq
     const int32_t n = lane->size, cp = c->context_parallel_size, dp = c->data_parallel_size;
     rank_header mine = {fields, local->count, 0, data_digest, local->tokens};
     char why[128];
-    mine.hash = fnv1a(14695981039346656037ull, local->pairs, (size_t)local->count * 2 * sizeof(int32_t));
+    if (cp > 1) mine.hash = pairs_hash(local->pairs, local->count); /* without siblings nothing compares it */
 
     rank_header *headers = DCP_ARENA_NEW(scratch, rank_header, n);
     size_t *bytes = DCP_ARENA_NEW(scratch, size_t, n), *offsets = DCP_ARENA_NEW(scratch, size_t, n);

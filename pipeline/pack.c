@@ -5,20 +5,23 @@
  * The body (core/body.h) holds every microbatch of this rank back to back,
  * padded and CP-sliced; the reroute stage has already written its rows and
  * cu_seqlens arrays on the host.  Landing goes through the token mover, so
- * the same tables drive the CPU twin and the CUDA kernel.  Each virtual
- * stage gets its own list of views over the same arrays, showing only the
- * fields that stage takes.
+ * the same table drives the CPU twin and the CUDA kernel: received tokens
+ * from the receive buffer and the tokens this rank keeps from its samples,
+ * in one pass.  Each virtual stage gets its own list of views over the same
+ * arrays, showing only the fields that stage takes.
  */
 #include "step.h"
 
 #include <string.h>
 
 dcp_status dcp__pack_land(dcp_mover *mover, void *stream, uint32_t kept, const dcp_receive_table *received,
-                          const dcp_exchange_blocks *blocks, const unsigned char *recv, const dcp_body_layout *b,
-                          int64_t total_tokens, dcp_arena *scratch, dcp_error *err)
+                          const dcp_exchange_blocks *blocks, const unsigned char *recv, const dcp_step_input *input,
+                          const dcp_body_layout *b, int64_t total_tokens, dcp_arena *scratch, dcp_error *err)
 {
     dcp_recv_pieces pieces = {received->count, received->sender, received->cursor, received->dst, received->length};
-    return mover->ops->land(mover, stream, kept, &pieces, blocks, recv, b, total_tokens, scratch, err);
+    dcp_own_pieces own = {received->own_count, received->own_sample, received->own_src, received->own_dst,
+                          received->own_length};
+    return mover->ops->land(mover, stream, kept, &pieces, blocks, recv, &own, input, b, total_tokens, scratch, err);
 }
 
 void dcp__pack_views(const dcp_config *c, int32_t pipeline_rank, uint32_t mtp, int32_t microbatches, uint32_t kept,

@@ -8,7 +8,9 @@
  * buffer.  Neither side sends a layout to the other.  A sequence of DP rank p
  * is held by the CP siblings p*cp .. p*cp+cp-1; the one whose CP rank equals
  * the receiver's rank modulo cp sends it, so the siblings share the sending
- * and a receiver's own DP rank's data never leaves it.
+ * and a receiver's own DP rank's data never leaves it: those pieces are
+ * listed as own pieces, landed straight from the samples, and take no part
+ * in the exchange.
  */
 #include "step.h"
 #include "../core/agree.h"
@@ -42,6 +44,26 @@ dcp_status dcp__group_scratch_take(const dcp_config *c, dcp_arena *scratch, dcp_
     return DCP_OK;
 }
 
+size_t dcp__rank_geometry_size(const dcp_config *c)
+{
+    size_t mb = (size_t)dcp__step_max_microbatches(c), ns = (size_t)c->max_sequences;
+    size_t s = DCP_ARENA_BYTES(dcp_thd_geometry, mb);
+    s = dcp__size_add(s, DCP_ARENA_BYTES(int32_t, mb));
+    s = dcp__size_add(s, DCP_ARENA_BYTES(int32_t, mb + 1));
+    return dcp__size_add(s, dcp__size_mul(2, DCP_ARENA_BYTES(int32_t, ns)));
+}
+
+dcp_status dcp__rank_geometry_take(const dcp_config *c, int32_t microbatches, dcp_arena *scratch,
+                                   dcp_rank_geometry *g)
+{
+    g->microbatch = DCP_ARENA_NEW(scratch, dcp_thd_geometry, microbatches);
+    g->group = DCP_ARENA_NEW(scratch, int32_t, microbatches);
+    g->first = DCP_ARENA_NEW(scratch, int32_t, (size_t)microbatches + 1);
+    g->original = DCP_ARENA_NEW(scratch, int32_t, c->max_sequences);
+    g->padded = DCP_ARENA_NEW(scratch, int32_t, c->max_sequences);
+    return g->microbatch && g->group && g->first && g->original && g->padded ? DCP_OK : DCP_ERR_CAPACITY;
+}
+
 /* Original and padded lengths of group g's sequences, in plan order. */
 static int32_t group_lengths(const dcp_plan *plan, const dcp_step_lengths *L, int32_t g, int32_t *original,
                              int32_t *padded)
@@ -71,15 +93,25 @@ dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *c, cons
                                  int64_t token_capacity, int64_t cu_capacity, dcp_group_scratch *gs,
                                  dcp_rank_geometry *out, dcp_error *err)
 {
+    (void)gs;
     out->total_tokens = 0;
     out->total_cu = 0;
+    int32_t at = 0;
     for (int32_t m = 0; m < plan->num_microbatches; m++) {
         int32_t g = dcp_plan_group_of_rank(plan, m, rank);
         if (g < 0) return dcp__fail(err, DCP_ERR_INVALID_PLAN, "step: rank %d holds nothing in microbatch %d", rank, m);
-        int32_t n = group_lengths(plan, L, g, gs->original, gs->padded);
+        int32_t n = plan->group_first_id[g + 1] - plan->group_first_id[g];
+        if (n > c->max_sequences - at)
+            return dcp__fail(err, DCP_ERR_INVALID_PLAN, "step: rank %d's groups hold more than %d sequences", rank,
+                             c->max_sequences);
+        group_lengths(plan, L, g, out->original + at, out->padded + at);
+        out->group[m] = g;
+        out->first[m] = at;
         dcp_thd_params params;
         dcp__thd_params_from_config(c, plan->group_cp_size[g], &params);
-        dcp_status s = dcp__thd_geometry_compute(&params, gs->original, gs->padded, n, &out->microbatch[m], err);
+        dcp_status s = dcp__thd_geometry_compute(&params, out->original + at, out->padded + at, n, &out->microbatch[m],
+                                                 err);
+        at += n;
         if (s != DCP_OK) {
             dcp_error inner = *err;
             return dcp__fail(err, s, "step: microbatch %d on rank %d: %.200s", m, rank, inner.message);
@@ -87,6 +119,7 @@ dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *c, cons
         out->total_tokens += out->microbatch[m].num_tokens;
         out->total_cu += out->microbatch[m].num_cu_seqlens;
     }
+    out->first[plan->num_microbatches] = at;
     if (out->total_tokens > token_capacity)
         return dcp__fail(err, DCP_ERR_CAPACITY,
                          "step: rank %d's %d microbatches hold %lld tokens, more than max_tokens_per_rank = %lld", rank,
@@ -98,25 +131,37 @@ dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *c, cons
 }
 
 void dcp__reroute_receive(const dcp_plan *plan, const dcp_config *c, const dcp_step_lengths *L, int32_t me,
-                          const dcp_rank_geometry *geometry, dcp_group_scratch *gs, dcp_receive_table *out)
+                          const dcp_local_sequences *local, const dcp_rank_geometry *geometry, dcp_group_scratch *gs,
+                          dcp_receive_table *out)
 {
     const int32_t cp = c->context_parallel_size, dp = c->data_parallel_size;
-    int64_t token_at = 0, cu_at = 0, received = 0;
+    const int32_t lo = L->rank_offsets[me / cp], hi = L->rank_offsets[me / cp + 1]; /* this DP rank's ids */
+    int64_t token_at = 0, cu_at = 0, received = 0, own = 0, own_tokens = 0;
     for (int32_t m = 0; m < plan->num_microbatches; m++) {
-        int32_t g = dcp_plan_group_of_rank(plan, m, me);
-        int32_t count = group_lengths(plan, L, g, gs->original, gs->padded);
+        const int32_t g = geometry->group[m], count = geometry->first[m + 1] - geometry->first[m];
+        const int32_t *original = geometry->original + geometry->first[m], *padded = geometry->padded + geometry->first[m];
         const dcp_thd_geometry *geo = &geometry->microbatch[m];
         dcp_thd_params params;
         dcp__thd_params_from_config(c, plan->group_cp_size[g], &params);
         int32_t cp_rank = me - plan->group_first_rank[g];
-        dcp__thd_cu_seqlens_write(geo, gs->original, gs->padded, count, out->cu + cu_at, out->cu_padded + cu_at);
+        dcp__thd_cu_seqlens_write(geo, original, padded, count, out->cu + cu_at, out->cu_padded + cu_at);
         dcp_body_row row = {token_at, geo->num_tokens, cu_at, geo->num_cu_seqlens, geo->max_seqlen,
                             plan->group_cp_size[g], cp_rank, count};
         out->rows[m] = row;
-        int32_t pieces = dcp__thd_real_pieces(geo, &params, gs->original, out->cu_padded + cu_at, cp_rank, gs->seq,
+        int32_t pieces = dcp__thd_real_pieces(geo, &params, original, out->cu_padded + cu_at, cp_rank, gs->seq,
                                               gs->seq_offset, gs->local_offset, gs->length);
         for (int32_t i = 0; i < pieces; i++) {
             int32_t id = plan->ids[plan->group_first_id[g] + gs->seq[i]];
+            if (id >= lo && id < hi) { /* its own DP rank's: from the sample, no exchange */
+                int32_t k = id - lo;
+                out->own_sample[own] = local->sample[k];
+                out->own_src[own] = local->start[k] + gs->seq_offset[i];
+                out->own_dst[own] = token_at + gs->local_offset[i];
+                out->own_length[own] = gs->length[i];
+                own_tokens += gs->length[i];
+                own++;
+                continue;
+            }
             int32_t sender = owner_of(L->rank_offsets, dp, id) * cp + me % cp;
             out->sender[received] = sender;
             out->cursor[received] = out->tokens_from[sender];
@@ -129,6 +174,8 @@ void dcp__reroute_receive(const dcp_plan *plan, const dcp_config *c, const dcp_s
         cu_at += geo->num_cu_seqlens;
     }
     out->count = received;
+    out->own_count = own;
+    out->own_tokens = own_tokens;
 }
 
 dcp_status dcp__reroute_send(const dcp_plan *plan, const dcp_config *c, const dcp_step_lengths *L, int32_t me,
@@ -141,6 +188,11 @@ dcp_status dcp__reroute_send(const dcp_plan *plan, const dcp_config *c, const dc
     for (int32_t m = 0; m < plan->num_microbatches; m++) {
         for (int32_t g = plan->microbatch_first_group[m]; g < plan->microbatch_first_group[m + 1]; g++) {
             int32_t first_id = plan->group_first_id[g], count = plan->group_first_id[g + 1] - first_id;
+            int32_t first_rank = plan->group_first_rank[g];
+            int others = 0; /* a receiver other than this rank that this CP sibling serves */
+            for (int32_t d = first_rank; d < first_rank + plan->group_cp_size[g] && !others; d++)
+                others = d != me && d % cp == my_cp;
+            if (!others) continue;
             int owns = 0;
             for (int32_t k = 0; k < count && !owns; k++)
                 owns = plan->ids[first_id + k] >= lo && plan->ids[first_id + k] < hi;
@@ -152,9 +204,8 @@ dcp_status dcp__reroute_send(const dcp_plan *plan, const dcp_config *c, const dc
             dcp_status s = dcp__thd_geometry_compute(&params, gs->original, gs->padded, count, &geo, err);
             if (s != DCP_OK) return s; /* its ranks reported it before the exchange; not reached */
             dcp__thd_cu_seqlens_write(&geo, gs->original, gs->padded, count, gs->cu, gs->cu_padded);
-            int32_t first_rank = plan->group_first_rank[g];
             for (int32_t d = first_rank; d < first_rank + plan->group_cp_size[g]; d++) {
-                if (d % cp != my_cp) continue;
+                if (d % cp != my_cp || d == me) continue; /* its own pieces land from the samples */
                 int32_t pieces = dcp__thd_real_pieces(&geo, &params, gs->original, gs->cu_padded, d - first_rank,
                                                       gs->seq, gs->seq_offset, gs->local_offset, gs->length);
                 for (int32_t i = 0; i < pieces; i++) {
@@ -182,10 +233,12 @@ dcp_status dcp__reroute_send(const dcp_plan *plan, const dcp_config *c, const dc
 static size_t round8(size_t v) { return (v + 7) & ~(size_t)7; }
 
 void dcp__reroute_blocks(const int64_t *tokens_to, const int64_t *tokens_from, int32_t n, int32_t me,
-                         size_t per_token, size_t *send_bytes, size_t *send_offsets, size_t *recv_bytes,
-                         size_t *recv_offsets, dcp_exchange_blocks *blocks, dcp_step_stats *stats)
+                         int64_t own_tokens, size_t per_token, size_t *send_bytes, size_t *send_offsets,
+                         size_t *recv_bytes, size_t *recv_offsets, dcp_exchange_blocks *blocks,
+                         dcp_step_stats *stats)
 {
     size_t send_total = 0, recv_total = 0;
+    stats->exchange_bytes_local += own_tokens * (int64_t)per_token;
     for (int32_t q = 0; q < n; q++) {
         send_offsets[q] = send_total;
         send_bytes[q] = round8((size_t)tokens_to[q] * per_token);
@@ -194,9 +247,7 @@ void dcp__reroute_blocks(const int64_t *tokens_to, const int64_t *tokens_from, i
         recv_bytes[q] = round8((size_t)tokens_from[q] * per_token);
         recv_total += recv_bytes[q];
         int64_t payload_out = tokens_to[q] * (int64_t)per_token, payload_in = tokens_from[q] * (int64_t)per_token;
-        if (q == me) {
-            stats->exchange_bytes_local += payload_in;
-        } else {
+        if (q != me) { /* the own block is empty: own pieces land from the samples */
             stats->exchange_bytes_sent += payload_out;
             stats->exchange_bytes_received += payload_in;
         }

@@ -7,8 +7,10 @@
  *   gather    per-rank headers + (padded, original) lengths over DPxCP
  *   plan      dcp_plan_compute on the gathered padded lengths
  *   reroute   this rank's THD geometry                             -> agree over world
- *   reroute   receive and send tables, blocks; stage (mover); the exchange
- *   pack      received tokens to their final slots (mover)
+ *   reroute   receive (and own) and send tables, blocks; stage (mover) the
+ *             tokens that travel; the exchange
+ *   pack      received and own tokens to their final slots (mover, one pass:
+ *             own tokens straight from the samples)
  *   broadcast header + body to the TP group (one block for everything)
  *                                                                  -> agree over world
  *
@@ -139,8 +141,8 @@ static dcp_status gather_and_plan(step_run *r, dcp_error *err)
     if (s != DCP_OK) return dcp__fail(err, s, "%s", ctx->last_error.message);
 
     dcp_arena *scratch = dcp__context_scratch(ctx); /* planning's scratch is free again */
-    r->geometry.microbatch = DCP_ARENA_NEW(scratch, dcp_thd_geometry, r->plan->num_microbatches);
-    if (!r->geometry.microbatch || dcp__group_scratch_take(&ctx->config, scratch, &r->gs) != DCP_OK)
+    if (dcp__rank_geometry_take(&ctx->config, r->plan->num_microbatches, scratch, &r->geometry) != DCP_OK ||
+        dcp__group_scratch_take(&ctx->config, scratch, &r->gs) != DCP_OK)
         return dcp__fail(err, DCP_ERR_CAPACITY, "step: geometry scratch too small");
     return dcp__reroute_geometry(r->plan, &ctx->config, L, r->rank, st->token_capacity, st->cu_capacity, &r->gs,
                                  &r->geometry, err);
@@ -170,7 +172,13 @@ static dcp_status exchange_and_pack(step_run *r, dcp_error *err)
                             DCP_ARENA_NEW(scratch, int64_t, own),
                             DCP_ARENA_NEW(scratch, int64_t, own),
                             0,
-                            DCP_ARENA_NEW_ZERO(scratch, int64_t, n)};
+                            DCP_ARENA_NEW_ZERO(scratch, int64_t, n),
+                            DCP_ARENA_NEW(scratch, int32_t, own),
+                            DCP_ARENA_NEW(scratch, int64_t, own),
+                            DCP_ARENA_NEW(scratch, int64_t, own),
+                            DCP_ARENA_NEW(scratch, int64_t, own),
+                            0,
+                            0};
     const size_t send_bound = dcp__step_send_piece_bound(c);
     dcp_send_table sendt = {DCP_ARENA_NEW(scratch, int32_t, send_bound), DCP_ARENA_NEW(scratch, int32_t, send_bound),
                             DCP_ARENA_NEW(scratch, int64_t, send_bound), DCP_ARENA_NEW(scratch, int64_t, send_bound),
@@ -178,12 +186,14 @@ static dcp_status exchange_and_pack(step_run *r, dcp_error *err)
                             DCP_ARENA_NEW_ZERO(scratch, int64_t, n)};
     size_t *send_bytes = DCP_ARENA_NEW(scratch, size_t, n), *send_offsets = DCP_ARENA_NEW(scratch, size_t, n);
     size_t *recv_bytes = DCP_ARENA_NEW(scratch, size_t, n), *recv_offsets = DCP_ARENA_NEW(scratch, size_t, n);
-    if (!rt.sender || !rt.cursor || !rt.dst || !rt.length || !rt.tokens_from || !sendt.sample || !sendt.peer ||
+    if (!rt.sender || !rt.cursor || !rt.dst || !rt.length || !rt.tokens_from || !rt.own_sample || !rt.own_src ||
+        !rt.own_dst || !rt.own_length || !sendt.sample || !sendt.peer ||
         !sendt.src || !sendt.cursor || !sendt.length || !sendt.tokens_to || !send_bytes || !send_offsets ||
         !recv_bytes || !recv_offsets)
         return dcp__fail(err, DCP_ERR_CAPACITY, "step: exchange scratch too small");
 
-    dcp__reroute_receive(r->plan, c, &r->lengths, r->rank, &r->geometry, &r->gs, &rt);
+    dcp__reroute_receive(r->plan, c, &r->lengths, r->rank, &st->local, &r->geometry, &r->gs, &rt);
+    r->stats.tokens_computed += rt.own_tokens;
     for (int64_t i = 0; i < rt.count; i++) r->stats.tokens_computed += rt.length[i];
     r->stats.tokens_out = r->geometry.total_tokens;
     if (per_token > 0) {
@@ -191,8 +201,8 @@ static dcp_status exchange_and_pack(step_run *r, dcp_error *err)
         if (s != DCP_OK) return s;
     }
     dcp_exchange_blocks blocks;
-    dcp__reroute_blocks(sendt.tokens_to, rt.tokens_from, n, r->rank, per_token, send_bytes, send_offsets, recv_bytes,
-                        recv_offsets, &blocks, &r->stats);
+    dcp__reroute_blocks(sendt.tokens_to, rt.tokens_from, n, r->rank, rt.own_tokens, per_token, send_bytes,
+                        send_offsets, recv_bytes, recv_offsets, &blocks, &r->stats);
     unsigned char *send = NULL, *recv = NULL;
     dcp_status s = mover->ops->buffers(mover, &blocks, scratch, &send, &recv, err);
     if (s != DCP_OK) return s;
@@ -204,14 +214,15 @@ static dcp_status exchange_and_pack(step_run *r, dcp_error *err)
 
     const int64_t t_exchange = now_ns();
     r->stats.time_stage_ns += t_exchange - t_stage;
-    if (per_token > 0) {
+    if (per_token > 0 && n > 1) { /* a lane of one rank keeps every token: nothing travels */
         s = dcp__reroute_exchange(r->lane, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets, &r->stats,
                                   err);
         if (s != DCP_OK) return s;
     }
     const int64_t t_pack = now_ns();
     r->stats.time_exchange_ns += t_pack - t_exchange;
-    s = dcp__pack_land(mover, stream, r->kept, &rt, &blocks, recv, &b, r->geometry.total_tokens, scratch, err);
+    s = dcp__pack_land(mover, stream, r->kept, &rt, &blocks, recv, r->input, &b, r->geometry.total_tokens, scratch,
+                       err);
     r->stats.time_pack_ns += now_ns() - t_pack;
     return s;
 }

@@ -8,10 +8,11 @@
  *              every DPxCP rank's header and lengths (gather_step)   gather.c
  *   plan       bucket -> assign -> validate on the gathered lengths  plan.c
  *   strip      the fields this PP stage keeps                        strip.c
- *   reroute    this rank's THD geometry, the receive and send piece
- *              tables, the per-peer blocks, the one exchange         reroute.c
- *   pack       received tokens into their slots (through the token
- *              mover), the per-VPP-stage views                       pack.c
+ *   reroute    this rank's THD geometry, the receive (and own) and
+ *              send piece tables, the per-peer blocks, the one
+ *              exchange of the tokens that travel                    reroute.c
+ *   pack       received and own tokens into their slots (through the
+ *              token mover, one pass), the per-VPP-stage views       pack.c
  *   broadcast  the outputs to the TP group in one block              broadcast.c
  *
  * Each stage is a function over the SoA arrays below plus scratch; none
@@ -116,31 +117,52 @@ typedef struct dcp_group_scratch {
 dcp_status dcp__group_scratch_take(const dcp_config *config, dcp_arena *scratch, dcp_group_scratch *gs);
 size_t dcp__group_scratch_size(const dcp_config *config);
 
-/* This rank's place in the plan: its THD geometry per microbatch and their totals. */
+/*
+ * This rank's place in the plan, from one pass over its microbatches: its
+ * group and THD geometry in each, the lengths of those groups' sequences
+ * (kept for the receive side, which needs them again) and the totals.
+ */
 typedef struct dcp_rank_geometry {
     dcp_thd_geometry *microbatch; /* [num_microbatches] */
+    int32_t *group;               /* [num_microbatches]: this rank's group in each */
+    int32_t *first;               /* [num_microbatches + 1]: where each one's lengths start below */
+    int32_t *original, *padded;   /* [max_sequences]: its groups' lengths in plan order, microbatch after microbatch */
     int64_t total_tokens, total_cu;
 } dcp_rank_geometry;
+
+/* Take the geometry's arrays for `microbatches` microbatches from scratch; DCP_ERR_CAPACITY when they do not fit. */
+dcp_status dcp__rank_geometry_take(const dcp_config *config, int32_t microbatches, dcp_arena *scratch,
+                                   dcp_rank_geometry *geometry);
+size_t dcp__rank_geometry_size(const dcp_config *config);
 
 dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *config, const dcp_step_lengths *lengths,
                                  int32_t rank, int64_t token_capacity, int64_t cu_capacity, dcp_group_scratch *gs,
                                  dcp_rank_geometry *geometry, dcp_error *err);
 
-/* The receive side: every microbatch's row and cu arrays (into the body prefix), and where each real piece comes from. */
+/*
+ * The receive side: every microbatch's row and cu arrays (into the body
+ * prefix), and where each real piece comes from: another rank (received, by
+ * the exchange) or this rank's own samples (own: its DP rank's sequences,
+ * never sent to itself).  Both lists by destination.
+ */
 typedef struct dcp_receive_table {
     dcp_body_row *rows;           /* [num_microbatches] */
     int32_t *cu, *cu_padded;      /* [total_cu] */
-    int32_t *sender;              /* [2 max_sequences] */
+    int32_t *sender;              /* [2 max_sequences]: received pieces */
     int64_t *cursor, *dst, *length;
     int64_t count;
-    int64_t *tokens_from;         /* [num_ranks] */
+    int64_t *tokens_from;         /* [num_ranks]: received tokens by sender (0 from this rank) */
+    int32_t *own_sample;          /* [2 max_sequences]: own pieces */
+    int64_t *own_src, *own_dst, *own_length;
+    int64_t own_count, own_tokens;
 } dcp_receive_table;
 
+/* `local` is this rank's sequence table (gather_local): where its own pieces start in its samples. */
 void dcp__reroute_receive(const dcp_plan *plan, const dcp_config *config, const dcp_step_lengths *lengths,
-                          int32_t rank, const dcp_rank_geometry *geometry, dcp_group_scratch *gs,
-                          dcp_receive_table *out);
+                          int32_t rank, const dcp_local_sequences *local, const dcp_rank_geometry *geometry,
+                          dcp_group_scratch *gs, dcp_receive_table *out);
 
-/* The send side: the pieces of this DP rank's sequences this CP sibling sends. */
+/* The send side: the pieces of this DP rank's sequences this CP sibling sends to other ranks (none to itself). */
 typedef struct dcp_send_table {
     int32_t *sample, *peer;       /* [send bound] */
     int64_t *src, *cursor, *length;
@@ -152,22 +174,31 @@ dcp_status dcp__reroute_send(const dcp_plan *plan, const dcp_config *config, con
                              int32_t rank, const dcp_local_sequences *local, dcp_group_scratch *gs,
                              dcp_send_table *out, dcp_error *err);
 
-/* Per-peer blocks of both buffers (8-byte aligned runs of `per_token` bytes a token); byte counts into stats. */
+/*
+ * Per-peer blocks of both buffers (8-byte aligned runs of `per_token` bytes a
+ * token); byte counts into stats, with the `own_tokens` this rank keeps as
+ * exchange_bytes_local (they land from its samples and take no block).
+ */
 void dcp__reroute_blocks(const int64_t *tokens_to, const int64_t *tokens_from, int32_t num_ranks, int32_t rank,
-                         size_t per_token, size_t *send_bytes, size_t *send_offsets, size_t *recv_bytes,
-                         size_t *recv_offsets, dcp_exchange_blocks *blocks, dcp_step_stats *stats);
+                         int64_t own_tokens, size_t per_token, size_t *send_bytes, size_t *send_offsets,
+                         size_t *recv_bytes, size_t *recv_offsets, dcp_exchange_blocks *blocks,
+                         dcp_step_stats *stats);
 
-/* The one exchange: every peer's block to it, over `lane`. */
+/* The one exchange: every other peer's block to it, over `lane` (a lane of one rank has nothing to exchange). */
 dcp_status dcp__reroute_exchange(dcp_comm *lane, const unsigned char *send, const size_t *send_bytes,
                                  const size_t *send_offsets, unsigned char *recv, const size_t *recv_bytes,
                                  const size_t *recv_offsets, dcp_step_stats *stats, dcp_error *err);
 
 /* ---- pack (pack.c) ---- */
 
-/* Received tokens into the body (through the mover): pieces to their slots, 0 and mask 1 elsewhere. */
+/*
+ * Every token into the body (through the mover, one pass): received pieces
+ * from `recv`, own pieces from the samples of `input`, each to its slot; 0
+ * and mask 1 elsewhere.
+ */
 dcp_status dcp__pack_land(dcp_mover *mover, void *stream, uint32_t kept, const dcp_receive_table *received,
-                          const dcp_exchange_blocks *blocks, const unsigned char *recv, const dcp_body_layout *b,
-                          int64_t total_tokens, dcp_arena *scratch, dcp_error *err);
+                          const dcp_exchange_blocks *blocks, const unsigned char *recv, const dcp_step_input *input,
+                          const dcp_body_layout *b, int64_t total_tokens, dcp_arena *scratch, dcp_error *err);
 
 /* The views of every virtual stage over a body laid out as `b` (rows read from the host body). */
 void dcp__pack_views(const dcp_config *config, int32_t pipeline_rank, uint32_t mtp_virtual_stages,

@@ -397,3 +397,81 @@ DCP_TEST(dynamic_cp_non_power_of_two_ranks_on_every_trace)
     }
     DCP_CHECK(2 * planned > total); /* most configurations plan: the checks above are not vacuous */
 }
+
+/*
+ * One rank (DPxCP = 1): the reference's options reduce to the one group of
+ * each microbatch, so its plan is: the tallest sequence left, then, in sorted
+ * order (length descending, id ascending), every later one that fits the
+ * tokens left and the sequence cap.  That rule, written out here, against the
+ * planner on every trace, several M and caps.
+ */
+static void one_rank_expected(const int32_t *lengths, int32_t n, int32_t per_rank, int32_t cap, char *out, size_t size)
+{
+    int32_t *order = malloc((size_t)n * sizeof *order), *used = calloc((size_t)n, sizeof *used);
+    for (int32_t i = 0; i < n; i++) order[i] = i;
+    for (int32_t i = 1; i < n; i++) /* stable insertion sort, length descending */
+        for (int32_t j = i; j > 0 && lengths[order[j - 1]] < lengths[order[j]]; j--) {
+            int32_t t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    size_t at = 0;
+    out[0] = '\0';
+#define PUT(...)                                                                                           \
+    do {                                                                                                   \
+        int k_ = snprintf(out + at, at < size ? size - at : 0, __VA_ARGS__);                               \
+        if (k_ > 0) at += (size_t)k_;                                                                      \
+    } while (0)
+    for (int32_t first = 0; first < n; first++) {
+        if (used[first]) continue;
+        PUT("%s%d", at ? ";" : "", order[first]);
+        int64_t room = per_rank - lengths[order[first]];
+        int32_t count = 1;
+        used[first] = 1;
+        for (int32_t k = first + 1; k < n && room > 0 && (cap == 0 || count < cap); k++) {
+            if (used[k] || lengths[order[k]] > room) continue;
+            used[k] = 1;
+            PUT(",%d", order[k]);
+            room -= lengths[order[k]];
+            count++;
+        }
+    }
+#undef PUT
+    free(order), free(used);
+}
+
+DCP_TEST(dynamic_cp_one_rank_packs_in_sorted_order)
+{
+    static const char *const traces[] = {"mlmdefault", "longsft", "bimodal", "uniform32k"};
+    static const int32_t per_rank[] = {4096, 8192, 16384, 65536};
+    static const int32_t caps[] = {0, 3, 7};
+    enum { CAP = 1024 };
+    static int32_t lengths[CAP];
+    static char want[1 << 16];
+    int planned = 0;
+    for (size_t t = 0; t < sizeof traces / sizeof traces[0]; t++) {
+        char path[128];
+        snprintf(path, sizeof path, "workloads/%s_n256_seed1.txt", traces[t]);
+        int n = dcp_test_read_trace(dcp_test_data_path(path), lengths, CAP);
+        DCP_REQUIRE(n == 256);
+        for (size_t m = 0; m < sizeof per_rank / sizeof per_rank[0]; m++)
+            for (size_t c = 0; c < sizeof caps / sizeof caps[0]; c++) {
+                int fits = 1;
+                for (int32_t i = 0; i < n; i++) fits &= lengths[i] <= per_rank[m];
+                ref_case rc = dynamic_cp(1, per_rank[m]);
+                rc.seq_cap = caps[c];
+                if (!fits) {
+                    dcp_status st = plan_check(__FILE__, __LINE__, &rc, lengths, n, NULL);
+                    DCP_CHECK_STATUS(st, DCP_ERR_BAD_LENGTH);
+                    continue;
+                }
+                one_rank_expected(lengths, n, per_rank[m], caps[c], want, sizeof want);
+                planned += plan_check(__FILE__, __LINE__, &rc, lengths, n, want) == DCP_OK;
+            }
+    }
+    DCP_CHECK(planned >= 12);
+    /* a hand-worked one: M 10, lengths 6 5 4 3 9 1 1 -> [9,1] [6,4] [5,3,1] */
+    static const int32_t small[] = {6, 5, 4, 3, 9, 1, 1};
+    ref_case rc = dynamic_cp(1, 10);
+    EXPECT_PLAN(rc, small, "4,5;0,2;1,3,6");
+}

@@ -19,7 +19,9 @@
 
 #ifdef DCP_HAVE_CUDA
 #include "gpu_util.h"
+#include "../core/body.h"
 #include "../core/digest.h"
+#include "../core/mover.h"
 #include "../core/mtp_roll.h"
 #include "../core/pack.h"
 #include "../core/segments.h"
@@ -108,7 +110,7 @@ static void segment_table_case(int64_t segments, int64_t max_length, int32_t sou
                 dcp_test_fail(__FILE__, __LINE__, "segment table: %lld segments, field %d, destination %d differs",
                               (long long)segments, f, d);
     /* the other builds of the kernel that bench_gpu measures equal the twin too */
-    static const int64_t variants[] = {8192, 4096, 16384, 4097, 4102};
+    static const int64_t variants[] = {8200, 8192, 4096, 16384, 4097, 4102, 200, 202, 203};
     for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
         for (int f = 0; f < F; f++)
             for (int32_t d = 0; d < dests; d++) CUDA_CHECK(cudaMemset(dev_dst[f][d], 0xA5, dst_bytes[f][d]));
@@ -138,6 +140,7 @@ static void run_segment_table(void)
     segment_table_case(5000, 3000, 4, 5);  /* many tiles, long segments cut across blocks */
     segment_table_case(40000, 20, 8, 2);   /* many short segments per tile */
     segment_table_case(3, 600000, 2, 1);   /* few very long ones */
+    segment_table_case(3000, 70, 6, 3);    /* runs of short pieces: the persistent kernel's groups of lanes */
 }
 
 static void run_pack_and_mask(void)
@@ -477,6 +480,125 @@ static void run_digest(void)
         for (int i = 0; i < SAMPLES; i++) free(host[f][i]), cudaFree(dev[f][i]);
 }
 
+
+/* ---- the CUDA mover's landing against the CPU mover's ---------------------- */
+
+/*
+ * One landing on both movers: received pieces from `peers` blocks of a
+ * receive buffer and own pieces from `samples` samples, in random order with
+ * random gaps, over the `kept` fields; the bodies must be equal byte for byte
+ * (fields, padding zeros, the mask, and the uploaded prefix).
+ */
+static void mover_land_case(int32_t peers, int32_t samples, int64_t pieces, int64_t max_length, uint32_t kept)
+{
+    const size_t per_token = dcp__bytes_per_token(kept);
+    /* the samples: every field, random bytes, on both sides */
+    const int64_t sample_tokens = 4 * max_length + 16;
+    dcp_sample *host_samples = calloc((size_t)samples, sizeof *host_samples);
+    dcp_sample *dev_samples = calloc((size_t)samples, sizeof *dev_samples);
+    void *host_buf[64][DCP_NUM_FIELDS], *dev_buf[64][DCP_NUM_FIELDS];
+    for (int32_t i = 0; i < samples; i++) {
+        for (int f = 0; f < DCP_NUM_FIELDS; f++) {
+            size_t bytes = (size_t)sample_tokens * dcp__field_size[f];
+            host_buf[i][f] = malloc(bytes);
+            fill_random(host_buf[i][f], bytes);
+            dev_buf[i][f] = to_device(host_buf[i][f], bytes);
+        }
+        dcp_sample *h = &host_samples[i], *d = &dev_samples[i];
+        h->tokens = host_buf[i][0], h->labels = host_buf[i][1], h->position_ids = host_buf[i][2];
+        h->loss_mask = host_buf[i][3];
+        d->tokens = dev_buf[i][0], d->labels = dev_buf[i][1], d->position_ids = dev_buf[i][2];
+        d->loss_mask = dev_buf[i][3];
+        h->num_tokens = d->num_tokens = sample_tokens;
+    }
+    /* the pieces, by destination; received ones advance their sender's cursor */
+    int32_t *sender = malloc((size_t)pieces * 4 + 4), *sample = malloc((size_t)pieces * 4 + 4);
+    int64_t *cursor = malloc((size_t)pieces * 8 + 8), *rdst = malloc((size_t)pieces * 8 + 8);
+    int64_t *rlen = malloc((size_t)pieces * 8 + 8), *src = malloc((size_t)pieces * 8 + 8);
+    int64_t *odst = malloc((size_t)pieces * 8 + 8), *olen = malloc((size_t)pieces * 8 + 8);
+    int64_t tokens_from[8] = {0}, tokens_to[8] = {0}, nr = 0, no = 0, at = 0;
+    for (int64_t i = 0; i < pieces; i++) {
+        at += rnd() % 3 == 0 ? rnd_range(1, 70) : 0;
+        int64_t len = rnd_range(1, max_length);
+        if (peers > 0 && rnd() % 2 == 0) {
+            int32_t q = (int32_t)(rnd() % (uint64_t)peers);
+            sender[nr] = q, cursor[nr] = tokens_from[q], rdst[nr] = at, rlen[nr] = len;
+            tokens_from[q] += len;
+            nr++;
+        } else {
+            sample[no] = (int32_t)(rnd() % (uint64_t)samples), src[no] = rnd_range(0, sample_tokens - len);
+            odst[no] = at, olen[no] = len;
+            no++;
+        }
+        at += len;
+    }
+    const int64_t total = at + rnd_range(0, 100);
+    /* the receive buffer: each peer's block holds its kept fields' runs, 8-byte aligned */
+    size_t recv_offsets[8], send_offsets[8], recv_total = 0;
+    for (int32_t q = 0; q < peers; q++) {
+        recv_offsets[q] = recv_total;
+        send_offsets[q] = 0;
+        recv_total += ((size_t)tokens_from[q] * per_token + 7) & ~(size_t)7;
+    }
+    unsigned char *host_recv = malloc(recv_total + 1);
+    fill_random(host_recv, recv_total);
+    unsigned char *dev_recv = to_device(host_recv, recv_total);
+    dcp_exchange_blocks x = {peers, send_offsets, recv_offsets, tokens_to, tokens_from, 0, recv_total};
+    dcp_recv_pieces r = {nr, sender, cursor, rdst, rlen};
+    dcp_own_pieces o = {no, sample, src, odst, olen};
+    /* both bodies: one microbatch's prefix (random bytes), then the fields and the mask */
+    dcp_body_layout b;
+    dcp__body_layout_compute(1, 3, total, kept, &b);
+    unsigned char *cpu_body = malloc(b.used), *gpu_host_body = malloc(b.used);
+    fill_random(cpu_body, b.used);
+    dcp_mover cpu, gpu;
+    dcp__mover_cpu_init(&cpu, cpu_body, b.used);
+    dcp__mover_cpu_init(&gpu, gpu_host_body, b.used);
+    dcp_mover_sizes z = {recv_total + 8, b.used, b.prefix, 2 * pieces + 1, (int64_t)samples + peers,
+                         peers > 0 ? peers : 1};
+    dcp_error err;
+    DCP_REQUIRE_OK(dcp__mover_cuda_create(&gpu, &z, NULL, 0, NULL, 0, &err));
+    DCP_CHECK(gpu.host_body != gpu_host_body); /* the prefix is written in the mover's pinned block */
+    memcpy(gpu.host_body, cpu_body, b.prefix);
+    CUDA_CHECK(cudaMemset(gpu.body, 0xA5, b.used));
+    dcp_step_input host_in = {host_samples, samples, kept}, dev_in = {dev_samples, samples, kept};
+    /* scratch for the CPU mover's table */
+    size_t scratch_bytes = (size_t)(2 * pieces + 1) * 64 + (size_t)(samples + peers) * 64 + 4096;
+    void *scratch_memory = malloc(scratch_bytes);
+    dcp_arena scratch;
+    dcp__arena_init(&scratch, scratch_memory, scratch_bytes);
+    DCP_REQUIRE_OK(cpu.ops->land(&cpu, NULL, kept, &r, &x, host_recv, &o, &host_in, &b, total, &scratch, &err));
+    DCP_REQUIRE_OK(gpu.ops->land(&gpu, NULL, kept, &r, &x, dev_recv, &o, &dev_in, &b, total, &scratch, &err));
+    /* the prefix, each kept field's slots and the mask (not the alignment bytes between them, which nothing writes) */
+    unsigned char *landed = to_host(gpu.body, b.used);
+    int same = memcmp(landed, cpu_body, b.prefix) == 0 &&
+               memcmp(landed + b.mask, cpu_body + b.mask, (size_t)total) == 0;
+    for (int f = 0; f < DCP_NUM_FIELDS; f++)
+        if (kept & dcp__field_bit[f])
+            same = same && memcmp(landed + b.field[f], cpu_body + b.field[f], (size_t)total * dcp__field_size[f]) == 0;
+    if (!same)
+        dcp_test_fail(__FILE__, __LINE__, "mover landing: %d peers, %d samples, %lld pieces, fields 0x%x: bodies differ",
+                      peers, samples, (long long)pieces, kept);
+    free(landed);
+    gpu.ops->release(&gpu);
+    DCP_CHECK(gpu.host_body == gpu_host_body); /* the CPU mover's body again */
+    for (int32_t i = 0; i < samples; i++)
+        for (int f = 0; f < DCP_NUM_FIELDS; f++) free(host_buf[i][f]), cudaFree(dev_buf[i][f]);
+    free(host_samples), free(dev_samples), free(host_recv), cudaFree(dev_recv);
+    free(sender), free(sample), free(cursor), free(rdst), free(rlen), free(src), free(odst), free(olen);
+    free(cpu_body), free(gpu_host_body), free(scratch_memory);
+}
+
+static void run_mover_land(void)
+{
+    const uint32_t all = DCP_FIELD_TOKENS | DCP_FIELD_LABELS | DCP_FIELD_POSITION_IDS | DCP_FIELD_LOSS_MASK;
+    mover_land_case(0, 1, 1, 5, all);                                 /* one own piece, nothing received */
+    mover_land_case(3, 4, 60, 40, all);                               /* both kinds, short pieces */
+    mover_land_case(4, 9, 300, 700, all);                             /* long pieces, many tiles */
+    mover_land_case(2, 3, 50, 90, DCP_FIELD_TOKENS | DCP_FIELD_LOSS_MASK); /* a subset of the fields */
+    mover_land_case(5, 1, 40, 30, DCP_FIELD_LABELS);
+}
+
 static void run_launch_errors(void)
 {
     /* a bad launch comes back as a status, not a crash */
@@ -497,6 +619,7 @@ static void run_mtp_roll(void) {}
 static void run_gdn_pad(void) {}
 static void run_launch_errors(void) {}
 static void run_digest(void) {}
+static void run_mover_land(void) {}
 #endif
 
 DCP_TEST(input_digest)
@@ -509,6 +632,12 @@ DCP_TEST(segment_table_kernel)
 {
     REQUIRE_GPU();
     run_segment_table();
+}
+
+DCP_TEST(mover_landing_equals_the_cpu_mover)
+{
+    REQUIRE_GPU();
+    run_mover_land();
 }
 
 DCP_TEST(pack_and_padding_mask_from_layout)

@@ -4,7 +4,8 @@
  * per GPU: every operation on device and on host buffers against what it
  * must deliver, error agreement, NCCL's own errors and a missing peer coming
  * back as statuses (then abort), the dynamic-CP group communicators, and the
- * MTP roll over NCCL against the host roll.  Needs 2 GPUs.
+ * MTP roll over NCCL against the host roll.  Needs 2 GPUs, except the
+ * communicator of one rank (one GPU).
  */
 #define _POSIX_C_SOURCE 200809L
 #include "dcp_test.h"
@@ -215,6 +216,56 @@ static void operations(world *w, int32_t me, dcp_comm *comm, void *arg)
 }
 
 static void run_operations(void) { run_world(world_size(), operations, NULL, 60000); }
+
+/* ---- a communicator of one rank -------------------------------------------- */
+
+/*
+ * One rank: every operation copies its own block where it goes (no NCCL call),
+ * on host and device buffers; host buffers need no staging; agreement returns
+ * the rank's own status.
+ */
+static void one_rank(world *w, int32_t me, dcp_comm *comm, void *arg)
+{
+    (void)w, (void)arg;
+    DCP_CHECK_EQ_INT(comm->size, 1);
+    for (int device = 0; device < 2; device++) {
+        size_t bytes = 1 << 18; /* past the test's 64 KiB staging buffer: host buffers do not pass through it */
+        unsigned char *send = malloc(bytes), *recv = malloc(bytes + 16);
+        for (size_t i = 0; i < bytes; i++) send[i] = pattern(me, 3, i);
+        memset(recv, 0xEE, bytes + 16);
+        void *ds = device ? to_device(send, bytes) : send, *dr = device ? to_device(recv, bytes + 16) : recv;
+        DCP_CHECK_STATUS(comm->ops->allgather(comm, ds, bytes, dr), DCP_OK);
+        if (device) CUDA_CHECK(cudaMemcpy(recv, dr, bytes + 16, cudaMemcpyDeviceToHost));
+        DCP_CHECK(memcmp(recv, send, bytes) == 0 && recv[bytes] == 0xEE);
+        /* all-gather-v and all-to-all-v land at an offset; the bytes around stay */
+        size_t rb[1] = {1000}, ro[1] = {16}, sb[1] = {1000}, so[1] = {8};
+        if (device) CUDA_CHECK(cudaMemset(dr, 0xEE, bytes + 16));
+        else memset(recv, 0xEE, bytes + 16);
+        DCP_CHECK_STATUS(comm->ops->allgatherv(comm, ds, 1000, dr, rb, ro), DCP_OK);
+        if (device) CUDA_CHECK(cudaMemcpy(recv, dr, bytes + 16, cudaMemcpyDeviceToHost));
+        DCP_CHECK(memcmp(recv + 16, send, 1000) == 0 && recv[15] == 0xEE && recv[1016] == 0xEE);
+        DCP_CHECK_STATUS(comm->ops->alltoallv(comm, ds, sb, so, dr, rb, ro), DCP_OK);
+        if (device) CUDA_CHECK(cudaMemcpy(recv, dr, bytes + 16, cudaMemcpyDeviceToHost));
+        DCP_CHECK(memcmp(recv + 16, send + 8, 1000) == 0 && recv[15] == 0xEE && recv[1016] == 0xEE);
+        DCP_CHECK_STATUS(comm->ops->broadcast(comm, ds, bytes, 0), DCP_OK);
+        if (device) cudaFree(ds), cudaFree(dr);
+        free(send), free(recv);
+    }
+    dcp_status agreed;
+    int32_t failed;
+    DCP_CHECK_STATUS(comm->ops->agree(comm, DCP_OK, &agreed, &failed), DCP_OK);
+    DCP_CHECK_STATUS(agreed, DCP_OK);
+    DCP_CHECK_EQ_INT(failed, -1);
+    DCP_CHECK_STATUS(comm->ops->agree(comm, DCP_ERR_BAD_LENGTH, &agreed, &failed), DCP_OK);
+    DCP_CHECK_STATUS(agreed, DCP_ERR_BAD_LENGTH);
+    DCP_CHECK_EQ_INT(failed, 0);
+    /* NCCL still refuses a root past the only rank */
+    void *dbuf = to_device(NULL, 64);
+    DCP_CHECK_STATUS(comm->ops->broadcast(comm, dbuf, 64, 1), DCP_ERR_NCCL);
+    cudaFree(dbuf);
+}
+
+static void run_one_rank(void) { run_world(1, one_rank, NULL, 60000); }
 
 /* ---- allocation after warm-up --------------------------------------------- */
 
@@ -451,6 +502,7 @@ static void run_mtp_roll(void)
 }
 
 #else
+static void run_one_rank(void) {}
 static void run_no_allocation(void) {}
 static void run_operations(void) {}
 static void run_missing_peer(void) {}
@@ -462,6 +514,13 @@ DCP_TEST(operations_on_device_and_host_buffers)
 {
     REQUIRE_TWO_GPUS();
     run_operations();
+}
+
+DCP_TEST(one_rank_communicator_copies_without_nccl)
+{
+    if (dcp_cuda_device_count() < 1) DCP_SKIP("no GPU");
+    if (!dcp_nccl_available()) DCP_SKIP("built without NCCL");
+    run_one_rank();
 }
 
 DCP_TEST(operations_allocate_nothing_beyond_nccl)

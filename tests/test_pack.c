@@ -5,7 +5,9 @@
  * on generated microbatches.
  */
 #include "dcp_test.h"
+#include "../core/mover.h"
 #include "../core/pack.h"
+#include "../core/segments.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +29,61 @@ DCP_TEST(pack_copies_segments_from_several_buffers)
     dcp__padding_mask_from_layout_cpu(&layout, 7, mask);
     const uint8_t want_mask[] = {0, 0, 0, 0, 1, 0, 1};
     for (int i = 0; i < 7; i++) DCP_CHECK_EQ_INT(mask[i], want_mask[i]);
+}
+
+/* Received and own pieces merged by destination, gaps and tail filled: every slot once; overlaps refused. */
+DCP_TEST(landing_table_tiles_the_body_and_refuses_overlaps)
+{
+    /* received: from peer 1 at its cursor 0 to slots 2..4, from peer 0 at cursor 5 to slot 9; own: sample 1 to 0..1 and 6..7 */
+    const int32_t sender[] = {1, 0};
+    const int64_t cursor[] = {0, 5}, rdst[] = {2, 9}, rlen[] = {3, 1};
+    const int32_t sample[] = {1, 0};
+    const int64_t src[] = {4, 0}, odst[] = {0, 6}, olen[] = {2, 2};
+    dcp_recv_pieces r = {2, sender, cursor, rdst, rlen};
+    dcp_own_pieces o = {2, sample, src, odst, olen};
+    int32_t si[9];
+    int64_t so[9], d[9], l[9], bad = 0;
+    int64_t n = dcp__landing_segments(&r, &o, 2, 12, si, so, d, l, &bad);
+    DCP_REQUIRE(n == 7);
+    const int32_t want_si[] = {3, 1, -1, 2, -1, 0, -1};
+    const int64_t want_so[] = {4, 0, 0, 0, 0, 5, 0}, want_d[] = {0, 2, 5, 6, 8, 9, 10}, want_l[] = {2, 3, 1, 2, 1, 1, 2};
+    for (int i = 0; i < 7; i++) {
+        DCP_CHECK_EQ_INT(si[i], want_si[i]);
+        DCP_CHECK_EQ_INT(so[i], want_so[i]);
+        DCP_CHECK_EQ_INT(d[i], want_d[i]);
+        DCP_CHECK_EQ_INT(l[i], want_l[i]);
+    }
+    /* run by the segment kernel's twin: peers' runs and samples as one source table, the mask 1 on fills */
+    const int64_t peer0[] = {0, 0, 0, 0, 0, 105}, peer1[] = {111, 112, 113};
+    const int64_t sample0[] = {200, 201}, sample1[] = {0, 0, 0, 0, 214, 215};
+    const void *sources[] = {peer0, peer1, sample0, sample1};
+    int64_t out[12];
+    uint8_t mask[12];
+    memset(out, 0x5A, sizeof out);
+    memset(mask, 0x5A, sizeof mask);
+    void *dst_out[] = {out}, *dst_mask[] = {mask};
+    dcp_segment_field fields[2] = {{sources, dst_out, 8}, {NULL, dst_mask, 1}};
+    dcp_segment_table t = {n, si, so, NULL, d, l, NULL};
+    dcp__segment_table_pack_cpu(&t, fields, 2);
+    const int64_t want_out[] = {214, 215, 111, 112, 113, 0, 200, 201, 0, 105, 0, 0};
+    const uint8_t want_mask[] = {0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 1, 1};
+    for (int i = 0; i < 12; i++) {
+        DCP_CHECK_EQ_INT(out[i], want_out[i]);
+        DCP_CHECK_EQ_INT(mask[i], want_mask[i]);
+    }
+    /* an own piece over a received one, and a piece past the body, are refused and named */
+    const int64_t odst_bad[] = {3, 6};
+    dcp_own_pieces overlap = {2, sample, src, odst_bad, olen};
+    DCP_CHECK_EQ_INT(dcp__landing_segments(&r, &overlap, 2, 12, si, so, d, l, &bad), -1);
+    DCP_CHECK_EQ_INT(bad, -1); /* own piece 0 starts inside received piece 0 */
+    DCP_CHECK_EQ_INT(dcp__landing_segments(&r, &o, 2, 9, si, so, d, l, &bad), -1);
+    DCP_CHECK_EQ_INT(bad, 1); /* received piece 1 at slot 9 of 9 */
+    dcp_recv_pieces none = {0, NULL, NULL, NULL, NULL};
+    dcp_own_pieces nothing = {0, NULL, NULL, NULL, NULL};
+    DCP_CHECK_EQ_INT(dcp__landing_segments(&none, &nothing, 0, 0, si, so, d, l, &bad), 0);
+    DCP_CHECK_EQ_INT(dcp__landing_segments(&none, &nothing, 0, 5, si, so, d, l, &bad), 1);
+    DCP_CHECK_EQ_INT(si[0], -1);
+    DCP_CHECK_EQ_INT(l[0], 5);
 }
 
 DCP_TEST(cu_seqlens_scan)

@@ -126,6 +126,33 @@ DCP_TEST(layout_dynamic_cp_fixed_cu_capacity_and_no_padding)
     run_checked(&o, "dynamic_cp no padding");
 }
 
+/* One DPxCP rank (one GPU's shape): every token is the rank's own, landed from its samples; nothing is exchanged. */
+DCP_TEST(layout_one_rank_keeps_every_token_without_an_exchange)
+{
+    int32_t n = load("mlmdefault_n256_seed1.txt", 256);
+    DCP_REQUIRE(n == 256);
+    dcp_harness_options o;
+    base_options(&o, n, 1, 1, 1, 1);
+    o.config.scheduler = DCP_SCHEDULER_DYNAMIC_CP;
+    o.config.max_seqlen_per_rank = 8192;
+    o.config.pad_alignment = 64;
+    o.steps = 2;
+    dcp_harness_result r;
+    DCP_REQUIRE_OK(dcp_harness_run(&o, &r));
+    DCP_CHECK(r.verified && r.mismatches == 0 && r.step_status[0] == DCP_OK);
+    const dcp_step_stats *s = &r.rank_stats[0];
+    DCP_CHECK_EQ_INT(s->exchange_bytes_sent, 0);
+    DCP_CHECK_EQ_INT(s->exchange_bytes_received, 0);
+    DCP_CHECK_EQ_INT(s->exchange_bytes_local, s->tokens_computed * 28);
+    DCP_CHECK_EQ_INT(s->tokens_computed, s->tokens_in);
+    DCP_CHECK(r.num_microbatches > 1);
+    dcp_harness_result_free(&r);
+    o.prepacked = 1;
+    o.config.cp_partition = DCP_CP_CONTIGUOUS;
+    o.config.thd_tail_policy = DCP_THD_TAIL_EXTEND_LAST;
+    run_checked(&o, "one rank, prepacked, extend_last");
+}
+
 DCP_TEST(layout_every_tp_rank_holds_data)
 {
     int32_t n = load("bimodal_n256_seed1.txt", 48);

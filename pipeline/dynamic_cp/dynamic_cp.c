@@ -94,9 +94,12 @@ dcp_status dcp__assign_dynamic_cp(const dcp_schedule_input *in, dcp_plan *plan, 
     for (int32_t p = 0; p <= n; p++) st.next_unplaced[p] = p;
     for (int32_t p = 0; p < n; p++) st.sorted_lengths[p] = in->lengths[in->sorted_ids[p]];
 
+    /* one rank: each microbatch is one group on it (every length fits it: bucket checked s <= M) */
+    const int one_rank = ranks == 1;
     for (int32_t first = dcp__dynamic_cp_find_unplaced(st.next_unplaced, 0); first < n;
          first = dcp__dynamic_cp_find_unplaced(st.next_unplaced, first)) {
-        dcp_status s = dcp__dynamic_cp_next_microbatch(&st, first, err);
+        dcp_status s = one_rank ? dcp__dynamic_cp_next_microbatch_one_rank(&st, first, err)
+                                : dcp__dynamic_cp_next_microbatch(&st, first, err);
         if (s != DCP_OK) return s;
     }
     if (st.align_group > 1) {

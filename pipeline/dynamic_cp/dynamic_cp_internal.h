@@ -58,6 +58,7 @@
  *   dynamic_cp_exact.c    the reference's floats replayed exactly: the load cap,
  *                         correctly rounded s / N sums
  *   dynamic_cp_place.c    one microbatch: the class trees and each sequence's option
+ *                         (and its form for one rank: one group, no trees)
  *   dynamic_cp_fill.c     empty ranks: groups doubled, or the group of all N ranks
  *   dynamic_cp_blocks.c   finished microbatches: stored as blocks of ranks, split for
  *                         VPP alignment
@@ -190,8 +191,9 @@ soft_double dcp__dynamic_cp_soft_div(int64_t s, int64_t n);
 soft_double dcp__dynamic_cp_soft_add(soft_double a, soft_double b);
 int dcp__dynamic_cp_soft_le(soft_double a, int64_t limit);
 
-/* dynamic_cp_place.c: one microbatch, from its tallest sequence to its last group */
+/* dynamic_cp_place.c: one microbatch, from its tallest sequence to its last group (and its form for one rank) */
 dcp_status dcp__dynamic_cp_next_microbatch(dyn_state *st, int32_t first_pos, dcp_error *err);
+dcp_status dcp__dynamic_cp_next_microbatch_one_rank(dyn_state *st, int32_t first_pos, dcp_error *err);
 
 /* dynamic_cp_fill.c: the microbatch's empty ranks; the groups of all N ranks */
 int dcp__dynamic_cp_fill_empty_ranks(dyn_state *st);

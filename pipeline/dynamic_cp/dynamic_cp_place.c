@@ -274,3 +274,46 @@ dcp_status dcp__dynamic_cp_next_microbatch(dyn_state *st, int32_t first_pos, dcp
     if (!dcp__dynamic_cp_fill_empty_ranks(st)) dcp__dynamic_cp_full_group_fallback(st, first_pos);
     return dcp__dynamic_cp_store_microbatch(st, err);
 }
+
+/*
+ * One rank (DPxCP = 1): every group is the whole rank and a microbatch holds
+ * one, so the reference's options reduce to that group: each sequence, in
+ * sorted order after the last one taken, that fits the tokens left (and the
+ * sequence cap) joins it.  The decisions of next_microbatch (its placeable
+ * length is the group's room, and place() always takes the group then),
+ * without the class trees.
+ */
+dcp_status dcp__dynamic_cp_next_microbatch_one_rank(dyn_state *st, int32_t first_pos, dcp_error *err)
+{
+    const int32_t tall = st->sorted[first_pos];
+    st->num_groups = 1;
+    st->group_size[0] = 1;
+    st->free_rank = 1;
+    st->placed_pos[0] = first_pos;
+    st->placed_group[0] = 0;
+    st->num_placed = 1;
+    int64_t room = st->per_rank - st->lengths[tall];
+    int32_t pos = first_pos;
+    while (room > 0 && st->num_placed < st->seq_cap) {
+        /* first sorted position after pos with length <= room (lengths are non-increasing): gallop, then bisect */
+        int32_t lo = pos + 1, hi = lo, step = 1;
+        while (hi < st->n && st->sorted_lengths[hi] > room) {
+            lo = hi + 1;
+            hi = lo + step < st->n ? lo + step : st->n;
+            step *= 2;
+        }
+        while (lo < hi) {
+            int32_t mid = lo + (hi - lo) / 2;
+            if (st->sorted_lengths[mid] <= room) hi = mid;
+            else lo = mid + 1;
+        }
+        if (lo >= st->n) break;
+        const int32_t p = dcp__dynamic_cp_find_unplaced(st->next_unplaced, lo);
+        if (p >= st->n) break;
+        room -= st->sorted_lengths[p];
+        st->placed_pos[st->num_placed] = p;
+        st->placed_group[st->num_placed++] = 0;
+        pos = p;
+    }
+    return dcp__dynamic_cp_store_microbatch(st, err);
+}

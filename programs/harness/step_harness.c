@@ -543,6 +543,7 @@ static void rank_main(int32_t w, void *p)
                 note(sh, "world rank %d step %d: %s: %s", w, step, dcp_status_str(s), dcp_context_last_error(ctx));
             continue;
         }
+        sh->result->step_stats[(size_t)step * (size_t)sh->world + (size_t)w] = out->stats;
         if (step == o->steps - 1) {
             sh->result->rank_stats[w] = out->stats;
             sh->result->rank_pipeline[w] = pp, sh->result->rank_tensor[w] = tp, sh->result->rank_dpxcp[w] = dpxcp;
@@ -732,6 +733,7 @@ dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *res
     sh.seconds = calloc((size_t)o->steps * (size_t)sh.world, sizeof *sh.seconds);
     sh.result = result;
     result->rank_stats = calloc((size_t)sh.world, sizeof *result->rank_stats);
+    result->step_stats = calloc((size_t)o->steps * (size_t)sh.world, sizeof *result->step_stats);
     result->rank_pipeline = calloc((size_t)sh.world, sizeof(int32_t));
     result->rank_tensor = calloc((size_t)sh.world, sizeof(int32_t));
     result->rank_dpxcp = calloc((size_t)sh.world, sizeof(int32_t));
@@ -811,7 +813,7 @@ cleanup:
 
 void dcp_harness_result_free(dcp_harness_result *r)
 {
-    free(r->rank_stats), free(r->rank_pipeline), free(r->rank_tensor), free(r->rank_dpxcp);
+    free(r->rank_stats), free(r->step_stats), free(r->rank_pipeline), free(r->rank_tensor), free(r->rank_dpxcp);
     free(r->rank_collectives), free(r->rank_step_status);
     memset(r, 0, sizeof *r);
 }

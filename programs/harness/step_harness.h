@@ -61,6 +61,7 @@ typedef struct dcp_harness_result {
     double step_seconds_min, step_seconds_median; /* slowest rank's time per step */
     /* per world rank, last step */
     dcp_step_stats *rank_stats;     /* [world_size] */
+    dcp_step_stats *step_stats;     /* [steps * world_size]: every successful step's, step-major (zero where it failed) */
     int32_t *rank_pipeline, *rank_tensor, *rank_dpxcp; /* [world_size] */
     int32_t *rank_collectives;      /* [world_size]: collectives each rank made in the last step */
     dcp_status *rank_step_status;   /* [steps * world_size]: what each rank's dcp_step returned */
