@@ -1,4 +1,4 @@
-/* config.c - configuration defaults and validation, scheduler names, the cost model. */
+/* config.c - configuration defaults and validation, scheduler and step-model names, the cost model. */
 #include "dcpack.h"
 
 #include <stdio.h>
@@ -16,6 +16,7 @@ void dcp_cost_model_default(dcp_cost_model *model)
     for (int k = 0; k <= DCP_MAX_LOG2_CP; k++) model->kv[k] = (k <= 3) ? 492 : 3934; /* cp <= 8: one node */
     model->round_latency = 491520;
     model->microbatch_overhead = 819200;
+    model->step_model = DCP_STEP_MODEL_BARRIER;
 }
 
 static int64_t saturate(__int128 v)
@@ -120,6 +121,27 @@ dcp_status dcp_scheduler_from_name(const char *name, dcp_scheduler *out)
     return DCP_ERR_INVALID_ARGUMENT;
 }
 
+const char *dcp_step_model_name(dcp_step_model model)
+{
+    switch (model) {
+    case DCP_STEP_MODEL_BARRIER: return "barrier";
+    case DCP_STEP_MODEL_DEPENDENCY: return "dependency";
+    }
+    return "unknown";
+}
+
+dcp_status dcp_step_model_from_name(const char *name, dcp_step_model *out)
+{
+    if (!name || !out) return DCP_ERR_NULL_POINTER;
+    for (int m = DCP_STEP_MODEL_BARRIER; m <= DCP_STEP_MODEL_DEPENDENCY; m++) {
+        if (strcmp(name, dcp_step_model_name((dcp_step_model)m)) == 0) {
+            *out = (dcp_step_model)m;
+            return DCP_OK;
+        }
+    }
+    return DCP_ERR_INVALID_ARGUMENT;
+}
+
 void dcp_config_default(dcp_config *config)
 {
     if (!config) return;
@@ -194,6 +216,8 @@ dcp_status dcp_config_validate(const dcp_config *c, char *message, size_t messag
     if ((int)c->scheduler < DCP_SCHEDULER_DP_BALANCED || (int)c->scheduler > DCP_SCHEDULER_BALANCED)
         REJECT(DCP_ERR_INVALID_CONFIG, "scheduler %d is not one of dp_balanced(0), dynamic_cp(1), balanced(2)",
                (int)c->scheduler);
+    if (c->cost.step_model != DCP_STEP_MODEL_BARRIER && c->cost.step_model != DCP_STEP_MODEL_DEPENDENCY)
+        REJECT(DCP_ERR_INVALID_CONFIG, "cost.step_model %d is not barrier(0) or dependency(1)", (int)c->cost.step_model);
     if (c->fields & ~(uint32_t)DCP_FIELD_ALL)
         REJECT(DCP_ERR_INVALID_CONFIG, "fields 0x%x has bits outside DCP_FIELD_ALL (0x%x)", c->fields,
                (unsigned)DCP_FIELD_ALL);

@@ -43,8 +43,21 @@ size_t dcp__validate_scratch_size(const dcp_config *config);
 int64_t dcp__cost_lower_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
                              int32_t max_seqlen_per_rank);
 
-/* The step-model statistics of a plan that dcp__plan_check accepted for these lengths. */
+/*
+ * Lower bound (docs/planning.md, step models) of a batch's dependency makespan, which is also one of its
+ * barrier makespan (saturating): max(ceil(W / N), max over sequences of its smallest per-rank cost)
+ * + microbatch_overhead * ceil(tokens / (N * M)), W the sum over sequences of their smallest cp * cost,
+ * over the group sizes that can hold them (powers of two up to N, N, and static_cp).
+ */
+int64_t dcp__dependency_lower_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n,
+                                    int32_t num_ranks, int32_t max_seqlen_per_rank, int32_t static_cp);
+
+/*
+ * The step-model statistics of a plan that dcp__plan_check accepted for these lengths.  `finish` is
+ * scratch of plan->num_ranks int64 (dcp__stats_scratch_size()).  O(ids + groups), allocation-free.
+ */
 dcp_status dcp__plan_stats(const dcp_plan *plan, const dcp_config *config, const int32_t *lengths, int32_t num_lengths,
-                           dcp_plan_stats *stats);
+                           int64_t *finish, dcp_plan_stats *stats);
+size_t dcp__stats_scratch_size(const dcp_config *config);
 
 #endif

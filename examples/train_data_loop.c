@@ -416,7 +416,11 @@ static int64_t now_ns(void)
 static int publish(const char *path, const char *job, const char *comm, const char *payload)
 {
     char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    int len = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    if (len < 0 || (size_t)len >= sizeof tmp) {
+        fprintf(stderr, "rank 0: rendezvous path %s is too long\n", path);
+        return 0;
+    }
     FILE *f = fopen(tmp, "w");
     if (!f) {
         fprintf(stderr, "rank 0: cannot write %s: %s\n", tmp, strerror(errno));

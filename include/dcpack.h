@@ -100,16 +100,41 @@ dcp_status dcp_scheduler_from_name(const char *name, dcp_scheduler *out);
  * result saturates at INT64_MAX instead of overflowing, for any length and
  * coefficients (intermediate products are capped, never wrapped); negative
  * coefficients, which dcp_config_validate() rejects, count as 0.
+ *
+ * step_model says how a step's microbatches follow one another (pipeline
+ * parallelism 1), and so which makespan plan statistics judge a plan by
+ * (dcp_plan_stats.model_makespan; docs/planning.md, step models):
+ *  - DCP_STEP_MODEL_BARRIER (0, the default and what a zero-initialised
+ *    model means): every rank waits for the slowest rank of each microbatch;
+ *    makespan = sum over microbatches of (slowest group's cost + microbatch_overhead).
+ *  - DCP_STEP_MODEL_DEPENDENCY (1): a rank waits only for the ranks it shares
+ *    a CP group with.  A group of microbatch m starts when all its ranks have
+ *    finished microbatch m-1; for every rank r,
+ *      finish_r(m) = max over ranks q of r's group in m of finish_q(m-1) + cost(group) + microbatch_overhead,
+ *    with finish_q(-1) = 0, and the makespan is max over r of finish_r(last).
+ *    It is never above the barrier makespan of the same plan.
+ * dcp_config_validate() rejects any other value.  The planner's choices do
+ * not depend on it yet.
  */
+typedef enum dcp_step_model {
+    DCP_STEP_MODEL_BARRIER = 0,   /* a barrier per microbatch: every rank waits for its slowest rank */
+    DCP_STEP_MODEL_DEPENDENCY = 1 /* a rank waits only for the ranks of its own CP groups */
+} dcp_step_model;
+
 typedef struct dcp_cost_model {
     int64_t quadratic;                    /* s^2 coefficient (default 1) */
     int64_t linear;                       /* s coefficient: 12 * hidden (default 49152) */
     int64_t kv[DCP_MAX_LOG2_CP + 1];      /* exposed-KV coefficient per log2(cp) (492 up to cp 8, 3934 above) */
     int64_t round_latency;                /* per ring round (default 491520) */
     int64_t microbatch_overhead;          /* per microbatch (default 819200) */
+    int32_t step_model;                   /* a dcp_step_model (default DCP_STEP_MODEL_BARRIER) */
 } dcp_cost_model;
 
-/* Fill a cost model with the README's default coefficients (H = 4096, 8 GPUs a node). */
+/* Name ("barrier", "dependency") <-> enum ("unknown" for another value; DCP_ERR_INVALID_ARGUMENT for another name). */
+const char *dcp_step_model_name(dcp_step_model model);
+dcp_status dcp_step_model_from_name(const char *name, dcp_step_model *out);
+
+/* Fill a cost model with the README's default coefficients (H = 4096, 8 GPUs a node) and the barrier step model. */
 void dcp_cost_model_default(dcp_cost_model *model);
 
 /* Per-rank cost of a sequence of `length` tokens on `cp` ranks (cp a power of two). */
@@ -294,16 +319,28 @@ typedef struct dcp_plan {
 /* Group of `rank` in microbatch `microbatch`, or -1 if the rank holds nothing. O(log groups). */
 int32_t dcp_plan_group_of_rank(const dcp_plan *plan, int32_t microbatch, int32_t rank);
 
-/* Step-model statistics of a plan (README, cost model), all integer. */
+/*
+ * Step-model statistics of a plan (README, cost model), all integer.  Both
+ * step models' makespans are computed whatever the configuration says;
+ * model_makespan and model_lower_bound are those of the configured one
+ * (config.cost.step_model), and efficiency = model_lower_bound / model_makespan.
+ */
 typedef struct dcp_plan_stats {
     int32_t num_microbatches;
-    int64_t makespan;          /* sum over microbatches of (slowest rank + overhead) */
-    int64_t lower_bound;       /* lower bound (README, cost model) */
+    int64_t makespan;          /* barrier model: sum over microbatches of (slowest rank + overhead) */
+    int64_t lower_bound;       /* barrier model's lower bound (README, cost model) */
     int64_t quad_makespan;     /* the reference's model: per rank sum of s^2/cp, summed over microbatch maxima */
     int64_t busy_sum;          /* sum over microbatches and ranks of rank cost (for imbalance) */
     int64_t max_rank_sum;      /* sum over microbatches of the slowest rank */
     int64_t cp_size_sum;       /* sum over sequences of their CP size */
     int64_t total_tokens;
+    int64_t dependency_makespan;    /* dependency model: the last rank's finish (dcp_cost_model.step_model);
+                                       never above makespan */
+    int64_t dependency_lower_bound; /* lower bound on any plan's dependency_makespan for these lengths, ranks
+                                       and cost model (docs/planning.md); also one on its makespan */
+    int64_t model_makespan;         /* the configured step model's: makespan or dependency_makespan */
+    int64_t model_lower_bound;      /* the configured step model's: lower_bound or dependency_lower_bound */
+    int32_t step_model;             /* the configured dcp_step_model */
 } dcp_plan_stats;
 
 /*

@@ -148,7 +148,8 @@ static size_t scratch_size(const dcp_config *c)
     size_t s = dcp__gather_scratch_size(c);
     s = max_size(s, dcp__bucket_scratch_size(c));
     s = max_size(s, dcp__assign_scratch_size(c));
-    s = max_size(s, dcp__validate_scratch_size(c));
+    s = max_size(s, dcp__validate_scratch_size(c)); /* dcp_plan_validate, and dcp_plan_stats_compute's check */
+    s = max_size(s, dcp__stats_scratch_size(c));    /* dcp_plan_stats_compute's finish times, after the check */
     s = max_size(s, dcp__step_scratch_size(c));
     return s;
 }

@@ -106,5 +106,13 @@ dcp_status dcp_plan_stats_compute(dcp_context *context, const dcp_plan *plan, co
     if (checked != DCP_OK)
         return dcp__context_fail(context, dcp__fail(&err, checked, "plan stats: invalid plan (invariant %d): %s",
                                                     (int)v.invariant, v.message), &err);
-    return dcp__plan_stats(plan, config, lengths, num_lengths, stats);
+    /* the dependency model's per-rank finish times (the checked plan has the configuration's N ranks) */
+    int64_t *finish = DCP_ARENA_NEW(dcp__context_scratch(context), int64_t, plan->num_ranks);
+    if (!finish) /* cannot happen: the workspace reserves dcp__stats_scratch_size() */
+        return dcp__context_fail(context, dcp__fail(&err, DCP_ERR_WORKSPACE_TOO_SMALL,
+                                                    "plan stats: scratch too small for %d ranks", plan->num_ranks),
+                                 &err);
+    dcp_status st = dcp__plan_stats(plan, config, lengths, num_lengths, finish, stats);
+    dcp__arena_reset(&context->arena, context->scratch_mark);
+    return st;
 }

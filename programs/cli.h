@@ -201,7 +201,7 @@ dcp_status dcp_cli_plan_timed(dcp_cli_planner *planner, const dcp_cli_trace *tra
 
 /* Plan-derived numbers the commands print (definitions in the README's "The dcpack program" section). */
 typedef struct dcp_cli_metrics {
-    double efficiency;    /* lower_bound / makespan */
+    double efficiency;    /* model_lower_bound / model_makespan: lower bound / makespan under the configured step model */
     double imbalance;     /* max_rank_sum / (busy_sum / N): slowest rank over the mean rank, summed over microbatches */
     double idle_fraction; /* 1 - busy_sum / (N * max_rank_sum): rank time spent waiting for the slowest rank */
     double padding_waste; /* 1 - total_tokens / (microbatches * N * M): token slots left empty */

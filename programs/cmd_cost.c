@@ -17,9 +17,11 @@ static const char cost_usage[] =
     "              + [cp > 1] * (max(0, kv[cp]*s*(cp-1)/cp - quadratic*s^2/cp) + round_latency*(cp-1))\n"
     "\n"
     "and a microbatch costs its slowest rank plus microbatch_overhead (integer units; divisions\n"
-    "round down). A profile file holds `key = value` lines ('#' comments, blank lines ignored,\n"
-    "non-negative integers written as digits, no sign; later lines override earlier ones, missing\n"
-    "keys keep the defaults):\n"
+    "round down). The step model says how microbatches follow one another: barrier (default;\n"
+    "every rank waits for each microbatch's slowest rank) or dependency (a rank waits only for\n"
+    "the ranks it shares a CP group with). A profile file holds `key = value` lines ('#'\n"
+    "comments, blank lines ignored, non-negative integers written as digits, no sign; later\n"
+    "lines override earlier ones, missing keys keep the defaults):\n"
     "\n"
     "  quadratic = 1                s^2 coefficient\n"
     "  linear = 49152               s coefficient (12 x hidden size)\n"
@@ -29,6 +31,7 @@ static const char cost_usage[] =
     "  kv = 492                     exposed-KV coefficient, every CP size\n"
     "  kv.16 = 3934                 ... CP size 16 only (a power of two, 2 to 65536)\n"
     "  kv.16+ = 3934                ... CP sizes 16 and above\n"
+    "  step_model = barrier         barrier or dependency\n"
     "\n"
     "`dcpack plan --cost FILE` and `dcpack compare --cost FILE` plan with a profile.\n"
     "\n"
@@ -147,9 +150,9 @@ int dcp_cli_cost(int argc, char **argv)
         printf("{\n  \"source\": ");
         dcp_cli_json_string(stdout, profile ? profile : "default");
         printf(",\n  \"model\": {\"quadratic\": %lld, \"linear\": %lld, \"round_latency\": %lld, "
-               "\"microbatch_overhead\": %lld, \"kv\": {",
+               "\"microbatch_overhead\": %lld, \"step_model\": \"%s\", \"kv\": {",
                (long long)model.quadratic, (long long)model.linear, (long long)model.round_latency,
-               (long long)model.microbatch_overhead);
+               (long long)model.microbatch_overhead, dcp_step_model_name((dcp_step_model)model.step_model));
         for (int k = 1; k <= DCP_MAX_LOG2_CP; k++)
             printf("%s\"%d\": %lld", k > 1 ? ", " : "", 1 << k, (long long)model.kv[k]);
         printf("}},\n  \"samples\": [\n");
@@ -168,6 +171,7 @@ int dcp_cli_cost(int argc, char **argv)
         printf("  quadratic = %lld\n  linear = %lld\n  round_latency = %lld\n  microbatch_overhead = %lld\n",
                (long long)model.quadratic, (long long)model.linear, (long long)model.round_latency,
                (long long)model.microbatch_overhead);
+        printf("  step_model = %s\n", dcp_step_model_name((dcp_step_model)model.step_model));
         /* kv per CP size, runs of equal values on one line */
         for (int k = 1; k <= DCP_MAX_LOG2_CP;) {
             int end = k;
@@ -197,7 +201,11 @@ int dcp_cli_cost(int argc, char **argv)
         }
         printf("\na microbatch adds microbatch_overhead = ");
         print_grouped(model.microbatch_overhead, 0);
-        printf(" to its slowest rank.\n");
+        if (model.step_model == DCP_STEP_MODEL_DEPENDENCY)
+            printf(" to each of its CP groups, which start\n"
+                   "when their own ranks are done with the previous microbatch (step_model = dependency).\n");
+        else
+            printf(" to its slowest rank; every rank waits for it (step_model = barrier).\n");
     }
     if (dcp_cli_output_status("cost") != DCP_EXIT_OK) return DCP_EXIT_ERROR;
     return DCP_EXIT_OK;

@@ -38,14 +38,16 @@ static const char plan_usage[] =
     "  --vpp-group G           microbatch count must be a multiple of G (default 0: none)\n"
     "  --max-sequences-per-microbatch K   per rank (default 0: unlimited)\n"
     "  --max-sequences K       capacity of the context (default: the trace's count rounded up)\n"
-    "  --cost FILE             cost-model profile (see dcpack cost --help)\n"
+    "  --cost FILE             cost-model profile (see dcpack cost --help); its step_model\n"
+    "                          (barrier or dependency) is what efficiency and the best plan judge by\n"
     "\n"
     "output:\n"
     "  --format text|json      json: {\"plan\": [[[ids of rank 0], [ids of rank 1], ...], ...per\n"
     "                          microbatch], \"stats\": {...}}; without --scheduler:\n"
     "                          {\"comparison\": [{\"scheduler\", \"stats\"} or {\"scheduler\", \"error\"}, ...],\n"
     "                          \"best\"}: \"error\" is {\"status\", \"message\"} (the library's status name and\n"
-    "                          why), \"best\" the scheduler with the lowest makespan, or null if none planned\n"
+    "                          why), \"best\" the scheduler with the lowest makespan under the step\n"
+    "                          model (model_makespan), or null if none planned\n"
     "  --svg FILE              draw the plan (needs --scheduler)\n"
     "  --repeat R              plan R times; plan time is the median (default 5)\n"
     "  --summary               text: statistics only, no per-microbatch listing\n"
@@ -128,7 +130,14 @@ static void print_header(const plan_options *o, const dcp_cli_trace *trace)
     if (o->setup.vpp_group > 1) printf(", vpp_group %d", o->setup.vpp_group);
     if (o->setup.max_sequences_per_microbatch > 0)
         printf(", max_sequences_per_microbatch %d", o->setup.max_sequences_per_microbatch);
-    printf("; cost model: %s\n", o->cost_path ? o->cost_path : "defaults (README, Cost model)");
+    printf("; cost model: %s, step model %s\n", o->cost_path ? o->cost_path : "defaults (README, Cost model)",
+           dcp_step_model_name((dcp_step_model)o->setup.cost.step_model));
+}
+
+/* "makespan", or "dependency makespan" when the step model is dependency: what efficiency and "best" judge by. */
+static const char *model_makespan_name(const dcp_cli_setup *setup)
+{
+    return setup->cost.step_model == DCP_STEP_MODEL_DEPENDENCY ? "dependency makespan" : "makespan";
 }
 
 static void print_plan_text(const plan_options *o, const plan_run *r, const dcp_cli_trace *trace)
@@ -148,8 +157,14 @@ static void print_plan_text(const plan_options *o, const plan_run *r, const dcp_
     print_number(stdout, s->makespan, 0);
     printf("   (lower bound ");
     print_number(stdout, s->lower_bound, 0);
-    printf(")\n");
-    printf("  efficiency     %.3f   lower bound / makespan\n", m->efficiency);
+    printf(")   barrier: every rank waits for each microbatch's slowest rank\n");
+    printf("  dependency     ");
+    print_number(stdout, s->dependency_makespan, 0);
+    printf("   (lower bound ");
+    print_number(stdout, s->dependency_lower_bound, 0);
+    printf(")   a rank waits only for the ranks of its CP groups\n");
+    printf("  efficiency     %.3f   lower bound / makespan, %s step model\n", m->efficiency,
+           dcp_step_model_name((dcp_step_model)s->step_model));
     printf("  imbalance      %.3f   slowest rank / mean rank, summed over microbatches\n", m->imbalance);
     printf("  idle           %.3f   fraction of rank time spent waiting for the slowest rank\n", m->idle_fraction);
     printf("  padding waste  %.3f   fraction of token slots (microbatches x ranks x M) left empty\n", m->padding_waste);
@@ -217,7 +232,14 @@ static void print_stats_json(const plan_options *o, const plan_run *r, const dcp
     printf("%s  \"max_rank_sum\": %lld,\n", indent, (long long)s->max_rank_sum);
     printf("%s  \"repeat\": %d,\n", indent, o->repeat);
     printf("%s  \"plan_seconds\": %.9f,\n", indent, r->median_seconds);
-    printf("%s  \"plan_seconds_min\": %.9f\n", indent, r->min_seconds);
+    printf("%s  \"plan_seconds_min\": %.9f,\n", indent, r->min_seconds);
+    printf("%s  \"step_model\": ", indent);
+    dcp_cli_json_string(stdout, dcp_step_model_name((dcp_step_model)s->step_model));
+    printf(",\n");
+    printf("%s  \"dependency_makespan\": %lld,\n", indent, (long long)s->dependency_makespan);
+    printf("%s  \"dependency_lower_bound\": %lld,\n", indent, (long long)s->dependency_lower_bound);
+    printf("%s  \"model_makespan\": %lld,\n", indent, (long long)s->model_makespan);
+    printf("%s  \"model_lower_bound\": %lld\n", indent, (long long)s->model_lower_bound);
     printf("%s}", indent);
 }
 
@@ -303,10 +325,11 @@ static int compare_schedulers(const plan_options *o, const dcp_cli_trace *trace)
             runs[k].status = DCP_ERR_INVALID_CONFIG;
         }
     }
+    /* judged by the configured step model's makespan (the barrier one by default) */
     for (int k = 0; k < COUNT; k++)
         if (runs[k].status == DCP_OK) {
             planned++;
-            if (best < 0 || runs[k].stats.makespan < runs[best].stats.makespan) best = k;
+            if (best < 0 || runs[k].stats.model_makespan < runs[best].stats.model_makespan) best = k;
         }
 
     if (o->json) {
@@ -335,8 +358,8 @@ static int compare_schedulers(const plan_options *o, const dcp_cli_trace *trace)
     } else {
         printf("dcpack plan: every scheduler on one global batch\n");
         print_header(o, trace);
-        printf("\n%-20s %12s %16s %10s %9s %7s %10s\n", "scheduler", "microbatches", "makespan", "efficiency",
-               "imbalance", "mean CP", "plan time");
+        printf("\n%-20s %12s %16s %16s %10s %9s %7s %10s\n", "scheduler", "microbatches", "makespan", "dependency",
+               "efficiency", "imbalance", "mean CP", "plan time");
         for (int k = 0; k < COUNT; k++) {
             const plan_run *r = &runs[k];
             char label[64], t[32];
@@ -345,6 +368,8 @@ static int compare_schedulers(const plan_options *o, const dcp_cli_trace *trace)
             if (r->status == DCP_OK) {
                 printf("%12d ", r->stats.num_microbatches);
                 print_number(stdout, r->stats.makespan, 16);
+                printf(" ");
+                print_number(stdout, r->stats.dependency_makespan, 16);
                 printf(" %10.3f %9.3f %7.2f %10s\n", r->metrics.efficiency, r->metrics.imbalance,
                        r->metrics.mean_cp_size, time_text(o, r->median_seconds, t, sizeof t));
             } else {
@@ -355,8 +380,11 @@ static int compare_schedulers(const plan_options *o, const dcp_cli_trace *trace)
                 else printf("%s: %s (%s)\n", what, r->message, dcp_status_str(r->status));
             }
         }
-        printf("\nmakespan: step-model cost units (README, Cost model); efficiency = lower bound / makespan;\n"
-               "imbalance = slowest rank / mean rank, summed over microbatches (1.000 = perfectly even).\n\n");
+        printf("\nmakespan: step-model cost units (README, Cost model), every rank waiting for each microbatch's\n"
+               "slowest rank; dependency: the makespan when a rank waits only for the ranks of its CP groups;\n"
+               "efficiency = lower bound / makespan under the %s step model; imbalance = slowest rank /\n"
+               "mean rank, summed over microbatches (1.000 = perfectly even).\n\n",
+               dcp_step_model_name((dcp_step_model)o->setup.cost.step_model));
         if (best < 0) {
             printf("no scheduler could plan this batch.\n");
         } else {
@@ -366,17 +394,18 @@ static int compare_schedulers(const plan_options *o, const dcp_cli_trace *trace)
             int second = -1;
             for (int k = 0; k < COUNT; k++)
                 if (k != best && runs[k].status == DCP_OK &&
-                    (second < 0 || runs[k].stats.makespan < runs[second].stats.makespan))
+                    (second < 0 || runs[k].stats.model_makespan < runs[second].stats.model_makespan))
                     second = k;
             if (second < 0) {
                 printf("%s is the only scheduler that planned this batch: efficiency %.3f.\n", best_label,
                        runs[best].metrics.efficiency);
             } else {
+                const dcp_plan_stats *b = &runs[best].stats, *o2 = &runs[second].stats;
                 label_of(&runs[second], other_label, sizeof other_label);
-                double gain = 1.0 - (double)runs[best].stats.makespan / (double)runs[second].stats.makespan;
-                printf("%s has the lowest makespan: %.1f%% below %s and %.1f%% above the lower bound.\n", best_label,
-                       100.0 * gain, other_label,
-                       100.0 * ((double)runs[best].stats.makespan / (double)runs[best].stats.lower_bound - 1.0));
+                double gain = 1.0 - (double)b->model_makespan / (double)o2->model_makespan;
+                printf("%s has the lowest %s: %.1f%% below %s and %.1f%% above the lower bound.\n", best_label,
+                       model_makespan_name(&o->setup), 100.0 * gain, other_label,
+                       100.0 * ((double)b->model_makespan / (double)b->model_lower_bound - 1.0));
             }
         }
     }

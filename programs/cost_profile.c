@@ -15,6 +15,9 @@
  *   kv = 492                    exposed-KV coefficient for every CP size
  *   kv.16 = 3934                ... for CP size 16 only (a power of two, 2 to 65536)
  *   kv.16+ = 3934               ... for CP sizes 16 and above
+ *   step_model = barrier        how microbatches follow one another: barrier (every rank waits for a
+ *                               microbatch's slowest rank) or dependency (a rank waits only for its CP groups);
+ *                               the one value that is a word
  */
 #include "cli.h"
 
@@ -82,6 +85,16 @@ int dcp_cli_cost_profile_load(const char *command, const char *path, dcp_cost_mo
         }
         *eq = '\0';
         char *key = trim(s), *text = trim(eq + 1);
+        if (strcmp(key, "step_model") == 0) {
+            dcp_step_model sm;
+            if (dcp_step_model_from_name(text, &sm) != DCP_OK) {
+                status = dcp_cli_fail(DCP_EXIT_INPUT, command, "%s:%d: step_model = '%s' is not barrier or dependency",
+                                      path, number, text);
+                break;
+            }
+            m.step_model = (int32_t)sm;
+            continue;
+        }
         int64_t v = 0;
         if (digits_value(text, &v) != 0) {
             status = dcp_cli_fail(DCP_EXIT_INPUT, command, "%s:%d: %s = '%s': values are non-negative integers", path,
@@ -122,7 +135,7 @@ int dcp_cli_cost_profile_load(const char *command, const char *path, dcp_cost_mo
         } else {
             status = dcp_cli_fail(DCP_EXIT_INPUT, command,
                                   "%s:%d: unknown key '%s' (quadratic, linear, hidden, round_latency, "
-                                  "microbatch_overhead, kv, kv.<cp>, kv.<cp>+)",
+                                  "microbatch_overhead, kv, kv.<cp>, kv.<cp>+, step_model)",
                                   path, number, key);
             break;
         }
@@ -140,4 +153,5 @@ void dcp_cli_cost_profile_write(FILE *out, const dcp_cost_model *m)
     fprintf(out, "round_latency = %lld\n", (long long)m->round_latency);
     fprintf(out, "microbatch_overhead = %lld\n", (long long)m->microbatch_overhead);
     for (int k = 1; k <= DCP_MAX_LOG2_CP; k++) fprintf(out, "kv.%d = %lld\n", 1 << k, (long long)m->kv[k]);
+    fprintf(out, "step_model = %s\n", dcp_step_model_name((dcp_step_model)m->step_model));
 }

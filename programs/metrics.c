@@ -6,7 +6,8 @@
 void dcp_cli_metrics_compute(const dcp_plan_stats *s, int32_t ranks, int32_t max_seqlen_per_rank, int32_t sequences,
                              dcp_cli_metrics *m)
 {
-    m->efficiency = s->makespan > 0 ? (double)s->lower_bound / (double)s->makespan : 0.0;
+    /* under the configured step model: barrier (lower_bound / makespan) or dependency */
+    m->efficiency = s->model_makespan > 0 ? (double)s->model_lower_bound / (double)s->model_makespan : 0.0;
     double mean_rank = ranks > 0 ? (double)s->busy_sum / ranks : 0.0;
     m->imbalance = mean_rank > 0 ? (double)s->max_rank_sum / mean_rank : 1.0;
     double rank_time = (double)ranks * (double)s->max_rank_sum;

@@ -8,7 +8,9 @@ usage: cli_check_plan.py PLAN_JSON LENGTHS_FILE --ranks N --max-seqlen-per-rank 
 PLAN_JSON is {"plan": [[[ids of rank 0], ...], ...], "stats": {...}}; LENGTHS_FILE holds one length
 per line (id = 0-based line).  COST_JSON is `dcpack cost --format json` (default: the default
 coefficients).  Every plan invariant is checked, and makespan, lower bound and every
-derived statistic are recomputed here from the plan and the lengths.
+derived statistic are recomputed here from the plan and the lengths, under both step models
+(barrier, and dependency: a rank waits only for the ranks of its CP groups, simulated rank by
+rank here); efficiency follows the cost model's step_model.
 """
 import argparse
 import json
@@ -22,6 +24,8 @@ STATS_KEYS = {
     "makespan": int, "lower_bound": int, "efficiency": float, "imbalance": float, "idle_fraction": float,
     "padding_waste": float, "mean_cp_size": float, "quad_makespan": int, "busy_sum": int,
     "max_rank_sum": int, "repeat": int, "plan_seconds": float, "plan_seconds_min": float,
+    "step_model": str, "dependency_makespan": int, "dependency_lower_bound": int, "model_makespan": int,
+    "model_lower_bound": int,
 }
 
 
@@ -68,6 +72,31 @@ def lower_bound(model, lengths, n, m):
     return work // n + micro * model["microbatch_overhead"]
 
 
+def group_sizes(n, static_cp):
+    """The CP sizes a group can have: powers of two up to n, n, and a static CP size."""
+    sizes, cp = [], 1
+    while cp < n:
+        sizes.append(cp)
+        cp *= 2
+    sizes.append(n)
+    if static_cp and static_cp not in sizes:
+        sizes.append(static_cp)
+    return sizes
+
+
+def dependency_lower_bound(model, lengths, n, m, static_cp):
+    """max(ceil(W / n), the longest single run) + overhead x the fewest microbatches (docs/planning.md)."""
+    work = longest = 0
+    for s in lengths:
+        options = [cp for cp in group_sizes(n, static_cp) if s <= cp * m]
+        if not options:
+            continue
+        work += min(cp * cost(model, s, cp) for cp in options)
+        longest = max(longest, min(cost(model, s, cp) for cp in options))
+    micro = -(-sum(lengths) // (n * m))
+    return max(-(-work // n), longest) + micro * model["microbatch_overhead"]
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("plan_json")
@@ -105,6 +134,7 @@ def main():
 
     seen = {}
     makespan = busy = max_rank_sum = quad_makespan = cp_sum = 0
+    finish = [0] * n  # the dependency step model: each rank's finish time after the latest microbatch
     for mb, ranks in enumerate(plan):
         if not isinstance(ranks, list) or len(ranks) != n:
             fail("microbatch %d has %s ranks, expected %d" % (mb, len(ranks) if isinstance(ranks, list) else "no", n))
@@ -149,6 +179,8 @@ def main():
             slowest = max(slowest, group_cost)
             slowest_quad = max(slowest_quad, group_quad)
             busy += group_cost * cp
+            start = max(finish[r:end])
+            finish[r:end] = [start + group_cost + model["microbatch_overhead"]] * cp
             r = end
         makespan += slowest + model["microbatch_overhead"]
         max_rank_sum += slowest
@@ -177,7 +209,18 @@ def main():
     expect("quad_makespan", quad_makespan)
     lb = lower_bound(model, lengths, n, m)
     expect("lower_bound", lb)
-    expect("efficiency", lb / makespan, 1e-6)
+    dependency = max(finish)
+    dlb = dependency_lower_bound(model, lengths, n, m, a.static_cp)
+    expect("dependency_makespan", dependency)
+    expect("dependency_lower_bound", dlb)
+    if not dlb <= dependency <= makespan:
+        fail("dependency makespan %d outside [its lower bound %d, the makespan %d]" % (dependency, dlb, makespan))
+    step_model = model.get("step_model", "barrier")
+    expect("step_model", step_model)
+    chosen = (dependency, dlb) if step_model == "dependency" else (makespan, lb)
+    expect("model_makespan", chosen[0])
+    expect("model_lower_bound", chosen[1])
+    expect("efficiency", chosen[1] / chosen[0], 1e-6)
     expect("imbalance", max_rank_sum / (busy / n), 1e-6)
     expect("idle_fraction", 1 - busy / (n * max_rank_sum), 1e-6)
     expect("padding_waste", 1 - sum(lengths) / (len(plan) * n * m), 1e-6)
@@ -193,7 +236,8 @@ def main():
         fail("plan_seconds %r is not a positive time" % stats["plan_seconds"])
     if stats["plan_seconds_min"] > stats["plan_seconds"]:
         fail("plan_seconds_min above the median")
-    print("ok: %d microbatches, %d ids, makespan %d, lower bound %d" % (len(plan), len(seen), makespan, lb))
+    print("ok: %d microbatches, %d ids, makespan %d, lower bound %d, dependency makespan %d, lower bound %d (%s)"
+          % (len(plan), len(seen), makespan, lb, dependency, dlb, step_model))
 
 
 if __name__ == "__main__":

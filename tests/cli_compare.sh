@@ -45,6 +45,10 @@ for c in doc["configurations"]:
     slots = sum(r["microbatches"] * ranks * m for r in runs)
     assert near(c["padding_waste"], 1 - sum(r["total_tokens"] for r in runs) / slots), c["label"]
     assert near(c["imbalance"], sum(r["max_rank_sum"] for r in runs) * ranks / sum(r["busy_sum"] for r in runs))
+    assert c["step_model"] == "barrier" and all(r["step_model"] == "barrier" for r in runs), c["label"]
+    assert near(c["dependency_makespan_mean"], sum(r["dependency_makespan"] for r in runs) / 4), c["label"]
+    assert near(c["dependency_lower_bound_mean"], sum(r["dependency_lower_bound"] for r in runs) / 4), c["label"]
+    assert near(c["model_makespan_mean"], c["makespan_mean"]) and near(c["model_lower_bound_mean"], c["lower_bound_mean"])
     assert 0 < c["plan_seconds_median"] <= c["plan_seconds_p99"], c
 assert doc["best"] in [c["label"] for c in doc["configurations"]]
 print("compare --traces: aggregates match per-batch plans")
@@ -68,12 +72,12 @@ PY
 
 # the text table: a header, one row per configuration, a conclusion; '-' for times with --no-timing
 "$dcpack" compare --steps 2 --no-timing >"$tmp/table.txt"
-grep -q "^configuration .*makespan/batch .*efficiency .*imbalance .*mean CP .*padding .*plan med. .*plan p99" "$tmp/table.txt" ||
+grep -q "^configuration .*makespan/batch .*dependency/b. .*efficiency .*imbalance .*mean CP .*padding .*plan med. .*plan p99" "$tmp/table.txt" ||
   { echo "FAIL table header"; cat "$tmp/table.txt"; exit 1; }
 for row in "dp_balanced (cp 2)" dynamic_cp balanced; do
   grep -q "^$row " "$tmp/table.txt" || { echo "FAIL no row for $row"; cat "$tmp/table.txt"; exit 1; }
 done
-grep -Eq "^dynamic_cp +2 +[0-9.]+ +[0-9,]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +- +-$" "$tmp/table.txt" ||
+grep -Eq "^dynamic_cp +2 +[0-9.]+ +[0-9,]+ +[0-9,]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +- +-$" "$tmp/table.txt" ||
   { echo "FAIL dynamic_cp row"; cat "$tmp/table.txt"; exit 1; }
 grep -Eq "has the lowest total makespan|is the only configuration" "$tmp/table.txt" || { echo "FAIL no conclusion"; exit 1; }
 

@@ -147,6 +147,8 @@ printf 'kv.3 = 100\n' >kvcp.txt
 printf 'kv.131072 = 100\n' >kvbig.txt
 printf 'quadratic 1\n' >noeq.txt
 printf 'hidden = 999999999999999999\n' >hidden.txt
+printf 'step_model = fast\n' >stepmodel.txt
+printf '\nstep_model = 1\n' >stepmodelnumber.txt
 expect 3 "key.txt:2: unknown key 'speed'" -- cost --profile key.txt
 expect 3 "value.txt:2: linear = 'lots'" -- cost --profile value.txt
 expect 3 "negcoef.txt:1: linear = '-4'" -- cost --profile negcoef.txt
@@ -155,6 +157,9 @@ expect 3 "kvbig.txt:1: kv.131072: the CP size" -- cost --profile kvbig.txt
 expect 3 "noeq.txt:1: 'quadratic 1' is not" -- cost --profile noeq.txt
 expect 3 "hidden.txt:1: hidden = 999999999999999999: 12 \* hidden overflows" -- cost --profile hidden.txt
 expect 3 "cannot open cost profile nofile.txt" -- cost --profile nofile.txt
+expect 3 "stepmodel.txt:1: step_model = 'fast' is not barrier or dependency" -- cost --profile stepmodel.txt
+expect 3 "stepmodelnumber.txt:2: step_model = '1' is not barrier or dependency" -- plan --cost stepmodelnumber.txt
+expect 3 "stepmodel.txt:1: step_model = 'fast'" -- compare --config dynamic_cp:cost=stepmodel.txt
 expect 3 "key.txt:2: unknown key 'speed'" -- plan --cost key.txt
 expect 3 "key.txt:2: unknown key 'speed'" -- compare --cost key.txt
 expect 3 "key.txt:2: unknown key 'speed'" -- compare --config dynamic_cp:cost=key.txt

@@ -52,6 +52,7 @@ _FIELD_NAMES = {
 _TAIL_NAMES = {"append_dummy": 0, "extend_last": 1}
 _PARTITION_NAMES = {"zigzag": 0, "contiguous": 1}
 _SCHEDULERS = ("dp_balanced", "dynamic_cp", "balanced")
+_STEP_MODELS = ("barrier", "dependency")
 
 _DEFAULTS = _core.config_default()
 _INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -82,6 +83,11 @@ class CostModel:
     ``cost(s, cp) = (quadratic*s^2 + linear*s)/cp + [cp > 1]*(max(0, kv[log2 cp]*s*(cp-1)/cp - quadratic*s^2/cp)
     + round_latency*(cp-1))``; a microbatch costs its slowest rank plus ``microbatch_overhead``.
     Defaults are ``dcp_cost_model_default()``'s (hidden size 4096, 8 GPUs a node).
+
+    ``step_model`` (``"barrier"``, the default, or ``"dependency"``; or their C values 0 and 1)
+    says how microbatches follow one another: every rank waits for each microbatch's slowest
+    rank, or a rank waits only for the ranks it shares a CP group with.  It picks the makespan
+    :attr:`PlanStats.efficiency` judges by (``PlanStats.model_makespan``).
     """
 
     quadratic: int = _DEFAULTS["cost"]["quadratic"]
@@ -89,6 +95,7 @@ class CostModel:
     kv: Tuple[int, ...] = tuple(_DEFAULTS["cost"]["kv"])
     round_latency: int = _DEFAULTS["cost"]["round_latency"]
     microbatch_overhead: int = _DEFAULTS["cost"]["microbatch_overhead"]
+    step_model: Union[str, int] = _STEP_MODELS[_DEFAULTS["cost"]["step_model"]]
 
     def _to_dict(self) -> Dict[str, Any]:
         kv = tuple(self.kv)
@@ -100,6 +107,7 @@ class CostModel:
             "kv": tuple(_check_int(f"cost.kv[{k}]", v, *_INT64) for k, v in enumerate(kv)),
             "round_latency": _check_int("cost.round_latency", self.round_latency, *_INT64),
             "microbatch_overhead": _check_int("cost.microbatch_overhead", self.microbatch_overhead, *_INT64),
+            "step_model": _enum("cost.step_model", self.step_model, {n: i for i, n in enumerate(_STEP_MODELS)}),
         }
 
 
@@ -183,7 +191,10 @@ class Config:
         d["cp_partition"] = inv_part.get(d["cp_partition"], d["cp_partition"])
         c = d.get("cost")
         if isinstance(c, dict):
-            d["cost"] = CostModel(**{**c, "kv": tuple(c["kv"])})
+            c = {**c, "kv": tuple(c["kv"])}
+            if isinstance(c.get("step_model"), int) and 0 <= c["step_model"] < len(_STEP_MODELS):
+                c["step_model"] = _STEP_MODELS[c["step_model"]]
+            d["cost"] = CostModel(**c)
         return cls(**d)
 
     def replace(self, **changes: Any) -> "Config":
@@ -335,7 +346,7 @@ class PlanStats:
 
     num_microbatches: int
     makespan: int
-    """Sum over microbatches of (slowest rank + overhead)."""
+    """The barrier step model's: sum over microbatches of (slowest rank + overhead)."""
     lower_bound: int
     """A lower bound on any plan's makespan for these lengths and ranks."""
     quad_makespan: int
@@ -344,11 +355,22 @@ class PlanStats:
     max_rank_sum: int
     cp_size_sum: int
     total_tokens: int
+    dependency_makespan: int
+    """The dependency step model's makespan: a rank waits only for the ranks of its CP groups
+    (never above ``makespan``)."""
+    dependency_lower_bound: int
+    """A lower bound on any plan's dependency makespan for these lengths and ranks."""
+    model_makespan: int
+    """The configured step model's makespan: ``makespan`` or ``dependency_makespan``."""
+    model_lower_bound: int
+    """The configured step model's lower bound: ``lower_bound`` or ``dependency_lower_bound``."""
+    step_model: str
+    """The configured step model, ``"barrier"`` or ``"dependency"``."""
 
     @property
     def efficiency(self) -> float:
-        """lower_bound / makespan (1.0 is optimal)."""
-        return self.lower_bound / self.makespan if self.makespan else 1.0
+        """model_lower_bound / model_makespan under the configured step model (1.0 is optimal)."""
+        return self.model_lower_bound / self.model_makespan if self.model_makespan else 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -552,6 +574,7 @@ class Plan:
         self._check()
         lengths = self._lengths_for(lengths)
         d = self._ctx.stats(self._desc, _address(lengths) if lengths.size else 0, lengths.size)
+        d["step_model"] = _STEP_MODELS[d["step_model"]]
         return PlanStats(**d)
 
     def violation(self, lengths: Any = None) -> Optional[Violation]:

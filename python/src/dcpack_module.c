@@ -129,7 +129,8 @@ static int config_from_dict(PyObject *dict, dcp_config *c)
     }
     if (get_i64(cost, "quadratic", &c->cost.quadratic) < 0 || get_i64(cost, "linear", &c->cost.linear) < 0 ||
         get_i64(cost, "round_latency", &c->cost.round_latency) < 0 ||
-        get_i64(cost, "microbatch_overhead", &c->cost.microbatch_overhead) < 0)
+        get_i64(cost, "microbatch_overhead", &c->cost.microbatch_overhead) < 0 ||
+        get_i32(cost, "step_model", &c->cost.step_model) < 0)
         return -1;
     PyObject *kv = PyDict_GetItemString(cost, "kv");
     if (!kv || !PyTuple_Check(kv) || PyTuple_Size(kv) != DCP_MAX_LOG2_CP + 1) {
@@ -163,6 +164,7 @@ static PyObject *config_to_dict(const dcp_config *c)
     SET_ITEM(cost, "linear", PyLong_FromLongLong(c->cost.linear));
     SET_ITEM(cost, "round_latency", PyLong_FromLongLong(c->cost.round_latency));
     SET_ITEM(cost, "microbatch_overhead", PyLong_FromLongLong(c->cost.microbatch_overhead));
+    SET_ITEM(cost, "step_model", PyLong_FromLong(c->cost.step_model));
     PyObject *kv = PyTuple_New(DCP_MAX_LOG2_CP + 1);
     if (!kv) {
         Py_DECREF(cost);
@@ -651,6 +653,11 @@ static PyObject *Context_stats(PyObject *o, PyObject *args)
     SET_ITEM(d, "max_rank_sum", PyLong_FromLongLong(s.max_rank_sum));
     SET_ITEM(d, "cp_size_sum", PyLong_FromLongLong(s.cp_size_sum));
     SET_ITEM(d, "total_tokens", PyLong_FromLongLong(s.total_tokens));
+    SET_ITEM(d, "dependency_makespan", PyLong_FromLongLong(s.dependency_makespan));
+    SET_ITEM(d, "dependency_lower_bound", PyLong_FromLongLong(s.dependency_lower_bound));
+    SET_ITEM(d, "model_makespan", PyLong_FromLongLong(s.model_makespan));
+    SET_ITEM(d, "model_lower_bound", PyLong_FromLongLong(s.model_lower_bound));
+    SET_ITEM(d, "step_model", PyLong_FromLong(s.step_model));
     return d;
 }
 

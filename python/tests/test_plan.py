@@ -102,6 +102,50 @@ def test_plan_arrays_and_helpers():
     assert len(list(plan)) == nm
 
 
+def test_step_model_round_trips_and_judges_the_plan():
+    """CostModel.step_model round-trips through Config; PlanStats carries both step models' makespans."""
+    model = dcpack.CostModel(step_model="dependency")
+    c = dcpack.Config(data_parallel_size=8, max_sequences=256, max_seqlen_per_rank=4096, cost=model)
+    d = c.to_dict()
+    assert d["cost"]["step_model"] == 1
+    back = dcpack.Config.from_dict(d)
+    assert back.cost.step_model == "dependency" and back.to_dict() == d
+    assert dcpack.Config().cost.step_model == "barrier" == dcpack.CostModel().step_model
+    assert dcpack.Config(cost={"step_model": 1}).to_dict()["cost"]["step_model"] == 1
+    with pytest.raises(dcpack.InvalidConfigError, match="step_model"):
+        dcpack.Config(cost=dcpack.CostModel(step_model="fast")).to_dict()
+    with pytest.raises(dcpack.InvalidConfigError, match=r"cost.step_model 5 is not barrier\(0\) or dependency\(1\)"):
+        dcpack.Config(cost=dcpack.CostModel(step_model=5)).validate()
+
+    lengths = read_trace("longsft_n256_seed1.txt")
+    stats = {}
+    for name in ("barrier", "dependency"):
+        planner = dcpack.Planner(c.replace(cost=dcpack.CostModel(step_model=name), max_seqlen_per_rank=16384))
+        plan = planner.plan(lengths)
+        st = plan.stats()
+        stats[name] = st
+        assert st.step_model == name
+        assert st.dependency_lower_bound <= st.dependency_makespan <= st.makespan
+        assert st.lower_bound <= st.dependency_lower_bound
+        # the dependency makespan from its definition, rank by rank
+        overhead = planner.config.cost.microbatch_overhead
+        finish = [0] * 8
+        for m in range(plan.num_microbatches):
+            for first, cp, ids in plan.groups(m):
+                start = max(finish[first:first + cp])
+                cost = sum(dcpack.cost(int(lengths[i]), cp) for i in ids)
+                finish[first:first + cp] = [start + cost + overhead] * cp
+        assert st.dependency_makespan == max(finish)
+        chosen = (st.dependency_makespan, st.dependency_lower_bound) if name == "dependency" else \
+            (st.makespan, st.lower_bound)
+        assert (st.model_makespan, st.model_lower_bound) == chosen
+        assert st.efficiency == st.model_lower_bound / st.model_makespan
+    # the step model changes what is judged, not the plan (the scheduler does not use it yet)
+    b, dep = stats["barrier"], stats["dependency"]
+    assert (b.makespan, b.dependency_makespan) == (dep.makespan, dep.dependency_makespan)
+    assert dep.dependency_makespan < b.makespan
+
+
 def test_input_kinds_and_zero_copy():
     lengths = read_trace("bimodal_n256_seed1.txt")
     planner = dcpack.Planner(data_parallel_size=16, max_sequences=256, max_seqlen_per_rank=8192)
