@@ -322,6 +322,18 @@ def _sample_from_megatron(item: Dict[str, Any], device: Any) -> Any:
     return Sample(cu_seqlens=cu, **fields)
 
 
+def _sets_total_tokens(config: Config) -> bool:
+    """Whether Megatron's get_batch leaves ``PackedSeqParams.total_tokens`` set (to the rank's padded length).
+
+    ``pad_sequence_for_thd`` sets it when THD padding is on and cu_seqlens are not
+    padded to a fixed number of entries (``thd_max_packed_sequences``); without
+    padding it stays None.
+    """
+    d = config.to_dict()
+    padding = d["pad_alignment"] > 0 or d["pad_to_max_seqlen"] != 0
+    return bool(padding and d["max_sequences_per_microbatch"] == 0)
+
+
 class DataPath:
     """Megatron-LM's sequence-packing data path through ``dcp_step`` (Level 2).
 
@@ -346,17 +358,19 @@ class DataPath:
     def __init__(self, config: Config, groups: Any = None, mtp_virtual_stages: int = 0) -> None:
         from . import torch as dt
 
+        import torch
+
         self.config = config
         self.groups = groups if groups is not None else dt.NcclGroups.from_megatron(config)
         self.stepper = dt.CudaStepper(config, self.groups)
+        self.device = torch.device("cuda", self.groups.device)
         self.mtp_virtual_stages = mtp_virtual_stages
         self.last_output = None
+        self._total_tokens_set = _sets_total_tokens(config)
 
     def wrap_data_iterator(self, data_iterator: Any, config: Any, num_microbatches: int,
                            pg_collection: Any = None) -> Tuple[Any, int, float, float]:
         """Drop-in for Megatron's ``wrap_data_iterator``: (iterator(s), microbatches, seqlen sum, squared sum)."""
-        import torch
-
         vpp = self.config.virtual_pipeline_size
         source = data_iterator
         if isinstance(source, list):
@@ -365,7 +379,7 @@ class DataPath:
         if self.groups.holds_data:
             if source is None:
                 raise ValueError("this rank holds data but its data_iterator is None")
-            device = torch.device("cuda", self.groups.device)
+            device = self.device
             items: List[Dict[str, Any]] = []
             for _ in range(num_microbatches):
                 item = next(source)
@@ -389,6 +403,7 @@ class DataPath:
                     "max_seqlen": mb.max_seqlen,
                     "local_cp_size": mb.local_cp_size,
                     "cp_rank": mb.cp_rank,
+                    "total_tokens": mb.num_tokens if self._total_tokens_set else None,
                 })
             per_stage.append(iter(batches))
         iterators: Any = per_stage if vpp > 1 else per_stage[0]
@@ -400,7 +415,12 @@ class DataPath:
                   config: Any = None) -> tuple:
         """Drop-in for ``get_batch_on_this_rank_for_sequence_packing``: the microbatch dcp_step already
         padded, sliced and broadcast, as (tokens, labels, loss_mask, None, position_ids,
-        packed_seq_params, padding_mask)."""
+        packed_seq_params, padding_mask).
+
+        ``PackedSeqParams`` is filled as Megatron's function leaves it after
+        ``pad_sequence_for_thd``: padded boundaries, ``max_seqlen`` of the padded
+        microbatch, ``total_tokens`` (and so ``seq_idx``) where Megatron sets it,
+        ``pad_between_seqs=True``, the dynamic CP group from ``parallel_state``."""
         from megatron.core import parallel_state
         from megatron.core.packed_seq_params import PackedSeqParams
 
@@ -413,7 +433,7 @@ class DataPath:
             cu_seqlens_q=batch["cu_seqlens"], cu_seqlens_kv=batch["cu_seqlens"],
             cu_seqlens_q_padded=batch["cu_seqlens_padded"], cu_seqlens_kv_padded=batch["cu_seqlens_padded"],
             max_seqlen_q=batch["max_seqlen"], max_seqlen_kv=batch["max_seqlen"],
-            local_cp_size=local_cp_size, cp_group=cp_group,
+            local_cp_size=local_cp_size, cp_group=cp_group, total_tokens=batch.get("total_tokens"),
             cp_partition_mode=getattr(config, "cp_partition_mode", "zigzag"), pad_between_seqs=True,
         )
         return (batch["tokens"], batch["labels"], batch["loss_mask"], None, batch["position_ids"], params,
@@ -437,6 +457,8 @@ def config_from_megatron(args: Any, max_sequences: int, max_tokens_per_rank: int
         getattr(args, "sequence_packing_scheduler", None) or "dp_balanced", "dynamic_cp")
     vpp = getattr(args, "virtual_pipeline_model_parallel_size", None) or 1
     alignment = getattr(args, "pad_packed_seq_alignment", None)
+    if alignment is not None and (getattr(args, "cuda_graph_impl", None) or "none") != "none":
+        alignment = "max"  # CUDA graphs: Megatron pads every microbatch to max_seqlen_per_dp_cp_rank
     tail = getattr(args, "thd_tail_padding_policy", None)
     padding = alignment is not None
     cap = getattr(args, "thd_max_packed_sequences", None)
