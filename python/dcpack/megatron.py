@@ -290,36 +290,70 @@ def uninstall(previous: Dict[str, Any], *, module: Any = None) -> None:
 # --------------------------------------------------------------------------
 
 
-def _sample_from_megatron(item: Dict[str, Any], device: Any) -> Any:
-    """One of Megatron's dataset samples as a dcpack.Sample on ``device``.
+_FIELDS = (("tokens", "int64"), ("labels", "int64"), ("loss_mask", "float32"), ("position_ids", "int64"))
+
+
+def _samples_from_megatron(items: List[Dict[str, Any]], device: Any) -> List[Any]:
+    """Megatron's dataset samples as dcpack.Samples on ``device``, one copy per field for the whole batch.
 
     Pre-packed samples (``cu_seqlens``, e.g. SFTDataset) keep their cut; unpacked
     ones (``padded_seq_len``, ``original_seq_len``, e.g. VarlenDataset) are one
     sequence each.  A leading batch dimension of 1 (default collate) is dropped.
+    Each field of all the samples is concatenated where the samples are (the
+    host, for a data loader's tensors) and moved to ``device`` in one copy; the
+    samples are views of that tensor.
     """
     import torch
 
     from ._step import Sample
 
-    def flat(t: Any) -> Any:
-        if t.dim() == 2 and t.shape[0] == 1:
-            t = t.squeeze(0)
-        return t
+    def flat(t: Any) -> Any:  # [1, n] (default collate, micro-batch size 1) or [n]
+        return t.reshape(-1)
 
-    fields = {}
-    for key, dtype in (("tokens", torch.int64), ("labels", torch.int64), ("loss_mask", torch.float32),
-                       ("position_ids", torch.int64)):
-        if key in item and item[key] is not None:
-            fields[key] = flat(item[key]).to(device=device, dtype=dtype, non_blocking=True).contiguous()
-    if "padded_seq_len" in item:
-        padded = int(flat(item["padded_seq_len"]).reshape(-1)[0])
-        original = int(flat(item.get("original_seq_len", item["padded_seq_len"])).reshape(-1)[0])
-        n = next(iter(fields.values())).numel() if fields else 0
-        if n != padded:
-            raise ValueError(f"sample has {n} tokens but padded_seq_len {padded}")
-        return Sample(original_length=original, **fields)
-    cu = flat(item["cu_seqlens"]).to(device="cpu", dtype=torch.int32).contiguous().numpy()
-    return Sample(cu_seqlens=cu, **fields)
+    present = [key for key, _ in _FIELDS if items and key in items[0] and items[0][key] is not None]
+    for i, item in enumerate(items):
+        if [key for key, _ in _FIELDS if key in item and item[key] is not None] != present:
+            raise ValueError(f"sample {i} carries other fields than sample 0 ({present})")
+    columns: Dict[str, List[Any]] = {key: [] for key in present}
+    counts: List[int] = []
+    for item in items:
+        n = None
+        for key in present:
+            t = flat(item[key])
+            if n is None:
+                n = t.numel()
+            elif t.numel() != n:
+                raise ValueError(f"sample fields of {n} and {t.numel()} tokens")
+            columns[key].append(t)
+        counts.append(n or 0)
+    offsets = [0]
+    for n in counts:
+        offsets.append(offsets[-1] + n)
+    moved: Dict[str, Any] = {}
+    for key, dtype_name in _FIELDS:
+        if key not in columns:
+            continue
+        dtype = getattr(torch, dtype_name)
+        ts = columns[key]
+        if not ts:
+            continue
+        if any(t.device != ts[0].device for t in ts):
+            ts = [t.to(device) for t in ts]
+        moved[key] = torch.cat(ts).to(device=device, dtype=dtype).contiguous()
+    samples = []
+    for i, item in enumerate(items):
+        fields = {key: moved[key][offsets[i]:offsets[i + 1]] for key in moved}
+        n = counts[i]
+        if "padded_seq_len" in item:
+            padded = int(item["padded_seq_len"].reshape(-1)[0].item())
+            original = int(item.get("original_seq_len", item["padded_seq_len"]).reshape(-1)[0].item())
+            if n != padded:
+                raise ValueError(f"sample has {n} tokens but padded_seq_len {padded}")
+            samples.append(Sample(original_length=original, **fields))
+        else:
+            cu = flat(item["cu_seqlens"]).to(device="cpu", dtype=torch.int32).contiguous().numpy()
+            samples.append(Sample(cu_seqlens=cu, **fields))
+    return samples
 
 
 def _sets_total_tokens(config: Config) -> bool:
@@ -384,7 +418,7 @@ class DataPath:
             for _ in range(num_microbatches):
                 item = next(source)
                 items.extend(item if isinstance(item, list) else [item])
-            samples = [_sample_from_megatron(it, device) for it in items]
+            samples = _samples_from_megatron(items, device)
         out = self.stepper.step(samples, mtp_virtual_stages=self.mtp_virtual_stages)
         self.last_output = out
         per_stage = []

@@ -123,7 +123,7 @@ sys.path.insert(0, HERE)
 CASES = all_cases(world_size())
 
 BENCH = [("dp_balanced", dict(alignment=64)), ("default_dynamic_cp", dict(alignment=64))]
-BENCH_TRACE, BENCH_M, BENCH_REPS = "mlmdefault_n4096_seed1.txt", 8192, 2
+BENCH_TRACE, BENCH_M, BENCH_REPS = "mlmdefault_n4096_seed1.txt", 8192, 3
 
 
 # --------------------------------------------------------------------------
