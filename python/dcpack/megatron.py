@@ -482,8 +482,9 @@ def config_from_megatron(args: Any, max_sequences: int, max_tokens_per_rank: int
     default_dynamic_cp; ``scheduler`` overrides with a dcpack name),
     ``max_seqlen_per_dp_cp_rank``, ``min_dynamic_context_parallel_size``,
     ``microbatch_group_size_per_vp_stage``, ``thd_max_packed_sequences``,
-    ``pad_packed_seq_alignment`` ("max" or an int), the THD tail policy and
-    ``cp_partition_mode``.  ``max_sequences`` and ``max_tokens_per_rank`` are
+    ``pad_packed_seq_alignment`` ("max" or an int; "max" whenever padding is on
+    and ``cuda_graph_impl`` is not "none", as Megatron pads then), the THD tail
+    policy and ``cp_partition_mode``.  ``max_sequences`` and ``max_tokens_per_rank`` are
     the capacities (sequences per global batch; tokens one rank brings in or
     holds out, THD padding included).
     """

@@ -1,7 +1,7 @@
-"""Load Megatron-LM's scheduling code from a checkout, at run time, without torch or the rest of Megatron.
+"""Load Megatron-LM's data-scheduling code from a checkout, at run time; nothing of Megatron is in this repository.
 
-Only two files of the checkout are executed as they are:
-``megatron/core/datasets/data_schedule_utils.py`` and
+:func:`load` (test_megatron.py, no torch needed) executes two files of the
+checkout as they are: ``megatron/core/datasets/data_schedule_utils.py`` and
 ``megatron/core/datasets/data_schedule.py``.  Their imports of torch and of
 other megatron.core modules are satisfied by empty stand-in modules while the
 two files load, then sys.modules is restored.  The scheduling functions
@@ -9,6 +9,10 @@ two files load, then sys.modules is restored.  The scheduling functions
 ``DefaultDynamicCPScheduler.get_groups_and_subsamples``,
 ``next_hdp_group_packing_aware``, ``align_sample_id_groups``) use plain Python
 only, so what runs is Megatron's own code.
+
+:func:`load_data_path` (test_megatron_wrap.py, test_megatron_gpu.py) executes
+those two and ``megatron/core/packed_seq_params.py`` with real torch, for
+Megatron's whole packed data path; its docstring lists the stand-ins.
 """
 
 from __future__ import annotations
