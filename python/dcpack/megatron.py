@@ -290,36 +290,82 @@ def uninstall(previous: Dict[str, Any], *, module: Any = None) -> None:
 # --------------------------------------------------------------------------
 
 
-def _sample_from_megatron(item: Dict[str, Any], device: Any) -> Any:
-    """One of Megatron's dataset samples as a dcpack.Sample on ``device``.
+_FIELDS = (("tokens", "int64"), ("labels", "int64"), ("loss_mask", "float32"), ("position_ids", "int64"))
+
+
+def _samples_from_megatron(items: List[Dict[str, Any]], device: Any) -> List[Any]:
+    """Megatron's dataset samples as dcpack.Samples on ``device``, one copy per field for the whole batch.
 
     Pre-packed samples (``cu_seqlens``, e.g. SFTDataset) keep their cut; unpacked
     ones (``padded_seq_len``, ``original_seq_len``, e.g. VarlenDataset) are one
     sequence each.  A leading batch dimension of 1 (default collate) is dropped.
+    Each field of all the samples is concatenated where the samples are (the
+    host, for a data loader's tensors) and moved to ``device`` in one copy; the
+    samples are views of that tensor.
     """
     import torch
 
     from ._step import Sample
 
-    def flat(t: Any) -> Any:
-        if t.dim() == 2 and t.shape[0] == 1:
-            t = t.squeeze(0)
-        return t
+    def flat(t: Any) -> Any:  # [1, n] (default collate, micro-batch size 1) or [n]
+        return t.reshape(-1)
 
-    fields = {}
-    for key, dtype in (("tokens", torch.int64), ("labels", torch.int64), ("loss_mask", torch.float32),
-                       ("position_ids", torch.int64)):
-        if key in item and item[key] is not None:
-            fields[key] = flat(item[key]).to(device=device, dtype=dtype, non_blocking=True).contiguous()
-    if "padded_seq_len" in item:
-        padded = int(flat(item["padded_seq_len"]).reshape(-1)[0])
-        original = int(flat(item.get("original_seq_len", item["padded_seq_len"])).reshape(-1)[0])
-        n = next(iter(fields.values())).numel() if fields else 0
-        if n != padded:
-            raise ValueError(f"sample has {n} tokens but padded_seq_len {padded}")
-        return Sample(original_length=original, **fields)
-    cu = flat(item["cu_seqlens"]).to(device="cpu", dtype=torch.int32).contiguous().numpy()
-    return Sample(cu_seqlens=cu, **fields)
+    present = [key for key, _ in _FIELDS if items and key in items[0] and items[0][key] is not None]
+    for i, item in enumerate(items):
+        if [key for key, _ in _FIELDS if key in item and item[key] is not None] != present:
+            raise ValueError(f"sample {i} carries other fields than sample 0 ({present})")
+    columns: Dict[str, List[Any]] = {key: [] for key in present}
+    counts: List[int] = []
+    for item in items:
+        n = None
+        for key in present:
+            t = flat(item[key])
+            if n is None:
+                n = t.numel()
+            elif t.numel() != n:
+                raise ValueError(f"sample fields of {n} and {t.numel()} tokens")
+            columns[key].append(t)
+        counts.append(n or 0)
+    offsets = [0]
+    for n in counts:
+        offsets.append(offsets[-1] + n)
+    moved: Dict[str, Any] = {}
+    for key, dtype_name in _FIELDS:
+        if key not in columns:
+            continue
+        dtype = getattr(torch, dtype_name)
+        ts = columns[key]
+        if not ts:
+            continue
+        if any(t.device != ts[0].device for t in ts):
+            ts = [t.to(device) for t in ts]
+        moved[key] = torch.cat(ts).to(device=device, dtype=dtype).contiguous()
+    samples = []
+    for i, item in enumerate(items):
+        fields = {key: moved[key][offsets[i]:offsets[i + 1]] for key in moved}
+        n = counts[i]
+        if "padded_seq_len" in item:
+            padded = int(item["padded_seq_len"].reshape(-1)[0].item())
+            original = int(item.get("original_seq_len", item["padded_seq_len"]).reshape(-1)[0].item())
+            if n != padded:
+                raise ValueError(f"sample has {n} tokens but padded_seq_len {padded}")
+            samples.append(Sample(original_length=original, **fields))
+        else:
+            cu = flat(item["cu_seqlens"]).to(device="cpu", dtype=torch.int32).contiguous().numpy()
+            samples.append(Sample(cu_seqlens=cu, **fields))
+    return samples
+
+
+def _sets_total_tokens(config: Config) -> bool:
+    """Whether Megatron's get_batch leaves ``PackedSeqParams.total_tokens`` set (to the rank's padded length).
+
+    ``pad_sequence_for_thd`` sets it when THD padding is on and cu_seqlens are not
+    padded to a fixed number of entries (``thd_max_packed_sequences``); without
+    padding it stays None.
+    """
+    d = config.to_dict()
+    padding = d["pad_alignment"] > 0 or d["pad_to_max_seqlen"] != 0
+    return bool(padding and d["max_sequences_per_microbatch"] == 0)
 
 
 class DataPath:
@@ -346,17 +392,19 @@ class DataPath:
     def __init__(self, config: Config, groups: Any = None, mtp_virtual_stages: int = 0) -> None:
         from . import torch as dt
 
+        import torch
+
         self.config = config
         self.groups = groups if groups is not None else dt.NcclGroups.from_megatron(config)
         self.stepper = dt.CudaStepper(config, self.groups)
+        self.device = torch.device("cuda", self.groups.device)
         self.mtp_virtual_stages = mtp_virtual_stages
         self.last_output = None
+        self._total_tokens_set = _sets_total_tokens(config)
 
     def wrap_data_iterator(self, data_iterator: Any, config: Any, num_microbatches: int,
                            pg_collection: Any = None) -> Tuple[Any, int, float, float]:
         """Drop-in for Megatron's ``wrap_data_iterator``: (iterator(s), microbatches, seqlen sum, squared sum)."""
-        import torch
-
         vpp = self.config.virtual_pipeline_size
         source = data_iterator
         if isinstance(source, list):
@@ -365,12 +413,12 @@ class DataPath:
         if self.groups.holds_data:
             if source is None:
                 raise ValueError("this rank holds data but its data_iterator is None")
-            device = torch.device("cuda", self.groups.device)
+            device = self.device
             items: List[Dict[str, Any]] = []
             for _ in range(num_microbatches):
                 item = next(source)
                 items.extend(item if isinstance(item, list) else [item])
-            samples = [_sample_from_megatron(it, device) for it in items]
+            samples = _samples_from_megatron(items, device)
         out = self.stepper.step(samples, mtp_virtual_stages=self.mtp_virtual_stages)
         self.last_output = out
         per_stage = []
@@ -389,6 +437,7 @@ class DataPath:
                     "max_seqlen": mb.max_seqlen,
                     "local_cp_size": mb.local_cp_size,
                     "cp_rank": mb.cp_rank,
+                    "total_tokens": mb.num_tokens if self._total_tokens_set else None,
                 })
             per_stage.append(iter(batches))
         iterators: Any = per_stage if vpp > 1 else per_stage[0]
@@ -400,7 +449,12 @@ class DataPath:
                   config: Any = None) -> tuple:
         """Drop-in for ``get_batch_on_this_rank_for_sequence_packing``: the microbatch dcp_step already
         padded, sliced and broadcast, as (tokens, labels, loss_mask, None, position_ids,
-        packed_seq_params, padding_mask)."""
+        packed_seq_params, padding_mask).
+
+        ``PackedSeqParams`` is filled as Megatron's function leaves it after
+        ``pad_sequence_for_thd``: padded boundaries, ``max_seqlen`` of the padded
+        microbatch, ``total_tokens`` (and so ``seq_idx``) where Megatron sets it,
+        ``pad_between_seqs=True``, the dynamic CP group from ``parallel_state``."""
         from megatron.core import parallel_state
         from megatron.core.packed_seq_params import PackedSeqParams
 
@@ -413,7 +467,7 @@ class DataPath:
             cu_seqlens_q=batch["cu_seqlens"], cu_seqlens_kv=batch["cu_seqlens"],
             cu_seqlens_q_padded=batch["cu_seqlens_padded"], cu_seqlens_kv_padded=batch["cu_seqlens_padded"],
             max_seqlen_q=batch["max_seqlen"], max_seqlen_kv=batch["max_seqlen"],
-            local_cp_size=local_cp_size, cp_group=cp_group,
+            local_cp_size=local_cp_size, cp_group=cp_group, total_tokens=batch.get("total_tokens"),
             cp_partition_mode=getattr(config, "cp_partition_mode", "zigzag"), pad_between_seqs=True,
         )
         return (batch["tokens"], batch["labels"], batch["loss_mask"], None, batch["position_ids"], params,
@@ -428,8 +482,9 @@ def config_from_megatron(args: Any, max_sequences: int, max_tokens_per_rank: int
     default_dynamic_cp; ``scheduler`` overrides with a dcpack name),
     ``max_seqlen_per_dp_cp_rank``, ``min_dynamic_context_parallel_size``,
     ``microbatch_group_size_per_vp_stage``, ``thd_max_packed_sequences``,
-    ``pad_packed_seq_alignment`` ("max" or an int), the THD tail policy and
-    ``cp_partition_mode``.  ``max_sequences`` and ``max_tokens_per_rank`` are
+    ``pad_packed_seq_alignment`` ("max" or an int; "max" whenever padding is on
+    and ``cuda_graph_impl`` is not "none", as Megatron pads then), the THD tail
+    policy and ``cp_partition_mode``.  ``max_sequences`` and ``max_tokens_per_rank`` are
     the capacities (sequences per global batch; tokens one rank brings in or
     holds out, THD padding included).
     """
@@ -437,6 +492,8 @@ def config_from_megatron(args: Any, max_sequences: int, max_tokens_per_rank: int
         getattr(args, "sequence_packing_scheduler", None) or "dp_balanced", "dynamic_cp")
     vpp = getattr(args, "virtual_pipeline_model_parallel_size", None) or 1
     alignment = getattr(args, "pad_packed_seq_alignment", None)
+    if alignment is not None and (getattr(args, "cuda_graph_impl", None) or "none") != "none":
+        alignment = "max"  # CUDA graphs: Megatron pads every microbatch to max_seqlen_per_dp_cp_rank
     tail = getattr(args, "thd_tail_padding_policy", None)
     padding = alignment is not None
     cap = getattr(args, "thd_max_packed_sequences", None)

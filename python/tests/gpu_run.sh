@@ -6,22 +6,27 @@
 #
 #   bash python/tests/gpu_run.sh [OUT (default $OUT or gpu-python-logs)] [PARTS]
 #
-# PARTS: any of build, torch, suite, comma-separated (default all three).
+# PARTS: any of build, torch, suite, megatron, comma-separated (default all four).  megatron runs
+# test_megatron_gpu.py (dcpack.megatron.DataPath against Megatron-LM's own reference data path, bit
+# for bit, and the timing of both on one batch, written to OUT/megatron_bench.json); it needs
+# DCPACK_MEGATRON_DIR, a Megatron-LM checkout (or a folder holding the three files
+# megatron_loader.DATA_PATH_FILES names), and is skipped with a note without it.
 # Needs: an NVIDIA GPU, nvcc (CUDA 12 or 13), NCCL (torch's own libnccl is used when torch loads
 # one), cmake >= 3.20, ninja, gcc, and in the Python that runs it (PYTHON, default python3) torch
 # with CUDA, numpy, pytest and scikit-build-core.  Nothing is downloaded: pip runs with --no-index
 # and --no-build-isolation.  The package goes into build-python-gpu/site (--target, so the
 # machine's environment is left as it is; PYTHONPATH points the tests at it); its CMake build
 # folder, build-python-gpu/cmake, is reused by a later run.  DCPACK_TEST_GPUS caps the GPUs the
-# tests use (default: all, at most 4).  DCPACK_MEGATRON_DIR, when set, adds the Megatron-LM
-# comparison of the schedulers to the suite.
+# tests use (default: all, at most 4; test_megatron_gpu.py: at most 8).  DCPACK_MEGATRON_DIR, when
+# set, adds the Megatron-LM comparisons of the schedulers (test_megatron.py) and of wrap_data_iterator
+# (test_megatron_wrap.py, on the CPU) to the suite.
 #
 # Exit status 0 when the package built and every test ran and passed; with a GPU present, GPU
 # tests that were all skipped count as a failure.  OUT/summary.txt says what happened.
 set -uo pipefail
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 O="${1:-${OUT:-gpu-python-logs}}"
-parts=",${2:-build,torch,suite},"
+parts=",${2:-build,torch,suite,megatron},"
 mkdir -p "$O" && O="$(cd "$O" && pwd)"
 W="$SRC/build-python-gpu"
 mkdir -p "$W"
@@ -184,7 +189,27 @@ fi
 
 if [[ $parts == *,suite,* ]]; then
   # the rest of the suite on the CUDA build (Megatron-LM comparison only with DCPACK_MEGATRON_DIR)
-  pytest_run test_suite 240 "$SRC/python/tests" --ignore="$SRC/python/tests/test_torch_cuda.py"
+  pytest_run test_suite 240 "$SRC/python/tests" --ignore="$SRC/python/tests/test_torch_cuda.py" \
+    --ignore="$SRC/python/tests/test_megatron_gpu.py"
+fi
+
+if [[ $parts == *,megatron,* ]]; then
+  if [ -z "${DCPACK_MEGATRON_DIR:-}" ]; then
+    note "megatron: skipped (DCPACK_MEGATRON_DIR is not set)"
+  else
+    DCPACK_BENCH_OUT="$O/megatron_bench.json" pytest_run test_megatron_gpu 420 \
+      "$SRC/python/tests/test_megatron_gpu.py"
+    ran="$("$PY" - "$O/test_megatron_gpu.xml" <<'EOF' 2>/dev/null
+import sys, xml.etree.ElementTree as ET
+root = ET.parse(sys.argv[1]).getroot()
+suites = [root] if root.tag == "testsuite" else list(root)
+print(sum(int(s.get("tests", 0)) - int(s.get("skipped", 0)) for s in suites))
+EOF
+)"
+    if [ $have_gpu -eq 1 ] && [ "${ran:-0}" = "0" ]; then
+      fail "a GPU is present but every Megatron comparison was skipped (test_megatron_gpu.log says why)"
+    fi
+  fi
 fi
 
 note "result: $([ $failed -eq 0 ] && echo PASS || echo FAIL)"
