@@ -88,7 +88,7 @@ dcp_status dcp__bucket(const int32_t *lengths, int32_t n, const dcp_config *conf
     const uint32_t mask = (1u << bits) - 1;
     /* every pass's histogram in one read of the keys (a pass permutes keys, not their digits' counts) */
     memset(count, 0, (size_t)passes * (mask + 1) * sizeof *count);
-    for (int32_t i = 0; i < n; i++) {
+    for (int32_t i = 0; i < n && passes > 0; i++) { /* all lengths equal: no pass, and low is 32 */
         const uint32_t key = (uint32_t)(src[i] >> 32) >> low;
         for (int p = 0; p < passes; p++) count[(size_t)p * (mask + 1) + ((key >> (p * bits)) & mask)]++;
     }

@@ -139,3 +139,23 @@ DCP_TEST(bucket_large_random_is_sorted_and_stable)
         }
     }
 }
+
+/* Every length equal: no bit differs, so no radix pass runs (and no key is shifted by 32). */
+DCP_TEST(bucket_all_lengths_equal_keeps_id_order)
+{
+    dcp_config c;
+    dcp_config_default(&c);
+    c.max_sequences = 2048;
+    enum { N = 1500 };
+    static int32_t lengths[N], ids[N], min_cp[N];
+    for (int i = 0; i < N; i++) lengths[i] = 777;
+    static unsigned char memory[1 << 20];
+    dcp_arena scratch;
+    dcp__arena_init(&scratch, memory, sizeof memory);
+    dcp_error err;
+    DCP_REQUIRE_OK(dcp__bucket(lengths, N, &c, ids, min_cp, &scratch, &err));
+    for (int i = 0; i < N; i++) DCP_CHECK_EQ_INT(ids[i], i);
+    /* and below 1024 sequences (8-bit digits) */
+    DCP_REQUIRE_OK(dcp__bucket(lengths, 5, &c, ids, min_cp, &scratch, &err));
+    for (int i = 0; i < 5; i++) DCP_CHECK_EQ_INT(ids[i], i);
+}
