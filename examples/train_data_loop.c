@@ -416,9 +416,9 @@ static int64_t now_ns(void)
 static int publish(const char *path, const char *job, const char *comm, const char *payload)
 {
     char tmp[4096];
-    int len = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    if (len < 0 || (size_t)len >= sizeof tmp) {
-        fprintf(stderr, "rank 0: rendezvous path %s is too long\n", path);
+    const int n = snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    if (n < 0 || (size_t)n >= sizeof tmp) { /* a cut name would publish some other file */
+        fprintf(stderr, "rank 0: cannot publish %s: the path is too long\n", path);
         return 0;
     }
     FILE *f = fopen(tmp, "w");

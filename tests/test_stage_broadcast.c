@@ -34,9 +34,10 @@ static dcp_status rec_stage(dcp_mover *m, void *st, const dcp_step_input *in, ui
     return DCP_ERR_UNSUPPORTED;
 }
 static dcp_status rec_land(dcp_mover *m, void *st, uint32_t k, const dcp_recv_pieces *p, const dcp_exchange_blocks *x,
-                           const unsigned char *r, const dcp_body_layout *b, int64_t t, dcp_arena *a, dcp_error *e)
+                           const unsigned char *r, const dcp_own_pieces *o, const dcp_step_input *in,
+                           const dcp_body_layout *b, int64_t t, dcp_arena *a, dcp_error *e)
 {
-    (void)st, (void)k, (void)p, (void)x, (void)r, (void)b, (void)t, (void)a, (void)e;
+    (void)st, (void)k, (void)p, (void)x, (void)r, (void)o, (void)in, (void)b, (void)t, (void)a, (void)e;
     ((record *)m->state)->other_calls++;
     return DCP_ERR_UNSUPPORTED;
 }

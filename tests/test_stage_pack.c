@@ -1,7 +1,9 @@
 /*
  * test_stage_pack.c - the pack stage (pipeline/pack.c) on its own:
- * dcp__pack_land through the CPU mover from a receive buffer filled by hand,
- * and dcp__pack_views over a body whose rows are written by hand.
+ * dcp__pack_land through the CPU mover from a receive buffer filled by hand
+ * and, for the pieces a rank keeps, straight from its samples (the receive
+ * table's own pieces), and dcp__pack_views over a body whose rows are
+ * written by hand.
  *
  * Body layouts are checked against offsets worked out by hand first: every
  * part of a body starts on a 64-byte boundary (arena rounding), in the order
@@ -35,8 +37,8 @@ static float getf(const unsigned char *at)
 }
 
 /*
- * Two peers; peer 0 sent 1 token, peer 1 sent 3.  Each block holds its tokens' fields one run after
- * another in field order, the block rounded to 8 bytes:
+ * Two peers, neither of them this rank (its own pieces take no block); peer 0 sent 1 token, peer 1 sent 3.
+ * Each block holds its tokens' fields one run after another in field order, the block rounded to 8 bytes:
  *   peer 0 at 0:  token 100 [0,8), label 200 [8,16), loss 0.5 [16,20), pad [20,24)
  *   peer 1 at 24: tokens 101,102,103 [24,48), labels 201,202,203 [48,72), loss 1, .25, .75 [72,84), pad
  * Pieces (by destination): peer 1 cursor 0 -> slots 0..1; peer 0 cursor 0 -> slot 3; peer 1 cursor 2 ->
@@ -63,6 +65,7 @@ static void fill_recv(unsigned char *recv)
     putf(recv + 80, 0.75f);
 }
 
+/* No own piece (own_count 0); the landing then never reads the samples. */
 static void land_tables(dcp_receive_table *rt, dcp_exchange_blocks *x)
 {
     memset(rt, 0, sizeof *rt);
@@ -80,6 +83,10 @@ static void land_tables(dcp_receive_table *rt, dcp_exchange_blocks *x)
     x->send_total = 0;
     x->recv_total = 88;
 }
+
+/* An input whose one sample has no field: landing without own pieces must not read it. */
+static dcp_sample unread_sample;
+static const dcp_step_input unread_input = {&unread_sample, 1, LAND_KEPT};
 
 DCP_TEST(land_puts_each_field_in_its_slots)
 {
@@ -107,7 +114,7 @@ DCP_TEST(land_puts_each_field_in_its_slots)
     dcp__arena_init(&scratch, scratch_memory, sizeof scratch_memory);
     dcp_error err;
     dcp__error_clear(&err);
-    DCP_REQUIRE_OK(dcp__pack_land(&mover, NULL, LAND_KEPT, &rt, &x, recv, &b, 6, &scratch, &err));
+    DCP_REQUIRE_OK(dcp__pack_land(&mover, NULL, LAND_KEPT, &rt, &x, recv, &unread_input, &b, 6, &scratch, &err));
     dcp__arena_release(&scratch);
 
     const int64_t want_tokens[6] = {101, 102, 0, 100, 103, 0};
@@ -126,6 +133,11 @@ DCP_TEST(land_puts_each_field_in_its_slots)
     /* the prefix (the reroute stage's rows and cu arrays) and everything past the body stay as they were */
     for (int i = 0; i < 192; i++) DCP_CHECK_EQ_INT(body[i], 0xAB);
     for (int i = 448; i < 512; i++) DCP_CHECK_EQ_INT(body[i], 0xAB);
+    /* and so does every part past slot 6: tokens [240,256), labels [304,320), loss_mask [344,384), mask [390,448) */
+    for (int i = 240; i < 256; i++) DCP_CHECK_EQ_INT(body[i], 0xAB);
+    for (int i = 304; i < 320; i++) DCP_CHECK_EQ_INT(body[i], 0xAB);
+    for (int i = 344; i < 384; i++) DCP_CHECK_EQ_INT(body[i], 0xAB);
+    for (int i = 390; i < 448; i++) DCP_CHECK_EQ_INT(body[i], 0xAB);
 }
 
 DCP_TEST(land_without_fields_writes_only_the_mask)
@@ -149,12 +161,13 @@ DCP_TEST(land_without_fields_writes_only_the_mask)
     dcp__arena_init(&scratch, scratch_memory, sizeof scratch_memory);
     dcp_error err;
     unsigned char recv[1] = {0};
-    DCP_REQUIRE_OK(dcp__pack_land(&mover, NULL, 0, &rt, &x, recv, &b, 6, &scratch, &err));
+    const dcp_step_input no_fields = {&unread_sample, 1, 0};
+    DCP_REQUIRE_OK(dcp__pack_land(&mover, NULL, 0, &rt, &x, recv, &no_fields, &b, 6, &scratch, &err));
     dcp__arena_release(&scratch);
     const uint8_t want_mask[6] = {0, 0, 1, 0, 0, 1};
     for (int t = 0; t < 6; t++) DCP_CHECK_EQ_INT(body[192 + t], want_mask[t]);
     for (int i = 0; i < 192; i++) DCP_CHECK_EQ_INT(body[i], 0xAB);
-    for (int i = 256; i < 320; i++) DCP_CHECK_EQ_INT(body[i], 0xAB);
+    for (int i = 198; i < 320; i++) DCP_CHECK_EQ_INT(body[i], 0xAB); /* the mask past slot 6, and past the body */
 }
 
 DCP_TEST(land_refuses_too_little_scratch)
@@ -168,15 +181,127 @@ DCP_TEST(land_refuses_too_little_scratch)
     dcp_receive_table rt;
     dcp_exchange_blocks x;
     land_tables(&rt, &x);
-    /* 64 bytes: the 2 peer bases fit, the 3 source offsets do not */
+    /* 64 bytes: the table holds 2 * (3 received + 0 own) + 1 = 7 segments; its src_index (7 * 4 = 28 bytes, one
+     * 64-byte line) fits, its src_offset (7 * 8 = 56 bytes, the next line) does not */
     dcp_arena scratch;
     dcp__arena_init(&scratch, scratch_memory, sizeof scratch_memory);
     DCP_REQUIRE_EQ_INT(scratch.capacity, 64);
     dcp_error err;
     dcp__error_clear(&err);
-    DCP_CHECK_STATUS(dcp__pack_land(&mover, NULL, LAND_KEPT, &rt, &x, recv, &b, 6, &scratch, &err), DCP_ERR_CAPACITY);
+    DCP_CHECK_STATUS(dcp__pack_land(&mover, NULL, LAND_KEPT, &rt, &x, recv, &unread_input, &b, 6, &scratch, &err),
+                     DCP_ERR_CAPACITY);
     DCP_CHECK_CONTAINS(err.message, "landing scratch too small");
     dcp__arena_release(&scratch);
+}
+
+/*
+ * The same received pieces over 8 slots, with two own pieces in the receive table, landed from this rank's
+ * samples in the same pass:
+ *   sample 0: tokens 500+i, labels 600+i, loss 2 + i/4 (4 tokens); sample 1: 510+i, 610+i, 3 + i/2 (4)
+ *   own sample 1 src 1 -> slot 2 (the slot that was padding above); own sample 0 src 0 -> slots 6..7
+ * So slots 0..1 peer 1, 2 sample 1, 3 peer 0, 4 peer 1, 5 padding, 6..7 sample 0.  8 tokens take the same
+ * parts as 6: tokens [192,256) labels [256,320) loss_mask [320,384) mask [384,448).
+ */
+static const int32_t own_sample[2] = {1, 0};
+static const int64_t own_src[2] = {1, 0}, own_dst[2] = {2, 6}, own_length[2] = {1, 2};
+
+typedef struct own_input {
+    int64_t tok[2][4], lab[2][4];
+    float loss[2][4];
+    dcp_sample s[2];
+    dcp_step_input in;
+} own_input;
+
+static void own_setup(own_input *o, dcp_receive_table *rt, const int64_t *dst)
+{
+    memset(o, 0, sizeof *o);
+    for (int i = 0; i < 4; i++) {
+        o->tok[0][i] = 500 + i, o->lab[0][i] = 600 + i, o->loss[0][i] = 2.0f + 0.25f * (float)i;
+        o->tok[1][i] = 510 + i, o->lab[1][i] = 610 + i, o->loss[1][i] = 3.0f + 0.5f * (float)i;
+    }
+    for (int k = 0; k < 2; k++) {
+        o->s[k].tokens = o->tok[k], o->s[k].labels = o->lab[k], o->s[k].loss_mask = o->loss[k];
+        o->s[k].num_tokens = 4; /* position_ids not kept: NULL, never read */
+    }
+    o->in = (dcp_step_input){o->s, 2, LAND_KEPT};
+    rt->own_sample = (int32_t *)own_sample;
+    rt->own_src = (int64_t *)own_src;
+    rt->own_dst = (int64_t *)dst;
+    rt->own_length = (int64_t *)own_length;
+    rt->own_count = 2;
+    rt->own_tokens = 3;
+}
+
+DCP_TEST(land_takes_own_pieces_from_the_samples_beside_received_ones)
+{
+    dcp_body_layout b;
+    dcp__body_layout_compute(1, 3, 8, LAND_KEPT, &b);
+    DCP_REQUIRE_EQ_INT(b.field[0], 192);
+    DCP_REQUIRE_EQ_INT(b.field[1], 256);
+    DCP_REQUIRE_EQ_INT(b.field[3], 320);
+    DCP_REQUIRE_EQ_INT(b.mask, 384);
+    DCP_REQUIRE_EQ_INT(b.used, 448);
+    _Alignas(64) static unsigned char recv[88], body[512], scratch_memory[2048];
+    static own_input o;
+    fill_recv(recv);
+    memset(body, 0xAB, sizeof body);
+    dcp_mover mover;
+    dcp__mover_cpu_init(&mover, body, sizeof body);
+    dcp_receive_table rt;
+    dcp_exchange_blocks x;
+    land_tables(&rt, &x);
+    own_setup(&o, &rt, own_dst);
+    dcp_arena scratch;
+    dcp__arena_init(&scratch, scratch_memory, sizeof scratch_memory);
+    dcp_error err;
+    dcp__error_clear(&err);
+    DCP_REQUIRE_OK(dcp__pack_land(&mover, NULL, LAND_KEPT, &rt, &x, recv, &o.in, &b, 8, &scratch, &err));
+    dcp__arena_release(&scratch);
+    const int64_t want_tokens[8] = {101, 102, 511, 100, 103, 0, 500, 501};
+    const int64_t want_labels[8] = {201, 202, 611, 200, 203, 0, 600, 601};
+    const float want_loss[8] = {1.0f, 0.25f, 3.5f, 0.5f, 0.75f, 0.0f, 2.0f, 2.25f};
+    const uint8_t want_mask[8] = {0, 0, 0, 0, 0, 1, 0, 0};
+    for (int t = 0; t < 8; t++) {
+        DCP_CHECK_EQ_INT(get64(body + 192 + 8 * t), want_tokens[t]);
+        DCP_CHECK_EQ_INT(get64(body + 256 + 8 * t), want_labels[t]);
+        DCP_CHECK(getf(body + 320 + 4 * t) == want_loss[t]);
+        DCP_CHECK_EQ_INT(body[384 + t], want_mask[t]);
+    }
+    DCP_CHECK(memcmp(body + 320 + 4 * 5, "\0\0\0\0", 4) == 0);
+    for (int i = 0; i < 192; i++) DCP_CHECK_EQ_INT(body[i], 0xAB);
+    for (int i = 352; i < 384; i++) DCP_CHECK_EQ_INT(body[i], 0xAB);
+    for (int i = 392; i < 512; i++) DCP_CHECK_EQ_INT(body[i], 0xAB);
+}
+
+DCP_TEST(land_refuses_an_own_piece_over_a_received_one)
+{
+    /*
+     * Own piece 1 at slot 4 instead of 6: received piece 2 (peer 1 cursor 2) lands there too.  By destination:
+     * received 0 [0,2), own 0 [2,3), received 1 [3,4), then received 2 and own 1 both at 4: the received one
+     * first (a tie), so own piece 1 starts before the end of the last, 5, and is named.  Nothing is written.
+     */
+    dcp_body_layout b;
+    dcp__body_layout_compute(1, 3, 8, LAND_KEPT, &b);
+    _Alignas(64) static unsigned char recv[88], body[512], scratch_memory[2048];
+    static own_input o;
+    fill_recv(recv);
+    memset(body, 0xAB, sizeof body);
+    dcp_mover mover;
+    dcp__mover_cpu_init(&mover, body, sizeof body);
+    dcp_receive_table rt;
+    dcp_exchange_blocks x;
+    land_tables(&rt, &x);
+    const int64_t over[2] = {2, 4};
+    own_setup(&o, &rt, over);
+    dcp_arena scratch;
+    dcp__arena_init(&scratch, scratch_memory, sizeof scratch_memory);
+    dcp_error err;
+    dcp__error_clear(&err);
+    DCP_CHECK_STATUS(dcp__pack_land(&mover, NULL, LAND_KEPT, &rt, &x, recv, &o.in, &b, 8, &scratch, &err),
+                     DCP_ERR_INVALID_PLAN);
+    DCP_CHECK_CONTAINS(err.message, "own piece 1 lands over another or past 8 tokens");
+    dcp__arena_release(&scratch);
+    for (int i = 0; i < 512; i++) DCP_CHECK_EQ_INT(body[i], 0xAB);
 }
 
 /* ------------------------------------------------------------------------ */
