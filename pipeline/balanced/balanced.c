@@ -81,12 +81,22 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->sort_a = DCP_ARENA_NEW(a, int32_t, un);
     b->sort_b = DCP_ARENA_NEW(a, int32_t, un);
     b->saved_mb = DCP_ARENA_NEW(a, int32_t, un);
+    /*
+     * The local search runs after every pass and polish, and needs none of
+     * their working arrays: its own live in theirs (balanced_internal.h).
+     */
+    b->ds_heap = b->order;
+    b->ds_pos = b->class_list;
+    b->ds_leaf = b->alive_next;
+    b->ds_slack = (int64_t *)b->heap;
+    b->ds_room = (int64_t *)b->park;
     b->local_cap = local;
     return b->len && b->min_cp && b->run_end && b->next_cost && b->min_cost && b->cp && b->sizes_cp && b->sizes_cost && b->cost && b->order && b->class_list &&
            b->item_group && b->item_next && b->free_groups && b->g_mb && b->g_cp && b->g_head && b->g_tail && b->g_count &&
            b->g_load && b->g_tokens && b->g_key && b->mb_free && b->mb_cap && b->mb_level && b->mb_order &&
            b->mb_first && b->mb_groups && b->heap && b->park && b->cursor && b->local && kept_ok && b->sort_a && b->sort_b && b->saved_mb && b->alive_next && b->g_slot && b->room_tree && b->rp_items && b->rp_of &&
            b->rp_size && b->rp_count && b->rp_load && b->rp_tokens && b->rp_cost && b->rp_seg && b->rp_head && b->rp_tail && b->rp_next &&
+           b->ds_heap && b->ds_pos && b->ds_slack && b->ds_room && b->ds_leaf &&
            (table_n == 0 || (b->cost_table && b->cost_cheapest));
 }
 
@@ -211,6 +221,19 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
     }
     if (b.dense)
         for (int j = 0; j < b.num_kept; j++) dcp__balanced_polish_plan(&b, j, plan->max_microbatches);
+    /*
+     * The local search: on every kept plan with few sequences per rank; with
+     * many, on the best one when there are enough sequences for it to pay
+     * (below that the search costs more than the plan).
+     */
+    if (b.dense) {
+        for (int j = 0; j < b.num_kept; j++) dcp__balanced_descend_plan(&b, j, DESCENT_WORK_DENSE * (int64_t)b.n + 4096);
+    } else if (b.n >= DESCENT_MIN_SEQUENCES && b.num_kept > 0) {
+        int best = 0;
+        for (int j = 1; j < b.num_kept; j++)
+            if (b.kept[j].makespan < b.kept[best].makespan) best = j;
+        dcp__balanced_descend_plan(&b, best, DESCENT_WORK_MANY * (int64_t)b.n);
+    }
     if (b.num_kept == 0 && over_capacity)
         return dcp__fail(err, DCP_ERR_CAPACITY, "balanced: the plan needs more than max_microbatches = %d microbatches",
                         plan->max_microbatches);

@@ -293,3 +293,15 @@ void dcp__balanced_polish_plan(balanced *b, int slot, int32_t max_microbatches)
     makespan = regroup(b, makespan, live);
     if (makespan < b->kept[slot].makespan && b->num_mbs <= max_microbatches) dcp__balanced_keep_plan(b, makespan, slot);
 }
+
+/* The local search on a kept plan, then regroup; the slot takes the result when its makespan is lower. */
+void dcp__balanced_descend_plan(balanced *b, int slot, int64_t budget)
+{
+    dcp__balanced_restore_plan(b, &b->kept[slot]);
+    dcp__balanced_compact_mbs(b);
+    dcp__balanced_descent(b, budget);
+    int32_t live = 0;
+    int64_t makespan = dcp__balanced_evaluate(b, &live);
+    makespan = regroup(b, makespan, live);
+    if (makespan < b->kept[slot].makespan) dcp__balanced_keep_plan(b, makespan, slot);
+}

@@ -49,6 +49,11 @@
  * up); finally all groups are dealt, by load, into the microbatches again
  * (for equal sizes that order minimises the sum of maxima).
  *
+ * Last, a local search (balanced_descent.c) lowers microbatch levels one
+ * move or swap of a sequence at a time, never raising any: on every kept
+ * plan with fewer than 16 sequences per rank, on the best one with more from
+ * DESCENT_MIN_SEQUENCES sequences on.
+ *
  * Everything is integer and every choice is a pure function of the lengths
  * and the configuration, so every rank, compiler and optimisation level
  * computes the same plan.  Scratch comes from the arena, laid out by one
@@ -65,6 +70,7 @@
  *   balanced_repack.c      repacking microbatches against a level, and merging them
  *   balanced_finish.c      the end of every pass (repair, VPP alignment, regroup) and
  *                          the polishing of kept plans
+ *   balanced_descent.c     the local search on a kept plan
  *   balanced_emit.c        the kept plans: keep, restore, emit the best
  *
  * Functions one file offers the others are named dcp__balanced_*; the hot
@@ -87,6 +93,13 @@ enum { MAX_LOG2_RANKS = 20, NUM_CLASSES = MAX_LOG2_RANKS + 2, FULL_CLASS = MAX_L
 
 /* Largest microbatch (in sequences) that is repacked: the repacking is quadratic in it. */
 enum { REPACK_MAX = 4096 };
+
+/*
+ * The local search's work per sequence (balanced_descent.c): with few
+ * sequences per rank on every kept plan; with many, on the best plan from
+ * DESCENT_MIN_SEQUENCES sequences on (below that it costs more than it finds).
+ */
+enum { DESCENT_WORK_DENSE = 8, DESCENT_WORK_MANY = 4, DESCENT_MIN_SEQUENCES = 16384 };
 
 /* Trial merges remembered within one merge loop (the window's 28 pairs and the rounds after). */
 enum { MERGE_MEMO = 64 };
@@ -235,7 +248,22 @@ typedef struct balanced {
      */
     int64_t join_below[NUM_CLASSES];
 
-    /* the best plan so far */
+    /*
+     * The local search (balanced_descent.c): per-microbatch max-heaps of
+     * groups by load (laid out as mb_first), each group's place in its heap,
+     * and per class a max tree over its groups of (slack, free tokens).  It
+     * runs when the passes are done, so its arrays are theirs: ds_heap is
+     * order, ds_pos class_list, ds_leaf alive_next, ds_slack heap and
+     * ds_room park (2n int64 each: a class of c groups takes 2c nodes).
+     */
+    int32_t *ds_heap;   /* [n] */
+    int32_t *ds_pos;    /* [n] */
+    int64_t *ds_slack;  /* [2n] the classes' trees one after another */
+    int64_t *ds_room;   /* [2n] */
+    int32_t *ds_leaf;   /* [n] a class's leaf -> group */
+    int32_t ds_tree_off[NUM_CLASSES], ds_leaves[NUM_CLASSES];
+    int64_t ds_work;    /* work the search may still do */
+
     /* the best plans so far, by makespan (kept[0] the best); few sequences per rank: all are polished */
     saved_plan kept[NUM_KEPT];
     int num_kept;
@@ -458,6 +486,10 @@ int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force);
 /* balanced_finish.c: the common end of a pass; polishing a kept plan */
 int64_t dcp__balanced_finish_pass(balanced *b, int merge_down);
 void dcp__balanced_polish_plan(balanced *b, int slot, int32_t max_microbatches);
+void dcp__balanced_descend_plan(balanced *b, int slot, int64_t budget);
+
+/* balanced_descent.c: the local search on a plan */
+void dcp__balanced_descent(balanced *b, int64_t budget);
 
 /* balanced_emit.c: the kept plans */
 void dcp__balanced_keep_plan(balanced *b, int64_t makespan, int slot);
