@@ -40,8 +40,8 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->mb_order = DCP_ARENA_NEW(a, int32_t, 2 * un);
     b->mb_first = DCP_ARENA_NEW(a, int32_t, 2 * un + 1);
     b->mb_groups = DCP_ARENA_NEW(a, int32_t, un);
-    b->heap = DCP_ARENA_NEW(a, heap_entry, un);
-    b->park = DCP_ARENA_NEW(a, heap_entry, un);
+    b->heap = DCP_ARENA_NEW(a, heap_entry, dcp__size_mul(un, 2)); /* heap and park: one block, the pooled packing's groups */
+    b->park = b->heap ? b->heap + un : NULL;
     b->local = DCP_ARENA_NEW(a, heap_entry, (size_t)local);
     b->cursor = DCP_ARENA_NEW(a, int32_t, 2 * un);
     int kept_ok = 1;
@@ -81,6 +81,15 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->sort_a = DCP_ARENA_NEW(a, int32_t, un);
     b->sort_b = DCP_ARENA_NEW(a, int32_t, un);
     b->saved_mb = DCP_ARENA_NEW(a, int32_t, un);
+    b->pk_k0 = DCP_ARENA_NEW(a, int8_t, un);
+    b->pk_cost = DCP_ARENA_NEW(a, int64_t, dcp__size_mul(un, POOL_WINDOW));
+    b->pk_bhead = DCP_ARENA_NEW(a, int32_t, (size_t)NUM_CLASSES * POOL_BUCKETS);
+    b->pk_bits = DCP_ARENA_NEW(a, uint64_t, (size_t)NUM_CLASSES * POOL_BUCKETS / 64);
+    /* the pooled packing is done before any pass starts: its trial arrays are theirs (balanced_internal.h) */
+    b->pk_grp = (pool_group *)b->heap;
+    b->pk_of = b->order;
+    b->pk_keep_of = b->class_list;
+    b->pk_keep_size = b->alive_next;
     /*
      * The local search runs after every pass and polish, and needs none of
      * their working arrays: its own live in theirs (balanced_internal.h).
@@ -96,7 +105,7 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
            b->g_load && b->g_tokens && b->g_key && b->mb_free && b->mb_cap && b->mb_level && b->mb_order &&
            b->mb_first && b->mb_groups && b->heap && b->park && b->cursor && b->local && kept_ok && b->sort_a && b->sort_b && b->saved_mb && b->alive_next && b->g_slot && b->room_tree && b->rp_items && b->rp_of &&
            b->rp_size && b->rp_count && b->rp_load && b->rp_tokens && b->rp_cost && b->rp_seg && b->rp_head && b->rp_tail && b->rp_next &&
-           b->ds_heap && b->ds_pos && b->ds_slack && b->ds_room && b->ds_leaf &&
+           b->pk_k0 && b->pk_cost && b->pk_bhead && b->pk_bits &&
            (table_n == 0 || (b->cost_table && b->cost_cheapest));
 }
 
@@ -208,7 +217,39 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
      */
     const __int128 bound = b.min_work / b.num_ranks + (__int128)((b.total_tokens + capacity - 1) / capacity) *
                                                           b.model->microbatch_overhead;
-    for (int t = 0; t < (b.dense ? 5 : 2); t++) {
+    /*
+     * Few sequences per rank on many ranks (a power of two): first the pooled
+     * packing (balanced_pool.c) for the least microbatch count.  When its plan
+     * is within 1/16 of the bound for that count (the GPU time at minimal
+     * sizes over its ranks, or the dearest sequence's cheapest cost, whichever
+     * is higher, plus the overheads) the passes are skipped; else the pooled
+     * packing for one microbatch more is kept as a candidate and the passes
+     * run as they would without it (they cost most there, and are needed
+     * where lengths are far apart: one level for all is a poor fit when a few
+     * sequences cost far more than the rest).
+     */
+    int pooled_done = 0;
+    if (b.dense && b.num_ranks >= POOL_MIN_RANKS && (b.num_ranks & (b.num_ranks - 1)) == 0) {
+        dcp__balanced_pool_prepare(&b);
+        for (int t = 0; t < 2 && !pooled_done; t++) {
+            const int64_t k = k0 + (int64_t)t * b.vpp;
+            if (k > b.n || k > INT32_MAX) break;
+            b.vpp_misaligned = 0;
+            const int64_t makespan = dcp__balanced_pool_pass(&b, (int32_t)k);
+            if (makespan < 0) continue;
+            if (b.num_mbs > plan->max_microbatches) {
+                over_capacity = 1;
+                continue;
+            }
+            dcp__balanced_keep_plan(&b, makespan, -1);
+            __int128 level = dcp__balanced_ceil_div128(b.min_work, (__int128)b.num_mbs * b.num_ranks);
+            if (b.pk_floor > level) level = b.pk_floor;
+            const __int128 near = (level + b.model->microbatch_overhead) * b.num_mbs;
+            /* only the least count is trusted: needing more is the sign of lengths far apart */
+            pooled_done = t == 0 && (__int128)makespan * 16 <= near * 17;
+        }
+    }
+    for (int t = 0; t < (pooled_done ? 0 : b.dense ? 5 : 2); t++) {
         const int64_t k = k0 + (int64_t)t * b.vpp;
         if (k > b.n) break;
         if (!b.dense && t > 0 && b.num_kept > 0 && (__int128)b.kept[0].makespan * 99 <= bound * 100) break;
@@ -219,7 +260,7 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
             }
         }
     }
-    if (b.dense)
+    if (b.dense && !pooled_done)
         for (int j = 0; j < b.num_kept; j++) dcp__balanced_polish_plan(&b, j, plan->max_microbatches);
     /*
      * The local search: on every kept plan with few sequences per rank; with

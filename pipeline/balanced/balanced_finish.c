@@ -305,3 +305,20 @@ void dcp__balanced_descend_plan(balanced *b, int slot, int64_t budget)
     makespan = regroup(b, makespan, live);
     if (makespan < b->kept[slot].makespan) dcp__balanced_keep_plan(b, makespan, slot);
 }
+
+/* The common end of a pooled pass (free ranks already filled): VPP alignment (merging down where a pair fits), regroup; the makespan or -1. */
+int64_t dcp__balanced_finish_pool(balanced *b)
+{
+    dcp__balanced_compact_mbs(b);
+    int32_t live = 0;
+    b->vpp_misaligned = 0;
+    if (b->vpp > 1) {
+        dcp__balanced_evaluate(b, &live);
+        if (live % b->vpp != 0) {
+            if (!fix_vpp_multiple(b, 1)) return -1;
+            dcp__balanced_compact_mbs(b);
+        }
+    }
+    int64_t makespan = dcp__balanced_evaluate(b, &live);
+    return regroup(b, makespan, live);
+}

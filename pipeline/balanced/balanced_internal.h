@@ -49,6 +49,13 @@
  * up); finally all groups are dealt, by load, into the microbatches again
  * (for equal sizes that order minimises the sum of maxima).
  *
+ * Few sequences per rank on many ranks (at least POOL_MIN_RANKS, a power of
+ * two) start with the pooled packing (balanced_pool.c): every sequence
+ * packed at once under one level into the ranks of the least microbatch
+ * count, by a best-fit packing whose level is found by false position on the
+ * ranks it needs; within 1/16 of that count's bound it is the plan and the
+ * passes are skipped (they cost most there), else they run as above.
+ *
  * Last, a local search (balanced_descent.c) lowers microbatch levels one
  * move or swap of a sequence at a time, never raising any: on every kept
  * plan with fewer than 16 sequences per rank, on the best one with more from
@@ -70,6 +77,7 @@
  *   balanced_repack.c      repacking microbatches against a level, and merging them
  *   balanced_finish.c      the end of every pass (repair, VPP alignment, regroup) and
  *                          the polishing of kept plans
+ *   balanced_pool.c        the pooled packing (few sequences per rank on many ranks)
  *   balanced_descent.c     the local search on a kept plan
  *   balanced_emit.c        the kept plans: keep, restore, emit the best
  *
@@ -129,6 +137,24 @@ typedef struct saved_plan {
 } saved_plan;
 
 enum { NUM_KEPT = 3 };
+
+/*
+ * A trial group of the pooled packing (balanced_pool.c), in one half cache
+ * line.  Its room under the trial's level is pk_level - load; bprev is
+ * POOL_UNLINKED while it is in no bucket (full, or being filled).
+ */
+typedef struct pool_group {
+    int64_t load, tokens;
+    int32_t size, count;
+    int32_t bprev, bnext;
+} pool_group;
+enum { POOL_UNLINKED = -2 };
+
+/* The pooled packing: classes above a position's minimal one whose costs are cached, room buckets per class. */
+enum { POOL_WINDOW = 4, POOL_BUCKETS = 1024 };
+
+/* Few sequences per rank on at least this many ranks (a power of two): the pooled packing first. */
+enum { POOL_MIN_RANKS = 2048 };
 
 /* A trial merge of microbatches a < b under a bound: the merged level, or -1. */
 typedef struct merge_trial {
@@ -247,6 +273,32 @@ typedef struct balanced {
      * * join_den.  Saves costing and scanning classes that could never take it.
      */
     int64_t join_below[NUM_CLASSES];
+
+    /*
+     * The pooled packing (balanced_pool.c): each position's minimal class and
+     * its cost there and at the POOL_WINDOW - 1 classes above (-1: not yet
+     * computed), and one trial's groups and room index.  It runs before any
+     * pass and is done with its trial groups once its plan is committed, so
+     * pk_grp lives in heap and park (one block of 2n entries) and pk_of,
+     * pk_keep_of and pk_keep_size in order, class_list and alive_next; the
+     * cost cache is its own (the local search reads it too).
+     */
+    int8_t *pk_k0;                              /* [n] */
+    int64_t *pk_cost;                           /* [n * POOL_WINDOW] */
+    pool_group *pk_grp;                         /* [n] a trial's groups */
+    int32_t *pk_of;                             /* [n] a trial's group of each position */
+    int32_t *pk_keep_of, *pk_keep_size;         /* [n] the trial kept: each position's group, each group's size */
+    int32_t pk_keep_groups;
+    int32_t *pk_bhead;                          /* [NUM_CLASSES * POOL_BUCKETS] */
+    uint64_t *pk_bits;                          /* [NUM_CLASSES * POOL_BUCKETS / 64] */
+    uint64_t pk_summary[NUM_CLASSES];
+    int8_t pk_next_class[NUM_CLASSES];          /* the next class that is a size on N ranks (NUM_CLASSES: none) */
+    int64_t pk_level;                           /* the level of the trial under way */
+    int pk_shift;                               /* its rooms' shift to a bucket */
+    int32_t pk_shortest;                        /* the shortest length: a group with fewer free tokens is full */
+    int pk_count_all;                           /* a trial goes on past the capacity (to count the ranks it needs) */
+    int pk_ready;                               /* the cache is in use this call */
+    int64_t pk_floor;                           /* the dearest sequence's cheapest cost */
 
     /*
      * The local search (balanced_descent.c): per-microbatch max-heaps of
@@ -485,8 +537,14 @@ int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force);
 
 /* balanced_finish.c: the common end of a pass; polishing a kept plan */
 int64_t dcp__balanced_finish_pass(balanced *b, int merge_down);
+int64_t dcp__balanced_finish_pool(balanced *b);
 void dcp__balanced_polish_plan(balanced *b, int slot, int32_t max_microbatches);
 void dcp__balanced_descend_plan(balanced *b, int slot, int64_t budget);
+
+/* balanced_pool.c: the pooled packing for few sequences per rank on many ranks */
+void dcp__balanced_pool_prepare(balanced *b);
+int64_t dcp__balanced_pool_pass(balanced *b, int32_t mbs);
+int64_t dcp__balanced_pool_cost(balanced *b, int32_t p, int32_t cp);
 
 /* balanced_descent.c: the local search on a plan */
 void dcp__balanced_descent(balanced *b, int64_t budget);
