@@ -156,10 +156,15 @@ enum { POOL_WINDOW = 4, POOL_BUCKETS = 1024 };
 /* Few sequences per rank on at least this many ranks (a power of two): the pooled packing first. */
 enum { POOL_MIN_RANKS = 2048 };
 
-/* A trial merge of microbatches a < b under a bound: the merged level, or -1. */
+/*
+ * A trial merge of microbatches a < b under a bound: the merged level, or -1;
+ * and what its search ended on (the trial level) and charged to the
+ * polishing budget, so that committing it repeats only the last trial.
+ */
 typedef struct merge_trial {
     int32_t a, b;
     int64_t bound, merged;
+    int64_t trial, charge;
 } merge_trial;
 
 /* Scratch of one planning call. */
