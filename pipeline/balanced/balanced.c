@@ -65,6 +65,7 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->rp_cost = DCP_ARENA_NEW(a, int64_t, dcp__size_mul(ul, NUM_CLASSES));
     b->rp_seg = DCP_ARENA_NEW(a, int32_t, dcp__size_mul(ul, NUM_CLASSES));
     b->rp_head = DCP_ARENA_NEW(a, int32_t, ul);
+    b->rp_memo = DCP_ARENA_NEW(a, repack_memo, REPACK_MEMO);
     int64_t table_n = 16 * (int64_t)num_ranks - 1;
     if (table_n > n) table_n = n;
     if (table_n > REPACK_MAX) table_n = REPACK_MAX; /* at most 720 KiB; larger calls compute rows as they go */
@@ -104,7 +105,7 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
            b->item_group && b->item_next && b->free_groups && b->g_mb && b->g_cp && b->g_head && b->g_tail && b->g_count &&
            b->g_load && b->g_tokens && b->g_key && b->mb_free && b->mb_cap && b->mb_level && b->mb_order &&
            b->mb_first && b->mb_groups && b->heap && b->park && b->cursor && b->local && kept_ok && b->sort_a && b->sort_b && b->saved_mb && b->alive_next && b->g_slot && b->room_tree && b->rp_items && b->rp_of &&
-           b->rp_size && b->rp_count && b->rp_load && b->rp_tokens && b->rp_cost && b->rp_seg && b->rp_head && b->rp_tail && b->rp_next &&
+           b->rp_size && b->rp_count && b->rp_load && b->rp_tokens && b->rp_cost && b->rp_seg && b->rp_head && b->rp_tail && b->rp_next && b->rp_memo &&
            b->pk_k0 && b->pk_cost && b->pk_bhead && b->pk_bits &&
            (table_n == 0 || (b->cost_table && b->cost_cheapest));
 }
@@ -147,6 +148,7 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
     if (!balanced_layout(&b, scratch, in->num_sequences, in->num_ranks))
         return dcp__fail(err, DCP_ERR_CAPACITY, "balanced scratch too small for %d sequences on %d ranks",
                         in->num_sequences, in->num_ranks);
+    memset(b.rp_memo, 0, REPACK_MEMO * sizeof *b.rp_memo);
     b.n = in->num_sequences;
     b.num_ranks = in->num_ranks;
     b.max_seqlen = c->max_seqlen_per_rank;

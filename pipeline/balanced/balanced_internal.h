@@ -167,6 +167,18 @@ typedef struct merge_trial {
     int64_t trial, charge;
 } merge_trial;
 
+/*
+ * A repacking search remembered (balanced_repack.c): its sequences (a hash of
+ * their positions, and how many), its bound, its outcome (the level, -1 for
+ * none below the bound), the trial level it ended on and what it charged.
+ */
+typedef struct repack_memo {
+    uint64_t key;
+    int32_t count;
+    int64_t bound, level, trial, charge;
+} repack_memo;
+enum { REPACK_MEMO = 1024 };
+
 /* Scratch of one planning call. */
 typedef struct balanced {
     /* the problem, by position in length-descending order */
@@ -265,6 +277,7 @@ typedef struct balanced {
      */
     merge_trial memo[MERGE_MEMO];
     int num_memo;
+    repack_memo *rp_memo; /* [REPACK_MEMO] searches of this call, by hash (cleared per call) */
     int32_t *saved_mb;        /* [n] group -> microbatch before a regrouping */
     /* the last length costed at each class when joining a wider group: equal lengths come in runs */
     int64_t join_len[NUM_CLASSES], join_cost[NUM_CLASSES];

@@ -305,6 +305,39 @@ static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_th
             for (int32_t p = b->g_head[b->mb_groups[x]]; p >= 0; p = b->item_next[p]) b->rp_items[count++] = p;
     if (count == 0) return -1;
     sort_positions(b, count);
+    /*
+     * The same sequences under the same bound were searched before (passes
+     * rebuild like microbatches): the search is a pure function of them, so
+     * its outcome is taken from the memory and the budget charged what it took
+     * then; a commit repeats only the last trial (charged once already).
+     */
+    repack_memo *e = NULL;
+    merge_trial remembered;
+    if (!replay) {
+        uint64_t key = 14695981039346656037ull ^ (uint64_t)(uint32_t)count;
+        for (int32_t i = 0; i < count; i++) key = (key ^ (uint64_t)(uint32_t)b->rp_items[i]) * 1099511628211ull;
+        e = &b->rp_memo[key & (REPACK_MEMO - 1)];
+        if (e->key == key && e->count == count && e->bound == better_than) {
+            b->polish_work -= e->charge;
+            if (e->level < 0) return -1;
+            if (search) {
+                search->trial = e->trial;
+                search->charge = e->charge;
+            }
+            if (!commit) return e->level;
+            b->polish_work += count; /* the trial below was charged with the rest */
+            remembered = (merge_trial){0, 0, better_than, e->level, e->trial, count};
+            replay = &remembered;
+            e = NULL;
+        } else {
+            e->key = key;
+            e->count = count;
+            e->bound = better_than;
+            e->level = -1;
+            e->trial = -1;
+            e->charge = 0;
+        }
+    }
     int64_t lo = repack_costs(b, count), hi = better_than - 1;
     int32_t groups = 0;
     const int64_t work_before = b->polish_work;
@@ -317,7 +350,10 @@ static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_th
         hi = replay->trial;
         b->polish_work -= replay->charge - count;
     } else {
-        if (lo > hi || repack_trial(b, count, hi, &groups) > b->num_ranks) return -1;
+        if (lo > hi || repack_trial(b, count, hi, &groups) > b->num_ranks) {
+            e->charge = work_before - b->polish_work;
+            return -1;
+        }
         while (lo < hi && hi - lo > (hi >> 12)) { /* to within 1/4096 of the level */
             int64_t mid = lo + (hi - lo) / 2;
             if (repack_trial(b, count, mid, &groups) <= b->num_ranks) hi = mid;
@@ -326,6 +362,11 @@ static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_th
     }
     int32_t ranks = repack_trial(b, count, hi, &groups);
     int64_t level = repack_fill(b, &groups, b->num_ranks - ranks);
+    if (e) {
+        e->charge = work_before - b->polish_work;
+        e->trial = hi;
+        e->level = level < better_than ? level : -1;
+    }
     if (level >= better_than) return -1;
     if (search) {
         search->trial = hi;
