@@ -237,7 +237,7 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
             const int64_t k = k0 + (int64_t)t * b.vpp;
             if (k > b.n || k > INT32_MAX) break;
             b.vpp_misaligned = 0;
-            const int64_t makespan = dcp__balanced_pool_pass(&b, (int32_t)k);
+            const int64_t makespan = dcp__balanced_pool_pass(&b, (int32_t)k, t == 0);
             if (makespan < 0) continue;
             if (b.num_mbs > plan->max_microbatches) {
                 over_capacity = 1;

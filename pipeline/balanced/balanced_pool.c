@@ -36,6 +36,14 @@ enum { POOL_WIDER = 4 };
 /* Groups a best-fit lookup looks at before giving up (token room can disappoint). */
 enum { POOL_LOOK = 64, POOL_BUCKET_LOOK = 8 };
 
+/*
+ * A search's trials up from its guess and false-position steps, at most: two
+ * or three suffice when the ranks needed fall smoothly with the level; far
+ * more is the sign of a batch one level fits badly (it falls back to the
+ * passes then).
+ */
+enum { POOL_GROW = 10, POOL_STEPS = 8 };
+
 static inline int pool_min_class(const balanced *b, int32_t p) { return b->pk_k0[p]; }
 
 /* The next class after k that is a size on this many ranks, or NUM_CLASSES. */
@@ -250,7 +258,7 @@ static void pool_keep(balanced *b, int32_t groups)
  * `capacity` ranks; the groups of its trial are left in pk_keep_*.  Returns
  * the level, or -1 when none fits.
  */
-static int64_t pool_search(balanced *b, int64_t capacity, int32_t *num_groups)
+static int64_t pool_search(balanced *b, int64_t capacity, int hopeful, int32_t *num_groups)
 {
     /*
      * Where to start: no level below the dearest sequence's cheapest cost
@@ -290,24 +298,33 @@ static int64_t pool_search(balanced *b, int64_t capacity, int32_t *num_groups)
         b->pk_count_all = 0;
         return lo;
     }
+    /*
+     * With `hopeful`, a floor that needs more than 17/16 of the ranks ends the
+     * search: the level must rise by about as much, past where the plan
+     * would be kept as it is.
+     */
+    if (hopeful && (__int128)need_lo * 16 > (__int128)capacity * 17) {
+        b->pk_count_all = 0;
+        return -1;
+    }
     int64_t hi = dcp__balanced_clamp128((__int128)lo * need_lo / capacity + 1), need_hi;
     for (int grow = 0;; grow++) {
         need_hi = pool_trial(b, hi, capacity, &groups);
         if (need_hi <= capacity) break;
-        if (grow >= 256 || hi >= INT64_MAX / 2) {
+        if (grow >= POOL_GROW || hi >= INT64_MAX / 2) {
             b->pk_count_all = 0;
             return -1;
         }
         lo = hi;
         need_lo = need_hi;
-        hi += hi / 64 + 1;
+        hi += (hi >> (grow < 6 ? 6 - grow : 0)) + 1; /* steps of 1/64, 1/32, ... then doubling */
     }
     pool_keep(b, groups);
     int64_t best = hi;
     /* false position; a side kept twice running has its excess halved (Illinois) */
     __int128 excess_lo = need_lo - capacity, slack_hi = capacity - need_hi;
     int side = 0;
-    while (hi - lo > (hi >> 9)) {
+    for (int step = 0; step < POOL_STEPS && hi - lo > (hi >> 9); step++) {
         __int128 span = hi - lo;
         int64_t t = lo + (int64_t)(span * excess_lo / (excess_lo + slack_hi + 1));
         /* keep clear of the ends, so the bracket always shrinks */
@@ -434,16 +451,16 @@ int64_t dcp__balanced_pool_cost(balanced *b, int32_t p, int32_t cp) { return poo
 /*
  * The pooled pass for `mbs` microbatches (N a power of two): the makespan of
  * its plan after the common end, or -1 when the sequences do not pack on
- * mbs * N ranks.
+ * mbs * N ranks (or, `hopeful`, not nearly at the floor: pool_search).
  */
-int64_t dcp__balanced_pool_pass(balanced *b, int32_t mbs)
+int64_t dcp__balanced_pool_pass(balanced *b, int32_t mbs, int hopeful)
 {
     const int32_t N = b->num_ranks;
     b->num_groups = 0;
     b->num_free_groups = 0;
     b->num_mbs = 0;
     int32_t groups = 0;
-    if (pool_search(b, (int64_t)mbs * N, &groups) < 0) return -1;
+    if (pool_search(b, (int64_t)mbs * N, hopeful, &groups) < 0) return -1;
     /* groups by size descending (ties: load descending, then index), first fit into the microbatches */
     int32_t *order = b->sort_a, *by = b->sort_b;
     int32_t count[NUM_CLASSES + 1] = {0};
