@@ -148,7 +148,6 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
     if (!balanced_layout(&b, scratch, in->num_sequences, in->num_ranks))
         return dcp__fail(err, DCP_ERR_CAPACITY, "balanced scratch too small for %d sequences on %d ranks",
                         in->num_sequences, in->num_ranks);
-    memset(b.rp_memo, 0, REPACK_MEMO * sizeof *b.rp_memo);
     b.n = in->num_sequences;
     b.num_ranks = in->num_ranks;
     b.max_seqlen = c->max_seqlen_per_rank;
@@ -210,6 +209,8 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
      */
     static const int64_t widen[][2] = {{0, 1}, {1, 4}, {1, 16}, {1, 0}};
     b.dense = (int64_t)b.n < 16 * (int64_t)b.num_ranks;
+    /* repacking runs with few sequences per rank, and in VPP alignment: only then is its memory cleared */
+    if (b.dense || b.vpp > 1) memset(b.rp_memo, 0, REPACK_MEMO * sizeof *b.rp_memo);
     int over_capacity = 0;
     /*
      * The step model's bound at minimal CP sizes: the work spread over all
