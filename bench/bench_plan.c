@@ -1,8 +1,8 @@
 /*
  * bench_plan.c - planning quality and speed of the three schedulers.
  *
- *   bench_plan [--traces DIR] [--repeats R] [--quick] [--hashes] [--no-matrix] [--no-scaling] [--scheduler NAME]
- *              [--trace NAME] [--config INDEX]
+ *   bench_plan [--traces DIR] [--repeats R] [--quick] [--hashes] [--makespans] [--no-matrix] [--no-scaling]
+ *              [--scheduler NAME] [--trace NAME] [--config INDEX]
  *
  * Matrix: every trace of DIR (default tests/data/workloads: the four
  * families at 256, 1024, 4096 and 16384 sequences) x every configuration below, planned by dp_balanced
@@ -13,15 +13,21 @@
  * makespan per configuration, median and minimum efficiency per scheduler.
  *
  * Speed targets: per scheduler, the slowest matrix cell at 4096 sequences on
- * 128 ranks (target <= 1 ms) and at 16384 sequences on 512 ranks (<= 5 ms).
+ * 128 ranks (target <= 0.5 ms), at 16384 sequences on 512 ranks and over
+ * every cell (<= 5 ms); after the scaling table, the slowest row of up to
+ * 16384 sequences on up to 16384 ranks (<= 5 ms) and of 65536 sequences on
+ * 65536 ranks (<= 50 ms).
  *
- * Scaling: each scheduler's plan time against the number of sequences (a
- * mlmdefault-like synthetic trace, 1024..65536, on 128 ranks) and the number
- * of ranks (16384 sequences on 8..16384 ranks: ranks are only numbers to the
- * planner).
+ * Scaling: each scheduler's plan time, microbatches and efficiency against
+ * the number of sequences (a mlmdefault-like synthetic trace, 1024..131072,
+ * on 128 ranks), the number of ranks (16384 sequences on 8..16384 ranks,
+ * 65536 and 131072 on 2048..65536: ranks are only numbers to the planner),
+ * and long-context rows (longsft- and bimodal-like lengths with
+ * max_seqlen_per_rank 8192..32768).
  *
  * --hashes prints each matrix cell's plan hash and makespan instead (one line
- * a cell), so two builds' plans can be compared bit for bit with diff.
+ * a cell), so two builds' plans can be compared bit for bit with diff;
+ * --makespans does the same for the matrix and every scaling row.
  *
  * One thread; times from CLOCK_MONOTONIC.
  */
@@ -311,11 +317,14 @@ static void run_matrix(trace *traces, int num_traces, int repeats, int only_sche
             printf("  %-12s cells %4d  efficiency median %.4f  min %.4f\n", dcp_scheduler_name(schedulers[si]),
                    all_n[si], median(all_eff[si], all_n[si]), all_min[si]);
 
-    /* Speed targets: the slowest matrix cell of each scheduler at 4096 sequences on 128 ranks, 16384 on 512. */
+    /*
+     * Speed targets: the slowest matrix cell of each scheduler at 4096 sequences on 128 ranks, 16384 on 512,
+     * and over every cell (n = 0: any count; all are at most 16384 sequences on at most 512 ranks).
+     */
     static const struct {
         int32_t n, ranks;
         double limit_ms;
-    } speed[] = {{4096, 128, 1.0}, {16384, 512, 5.0}};
+    } speed[] = {{4096, 128, 0.5}, {16384, 512, 5.0}, {0, 0, 5.0}};
     printf("\nSpeed targets (slowest cell over traces and max_seqlen_per_rank; plan time, validation included)\n");
     for (size_t k = 0; k < sizeof speed / sizeof speed[0]; k++) {
         for (int si = 0; si < NUM_SCHEDULERS; si++) {
@@ -326,8 +335,8 @@ static void run_matrix(trace *traces, int num_traces, int repeats, int only_sche
             for (int ti = 0; ti < num_traces; ti++)
                 for (int ci = 0; ci < NUM_CONFIGS; ci++) {
                     const cell *x = &cells[ti][ci][si];
-                    if ((only_config >= 0 && ci != only_config) || !x->ran || traces[ti].n != speed[k].n ||
-                        configs[ci].ranks != speed[k].ranks)
+                    if ((only_config >= 0 && ci != only_config) || !x->ran ||
+                        (speed[k].n && (traces[ti].n != speed[k].n || configs[ci].ranks != speed[k].ranks)))
                         continue;
                     count++;
                     if (x->plan_ms > slowest) {
@@ -337,54 +346,114 @@ static void run_matrix(trace *traces, int num_traces, int repeats, int only_sche
                     }
                 }
             if (count == 0) continue;
-            printf("  %5d sequences on %3d ranks  %-12s cells %2d  slowest %7.3f ms (%s %s)  target <= %.0f ms: %s\n",
-                   speed[k].n, speed[k].ranks, dcp_scheduler_name(schedulers[si]), count, slowest, where, label,
-                   speed[k].limit_ms, slowest <= speed[k].limit_ms ? "met" : "MISSED");
+            char what[48];
+            if (speed[k].n) snprintf(what, sizeof what, "%5d sequences on %3d ranks", speed[k].n, speed[k].ranks);
+            else snprintf(what, sizeof what, "%-27s", "any cell");
+            printf("  %s  %-12s cells %3d  slowest %7.3f ms (%s %s)  target <= %g ms: %s\n", what,
+                   dcp_scheduler_name(schedulers[si]), count, slowest, where, label, speed[k].limit_ms,
+                   slowest <= speed[k].limit_ms ? "met" : "MISSED");
         }
     }
 }
 
-/* Deterministic lognormal-like lengths in [128, 8192] (mlmdefault's shape) without libm. */
-static void synthetic_lengths(int32_t *out, int32_t n, uint64_t seed)
+/*
+ * Synthetic traces without libm: the exponent of a length is a bell (the sum
+ * of four uniform 16-bit draws, Irwin-Hall) mapped linearly, and 2^exponent is
+ * interpolated between powers of two.
+ */
+typedef enum family { FAMILY_MLMDEFAULT, FAMILY_LONGSFT, FAMILY_BIMODAL } family;
+static const char *const family_names[] = {"mlmdefault", "longsft", "bimodal"};
+
+static uint64_t xorshift(uint64_t *x)
 {
-    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    *x ^= *x << 13;
+    *x ^= *x >> 7;
+    *x ^= *x << 17;
+    return *x;
+}
+
+/* 2^(e16 / 65536), linearly between powers of two. */
+static int64_t pow2_fixed(int64_t e16)
+{
+    int32_t e = (int32_t)(e16 >> 16);
+    int64_t frac = e16 & 0xFFFF;
+    return ((int64_t)1 << e) + ((((int64_t)1 << e) * frac) >> 16);
+}
+
+/* A length whose log2 is about mu16 / 65536 with spread `scale` per unit of the bell (in 1/4 units). */
+static int64_t bell_length(uint64_t *x, int64_t mu16, int64_t scale4)
+{
+    int64_t acc = 0;
+    for (int j = 0; j < 4; j++) acc += (int64_t)(xorshift(x) >> 40) & 0xFFFF;
+    /* acc in [0, 4*65535], mean 2*65536, standard deviation about 0.58*65536 */
+    return pow2_fixed(mu16 + (acc - 2 * 65536) * scale4 / 4);
+}
+
+/*
+ * Deterministic lengths of one family:
+ *   mlmdefault  lognormal-like in [128, 8192] with a peak near 2^9.5 (the mlmdefault shape)
+ *   longsft     lognormal-like around 2^11 (median 2048, mean about 4096) in [256, 131072]
+ *   bimodal     90% lognormal-like around 1024 in [256, 4096], 10% uniform in [32768, 131072]
+ * The tests/data/workloads families of the same names have the same shapes.
+ */
+static void synthetic_lengths(family f, int32_t *out, int32_t n, uint64_t seed)
+{
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1 + (uint64_t)f * 0x632BE59BD9B4E019ull;
     for (int32_t i = 0; i < n; i++) {
-        /* sum of 4 uniforms ~ bell; exponentiate by doubling steps */
-        int64_t acc = 0;
-        for (int j = 0; j < 4; j++) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            acc += (int64_t)(x >> 40) & 0xFFFF;
+        int64_t len = 0, lo = 1, hi = 1;
+        switch (f) {
+        case FAMILY_MLMDEFAULT:
+            /* exponent in [7, 13] with a peak near 9.5: the bell mapped onto 6 octaves */
+            len = bell_length(&x, 10 * 65536, 6);
+            lo = 128, hi = 8192;
+            break;
+        case FAMILY_LONGSFT:
+            /* sigma 1.2 is 1.73 octaves: 3 octaves per unit of the bell */
+            len = bell_length(&x, 11 * 65536, 12);
+            lo = 256, hi = 131072;
+            break;
+        case FAMILY_BIMODAL:
+            if ((xorshift(&x) >> 40) % 10 == 0) {
+                len = 32768 + (int64_t)((xorshift(&x) >> 20) % (131072 - 32768 + 1));
+                lo = 32768, hi = 131072;
+            } else {
+                /* sigma 0.5 is 0.72 octaves: 1.25 per unit of the bell */
+                len = bell_length(&x, 10 * 65536, 5);
+                lo = 256, hi = 4096;
+            }
+            break;
         }
-        /* acc in [0, 4*65535]: map to an exponent in [7, 13] with a peak near 9.5 */
-        int64_t e16 = 7 * 65536 + acc * 6 / 4;
-        int32_t e = (int32_t)(e16 >> 16);
-        int64_t frac = e16 & 0xFFFF;
-        int64_t len = ((int64_t)1 << e) + (((int64_t)1 << e) * frac >> 16);
-        if (len < 128) len = 128;
-        if (len > 8192) len = 8192;
+        if (len < lo) len = lo;
+        if (len > hi) len = hi;
         out[i] = (int32_t)len;
     }
 }
 
-/* Median plan time of one scheduler (dp_balanced: static CP, the smallest power of two holding `longest`); -1 when it cannot plan. */
-static double time_plan(dcp_scheduler s, int32_t ranks, int32_t max_seqlen, const int32_t *lengths, int32_t n,
-                        int32_t longest, int repeats, int32_t *microbatches, double *efficiency)
+/* The configuration one scheduler runs a scaling row with (dp_balanced: static CP, the smallest power of two holding `longest`); 0 when it cannot. */
+static int scaling_config(dcp_scheduler s, int32_t ranks, int32_t max_seqlen, int32_t n, int32_t longest, dcp_config *c)
 {
-    dcp_config c;
-    dcp_config_default(&c);
-    c.scheduler = s;
-    c.max_sequences = n;
-    c.max_seqlen_per_rank = max_seqlen;
-    c.data_parallel_size = ranks;
+    dcp_config_default(c);
+    c->scheduler = s;
+    c->max_sequences = n;
+    c->max_seqlen_per_rank = max_seqlen;
+    c->data_parallel_size = ranks;
     if (s == DCP_SCHEDULER_DP_BALANCED) {
         int32_t cp = 1;
         while ((int64_t)cp * max_seqlen < longest) cp *= 2;
-        if (cp > ranks) return -1;
-        c.context_parallel_size = cp;
-        c.data_parallel_size = ranks / cp;
+        if (cp > ranks) return 0;
+        c->context_parallel_size = cp;
+        c->data_parallel_size = ranks / cp;
     }
+    return 1;
+}
+
+/* Plan a scaling row once (hash, microbatches, makespan, efficiency), then `repeats` times for the median time; -1 when it cannot plan. */
+static double time_plan(dcp_scheduler s, int32_t ranks, int32_t max_seqlen, const int32_t *lengths, int32_t n,
+                        int32_t longest, int repeats, int32_t *microbatches, double *efficiency, int64_t *makespan,
+                        uint64_t *hash)
+{
+    dcp_config c;
+    if (!scaling_config(s, ranks, max_seqlen, n, longest, &c)) return -1;
     dcp_context *ctx = NULL;
     if (dcp_context_create(&c, &ctx) != DCP_OK) return -1;
     const dcp_plan *plan = NULL;
@@ -396,6 +465,8 @@ static double time_plan(dcp_scheduler s, int32_t ranks, int32_t max_seqlen, cons
     dcp_plan_stats_compute(ctx, plan, lengths, n, &stats);
     *microbatches = stats.num_microbatches;
     *efficiency = (double)stats.lower_bound / (double)stats.makespan;
+    *makespan = stats.makespan;
+    *hash = dcp_plan_hash(plan);
     double times[64];
     if (repeats > 64) repeats = 64;
     for (int r = 0; r < repeats; r++) {
@@ -407,53 +478,156 @@ static double time_plan(dcp_scheduler s, int32_t ranks, int32_t max_seqlen, cons
     return median(times, repeats);
 }
 
-static void scaling_row(int32_t n, int32_t ranks, const int32_t *lengths, int repeats, int only_scheduler)
+/* The scaling table: one trace family, sequence count, rank count and max_seqlen_per_rank a row. */
+typedef struct scaling_row_spec {
+    family fam;
+    int32_t n, ranks, max_seqlen;
+} scaling_row_spec;
+
+static const scaling_row_spec scaling_rows[] = {
+    /* sequences on 128 ranks */
+    {FAMILY_MLMDEFAULT, 1024, 128, 4096},
+    {FAMILY_MLMDEFAULT, 4096, 128, 4096},
+    {FAMILY_MLMDEFAULT, 16384, 128, 4096},
+    {FAMILY_MLMDEFAULT, 65536, 128, 4096},
+    {FAMILY_MLMDEFAULT, 131072, 128, 4096},
+    /* 16384 sequences on 8 .. 16384 ranks (ranks are only numbers to the planner) */
+    {FAMILY_MLMDEFAULT, 16384, 8, 4096},
+    {FAMILY_MLMDEFAULT, 16384, 32, 4096},
+    {FAMILY_MLMDEFAULT, 16384, 128, 4096},
+    {FAMILY_MLMDEFAULT, 16384, 512, 4096},
+    {FAMILY_MLMDEFAULT, 16384, 2048, 4096},
+    {FAMILY_MLMDEFAULT, 16384, 8192, 4096},
+    {FAMILY_MLMDEFAULT, 16384, 16384, 4096},
+    /* 65536 and 131072 sequences on 2048 .. 65536 ranks */
+    {FAMILY_MLMDEFAULT, 65536, 2048, 4096},
+    {FAMILY_MLMDEFAULT, 65536, 8192, 4096},
+    {FAMILY_MLMDEFAULT, 65536, 16384, 4096},
+    {FAMILY_MLMDEFAULT, 65536, 65536, 4096},
+    {FAMILY_MLMDEFAULT, 131072, 2048, 4096},
+    {FAMILY_MLMDEFAULT, 131072, 8192, 4096},
+    {FAMILY_MLMDEFAULT, 131072, 32768, 4096},
+    {FAMILY_MLMDEFAULT, 131072, 65536, 4096},
+    /* long context: longsft- and bimodal-like lengths, max_seqlen_per_rank 8192 .. 32768 */
+    {FAMILY_LONGSFT, 16384, 512, 16384},
+    {FAMILY_LONGSFT, 16384, 2048, 8192},
+    {FAMILY_LONGSFT, 16384, 2048, 16384},
+    {FAMILY_LONGSFT, 16384, 2048, 32768},
+    {FAMILY_LONGSFT, 16384, 16384, 16384},
+    {FAMILY_LONGSFT, 65536, 8192, 16384},
+    {FAMILY_LONGSFT, 65536, 65536, 32768},
+    {FAMILY_BIMODAL, 16384, 512, 16384},
+    {FAMILY_BIMODAL, 16384, 2048, 16384},
+    {FAMILY_BIMODAL, 16384, 8192, 32768},
+    {FAMILY_BIMODAL, 65536, 16384, 32768},
+    {FAMILY_BIMODAL, 65536, 65536, 16384},
+};
+#define NUM_SCALING_ROWS ((int)(sizeof scaling_rows / sizeof scaling_rows[0]))
+
+static int32_t *scaling_lengths(const scaling_row_spec *row, int32_t *longest)
 {
-    int32_t longest = 0;
-    for (int32_t i = 0; i < n; i++)
-        if (lengths[i] > longest) longest = lengths[i];
-    printf("%-10d %-8d %-6d", n, ranks, 4096);
-    for (int si = 0; si < NUM_SCHEDULERS; si++) {
-        if (only_scheduler >= 0 && (int)schedulers[si] != only_scheduler) {
-            printf(" | %10s %5s %6s", "-", "-", "-");
-            continue;
-        }
-        int32_t mbs = 0;
-        double eff = 0;
-        double ms = time_plan(schedulers[si], ranks, 4096, lengths, n, longest, repeats, &mbs, &eff);
-        if (ms < 0) printf(" | %10s %5s %6s", "failed", "-", "-");
-        else printf(" | %10.3f %5d %6.4f", ms, mbs, eff);
-        fflush(stdout);
-    }
-    printf("\n");
+    int32_t *lengths = malloc((size_t)row->n * sizeof *lengths);
+    if (!lengths) return NULL;
+    synthetic_lengths(row->fam, lengths, row->n, 1);
+    *longest = 0;
+    for (int32_t i = 0; i < row->n; i++)
+        if (lengths[i] > *longest) *longest = lengths[i];
+    return lengths;
 }
 
 static void run_scaling(int repeats, int only_scheduler)
 {
-    int32_t *lengths = malloc((size_t)65536 * sizeof *lengths);
-    synthetic_lengths(lengths, 65536, 1);
-    printf("\nScaling: plan time in ms (median of %d, validation included), microbatches, efficiency;\n"
-           "synthetic mlmdefault-like lengths, max_seqlen_per_rank 4096 (dp_balanced: static CP 2)\n",
+    /* speed targets over the rows: up to 16384 sequences on up to 16384 ranks, and 65536 on 65536 */
+    double slowest_small[NUM_SCHEDULERS] = {0}, slowest_large[NUM_SCHEDULERS] = {0};
+    int where_small[NUM_SCHEDULERS] = {0}, failed[NUM_SCHEDULERS] = {0};
+    printf("\nScaling: plan time in ms (median of %d, validation included), microbatches, efficiency (lower bound /\n"
+           "makespan); synthetic traces (dp_balanced: static CP, the smallest power of two holding the longest sequence)\n",
            repeats);
-    printf("%-10s %-8s %-6s | %-24s | %-24s | %-24s\n", "sequences", "ranks", "M", "dp_balanced: ms mbs eff",
-           "dynamic_cp: ms mbs eff", "balanced: ms mbs eff");
-    static const int32_t seqs[] = {1024, 4096, 16384, 65536};
-    for (size_t i = 0; i < sizeof seqs / sizeof seqs[0]; i++) scaling_row(seqs[i], 128, lengths, repeats, only_scheduler);
-    static const int32_t ranks[] = {8, 32, 128, 512, 2048, 8192, 16384};
-    for (size_t i = 0; i < sizeof ranks / sizeof ranks[0]; i++)
-        scaling_row(16384, ranks[i], lengths, repeats, only_scheduler);
-    free(lengths);
+    printf("%-10s %-10s %-8s %-6s | %-24s | %-24s | %-24s\n", "family", "sequences", "ranks", "M",
+           "dp_balanced: ms mbs eff", "dynamic_cp: ms mbs eff", "balanced: ms mbs eff");
+    for (int r = 0; r < NUM_SCALING_ROWS; r++) {
+        const scaling_row_spec *row = &scaling_rows[r];
+        int32_t longest = 0;
+        int32_t *lengths = scaling_lengths(row, &longest);
+        if (!lengths) continue;
+        printf("%-10s %-10d %-8d %-6d", family_names[row->fam], row->n, row->ranks, row->max_seqlen);
+        for (int si = 0; si < NUM_SCHEDULERS; si++) {
+            if (only_scheduler >= 0 && (int)schedulers[si] != only_scheduler) {
+                printf(" | %10s %5s %6s", "-", "-", "-");
+                continue;
+            }
+            int32_t mbs = 0;
+            double eff = 0;
+            int64_t makespan = 0;
+            uint64_t hash = 0;
+            double ms = time_plan(schedulers[si], row->ranks, row->max_seqlen, lengths, row->n, longest, repeats, &mbs,
+                                  &eff, &makespan, &hash);
+            if (ms < 0) printf(" | %10s %5s %6s", "-", "-", "-");
+            else printf(" | %10.3f %5d %6.4f", ms, mbs, eff);
+            if (ms < 0 && schedulers[si] != DCP_SCHEDULER_DP_BALANCED) failed[si]++;
+            if (row->n <= 16384 && row->ranks <= 16384 && ms > slowest_small[si]) {
+                slowest_small[si] = ms;
+                where_small[si] = r;
+            }
+            if (row->n == 65536 && row->ranks == 65536 && ms > slowest_large[si]) slowest_large[si] = ms;
+            fflush(stdout);
+        }
+        printf("\n");
+        free(lengths);
+    }
+    printf("\nSpeed targets over the rows (plan time, validation included)\n");
+    for (int si = 0; si < NUM_SCHEDULERS; si++) {
+        if (only_scheduler >= 0 && (int)schedulers[si] != only_scheduler) continue;
+        const scaling_row_spec *w = &scaling_rows[where_small[si]];
+        printf("  %-12s up to 16384 sequences on up to 16384 ranks: slowest %8.3f ms (%s %d x %d, M %d)  target <= 5 ms: %s\n",
+               dcp_scheduler_name(schedulers[si]), slowest_small[si], family_names[w->fam], w->n, w->ranks,
+               w->max_seqlen, slowest_small[si] <= 5.0 ? "met" : "MISSED");
+        printf("  %-12s 65536 sequences on 65536 ranks: slowest %8.3f ms  target <= 50 ms: %s%s\n",
+               dcp_scheduler_name(schedulers[si]), slowest_large[si], slowest_large[si] <= 50.0 ? "met" : "MISSED",
+               failed[si] ? "  (some rows failed to plan)" : "");
+    }
+}
+
+/* --makespans: every matrix cell (as --hashes) and every scaling row, one line each: plan hash and makespan. */
+static void print_makespans(trace *traces, int num_traces, int only_scheduler, int only_config)
+{
+    print_hashes(traces, num_traces, only_scheduler, only_config);
+    for (int r = 0; r < NUM_SCALING_ROWS; r++) {
+        const scaling_row_spec *row = &scaling_rows[r];
+        int32_t longest = 0;
+        int32_t *lengths = scaling_lengths(row, &longest);
+        if (!lengths) continue;
+        for (int si = 0; si < NUM_SCHEDULERS; si++) {
+            if (only_scheduler >= 0 && (int)schedulers[si] != only_scheduler) continue;
+            int32_t mbs = 0;
+            double eff = 0;
+            int64_t makespan = 0;
+            uint64_t hash = 0;
+            double ms = time_plan(schedulers[si], row->ranks, row->max_seqlen, lengths, row->n, longest, 0, &mbs, &eff,
+                                  &makespan, &hash);
+            if (ms < 0)
+                printf("scaling:%s_n%d|r%d m%d|%s|skipped\n", family_names[row->fam], row->n, row->ranks,
+                       row->max_seqlen, dcp_scheduler_name(schedulers[si]));
+            else
+                printf("scaling:%s_n%d|r%d m%d|%s|%016llx|%lld\n", family_names[row->fam], row->n, row->ranks,
+                       row->max_seqlen, dcp_scheduler_name(schedulers[si]), (unsigned long long)hash,
+                       (long long)makespan);
+            fflush(stdout);
+        }
+        free(lengths);
+    }
 }
 
 int main(int argc, char **argv)
 {
     const char *dir = NULL, *only_trace = NULL;
-    int repeats = 5, matrix = 1, scaling = 1, only_scheduler = -1, only_config = -1, hashes = 0;
+    int repeats = 5, matrix = 1, scaling = 1, only_scheduler = -1, only_config = -1, hashes = 0, makespans = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--traces") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) repeats = 1;
         else if (!strcmp(argv[i], "--hashes")) hashes = 1;
+        else if (!strcmp(argv[i], "--makespans")) makespans = 1;
         else if (!strcmp(argv[i], "--no-matrix")) matrix = 0;
         else if (!strcmp(argv[i], "--no-scaling")) scaling = 0;
         else if (!strcmp(argv[i], "--trace") && i + 1 < argc) only_trace = argv[++i];
@@ -467,7 +641,7 @@ int main(int argc, char **argv)
             only_scheduler = (int)s;
         } else {
             fprintf(stderr,
-                    "usage: %s [--traces DIR] [--repeats R] [--quick] [--hashes] [--no-matrix] [--no-scaling] "
+                    "usage: %s [--traces DIR] [--repeats R] [--quick] [--hashes] [--makespans] [--no-matrix] [--no-scaling] "
                     "[--scheduler NAME] [--trace NAME] [--config INDEX]\n",
                     argv[0]);
             return 2;
@@ -482,6 +656,11 @@ int main(int argc, char **argv)
         if (num_traces <= 0) {
             fprintf(stderr, "no traces (*.txt) in %s\n", dir ? dir : "(none)");
             return 1;
+        }
+        if (makespans) {
+            print_makespans(traces, num_traces, only_scheduler, only_config);
+            for (int i = 0; i < num_traces; i++) free(traces[i].lengths);
+            return 0;
         }
         if (hashes) {
             print_hashes(traces, num_traces, only_scheduler, only_config);

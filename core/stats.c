@@ -7,29 +7,219 @@
  */
 #include "plan.h"
 
+#include <string.h>
+
 static int64_t sat_add(int64_t a, int64_t b) { return (a > INT64_MAX - b) ? INT64_MAX : a + b; }
+
+/*
+ * The lower bound of the step cost model (README, cost model; the proof is
+ * docs/planning.md's "Lower bound" section, in short here).
+ *
+ * A plan has K microbatches; microbatch m costs L_m + o, L_m its most
+ * loaded group's per-rank load, o the microbatch overhead.  Every sequence i
+ * runs in one group at some CP size c_i (a power of two up to N, or N) with
+ * s_i <= c_i * M, and its group's every rank carries at least cost(s_i, c_i).
+ * phi(s) is the least cost(s, c) over the sizes c that hold s tokens, w(s, c)
+ * = c * cost(s, c) the GPU time of s at size c; both grow with s.
+ *
+ *  (1) K >= K_min: the ranks hold at most N * M tokens a microbatch, so
+ *      K >= ceil(S / (N M)) (S all tokens) = K_tok; with a sequence cap q,
+ *      at most N * q sequences fit a microbatch; K is a multiple of the VPP
+ *      group.
+ *  (2) Work: N * L_m >= the GPU time of microbatch m's sequences, so
+ *      sum L_m >= ceil(sum_i w(s_i, c_i) / N).
+ *  (3) Forced microbatches: order the microbatches by their longest sequence
+ *      a_1 >= a_2 >= ...  Sequences longer than a_j all sit in microbatches
+ *      1..j-1, which hold at most (j-1) N M tokens, so a_j is at least the
+ *      length t_j where the lengths, longest first, first add up to more
+ *      than (j-1) N M (j <= K_tok); the maxima are distinct sequences, so a_j
+ *      is also at least the (n - K_min + j)-th longest length.  Hence
+ *      L_j >= x_j = phi(that length), and x_1 = phi(longest) >= x_2 >= ...
+ *  (4) With T = max_m L_m every sequence runs at a size costing at most T,
+ *      so the work is at least W(T) = sum_i min{w(s_i, c) : cost(s_i, c) <= T},
+ *      while the other microbatches cost at least X2 = x_2 + ... + x_K_min
+ *      (dropping any one of x_1..x_K_min leaves at least that).  So
+ *      sum L_m >= max(T + X2, ceil(W(T) / N)) for some T >= x_1; W only falls
+ *      as T rises, so the least such value over T is LB = T* + X2 at the
+ *      least T* >= x_1 where ceil(W(T*) / N) <= T* + X2 (found by halving).
+ *
+ * makespan >= LB + K_min * o.  Lengths are located in a histogram of 32
+ * steps per octave (a length is taken at its step's lower edge: still a
+ * lower bound), so no scratch is needed.  Everything saturates at
+ * INT64_MAX.
+ */
+
+enum { BOUND_STEPS = 5, BOUND_BUCKETS = 32 << BOUND_STEPS }; /* 2^5 steps per octave, 32 octaves */
+
+/* The histogram bucket of a length (>= 1) and the least length it holds. */
+static int bound_bucket(int64_t s)
+{
+    int e = 63 - __builtin_clzll((uint64_t)s);
+    int frac = e >= BOUND_STEPS ? (int)((s >> (e - BOUND_STEPS)) & ((1 << BOUND_STEPS) - 1))
+                                : (int)((s << (BOUND_STEPS - e)) & ((1 << BOUND_STEPS) - 1));
+    return (e << BOUND_STEPS) + frac;
+}
+
+static int64_t bound_edge(int bucket)
+{
+    int e = bucket >> BOUND_STEPS, frac = bucket & ((1 << BOUND_STEPS) - 1);
+    if (e >= BOUND_STEPS) return ((int64_t)((1 << BOUND_STEPS) + frac)) << (e - BOUND_STEPS);
+    return (((int64_t)1 << BOUND_STEPS) + frac) >> (BOUND_STEPS - e); /* exact enough: a lower edge */
+}
+
+/* The CP sizes of N ranks in increasing order: the next after cp, or 0. */
+static int64_t next_size(int64_t cp, int32_t num_ranks)
+{
+    if (cp >= num_ranks) return 0;
+    return cp * 2 <= num_ranks ? cp * 2 : num_ranks;
+}
+
+/* phi(s): the least per-rank cost of s tokens over the sizes that hold them; INT64_MAX when none does. */
+static int64_t cheapest_cost(const dcp_cost_model *model, int64_t s, int32_t num_ranks, int32_t max_seqlen)
+{
+    int64_t best = INT64_MAX;
+    for (int64_t cp = 1; cp > 0; cp = next_size(cp, num_ranks))
+        if (s <= cp * (int64_t)max_seqlen) {
+            int64_t c = dcp_cost(model, s, (int32_t)cp);
+            if (c < best) best = c;
+        }
+    return best;
+}
+
+/*
+ * min{w(s, c) : cost(s, c) <= T} over the sizes that hold s; -1 when no size
+ * costs that little.  With a round latency r >= 1 (and no saturation), w(s, c)
+ * >= X - (c - 1) + c (c - 1) r where X = quadratic s^2 + linear s, which
+ * grows with c: the scan stops once it reaches the best found.
+ */
+static __int128 least_work_under(const dcp_cost_model *model, int64_t s, int32_t num_ranks, int32_t max_seqlen,
+                                 int64_t level)
+{
+    const int64_t q = model->quadratic > 0 ? model->quadratic : 0, lin = model->linear > 0 ? model->linear : 0;
+    const int64_t lat = model->round_latency > 0 ? model->round_latency : 0;
+    const __int128 x = (__int128)q * s * s + (__int128)lin * s;
+    const int early = lat >= 1 && lat <= ((int64_t)1 << 32) && x < ((__int128)1 << 62);
+    __int128 best = -1;
+    for (int64_t cp = 1; cp > 0; cp = next_size(cp, num_ranks)) {
+        if (early && best >= 0 && x - (cp - 1) + (__int128)cp * (cp - 1) * lat >= best) break;
+        if (s > cp * (int64_t)max_seqlen) continue;
+        int64_t c = dcp_cost(model, s, (int32_t)cp);
+        if (c > level) continue;
+        __int128 w = (__int128)cp * c;
+        if (best < 0 || w < best) best = w;
+    }
+    return best;
+}
+
+/* W(T) (see above); -1 when some sequence costs more than T at every size. */
+static __int128 work_under(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
+                           int32_t max_seqlen, int64_t level)
+{
+    __int128 total = 0;
+    for (int32_t i = 0; i < n; i++) {
+        __int128 w = least_work_under(model, lengths[i], num_ranks, max_seqlen, level);
+        if (w < 0) return -1;
+        total += w;
+    }
+    return total;
+}
+
+static int64_t clamp_bound(__int128 v) { return v > (__int128)INT64_MAX ? INT64_MAX : v < 0 ? 0 : (int64_t)v; }
+
+/* The bound for a configuration: VPP group `vpp` (1: none), sequence cap `seq_cap` (0: none). */
+static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
+                           int32_t max_seqlen, int32_t vpp, int32_t seq_cap)
+{
+    if (n <= 0 || num_ranks <= 0 || max_seqlen <= 0) return 0;
+    const int64_t o = model->microbatch_overhead > 0 ? model->microbatch_overhead : 0;
+    const __int128 capacity = (__int128)num_ranks * max_seqlen;
+    /* tokens, the longest length, the histogram, the least work */
+    __int128 tokens = 0, least = 0;
+    int64_t longest = 0;
+    int32_t count[BOUND_BUCKETS];
+    int64_t sum[BOUND_BUCKETS]; /* at most 2^31 lengths below 2^31 each */
+    memset(count, 0, sizeof count);
+    memset(sum, 0, sizeof sum);
+    int feasible = 1;
+    for (int32_t i = 0; i < n; i++) {
+        int64_t s = lengths[i] > 0 ? lengths[i] : 1;
+        tokens += s;
+        if (s > longest) longest = s;
+        int bk = bound_bucket(s);
+        count[bk]++;
+        sum[bk] += s;
+        __int128 w = least_work_under(model, s, num_ranks, max_seqlen, INT64_MAX);
+        if (w < 0) feasible = 0;
+        else least += w;
+    }
+    /* (1) the least microbatch count */
+    __int128 k_tok = (tokens + capacity - 1) / capacity, k_min = k_tok;
+    if (seq_cap > 0) {
+        __int128 k_cap = ((__int128)n + (__int128)num_ranks * seq_cap - 1) / ((__int128)num_ranks * seq_cap);
+        if (k_cap > k_min) k_min = k_cap;
+    }
+    if (vpp > 1) k_min = (k_min + vpp - 1) / vpp * vpp;
+    const __int128 overheads = k_min * o;
+    /* (2) alone: the old bound, also the answer when some sequence fits no size (no plan exists then) */
+    const __int128 work_bound = (least + num_ranks - 1) / num_ranks;
+    if (!feasible) return clamp_bound(least / num_ranks + k_tok * o);
+    /* (3) x_1 and X2 = x_2 + ... + x_K_min, each x_j from the larger of its two lengths' lower edges */
+    const int64_t x1 = cheapest_cost(model, longest, num_ranks, max_seqlen);
+    int64_t edge_cost[BOUND_BUCKETS];
+    for (int b = 0; b < BOUND_BUCKETS; b++) edge_cost[b] = -1;
+    __int128 x2 = 0;
+    int bt = BOUND_BUCKETS - 1, bq = BOUND_BUCKETS - 1; /* buckets walked from the longest down */
+    __int128 above_t = 0, above_q = 0;                  /* tokens / sequences in buckets above bt / bq */
+    for (__int128 j = 2; j <= k_min; j++) {
+        int b = -1;
+        if (j <= k_tok) { /* the bucket where tokens, longest first, first exceed (j-1) N M */
+            const __int128 limit = (j - 1) * capacity;
+            while (bt >= 0 && above_t + sum[bt] <= limit) above_t += sum[bt--];
+            if (bt >= 0) b = bt;
+        }
+        if (k_min <= n) { /* the bucket of the (n - K_min + j)-th longest */
+            const __int128 rank = (__int128)n - k_min + j;
+            while (bq >= 0 && above_q + count[bq] < rank) above_q += count[bq--];
+            if (bq >= 0 && bq > b) b = bq;
+        }
+        if (b < 0) continue;
+        if (edge_cost[b] < 0) {
+            int64_t c = cheapest_cost(model, bound_edge(b), num_ranks, max_seqlen);
+            edge_cost[b] = c == INT64_MAX ? 0 : c;
+        }
+        x2 += edge_cost[b];
+        if (x2 > (__int128)INT64_MAX) break;
+    }
+    /* (4) the least T* >= x_1 with ceil(W(T*) / N) <= T* + X2, by halving */
+    __int128 bound = (__int128)x1 + x2;
+    if (work_bound > bound) bound = work_bound;
+    __int128 w = work_under(model, lengths, n, num_ranks, max_seqlen, x1);
+    if (x1 < INT64_MAX && !(w >= 0 && (w + num_ranks - 1) / num_ranks <= (__int128)x1 + x2)) {
+        /* fails at x_1: find a level where it holds, then halve (the condition only turns true as T rises) */
+        int64_t lo = x1, hi = x1;
+        for (;;) {
+            hi = hi > INT64_MAX / 2 ? INT64_MAX : hi * 2 + 1;
+            w = work_under(model, lengths, n, num_ranks, max_seqlen, hi);
+            if ((w >= 0 && (w + num_ranks - 1) / num_ranks <= (__int128)hi + x2) || hi == INT64_MAX) break;
+            lo = hi;
+        }
+        /* to the level itself up to 4096 sequences, to within 2^-24 of it above (each step walks every sequence) */
+        for (int step = 0; step < 64 && hi - lo > 1 && (n <= 4096 || hi - lo > (hi >> 24)); step++) {
+            int64_t mid = lo + (hi - lo) / 2;
+            w = work_under(model, lengths, n, num_ranks, max_seqlen, mid);
+            if (w >= 0 && (w + num_ranks - 1) / num_ranks <= (__int128)mid + x2) hi = mid;
+            else lo = mid;
+        }
+        /* the condition fails at lo, so T* > lo */
+        if ((__int128)lo + 1 + x2 > bound) bound = (__int128)lo + 1 + x2;
+    }
+    return clamp_bound(bound + overheads);
+}
 
 int64_t dcp__cost_lower_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
                              int32_t max_seqlen_per_rank)
 {
-    __int128 work = 0, tokens = 0;
-    for (int32_t i = 0; i < n; i++) {
-        int64_t s = lengths[i];
-        __int128 best = -1;
-        for (int64_t cp = 1; cp <= num_ranks; cp = (cp * 2 > num_ranks && cp < num_ranks) ? num_ranks : cp * 2) {
-            if (s <= cp * (int64_t)max_seqlen_per_rank) {
-                __int128 total = (__int128)cp * dcp_cost(model, s, (int32_t)cp);
-                if (best < 0 || total < best) best = total;
-            }
-            if (cp == num_ranks) break;
-        }
-        if (best > 0) work += best;
-        tokens += s;
-    }
-    __int128 capacity = (__int128)num_ranks * max_seqlen_per_rank;
-    __int128 microbatches = capacity > 0 ? (tokens + capacity - 1) / capacity : 0;
-    __int128 bound = work / num_ranks + microbatches * model->microbatch_overhead;
-    return bound > INT64_MAX ? INT64_MAX : (int64_t)bound;
+    return lower_bound(model, lengths, n, num_ranks, max_seqlen_per_rank, 1, 0);
 }
 
 size_t dcp__stats_scratch_size(const dcp_config *config)
@@ -130,7 +320,8 @@ dcp_status dcp__plan_stats(const dcp_plan *plan, const dcp_config *config, const
         st.makespan = sat_add(st.makespan, sat_add(slowest, model->microbatch_overhead));
         st.quad_makespan = sat_add(st.quad_makespan, slowest_quad);
     }
-    st.lower_bound = dcp__cost_lower_bound(model, lengths, num_lengths, plan->num_ranks, config->max_seqlen_per_rank);
+    st.lower_bound = lower_bound(model, lengths, num_lengths, plan->num_ranks, config->max_seqlen_per_rank,
+                                 config->microbatch_group_size_per_vp_stage, config->max_sequences_per_microbatch);
     st.dependency_lower_bound = dcp__dependency_lower_bound(model, lengths, num_lengths, plan->num_ranks,
                                                             config->max_seqlen_per_rank,
                                                             config->context_parallel_size);

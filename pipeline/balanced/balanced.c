@@ -40,8 +40,8 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->mb_order = DCP_ARENA_NEW(a, int32_t, 2 * un);
     b->mb_first = DCP_ARENA_NEW(a, int32_t, 2 * un + 1);
     b->mb_groups = DCP_ARENA_NEW(a, int32_t, un);
-    b->heap = DCP_ARENA_NEW(a, heap_entry, un);
-    b->park = DCP_ARENA_NEW(a, heap_entry, un);
+    b->heap = DCP_ARENA_NEW(a, heap_entry, dcp__size_mul(un, 2)); /* heap and park: one block, the pooled packing's groups */
+    b->park = b->heap ? b->heap + un : NULL;
     b->local = DCP_ARENA_NEW(a, heap_entry, (size_t)local);
     b->cursor = DCP_ARENA_NEW(a, int32_t, 2 * un);
     int kept_ok = 1;
@@ -65,6 +65,7 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->rp_cost = DCP_ARENA_NEW(a, int64_t, dcp__size_mul(ul, NUM_CLASSES));
     b->rp_seg = DCP_ARENA_NEW(a, int32_t, dcp__size_mul(ul, NUM_CLASSES));
     b->rp_head = DCP_ARENA_NEW(a, int32_t, ul);
+    b->rp_memo = DCP_ARENA_NEW(a, repack_memo, REPACK_MEMO);
     int64_t table_n = 16 * (int64_t)num_ranks - 1;
     if (table_n > n) table_n = n;
     if (table_n > REPACK_MAX) table_n = REPACK_MAX; /* at most 720 KiB; larger calls compute rows as they go */
@@ -81,12 +82,31 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->sort_a = DCP_ARENA_NEW(a, int32_t, un);
     b->sort_b = DCP_ARENA_NEW(a, int32_t, un);
     b->saved_mb = DCP_ARENA_NEW(a, int32_t, un);
+    b->pk_k0 = DCP_ARENA_NEW(a, int8_t, un);
+    b->pk_cost = DCP_ARENA_NEW(a, int64_t, dcp__size_mul(un, POOL_WINDOW));
+    b->pk_bhead = DCP_ARENA_NEW(a, int32_t, (size_t)NUM_CLASSES * POOL_BUCKETS);
+    b->pk_bits = DCP_ARENA_NEW(a, uint64_t, (size_t)NUM_CLASSES * POOL_BUCKETS / 64);
+    /* the pooled packing is done before any pass starts: its trial arrays are theirs (balanced_internal.h) */
+    b->pk_grp = (pool_group *)b->heap;
+    b->pk_of = b->order;
+    b->pk_keep_of = b->class_list;
+    b->pk_keep_size = b->alive_next;
+    /*
+     * The local search runs after every pass and polish, and needs none of
+     * their working arrays: its own live in theirs (balanced_internal.h).
+     */
+    b->ds_heap = b->order;
+    b->ds_pos = b->class_list;
+    b->ds_leaf = b->alive_next;
+    b->ds_slack = (int64_t *)b->heap;
+    b->ds_room = (int64_t *)b->park;
     b->local_cap = local;
     return b->len && b->min_cp && b->run_end && b->next_cost && b->min_cost && b->cp && b->sizes_cp && b->sizes_cost && b->cost && b->order && b->class_list &&
            b->item_group && b->item_next && b->free_groups && b->g_mb && b->g_cp && b->g_head && b->g_tail && b->g_count &&
            b->g_load && b->g_tokens && b->g_key && b->mb_free && b->mb_cap && b->mb_level && b->mb_order &&
            b->mb_first && b->mb_groups && b->heap && b->park && b->cursor && b->local && kept_ok && b->sort_a && b->sort_b && b->saved_mb && b->alive_next && b->g_slot && b->room_tree && b->rp_items && b->rp_of &&
-           b->rp_size && b->rp_count && b->rp_load && b->rp_tokens && b->rp_cost && b->rp_seg && b->rp_head && b->rp_tail && b->rp_next &&
+           b->rp_size && b->rp_count && b->rp_load && b->rp_tokens && b->rp_cost && b->rp_seg && b->rp_head && b->rp_tail && b->rp_next && b->rp_memo &&
+           b->pk_k0 && b->pk_cost && b->pk_bhead && b->pk_bits &&
            (table_n == 0 || (b->cost_table && b->cost_cheapest));
 }
 
@@ -189,6 +209,8 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
      */
     static const int64_t widen[][2] = {{0, 1}, {1, 4}, {1, 16}, {1, 0}};
     b.dense = (int64_t)b.n < 16 * (int64_t)b.num_ranks;
+    /* repacking runs with few sequences per rank, and in VPP alignment: only then is its memory cleared */
+    if (b.dense || b.vpp > 1) memset(b.rp_memo, 0, REPACK_MEMO * sizeof *b.rp_memo);
     int over_capacity = 0;
     /*
      * The step model's bound at minimal CP sizes: the work spread over all
@@ -198,7 +220,39 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
      */
     const __int128 bound = b.min_work / b.num_ranks + (__int128)((b.total_tokens + capacity - 1) / capacity) *
                                                           b.model->microbatch_overhead;
-    for (int t = 0; t < (b.dense ? 5 : 2); t++) {
+    /*
+     * Few sequences per rank on many ranks (a power of two): first the pooled
+     * packing (balanced_pool.c) for the least microbatch count.  When its plan
+     * is within 1/16 of the bound for that count (the GPU time at minimal
+     * sizes over its ranks, or the dearest sequence's cheapest cost, whichever
+     * is higher, plus the overheads) the passes are skipped; else the pooled
+     * packing for one microbatch more is kept as a candidate and the passes
+     * run as they would without it (they cost most there, and are needed
+     * where lengths are far apart: one level for all is a poor fit when a few
+     * sequences cost far more than the rest).
+     */
+    int pooled_done = 0;
+    if (b.dense && b.num_ranks >= POOL_MIN_RANKS && (b.num_ranks & (b.num_ranks - 1)) == 0) {
+        dcp__balanced_pool_prepare(&b);
+        for (int t = 0; t < 2 && !pooled_done; t++) {
+            const int64_t k = k0 + (int64_t)t * b.vpp;
+            if (k > b.n || k > INT32_MAX) break;
+            b.vpp_misaligned = 0;
+            const int64_t makespan = dcp__balanced_pool_pass(&b, (int32_t)k, t == 0);
+            if (makespan < 0) continue;
+            if (b.num_mbs > plan->max_microbatches) {
+                over_capacity = 1;
+                continue;
+            }
+            dcp__balanced_keep_plan(&b, makespan, -1);
+            __int128 level = dcp__balanced_ceil_div128(b.min_work, (__int128)b.num_mbs * b.num_ranks);
+            if (b.pk_floor > level) level = b.pk_floor;
+            const __int128 near = (level + b.model->microbatch_overhead) * b.num_mbs;
+            /* only the least count is trusted: needing more is the sign of lengths far apart */
+            pooled_done = t == 0 && (__int128)makespan * 16 <= near * 17;
+        }
+    }
+    for (int t = 0; t < (pooled_done ? 0 : b.dense ? 5 : 2); t++) {
         const int64_t k = k0 + (int64_t)t * b.vpp;
         if (k > b.n) break;
         if (!b.dense && t > 0 && b.num_kept > 0 && (__int128)b.kept[0].makespan * 99 <= bound * 100) break;
@@ -209,8 +263,21 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
             }
         }
     }
-    if (b.dense)
+    if (b.dense && !pooled_done)
         for (int j = 0; j < b.num_kept; j++) dcp__balanced_polish_plan(&b, j, plan->max_microbatches);
+    /*
+     * The local search: on every kept plan with few sequences per rank; with
+     * many, on the best one when there are enough sequences for it to pay
+     * (below that the search costs more than the plan).
+     */
+    if (b.dense) {
+        for (int j = 0; j < b.num_kept; j++) dcp__balanced_descend_plan(&b, j, DESCENT_WORK_DENSE * (int64_t)b.n + 4096);
+    } else if (b.n >= DESCENT_MIN_SEQUENCES && b.num_kept > 0) {
+        int best = 0;
+        for (int j = 1; j < b.num_kept; j++)
+            if (b.kept[j].makespan < b.kept[best].makespan) best = j;
+        dcp__balanced_descend_plan(&b, best, DESCENT_WORK_MANY * (int64_t)b.n);
+    }
     if (b.num_kept == 0 && over_capacity)
         return dcp__fail(err, DCP_ERR_CAPACITY, "balanced: the plan needs more than max_microbatches = %d microbatches",
                         plan->max_microbatches);

@@ -293,3 +293,32 @@ void dcp__balanced_polish_plan(balanced *b, int slot, int32_t max_microbatches)
     makespan = regroup(b, makespan, live);
     if (makespan < b->kept[slot].makespan && b->num_mbs <= max_microbatches) dcp__balanced_keep_plan(b, makespan, slot);
 }
+
+/* The local search on a kept plan, then regroup; the slot takes the result when its makespan is lower. */
+void dcp__balanced_descend_plan(balanced *b, int slot, int64_t budget)
+{
+    dcp__balanced_restore_plan(b, &b->kept[slot]);
+    dcp__balanced_compact_mbs(b);
+    dcp__balanced_descent(b, budget);
+    int32_t live = 0;
+    int64_t makespan = dcp__balanced_evaluate(b, &live);
+    makespan = regroup(b, makespan, live);
+    if (makespan < b->kept[slot].makespan) dcp__balanced_keep_plan(b, makespan, slot);
+}
+
+/* The common end of a pooled pass (free ranks already filled): VPP alignment (merging down where a pair fits), regroup; the makespan or -1. */
+int64_t dcp__balanced_finish_pool(balanced *b)
+{
+    dcp__balanced_compact_mbs(b);
+    int32_t live = 0;
+    b->vpp_misaligned = 0;
+    if (b->vpp > 1) {
+        dcp__balanced_evaluate(b, &live);
+        if (live % b->vpp != 0) {
+            if (!fix_vpp_multiple(b, 1)) return -1;
+            dcp__balanced_compact_mbs(b);
+        }
+    }
+    int64_t makespan = dcp__balanced_evaluate(b, &live);
+    return regroup(b, makespan, live);
+}

@@ -49,6 +49,18 @@
  * up); finally all groups are dealt, by load, into the microbatches again
  * (for equal sizes that order minimises the sum of maxima).
  *
+ * Few sequences per rank on many ranks (at least POOL_MIN_RANKS, a power of
+ * two) start with the pooled packing (balanced_pool.c): every sequence
+ * packed at once under one level into the ranks of the least microbatch
+ * count, by a best-fit packing whose level is found by false position on the
+ * ranks it needs; within 1/16 of that count's bound it is the plan and the
+ * passes are skipped (they cost most there), else they run as above.
+ *
+ * Last, a local search (balanced_descent.c) lowers microbatch levels one
+ * move or swap of a sequence at a time, never raising any: on every kept
+ * plan with fewer than 16 sequences per rank, on the best one with more from
+ * DESCENT_MIN_SEQUENCES sequences on.
+ *
  * Everything is integer and every choice is a pure function of the lengths
  * and the configuration, so every rank, compiler and optimisation level
  * computes the same plan.  Scratch comes from the arena, laid out by one
@@ -65,6 +77,8 @@
  *   balanced_repack.c      repacking microbatches against a level, and merging them
  *   balanced_finish.c      the end of every pass (repair, VPP alignment, regroup) and
  *                          the polishing of kept plans
+ *   balanced_pool.c        the pooled packing (few sequences per rank on many ranks)
+ *   balanced_descent.c     the local search on a kept plan
  *   balanced_emit.c        the kept plans: keep, restore, emit the best
  *
  * Functions one file offers the others are named dcp__balanced_*; the hot
@@ -87,6 +101,13 @@ enum { MAX_LOG2_RANKS = 20, NUM_CLASSES = MAX_LOG2_RANKS + 2, FULL_CLASS = MAX_L
 
 /* Largest microbatch (in sequences) that is repacked: the repacking is quadratic in it. */
 enum { REPACK_MAX = 4096 };
+
+/*
+ * The local search's work per sequence (balanced_descent.c): with few
+ * sequences per rank on every kept plan; with many, on the best plan from
+ * DESCENT_MIN_SEQUENCES sequences on (below that it costs more than it finds).
+ */
+enum { DESCENT_WORK_DENSE = 8, DESCENT_WORK_MANY = 4, DESCENT_MIN_SEQUENCES = 16384 };
 
 /* Trial merges remembered within one merge loop (the window's 28 pairs and the rounds after). */
 enum { MERGE_MEMO = 64 };
@@ -117,11 +138,46 @@ typedef struct saved_plan {
 
 enum { NUM_KEPT = 3 };
 
-/* A trial merge of microbatches a < b under a bound: the merged level, or -1. */
+/*
+ * A trial group of the pooled packing (balanced_pool.c), in one half cache
+ * line.  Its room under the trial's level is pk_level - load; bprev is
+ * POOL_UNLINKED while it is in no bucket (full, or being filled).
+ */
+typedef struct pool_group {
+    int64_t load, tokens;
+    int32_t size, count;
+    int32_t bprev, bnext;
+} pool_group;
+enum { POOL_UNLINKED = -2 };
+
+/* The pooled packing: classes above a position's minimal one whose costs are cached, room buckets per class. */
+enum { POOL_WINDOW = 4, POOL_BUCKETS = 1024 };
+
+/* Few sequences per rank on at least this many ranks (a power of two): the pooled packing first. */
+enum { POOL_MIN_RANKS = 2048 };
+
+/*
+ * A trial merge of microbatches a < b under a bound: the merged level, or -1;
+ * and what its search ended on (the trial level) and charged to the
+ * polishing budget, so that committing it repeats only the last trial.
+ */
 typedef struct merge_trial {
     int32_t a, b;
     int64_t bound, merged;
+    int64_t trial, charge;
 } merge_trial;
+
+/*
+ * A repacking search remembered (balanced_repack.c): its sequences (a hash of
+ * their positions, and how many), its bound, its outcome (the level, -1 for
+ * none below the bound), the trial level it ended on and what it charged.
+ */
+typedef struct repack_memo {
+    uint64_t key;
+    int32_t count;
+    int64_t bound, level, trial, charge;
+} repack_memo;
+enum { REPACK_MEMO = 1024 };
 
 /* Scratch of one planning call. */
 typedef struct balanced {
@@ -221,6 +277,7 @@ typedef struct balanced {
      */
     merge_trial memo[MERGE_MEMO];
     int num_memo;
+    repack_memo *rp_memo; /* [REPACK_MEMO] searches of this call, by hash (cleared per call) */
     int32_t *saved_mb;        /* [n] group -> microbatch before a regrouping */
     /* the last length costed at each class when joining a wider group: equal lengths come in runs */
     int64_t join_len[NUM_CLASSES], join_cost[NUM_CLASSES];
@@ -235,7 +292,48 @@ typedef struct balanced {
      */
     int64_t join_below[NUM_CLASSES];
 
-    /* the best plan so far */
+    /*
+     * The pooled packing (balanced_pool.c): each position's minimal class and
+     * its cost there and at the POOL_WINDOW - 1 classes above (-1: not yet
+     * computed), and one trial's groups and room index.  It runs before any
+     * pass and is done with its trial groups once its plan is committed, so
+     * pk_grp lives in heap and park (one block of 2n entries) and pk_of,
+     * pk_keep_of and pk_keep_size in order, class_list and alive_next; the
+     * cost cache is its own (the local search reads it too).
+     */
+    int8_t *pk_k0;                              /* [n] */
+    int64_t *pk_cost;                           /* [n * POOL_WINDOW] */
+    pool_group *pk_grp;                         /* [n] a trial's groups */
+    int32_t *pk_of;                             /* [n] a trial's group of each position */
+    int32_t *pk_keep_of, *pk_keep_size;         /* [n] the trial kept: each position's group, each group's size */
+    int32_t pk_keep_groups;
+    int32_t *pk_bhead;                          /* [NUM_CLASSES * POOL_BUCKETS] */
+    uint64_t *pk_bits;                          /* [NUM_CLASSES * POOL_BUCKETS / 64] */
+    uint64_t pk_summary[NUM_CLASSES];
+    int8_t pk_next_class[NUM_CLASSES];          /* the next class that is a size on N ranks (NUM_CLASSES: none) */
+    int64_t pk_level;                           /* the level of the trial under way */
+    int pk_shift;                               /* its rooms' shift to a bucket */
+    int32_t pk_shortest;                        /* the shortest length: a group with fewer free tokens is full */
+    int pk_count_all;                           /* a trial goes on past the capacity (to count the ranks it needs) */
+    int pk_ready;                               /* the cache is in use this call */
+    int64_t pk_floor;                           /* the dearest sequence's cheapest cost */
+
+    /*
+     * The local search (balanced_descent.c): per-microbatch max-heaps of
+     * groups by load (laid out as mb_first), each group's place in its heap,
+     * and per class a max tree over its groups of (slack, free tokens).  It
+     * runs when the passes are done, so its arrays are theirs: ds_heap is
+     * order, ds_pos class_list, ds_leaf alive_next, ds_slack heap and
+     * ds_room park (2n int64 each: a class of c groups takes 2c nodes).
+     */
+    int32_t *ds_heap;   /* [n] */
+    int32_t *ds_pos;    /* [n] */
+    int64_t *ds_slack;  /* [2n] the classes' trees one after another */
+    int64_t *ds_room;   /* [2n] */
+    int32_t *ds_leaf;   /* [n] a class's leaf -> group */
+    int32_t ds_tree_off[NUM_CLASSES], ds_leaves[NUM_CLASSES];
+    int64_t ds_work;    /* work the search may still do */
+
     /* the best plans so far, by makespan (kept[0] the best); few sequences per rank: all are polished */
     saved_plan kept[NUM_KEPT];
     int num_kept;
@@ -457,7 +555,17 @@ int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force);
 
 /* balanced_finish.c: the common end of a pass; polishing a kept plan */
 int64_t dcp__balanced_finish_pass(balanced *b, int merge_down);
+int64_t dcp__balanced_finish_pool(balanced *b);
 void dcp__balanced_polish_plan(balanced *b, int slot, int32_t max_microbatches);
+void dcp__balanced_descend_plan(balanced *b, int slot, int64_t budget);
+
+/* balanced_pool.c: the pooled packing for few sequences per rank on many ranks */
+void dcp__balanced_pool_prepare(balanced *b);
+int64_t dcp__balanced_pool_pass(balanced *b, int32_t mbs, int hopeful);
+int64_t dcp__balanced_pool_cost(balanced *b, int32_t p, int32_t cp);
+
+/* balanced_descent.c: the local search on a plan */
+void dcp__balanced_descent(balanced *b, int64_t budget);
 
 /* balanced_emit.c: the kept plans */
 void dcp__balanced_keep_plan(balanced *b, int64_t makespan, int slot);

@@ -292,7 +292,8 @@ static void sort_positions(balanced *b, int32_t count)
  * Returns the new level, or -1 when none below `better_than` was found.
  * Uses mb_groups / mb_first from dcp__balanced_index_groups().
  */
-static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_than, int commit)
+static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_than, int commit, const merge_trial *replay,
+                      merge_trial *search)
 {
     int32_t count = 0;
     for (int j = 0; j < num; j++)
@@ -304,17 +305,73 @@ static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_th
             for (int32_t p = b->g_head[b->mb_groups[x]]; p >= 0; p = b->item_next[p]) b->rp_items[count++] = p;
     if (count == 0) return -1;
     sort_positions(b, count);
+    /*
+     * The same sequences under the same bound were searched before (passes
+     * rebuild like microbatches): the search is a pure function of them, so
+     * its outcome is taken from the memory and the budget charged what it took
+     * then; a commit repeats only the last trial (charged once already).
+     */
+    repack_memo *e = NULL;
+    merge_trial remembered;
+    if (!replay) {
+        uint64_t key = 14695981039346656037ull ^ (uint64_t)(uint32_t)count;
+        for (int32_t i = 0; i < count; i++) key = (key ^ (uint64_t)(uint32_t)b->rp_items[i]) * 1099511628211ull;
+        e = &b->rp_memo[key & (REPACK_MEMO - 1)];
+        if (e->key == key && e->count == count && e->bound == better_than) {
+            b->polish_work -= e->charge;
+            if (e->level < 0) return -1;
+            if (search) {
+                search->trial = e->trial;
+                search->charge = e->charge;
+            }
+            if (!commit) return e->level;
+            b->polish_work += count; /* the trial below was charged with the rest */
+            remembered = (merge_trial){0, 0, better_than, e->level, e->trial, count};
+            replay = &remembered;
+            e = NULL;
+        } else {
+            e->key = key;
+            e->count = count;
+            e->bound = better_than;
+            e->level = -1;
+            e->trial = -1;
+            e->charge = 0;
+        }
+    }
     int64_t lo = repack_costs(b, count), hi = better_than - 1;
     int32_t groups = 0;
-    if (lo > hi || repack_trial(b, count, hi, &groups) > b->num_ranks) return -1;
-    while (lo < hi && hi - lo > (hi >> 12)) { /* to within 1/4096 of the level */
-        int64_t mid = lo + (hi - lo) / 2;
-        if (repack_trial(b, count, mid, &groups) <= b->num_ranks) hi = mid;
-        else lo = mid + 1;
+    const int64_t work_before = b->polish_work;
+    if (replay) {
+        /*
+         * The search ran before on these same sequences and bound (a merge's
+         * trial): it is deterministic, so only its last trial is repeated,
+         * and the budget is charged what the whole search took.
+         */
+        hi = replay->trial;
+        b->polish_work -= replay->charge - count;
+    } else {
+        if (lo > hi || repack_trial(b, count, hi, &groups) > b->num_ranks) {
+            e->charge = work_before - b->polish_work;
+            return -1;
+        }
+        while (lo < hi && hi - lo > (hi >> 12)) { /* to within 1/4096 of the level */
+            int64_t mid = lo + (hi - lo) / 2;
+            if (repack_trial(b, count, mid, &groups) <= b->num_ranks) hi = mid;
+            else lo = mid + 1;
+        }
     }
     int32_t ranks = repack_trial(b, count, hi, &groups);
     int64_t level = repack_fill(b, &groups, b->num_ranks - ranks);
+    if (e) {
+        e->charge = work_before - b->polish_work;
+        e->trial = hi;
+        e->level = level < better_than ? level : -1;
+    }
     if (level >= better_than) return -1;
+    if (search) {
+        search->trial = hi;
+        search->charge = work_before - b->polish_work;
+    }
     if (!commit) return level;
     /* commit: the old groups go to the free list, the trial groups become real ones */
     for (int j = 0; j < num; j++) {
@@ -348,7 +405,7 @@ void dcp__balanced_repack_microbatches(balanced *b, int32_t limit)
         int32_t count = 0;
         for (int32_t x = b->mb_first[m]; x < b->mb_first[m + 1]; x++) count += b->g_count[b->mb_groups[x]];
         if (count == 0 || count > limit) continue;
-        repack(b, &m, 1, b->mb_level[m], 1);
+        repack(b, &m, 1, b->mb_level[m], 1, NULL, NULL);
     }
 }
 
@@ -387,6 +444,7 @@ int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force)
     }
     int32_t best[2] = {-1, -1};
     int64_t best_gain = force ? INT64_MIN : 0, best_bound = 0;
+    merge_trial best_search = {0};
     for (int i = 0; i < size; i++) {
         for (int j = i + 1; j < size; j++) {
             if (counts[i] + counts[j] > limit) continue;
@@ -395,15 +453,17 @@ int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force)
                                                  b->model->microbatch_overhead);
             int64_t bound = force ? INT64_MAX : both;
             int64_t merged = -2;
+            merge_trial search = {pair[0], pair[1], bound, -1, 0, 0};
             for (int e = 0; !force && e < b->num_memo; e++)
                 if (b->memo[e].a == pair[0] && b->memo[e].b == pair[1] && b->memo[e].bound == bound) {
-                    merged = b->memo[e].merged;
+                    search = b->memo[e];
+                    merged = search.merged;
                     break;
                 }
             if (merged == -2) {
-                merged = repack(b, pair, 2, bound, 0);
-                if (!force && b->num_memo < MERGE_MEMO)
-                    b->memo[b->num_memo++] = (merge_trial){pair[0], pair[1], bound, merged};
+                merged = repack(b, pair, 2, bound, 0, NULL, &search);
+                search.merged = merged;
+                if (!force && b->num_memo < MERGE_MEMO) b->memo[b->num_memo++] = search;
             }
             if (merged < 0) continue;
             int64_t gain = both - merged;
@@ -412,6 +472,7 @@ int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force)
                 best_bound = bound;
                 best[0] = pair[0];
                 best[1] = pair[1];
+                best_search = search;
             }
         }
     }
@@ -422,6 +483,6 @@ int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force)
         if (b->memo[e].a != best[0] && b->memo[e].a != best[1] && b->memo[e].b != best[0] && b->memo[e].b != best[1])
             b->memo[kept++] = b->memo[e];
     b->num_memo = kept;
-    /* the same bound as the trial: the search is deterministic, so the commit repeats it exactly */
-    return repack(b, best, 2, best_bound, 1) >= 0;
+    /* the same bound as the trial: the search is deterministic, so the commit replays its last trial */
+    return repack(b, best, 2, best_bound, 1, &best_search, NULL) >= 0;
 }

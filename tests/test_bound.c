@@ -1,0 +1,233 @@
+/*
+ * test_bound.c - the step model's lower bound (core/stats.c): no plan of any
+ * scheduler on any workload trace and benchmark configuration costs less, it
+ * is never below the plain bound (work over the ranks plus the token-forced
+ * microbatches' overhead), and hand-made plans attain it exactly where each
+ * of its terms is what binds.
+ */
+#include "dcp_test.h"
+#include "../core/plan.h"
+
+#include <stdlib.h>
+
+/* bench_plan's matrix configurations: ranks, max_seqlen_per_rank, VPP group. */
+static const struct {
+    int32_t ranks, max_seqlen, vpp_group;
+} configs[] = {
+    {8, 2048, 0},  {8, 8192, 0},  {32, 4096, 0},  {32, 8192, 0},
+    {32, 8192, 4}, {128, 4096, 0}, {512, 4096, 0}, {512, 8192, 0},
+};
+
+static const char *const traces[] = {
+    "bimodal_n256_seed1",      "bimodal_n1024_seed1",    "bimodal_n4096_seed1",    "bimodal_n16384_seed1",
+    "longsft_n256_seed1",      "longsft_n1024_seed1",    "longsft_n4096_seed1",    "longsft_n16384_seed1",
+    "mlmdefault_n256_seed1",   "mlmdefault_n1024_seed1", "mlmdefault_n4096_seed1", "mlmdefault_n16384_seed1",
+    "uniform32k_n256_seed1",   "uniform32k_n1024_seed1", "uniform32k_n4096_seed1", "uniform32k_n16384_seed1",
+};
+
+/* The plain bound: the least GPU time of each sequence over the ranks, plus the token-forced microbatches' overhead. */
+static int64_t plain_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t ranks, int32_t m)
+{
+    __int128 work = 0, tokens = 0;
+    for (int32_t i = 0; i < n; i++) {
+        __int128 best = -1;
+        for (int64_t cp = 1; cp <= ranks; cp = (cp * 2 > ranks && cp < ranks) ? ranks : cp * 2) {
+            if (lengths[i] <= cp * (int64_t)m) {
+                __int128 w = (__int128)cp * dcp_cost(model, lengths[i], (int32_t)cp);
+                if (best < 0 || w < best) best = w;
+            }
+            if (cp == ranks) break;
+        }
+        if (best > 0) work += best;
+        tokens += lengths[i];
+    }
+    __int128 capacity = (__int128)ranks * m;
+    __int128 bound = work / ranks + (tokens + capacity - 1) / capacity * model->microbatch_overhead;
+    return bound > INT64_MAX ? INT64_MAX : (int64_t)bound;
+}
+
+DCP_TEST(no_plan_on_any_trace_and_configuration_is_below_the_bound)
+{
+    int32_t *lengths = malloc(16384 * sizeof *lengths);
+    DCP_REQUIRE(lengths);
+    int planned = 0, tighter = 0;
+    for (size_t t = 0; t < sizeof traces / sizeof traces[0]; t++) {
+        char path[256];
+        snprintf(path, sizeof path, "workloads/%s.txt", traces[t]);
+        const int n = dcp_test_read_trace(dcp_test_data_path(path), lengths, 16384);
+        DCP_REQUIRE(n > 0);
+        int32_t longest = 0;
+        for (int i = 0; i < n; i++)
+            if (lengths[i] > longest) longest = lengths[i];
+        for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) {
+            if ((int64_t)longest > (int64_t)configs[k].ranks * configs[k].max_seqlen) continue; /* no plan exists */
+            for (int s = DCP_SCHEDULER_DP_BALANCED; s <= DCP_SCHEDULER_BALANCED; s++) {
+                dcp_config c;
+                dcp_config_default(&c);
+                c.scheduler = (dcp_scheduler)s;
+                c.max_sequences = n;
+                c.max_seqlen_per_rank = configs[k].max_seqlen;
+                c.data_parallel_size = configs[k].ranks;
+                if (configs[k].vpp_group > 1) {
+                    c.pipeline_parallel_size = 2;
+                    c.virtual_pipeline_size = 2;
+                    c.microbatch_group_size_per_vp_stage = configs[k].vpp_group;
+                }
+                if (s == DCP_SCHEDULER_DP_BALANCED) { /* static CP: the least power of two that holds the longest */
+                    int32_t cp = 1;
+                    while ((int64_t)cp * configs[k].max_seqlen < longest) cp *= 2;
+                    if (configs[k].ranks % cp != 0) continue;
+                    c.context_parallel_size = cp;
+                    c.data_parallel_size = configs[k].ranks / cp;
+                }
+                dcp_context *ctx = NULL;
+                DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+                const dcp_plan *plan = NULL;
+                dcp_status st = dcp_plan_compute(ctx, lengths, n, &plan);
+                if (st == DCP_OK) {
+                    dcp_plan_stats stats;
+                    DCP_REQUIRE_OK(dcp_plan_stats_compute(ctx, plan, lengths, n, &stats));
+                    const int64_t plain = plain_bound(&c.cost, lengths, n, configs[k].ranks, configs[k].max_seqlen);
+                    if (stats.makespan < stats.lower_bound || stats.lower_bound < plain)
+                        dcp_test_fail(__FILE__, __LINE__, "%s on %d ranks, M %d, VPP %d, %s: makespan %lld, bound %lld, plain %lld",
+                                      traces[t], configs[k].ranks, configs[k].max_seqlen, configs[k].vpp_group,
+                                      dcp_scheduler_name(c.scheduler), (long long)stats.makespan,
+                                      (long long)stats.lower_bound, (long long)plain);
+                    planned++;
+                    tighter += stats.lower_bound > plain;
+                }
+                dcp_context_destroy(ctx);
+            }
+        }
+    }
+    printf("%d plans at or above the bound; the bound is above the plain one for %d of them\n", planned, tighter);
+    DCP_CHECK(planned > 250);
+    DCP_CHECK(tighter > 0);
+    free(lengths);
+}
+
+/* ---- hand-made plans that attain the bound ---- */
+
+typedef struct {
+    int32_t mb_first[9];
+    int32_t first_rank[16], cp[16], first_id[17], ids[32];
+    dcp_plan plan;
+} fixture;
+
+static void fixture_init(fixture *f, int32_t ranks)
+{
+    memset(f, 0, sizeof *f);
+    f->plan.microbatch_first_group = f->mb_first;
+    f->plan.group_first_rank = f->first_rank;
+    f->plan.group_cp_size = f->cp;
+    f->plan.group_first_id = f->first_id;
+    f->plan.ids = f->ids;
+    f->plan.max_microbatches = 8;
+    f->plan.max_groups = 16;
+    f->plan.max_ids = 32;
+    dcp__plan_clear(&f->plan, ranks);
+}
+
+static void one_group_microbatch(fixture *f, int32_t cp, int n, const int32_t *ids)
+{
+    dcp__plan_open_microbatch(&f->plan, NULL);
+    dcp__plan_push_group(&f->plan, 0, cp, ids, n, NULL);
+    dcp__plan_close_microbatch(&f->plan);
+}
+
+/* The stats of a hand-made plan on `ranks` ranks; the context's configuration as given. */
+static dcp_plan_stats stats_of(fixture *f, int32_t ranks, int32_t m, int32_t vpp_group, const int32_t *lengths, int n)
+{
+    dcp_config c;
+    dcp_config_default(&c);
+    c.data_parallel_size = ranks;
+    c.max_sequences = 32;
+    c.max_seqlen_per_rank = m;
+    if (vpp_group > 1) {
+        c.pipeline_parallel_size = 2;
+        c.virtual_pipeline_size = 2;
+        c.microbatch_group_size_per_vp_stage = vpp_group;
+    }
+    dcp_plan_stats stats;
+    memset(&stats, 0, sizeof stats);
+    dcp_context *ctx = NULL;
+    if (dcp_context_create(&c, &ctx) != DCP_OK) return stats;
+    dcp_status st = dcp_plan_stats_compute(ctx, &f->plan, lengths, n, &stats);
+    if (st != DCP_OK) dcp_test_fail(__FILE__, __LINE__, "stats: %s", dcp_context_last_error(ctx));
+    dcp_context_destroy(ctx);
+    return stats;
+}
+
+DCP_TEST(bound_attained_one_short_sequence_per_rank)
+{
+    /*
+     * 8 sequences of 128 tokens on 8 ranks, one each: a microbatch costs
+     * cost(128, 1) + o.  Their cheapest size is 2 (cost(128, 2) is lower), so
+     * the longest sequence alone bounds less; but no level below cost(128, 1)
+     * leaves room for the GPU time of size 2 (the ring's latency): the search
+     * over the level finds cost(128, 1) exactly.
+     */
+    int32_t lengths[8];
+    for (int i = 0; i < 8; i++) lengths[i] = 128;
+    fixture f;
+    fixture_init(&f, 8);
+    dcp__plan_open_microbatch(&f.plan, NULL);
+    for (int32_t i = 0; i < 8; i++) dcp__plan_push_group(&f.plan, i, 1, &i, 1, NULL);
+    dcp__plan_close_microbatch(&f.plan);
+    dcp_plan_stats st = stats_of(&f, 8, 4096, 0, lengths, 8);
+    dcp_cost_model model;
+    dcp_cost_model_default(&model);
+    DCP_CHECK(dcp_cost(&model, 128, 2) < dcp_cost(&model, 128, 1));
+    DCP_CHECK_EQ_INT(st.makespan, dcp_cost(&model, 128, 1) + model.microbatch_overhead);
+    DCP_CHECK_EQ_INT(st.lower_bound, st.makespan);
+}
+
+DCP_TEST(bound_attained_one_sequence_on_every_rank)
+{
+    /* 32768 tokens on 8 ranks of 4096: only size 8 holds it; the plan is the bound */
+    const int32_t lengths[1] = {32768};
+    fixture f;
+    fixture_init(&f, 8);
+    one_group_microbatch(&f, 8, 1, (int32_t[]){0});
+    dcp_plan_stats st = stats_of(&f, 8, 4096, 0, lengths, 1);
+    DCP_CHECK(st.makespan > 0);
+    DCP_CHECK_EQ_INT(st.lower_bound, st.makespan);
+}
+
+DCP_TEST(bound_attained_where_the_forced_microbatches_bind)
+{
+    /*
+     * 16384 and 8192 tokens on 2 ranks of 8192: the tokens need two
+     * microbatches; the longer sequence alone fills one (size 2), the shorter
+     * runs at size 2 in the other (every rank must hold something).  The
+     * plain bound (GPU time over the ranks, the shorter at size 1) is lower;
+     * the longest sequence's cheapest cost plus the second microbatch's least
+     * (phi(8192), at size 2) is the makespan.
+     */
+    const int32_t lengths[2] = {16384, 8192};
+    fixture f;
+    fixture_init(&f, 2);
+    one_group_microbatch(&f, 2, 1, (int32_t[]){0});
+    one_group_microbatch(&f, 2, 1, (int32_t[]){1});
+    dcp_plan_stats st = stats_of(&f, 2, 8192, 0, lengths, 2);
+    dcp_cost_model model;
+    dcp_cost_model_default(&model);
+    DCP_CHECK_EQ_INT(st.makespan, dcp_cost(&model, 16384, 2) + dcp_cost(&model, 8192, 2) + 2 * model.microbatch_overhead);
+    DCP_CHECK_EQ_INT(st.lower_bound, st.makespan);
+    DCP_CHECK(plain_bound(&model, lengths, 2, 2, 8192) < st.lower_bound);
+}
+
+DCP_TEST(bound_attained_where_the_vpp_group_forces_microbatches)
+{
+    /* four sequences of 4096 tokens on one rank of 8192, VPP group 4: two microbatches hold them, four must run */
+    const int32_t lengths[4] = {4096, 4096, 4096, 4096};
+    fixture f;
+    fixture_init(&f, 1);
+    for (int32_t i = 0; i < 4; i++) one_group_microbatch(&f, 1, 1, &i);
+    dcp_plan_stats st = stats_of(&f, 1, 8192, 4, lengths, 4);
+    dcp_cost_model model;
+    dcp_cost_model_default(&model);
+    DCP_CHECK_EQ_INT(st.makespan, 4 * (dcp_cost(&model, 4096, 1) + model.microbatch_overhead));
+    DCP_CHECK_EQ_INT(st.lower_bound, st.makespan);
+    DCP_CHECK(plain_bound(&model, lengths, 4, 1, 8192) < st.lower_bound);
+}
