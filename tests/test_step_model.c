@@ -228,9 +228,10 @@ DCP_TEST(overhead_is_paid_once_a_microbatch_on_the_critical_path)
 /*
  * A round latency of 1000 makes CP > 1 dear: one sequence of 100 tokens is cheapest, in
  * total and per rank, on one rank (cost 100; CP 2: 50 + 1000, CP 4: 25 + 3000).  With three
- * sequences of 1 token, spreading the work evenly gives W = 103 over 4 ranks (barrier bound
- * floor(103/4) = 25 + overhead), but some rank runs the 100 tokens: the dependency bound is
- * 100 + overhead 5 = 105, and the plan that runs one sequence on each rank reaches it.
+ * sequences of 1 token, spreading the work evenly gives W = 103 over 4 ranks (floor(103/4) = 25 +
+ * overhead, the work term alone), but some rank runs the 100 tokens: the dependency bound is
+ * 100 + overhead 5 = 105, the barrier bound's forced-microbatch term finds the same, and the plan
+ * that runs one sequence on each rank reaches it.
  */
 DCP_TEST(longest_sequence_term_makes_the_bound_tight)
 {
@@ -243,7 +244,8 @@ DCP_TEST(longest_sequence_term_makes_the_bound_tight)
     hand_plan_build(&h, 4, spec);
     dcp_plan_stats s;
     DCP_REQUIRE_OK(hand_stats(&c, &h, lengths, 4, &s));
-    DCP_CHECK_EQ_INT(s.lower_bound, 25 + 5);
+    /* the barrier bound counts the slowest sequence of its one forced microbatch too: 100 + 5 */
+    DCP_CHECK_EQ_INT(s.lower_bound, 100 + 5);
     DCP_CHECK_EQ_INT(s.dependency_lower_bound, 105);
     DCP_CHECK_EQ_INT(s.dependency_makespan, 105);
     DCP_CHECK_EQ_INT(s.makespan, 105);
@@ -403,9 +405,8 @@ static void check_plan_stats(const dcp_plan *plan, const dcp_plan_stats *s, cons
     if (s->dependency_makespan < average)
         dcp_test_fail(__FILE__, __LINE__, "%s: dependency makespan %lld below the average busy time %lld", where,
                       (long long)s->dependency_makespan, (long long)average);
-    if (pow2_static && s->dependency_lower_bound < s->lower_bound)
-        dcp_test_fail(__FILE__, __LINE__, "%s: dependency lower bound %lld below the barrier one %lld", where,
-                      (long long)s->dependency_lower_bound, (long long)s->lower_bound);
+    /* the two bounds are proved apart: the barrier one counts forced microbatches' slowest sequences, which
+       the dependency model does not sum, so neither need be the larger; each holds for its own makespan */
     int dep = c->cost.step_model == DCP_STEP_MODEL_DEPENDENCY;
     if (s->model_makespan != (dep ? s->dependency_makespan : s->makespan) ||
         s->model_lower_bound != (dep ? s->dependency_lower_bound : s->lower_bound) ||
