@@ -1,5 +1,5 @@
 /*
- * stats.c - the step cost model of a plan (README, cost model): makespan and
+ * stats.c - the step cost model of a plan (docs/planning.md, cost model): makespan and
  * lower bound under both step models (barrier and dependency), the
  * reference's quadratic model.  Every rank of a group carries the same cost,
  * so this walks groups, not ranks.  The caller has checked the plan
@@ -12,7 +12,7 @@
 static int64_t sat_add(int64_t a, int64_t b) { return (a > INT64_MAX - b) ? INT64_MAX : a + b; }
 
 /*
- * The lower bound of the step cost model (README, cost model; the proof is
+ * The lower bound of the step cost model (docs/planning.md, cost model; the proof is
  * docs/planning.md's "Lower bound" section, in short here).
  *
  * A plan has K microbatches; microbatch m costs L_m + o, L_m its most

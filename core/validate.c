@@ -1,5 +1,5 @@
 /*
- * validate.c - check every invariant of a plan (README, cost model), every step.
+ * validate.c - check every invariant of a plan (docs/planning.md, cost model), every step.
  *
  * O(ids + groups + microbatches) time, one byte per sequence of scratch.  The
  * first violation found is reported with its microbatch, rank and id.

@@ -88,7 +88,7 @@ dcp_status dcp_scheduler_from_name(const char *name, dcp_scheduler *out);
 #define DCP_MAX_LOG2_CP 16
 
 /*
- * The step cost model (README, cost model).  For a sequence of s tokens on cp
+ * The step cost model (docs/planning.md, cost model).  For a sequence of s tokens on cp
  * ranks, each of those ranks spends
  *
  *   cost(s, cp) = (quadratic * s^2 + linear * s) / cp
@@ -320,7 +320,7 @@ typedef struct dcp_plan {
 int32_t dcp_plan_group_of_rank(const dcp_plan *plan, int32_t microbatch, int32_t rank);
 
 /*
- * Step-model statistics of a plan (README, cost model), all integer.  Both
+ * Step-model statistics of a plan (docs/planning.md, cost model), all integer.  Both
  * step models' makespans are computed whatever the configuration says;
  * model_makespan and model_lower_bound are those of the configured one
  * (config.cost.step_model), and efficiency = model_lower_bound / model_makespan.
@@ -328,7 +328,7 @@ int32_t dcp_plan_group_of_rank(const dcp_plan *plan, int32_t microbatch, int32_t
 typedef struct dcp_plan_stats {
     int32_t num_microbatches;
     int64_t makespan;          /* barrier model: sum over microbatches of (slowest rank + overhead) */
-    int64_t lower_bound;       /* barrier model's lower bound (README, cost model) */
+    int64_t lower_bound;       /* barrier model's lower bound (docs/planning.md, cost model) */
     int64_t quad_makespan;     /* the reference's model: per rank sum of s^2/cp, summed over microbatch maxima */
     int64_t busy_sum;          /* sum over microbatches and ranks of rank cost (for imbalance) */
     int64_t max_rank_sum;      /* sum over microbatches of the slowest rank */

@@ -479,7 +479,7 @@ int dcp_cli_compare(int argc, char **argv)
                    traces_dir ? traces_dir : num_trace_files ? "trace files" : spec, (long long)seqs);
             printf("ranks %d, max_seqlen_per_rank %d unless a configuration says otherwise; cost model: %s, step "
                    "model %s\n\n",
-                   defaults.ranks, defaults.max_seqlen_per_rank, default_cost ? default_cost : "defaults (README, Cost model)",
+                   defaults.ranks, defaults.max_seqlen_per_rank, default_cost ? default_cost : "defaults (docs/planning.md, Cost model)",
                    dcp_step_model_name((dcp_step_model)defaults.cost.step_model));
             printf("%-28s %7s %9s %16s %16s %10s %9s %7s %7s %10s %10s\n", "configuration", "batches", "microbat.",
                    "makespan/batch", "dependency/b.", "efficiency", "imbalance", "mean CP", "padding", "plan med.",

@@ -141,7 +141,7 @@ int dcp_cli_cost(int argc, char **argv)
         int st = dcp_cli_cost_profile_load("cost", profile, &model);
         if (st != DCP_EXIT_OK) return st;
     }
-    const char *source = profile ? profile : "defaults (README, Cost model)";
+    const char *source = profile ? profile : "defaults (docs/planning.md, Cost model)";
 
     if (strcmp(format, "profile") == 0) {
         printf("# dcpack cost profile: %s\n", source);

@@ -130,7 +130,7 @@ static void print_header(const plan_options *o, const dcp_cli_trace *trace)
     if (o->setup.vpp_group > 1) printf(", vpp_group %d", o->setup.vpp_group);
     if (o->setup.max_sequences_per_microbatch > 0)
         printf(", max_sequences_per_microbatch %d", o->setup.max_sequences_per_microbatch);
-    printf("; cost model: %s, step model %s\n", o->cost_path ? o->cost_path : "defaults (README, Cost model)",
+    printf("; cost model: %s, step model %s\n", o->cost_path ? o->cost_path : "defaults (docs/planning.md, Cost model)",
            dcp_step_model_name((dcp_step_model)o->setup.cost.step_model));
 }
 
@@ -380,7 +380,7 @@ static int compare_schedulers(const plan_options *o, const dcp_cli_trace *trace)
                 else printf("%s: %s (%s)\n", what, r->message, dcp_status_str(r->status));
             }
         }
-        printf("\nmakespan: step-model cost units (README, Cost model), every rank waiting for each microbatch's\n"
+        printf("\nmakespan: step-model cost units (docs/planning.md, Cost model), every rank waiting for each microbatch's\n"
                "slowest rank; dependency: the makespan when a rank waits only for the ranks of its CP groups;\n"
                "efficiency = lower bound / makespan under the %s step model; imbalance = slowest rank /\n"
                "mean rank, summed over microbatches (1.000 = perfectly even).\n\n",

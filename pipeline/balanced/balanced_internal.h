@@ -4,7 +4,7 @@
  * classes, the 4-ary heaps, group and microbatch building blocks, and the
  * functions each phase's file offers the others.
  *
- * The scheduler minimises the step cost model's makespan (README, cost
+ * The scheduler minimises the step cost model's makespan (docs/planning.md, cost
  * model), the sum over microbatches of (slowest rank + microbatch overhead),
  * under every invariant of a plan.
  *

@@ -42,7 +42,7 @@
  * carries the same load and free ranks carry none, so an option's value is
  * max(current maximum, group load + cost): no per-rank scan.
  *
- * Where the reference crashes or hangs, dcpack decides (README, "Reference
+ * Where the reference crashes or hangs, dcpack decides (docs/planning.md, "Reference
  * bugs"): a group the fill step cannot grow without writing past rank N-1 is
  * skipped instead of raising IndexError; a sequence needing more ranks than
  * the largest power of two <= N (N not a power of two) gets all N ranks
