@@ -134,7 +134,7 @@ typedef struct dcp_cost_model {
 const char *dcp_step_model_name(dcp_step_model model);
 dcp_status dcp_step_model_from_name(const char *name, dcp_step_model *out);
 
-/* Fill a cost model with the README's default coefficients (H = 4096, 8 GPUs a node) and the barrier step model. */
+/* Fill a cost model with the default coefficients of docs/planning.md (H = 4096, 8 GPUs a node) and the barrier step model. */
 void dcp_cost_model_default(dcp_cost_model *model);
 
 /* Per-rank cost of a sequence of `length` tokens on `cp` ranks (cp a power of two). */
@@ -353,7 +353,7 @@ typedef struct dcp_plan_stats {
 dcp_status dcp_plan_stats_compute(dcp_context *context, const dcp_plan *plan, const int32_t *lengths,
                                   int32_t num_lengths, dcp_plan_stats *stats);
 
-/* Which invariant of a plan broke (numbered as in the README's cost model section). */
+/* Which invariant of a plan broke (numbered as in docs/planning.md, Invariants). */
 typedef enum dcp_invariant {
     DCP_INVARIANT_NONE = 0,
     DCP_INVARIANT_EACH_ID_ONCE = 1,    /* every id in exactly one microbatch, once */
