@@ -94,6 +94,9 @@ static int64_t heap_second(const balanced *b, int32_t m)
 
 /* ---- per-class max trees of (slack, free tokens) ---- */
 
+/* A load after a move, saturated as loads are (costs saturate at INT64_MAX). */
+static int64_t clamp_load(__int128 v) { return v > INT64_MAX ? INT64_MAX : v < 0 ? 0 : (int64_t)v; }
+
 static int64_t group_slack(const balanced *b, int32_t g) { return b->mb_level[b->g_mb[g]] - b->g_load[g]; }
 
 static int64_t group_free_tokens(const balanced *b, int32_t g)
@@ -214,8 +217,8 @@ static void apply_swap(balanced *b, int32_t p, int32_t g, int32_t q, int32_t h, 
     if (b->g_tail[h] == q) b->g_tail[h] = p;
     b->item_group[p] = h;
     b->item_group[q] = g;
-    b->g_load[g] += cq_g - b->cost[p];
-    b->g_load[h] += cp_h - b->cost[q];
+    b->g_load[g] = clamp_load((__int128)b->g_load[g] + cq_g - b->cost[p]);
+    b->g_load[h] = clamp_load((__int128)b->g_load[h] + cp_h - b->cost[q]);
     b->g_tokens[g] += b->len[q] - b->len[p];
     b->g_tokens[h] += b->len[p] - b->len[q];
     b->cp[p] = b->g_cp[h];
@@ -332,7 +335,7 @@ static int relieve(balanced *b, int32_t m)
                 } else {
                     cap = b->mb_level[b->g_mb[h]];
                 }
-                if (b->g_load[h] + rise > cap) continue;
+                if ((__int128)b->g_load[h] + rise > cap) continue; /* loads saturate at INT64_MAX */
                 apply_swap(b, p, g, q, h, cp_in_h, cq_g);
                 return 1;
             }
