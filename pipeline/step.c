@@ -104,6 +104,7 @@ typedef struct step_run {
     dcp_step_lengths lengths;
     dcp_rank_geometry geometry;
     dcp_group_scratch gs;
+    uint64_t data_digest; /* of the bytes this rank moves, when CP siblings compare them; else 0 */
     dcp_step_stats stats;
 } step_run;
 
@@ -116,15 +117,7 @@ static dcp_status gather_and_plan(step_run *r, dcp_error *err)
     L->padded = ctx->global_lengths;
     L->original = st->original_lengths;
     L->rank_offsets = ctx->rank_offsets;
-    /* CP siblings compare what they hold, not only its lengths (dcp_config.skip_sibling_data_check) */
-    uint64_t data_digest = 0;
-    if (ctx->config.context_parallel_size > 1 && !ctx->config.skip_sibling_data_check) {
-        dcp_input_spans spans = {st->local.count, st->local.sample, st->local.start, st->local.pairs};
-        dcp_status d = st->mover.ops->digest(&st->mover, r->args->cuda_stream, r->input, r->kept, &spans,
-                                             &data_digest, err);
-        if (d != DCP_OK) return d;
-    }
-    dcp_status s = dcp__gather_step(r->lane, r->input->fields, &st->local, data_digest, &ctx->config, L,
+    dcp_status s = dcp__gather_step(r->lane, r->input->fields, &st->local, r->data_digest, &ctx->config, L,
                                     dcp__context_scratch(ctx), &r->stats, err);
     ctx->num_global = s == DCP_OK ? L->num_sequences : 0;
     if (s != DCP_OK) return s;
@@ -287,6 +280,12 @@ dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_
         s = dcp__gather_local(input, r.kept, &ctx->config, st->token_capacity, &st->local, &err);
     }
     if (s == DCP_OK && holds_data) r.kept &= input->fields;
+    /* CP siblings compare what they hold, not only its lengths (dcp_config.skip_sibling_data_check); a
+       digest that fails (a device error) is a local error, agreed before any data collective */
+    if (s == DCP_OK && holds_data && ctx->config.context_parallel_size > 1 && !ctx->config.skip_sibling_data_check) {
+        dcp_input_spans spans = {st->local.count, st->local.sample, st->local.start, st->local.pairs};
+        s = st->mover.ops->digest(&st->mover, args->cuda_stream, input, r.kept, &spans, &r.data_digest, &err);
+    }
     s = agree_call(ctx, args->world, &tag, s, &err, &r.stats);
     if (s != DCP_OK) return finish(ctx, s, &err, output);
 
