@@ -1,5 +1,6 @@
 /* config.c - configuration defaults and validation, scheduler and step-model names, the cost model. */
 #include "dcpack.h"
+#include "cost.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -47,43 +48,11 @@ static __int128 mul_capped(__int128 a, __int128 b)
     return a * b;
 }
 
-/*
- * The same cost in int64 when no product or sum overflows (every realistic
- * model and length): the scheduler calls dcp_cost per sequence and candidate
- * CP size, and 128-bit division dominates otherwise.  Returns 0 and leaves
- * *cost alone when the wide path is needed.
- */
-static int cost_int64(const dcp_cost_model *model, int64_t length, int32_t cp, int64_t *cost)
-{
-    if (model->quadratic < 0 || model->linear < 0) return 0;
-    int64_t t, quad, linear, work, fixed = 0;
-    if (__builtin_mul_overflow(model->quadratic, length, &t) || __builtin_mul_overflow(t, length, &quad) ||
-        __builtin_mul_overflow(model->linear, length, &linear) || __builtin_add_overflow(quad, linear, &work))
-        return 0;
-    if (cp > 1) {
-        int k = log2_ceil(cp);
-        if (k > DCP_MAX_LOG2_CP) k = DCP_MAX_LOG2_CP;
-        int64_t kv_bytes, kv_total;
-        if (model->kv[k] < 0 || model->round_latency < 0) return 0;
-        if (__builtin_mul_overflow(model->kv[k], length, &kv_bytes) ||
-            __builtin_mul_overflow(kv_bytes, (int64_t)cp - 1, &kv_total) ||
-            __builtin_mul_overflow(model->round_latency, (int64_t)cp - 1, &fixed))
-            return 0;
-        int64_t exposed = kv_total - quad; /* both >= 0: no overflow */
-        if (exposed > 0 && __builtin_add_overflow(work, exposed, &work)) return 0;
-    }
-    /* work >= 0: a power-of-two size divides by a shift (a 64-bit division costs tens of cycles) */
-    int64_t per_rank = (cp & (cp - 1)) == 0 ? work >> __builtin_ctz((uint32_t)cp) : work / cp;
-    if (__builtin_add_overflow(per_rank, fixed, &per_rank)) return 0;
-    *cost = per_rank;
-    return 1;
-}
-
 int64_t dcp_cost(const dcp_cost_model *model, int64_t length, int32_t cp)
 {
     if (!model || length <= 0 || cp <= 0) return 0;
     int64_t fast;
-    if (cost_int64(model, length, cp, &fast)) return fast;
+    if (dcp__cost_int64(model, length, cp, &fast)) return fast;
     __int128 s = length;
     __int128 quad = mul_capped(mul_capped(model->quadratic, s), s);
     __int128 work = quad + mul_capped(model->linear, s);

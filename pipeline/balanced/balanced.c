@@ -164,7 +164,7 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
         if (p > 0 && b.len[p] == b.len[p - 1] && b.min_cp[p] == b.min_cp[p - 1]) {
             b.min_cost[p] = b.min_cost[p - 1];
         } else {
-            b.min_cost[p] = dcp_cost(b.model, b.len[p], b.min_cp[p]);
+            b.min_cost[p] = dcp__cost(b.model, b.len[p], b.min_cp[p]);
             b.next_cost[p] = -1;
             run = p;
         }

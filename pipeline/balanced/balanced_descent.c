@@ -175,7 +175,7 @@ static int64_t cost_at(balanced *b, int32_t p, int32_t cp)
 {
     if (b->table_ready && p < b->table_n) return b->cost_table[(size_t)p * NUM_CLASSES + dcp__balanced_class_of(cp)];
     if (b->pk_ready) return dcp__balanced_pool_cost(b, p, cp);
-    return dcp_cost(b->model, b->len[p], cp);
+    return dcp__cost(b->model, b->len[p], cp);
 }
 
 /* Move p (in g) into h at cost c. */

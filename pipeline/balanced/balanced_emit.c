@@ -54,7 +54,7 @@ void dcp__balanced_restore_plan(balanced *b, const saved_plan *k)
     for (int32_t p = 0; p < b->n; p++) {
         int32_t g = k->item_group[p];
         b->cp[p] = b->g_cp[g];
-        b->cost[p] = dcp_cost(b->model, b->len[p], b->cp[p]);
+        b->cost[p] = dcp__cost(b->model, b->len[p], b->cp[p]);
         dcp__balanced_group_add(b, g, p, b->cost[p]);
     }
 }

@@ -12,7 +12,7 @@ void dcp__balanced_group_recost(balanced *b, int32_t g, int32_t cp)
     int64_t load = 0;
     for (int32_t p = b->g_head[g]; p >= 0; p = b->item_next[p]) {
         b->cp[p] = cp;
-        b->cost[p] = dcp_cost(b->model, b->len[p], cp);
+        b->cost[p] = dcp__cost(b->model, b->len[p], cp);
         load = dcp__balanced_sat_add(load, b->cost[p]);
     }
     b->g_cp[g] = cp;

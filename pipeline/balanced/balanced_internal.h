@@ -88,6 +88,7 @@
 #define DCP_BALANCED_INTERNAL_H
 
 #include "../stages.h"
+#include "../../core/cost.h"
 
 #include <string.h>
 
@@ -500,12 +501,12 @@ static inline int32_t dcp__balanced_entry_room(const balanced *b, int32_t g)
     return room > INT32_MAX ? INT32_MAX : room < -1 ? -1 : (int32_t)room;
 }
 
-/* dcp_cost() of s tokens at class k2's size c2, remembered per class for the next sequence of the same length. */
+/* dcp__cost() of s tokens at class k2's size c2, remembered per class for the next sequence of the same length. */
 static inline int64_t dcp__balanced_join_cost(balanced *b, int k2, int32_t s, int32_t c2)
 {
     if (b->join_len[k2] != s) {
         b->join_len[k2] = s;
-        b->join_cost[k2] = dcp_cost(b->model, s, c2);
+        b->join_cost[k2] = dcp__cost(b->model, s, c2);
     }
     return b->join_cost[k2];
 }

@@ -56,7 +56,7 @@ static int64_t pool_cost_slow(balanced *b, int32_t p, int k)
     int64_t c = INT64_MAX;
     if (k >= k0 && dcp__balanced_class_valid(b, k)) {
         const int32_t size = dcp__balanced_class_size(b, k);
-        if (b->len[p] <= (int64_t)size * b->max_seqlen) c = dcp_cost(b->model, b->len[p], size);
+        if (b->len[p] <= (int64_t)size * b->max_seqlen) c = dcp__cost(b->model, b->len[p], size);
     }
     if (k >= k0 && k - k0 < POOL_WINDOW) b->pk_cost[(size_t)p * POOL_WINDOW + (k - k0)] = c;
     return c;

@@ -16,7 +16,7 @@ static int64_t class_costs(const balanced *b, int32_t p, int64_t *row)
         row[k] = INT64_MAX;
         if (!dcp__balanced_class_valid(b, k) || size < b->min_cp[p] || b->len[p] > (int64_t)size * b->max_seqlen)
             continue;
-        row[k] = dcp_cost(b->model, b->len[p], size);
+        row[k] = dcp__cost(b->model, b->len[p], size);
         if (row[k] < cheapest) cheapest = row[k];
     }
     return cheapest;
@@ -27,8 +27,10 @@ static int64_t class_costs(const balanced *b, int32_t p, int64_t *row)
  * (INT64_MAX elsewhere); returns the least level any arrangement can reach
  * (the largest over sequences of their cheapest per-rank cost).
  */
-static int64_t repack_costs(balanced *b, int32_t count)
+static int64_t repack_costs(balanced *b, int32_t count, __int128 *least_work, int64_t *tokens)
 {
+    __int128 work = 0;
+    int64_t sum = 0;
     if (b->dense && !b->table_ready && b->n <= b->table_n) {
         for (int32_t p = 0; p < b->n; p++)
             b->cost_cheapest[p] = class_costs(b, p, b->cost_table + (size_t)p * NUM_CLASSES);
@@ -45,7 +47,18 @@ static int64_t repack_costs(balanced *b, int32_t count)
             cheapest = class_costs(b, p, row);
         }
         if (cheapest > floor_level) floor_level = cheapest;
+        /* the least GPU time the sequence can take: its cost times its size, at the best size */
+        __int128 least = -1;
+        for (int k = 0; k < NUM_CLASSES; k++)
+            if (row[k] != INT64_MAX) {
+                __int128 w = (__int128)row[k] * dcp__balanced_class_size(b, k);
+                if (least < 0 || w < least) least = w;
+            }
+        work += least;
+        sum += b->len[p];
     }
+    *least_work = work;
+    *tokens = sum;
     return floor_level;
 }
 
@@ -176,6 +189,24 @@ static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *
     }
     *num_groups = groups;
     return ranks;
+}
+
+/*
+ * A trial packing known to fail without running it: its groups would hold
+ * every sequence on at most N ranks, at most M tokens a rank (so the tokens
+ * must fit N x M) and a load of at most `level` (so their GPU time, at least
+ * the sequences' least work, is at most N x level).  Such a trial is charged
+ * what running it would cost, so the polishing budget, and with it every
+ * later choice, is the same as if it had run.
+ */
+static int repack_fits(balanced *b, int32_t count, int64_t level, __int128 least_work, int64_t tokens,
+                       int32_t *num_groups)
+{
+    if ((__int128)level * b->num_ranks < least_work || tokens > (int64_t)b->num_ranks * b->max_seqlen) {
+        b->polish_work -= count;
+        return 0;
+    }
+    return repack_trial(b, count, level, num_groups) <= b->num_ranks;
 }
 
 /*
@@ -338,7 +369,9 @@ static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_th
             e->charge = 0;
         }
     }
-    int64_t lo = repack_costs(b, count), hi = better_than - 1;
+    __int128 least_work = 0;
+    int64_t tokens = 0;
+    int64_t lo = repack_costs(b, count, &least_work, &tokens), hi = better_than - 1;
     int32_t groups = 0;
     const int64_t work_before = b->polish_work;
     if (replay) {
@@ -350,13 +383,13 @@ static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_th
         hi = replay->trial;
         b->polish_work -= replay->charge - count;
     } else {
-        if (lo > hi || repack_trial(b, count, hi, &groups) > b->num_ranks) {
+        if (lo > hi || !repack_fits(b, count, hi, least_work, tokens, &groups)) {
             e->charge = work_before - b->polish_work;
             return -1;
         }
         while (lo < hi && hi - lo > (hi >> 12)) { /* to within 1/4096 of the level */
             int64_t mid = lo + (hi - lo) / 2;
-            if (repack_trial(b, count, mid, &groups) <= b->num_ranks) hi = mid;
+            if (repack_fits(b, count, mid, least_work, tokens, &groups)) hi = mid;
             else lo = mid + 1;
         }
     }

@@ -33,10 +33,10 @@ __int128 dcp__balanced_choose_sizes(balanced *b, int64_t level, int64_t widen_nu
             if (c2 == 0) break;
             int64_t h2;
             if (c == b->min_cp[p]) { /* every pass asks for the first step: remember it */
-                if (b->next_cost[p] < 0) b->next_cost[p] = dcp_cost(b->model, b->len[p], c2);
+                if (b->next_cost[p] < 0) b->next_cost[p] = dcp__cost(b->model, b->len[p], c2);
                 h2 = b->next_cost[p];
             } else {
-                h2 = dcp_cost(b->model, b->len[p], c2);
+                h2 = dcp__cost(b->model, b->len[p], c2);
             }
             if (h2 >= h) break;
             /* the extra GPU time of the wider group must stay within the allowance */
