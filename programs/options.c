@@ -47,7 +47,8 @@ int dcp_cli_flag(const dcp_cli_args *args, const char *name) { return strcmp(arg
 
 int dcp_cli_strtoi64(const char *text, int64_t *out)
 {
-    if (!text || !*text) return -1;
+    /* digits with an optional '-': strtoll alone would also take leading spaces and a '+' */
+    if (!text || !(*text == '-' || (*text >= '0' && *text <= '9'))) return -1;
     errno = 0;
     char *end = NULL;
     long long v = strtoll(text, &end, 10);

@@ -104,6 +104,12 @@ expect 3 "minus_cp.txt:1: kv.-16\+: the CP size" -- cost --profile minus_cp.txt
 expect 3 "plus_value.txt:1: linear = '\+5'" -- plan --cost plus_value.txt
 expect 0 "kv.16 = 3" -- cost --profile zeros_profile.txt --format text
 
+# command-line integers: digits with an optional '-', nothing else
+printf '100\n200\n' >two.txt
+expect 2 "--ranks: '\+4' is not an integer" -- plan --trace two.txt --ranks +4
+expect 2 "--ranks: ' 4' is not an integer" -- plan --trace two.txt --ranks ' 4'
+expect 2 "--dp: '\+2' is not an integer" -- step --trace two.txt --dp +2
+
 if [ "$failures" -ne 0 ]; then
   echo "cli_input_numbers: $failures failures"
   exit 1
