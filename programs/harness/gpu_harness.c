@@ -27,8 +27,13 @@ dcp_status dcp_gpu_world_create(int32_t size, dcp_gpu_world **out, char *message
         return DCP_ERR_UNSUPPORTED;
     }
     dcp_gpu_world *w = calloc(1, sizeof *w);
+    if (w) w->comms = calloc((size_t)size, sizeof *w->comms);
+    if (!w || !w->comms) {
+        snprintf(message, message_size, "out of host memory for %d communicators", size);
+        if (w) free(w);
+        return DCP_ERR_ALLOC;
+    }
     w->size = size;
-    w->comms = calloc((size_t)size, sizeof *w->comms);
     ncclResult_t r = ncclCommInitAll(w->comms, size, NULL);
     if (r != ncclSuccess) {
         snprintf(message, message_size, "ncclCommInitAll over %d GPUs: %s", size, ncclGetErrorString(r));
@@ -98,12 +103,14 @@ dcp_status dcp_gpu_rank_upload(dcp_gpu_rank *r, const dcp_sample *samples, int32
     const uint32_t bits[4] = {DCP_FIELD_TOKENS, DCP_FIELD_LABELS, DCP_FIELD_LOSS_MASK, DCP_FIELD_POSITION_IDS};
     const size_t sizes[4] = {8, 8, 4, 8};
     r->samples = calloc((size_t)n + 1, sizeof *r->samples);
+    if (!r->samples) return DCP_ERR_ALLOC;
     memcpy(r->samples, samples, (size_t)n * sizeof *samples);
     int64_t total = 0;
     for (int32_t i = 0; i < n; i++) total += samples[i].num_tokens;
     for (int f = 0; f < 4; f++) {
         if (!(fields & bits[f])) continue;
         unsigned char *host = malloc((size_t)total * sizes[f] + 1), *device = NULL;
+        if (!host) return DCP_ERR_ALLOC;
         if (cudaMalloc((void **)&device, (size_t)total * sizes[f] + 1) != cudaSuccess) {
             free(host);
             return DCP_ERR_CUDA;
@@ -131,10 +138,20 @@ static void *download(dcp_gpu_rank *r, const void *device, size_t bytes)
 {
     if (!device) return NULL;
     if (r->num_downloads == r->download_capacity) {
-        r->download_capacity = r->download_capacity ? 2 * r->download_capacity : 64;
-        r->downloads = realloc(r->downloads, (size_t)r->download_capacity * sizeof *r->downloads);
+        int32_t capacity = r->download_capacity ? 2 * r->download_capacity : 64;
+        void **grown = realloc(r->downloads, (size_t)capacity * sizeof *r->downloads);
+        if (!grown) {
+            snprintf(r->message, sizeof r->message, "out of host memory for %d downloads", capacity);
+            return NULL;
+        }
+        r->downloads = grown;
+        r->download_capacity = capacity;
     }
     void *host = malloc(bytes ? bytes : 1);
+    if (!host) {
+        snprintf(r->message, sizeof r->message, "out of host memory for a %zu-byte download", bytes);
+        return NULL;
+    }
     if (bytes && cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
         snprintf(r->message, sizeof r->message, "download of %zu bytes failed", bytes);
     r->downloads[r->num_downloads++] = host;
@@ -155,6 +172,10 @@ dcp_status dcp_gpu_rank_download(dcp_gpu_rank *r, const dcp_step_output *out)
     r->host_output = *out;
     size_t views = (size_t)out->num_virtual_stages * (size_t)out->num_microbatches;
     r->host_views = calloc(views + 1, sizeof *r->host_views);
+    if (!r->host_views) {
+        snprintf(r->message, sizeof r->message, "out of host memory for %zu microbatch views", views);
+        return DCP_ERR_ALLOC;
+    }
     for (size_t i = 0; i < views; i++) {
         const dcp_microbatch *d = &out->microbatches[i];
         dcp_microbatch *h = &r->host_views[i];
@@ -167,13 +188,15 @@ dcp_status dcp_gpu_rank_download(dcp_gpu_rank *r, const dcp_step_output *out)
         h->padding_mask = download(r, d->padding_mask, t);
         h->cu_seqlens = download(r, d->cu_seqlens, c);
         h->cu_seqlens_padded = download(r, d->cu_seqlens_padded, c);
+        if (r->message[0]) break; /* a download failed: its pointer is NULL */
         /* the device arrays must say what the host copies say */
         if (memcmp(h->cu_seqlens, d->cu_seqlens_host, c) != 0 ||
             memcmp(h->cu_seqlens_padded, d->cu_seqlens_padded_host, c) != 0)
             r->cu_mismatches++;
     }
     r->host_output.microbatches = r->host_views;
-    return r->message[0] ? DCP_ERR_CUDA : DCP_OK;
+    if (r->message[0]) return strstr(r->message, "out of host memory") ? DCP_ERR_ALLOC : DCP_ERR_CUDA;
+    return DCP_OK;
 }
 
 uint64_t dcp_gpu_rank_nccl_call_heap(dcp_gpu_rank *r)
