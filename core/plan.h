@@ -39,7 +39,10 @@ dcp_status dcp__plan_check(const dcp_plan *plan, const dcp_config *config, const
                           int32_t num_lengths, dcp_arena *scratch, dcp_plan_violation *violation);
 size_t dcp__validate_scratch_size(const dcp_config *config);
 
-/* lower bound (docs/planning.md, cost model) of a batch's makespan (saturating). */
+/*
+ * lower bound (docs/planning.md, cost model) of a batch's makespan (saturating) with no static CP size:
+ * over groups of powers of two and N only (dcp_plan_stats.lower_bound also weighs the static CP size).
+ */
 int64_t dcp__cost_lower_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
                              int32_t max_seqlen_per_rank);
 

@@ -17,8 +17,10 @@ static int64_t sat_add(int64_t a, int64_t b) { return (a > INT64_MAX - b) ? INT6
  *
  * A plan has K microbatches; microbatch m costs L_m + o, L_m its most
  * loaded group's per-rank load, o the microbatch overhead.  Every sequence i
- * runs in one group at some CP size c_i (a power of two up to N, or N) with
- * s_i <= c_i * M, and its group's every rank carries at least cost(s_i, c_i).
+ * runs in one group at some CP size c_i (a power of two up to N, N, or the
+ * static CP size, which need not be a power of two) with s_i <= c_i * M, and
+ * its group's every rank carries at least cost(s_i, c_i).  Every size below
+ * ranges over all three kinds, so each step holds whichever a plan uses.
  * phi(s) is the least cost(s, c) over the sizes c that hold s tokens, w(s, c)
  * = c * cost(s, c) the GPU time of s at size c; both grow with s.
  *
@@ -67,18 +69,33 @@ static int64_t bound_edge(int bucket)
     return (((int64_t)1 << BOUND_STEPS) + frac) >> (BOUND_STEPS - e); /* exact enough: a lower edge */
 }
 
-/* The CP sizes of N ranks in increasing order: the next after cp, or 0. */
-static int64_t next_size(int64_t cp, int32_t num_ranks)
+/*
+ * The static CP size as a group size of its own: the size when it is neither a power of two nor N (nor
+ * 1), otherwise 0 (the other sizes already include it).  A static size always divides N, so it is <= N.
+ */
+static int64_t static_size(int32_t static_cp, int32_t num_ranks)
+{
+    return static_cp > 1 && static_cp < num_ranks && (static_cp & (static_cp - 1)) != 0 ? static_cp : 0;
+}
+
+/*
+ * The group sizes of N ranks in increasing order, `extra` (static_size(), 0: none) among them: the next
+ * after cp, or 0.  After the static size comes the least power of two above it.
+ */
+static int64_t next_size(int64_t cp, int32_t num_ranks, int64_t extra)
 {
     if (cp >= num_ranks) return 0;
-    return cp * 2 <= num_ranks ? cp * 2 : num_ranks;
+    int64_t pow2 = (int64_t)1 << (64 - __builtin_clzll((uint64_t)cp)); /* the least power of two above cp */
+    int64_t next = pow2 <= num_ranks ? pow2 : num_ranks;
+    return extra > cp && extra < next ? extra : next;
 }
 
 /* phi(s): the least per-rank cost of s tokens over the sizes that hold them; INT64_MAX when none does. */
-static int64_t cheapest_cost(const dcp_cost_model *model, int64_t s, int32_t num_ranks, int32_t max_seqlen)
+static int64_t cheapest_cost(const dcp_cost_model *model, int64_t s, int32_t num_ranks, int32_t max_seqlen,
+                             int64_t extra)
 {
     int64_t best = INT64_MAX;
-    for (int64_t cp = 1; cp > 0; cp = next_size(cp, num_ranks))
+    for (int64_t cp = 1; cp > 0; cp = next_size(cp, num_ranks, extra))
         if (s <= cp * (int64_t)max_seqlen) {
             int64_t c = dcp_cost(model, s, (int32_t)cp);
             if (c < best) best = c;
@@ -89,18 +106,19 @@ static int64_t cheapest_cost(const dcp_cost_model *model, int64_t s, int32_t num
 /*
  * min{w(s, c) : cost(s, c) <= T} over the sizes that hold s; -1 when no size
  * costs that little.  With a round latency r >= 1 (and no saturation), w(s, c)
- * >= X - (c - 1) + c (c - 1) r where X = quadratic s^2 + linear s, which
- * grows with c: the scan stops once it reaches the best found.
+ * >= X - (c - 1) + c (c - 1) r where X = quadratic s^2 + linear s, for any
+ * c, and that grows with c: the scan (in increasing order, the static size
+ * among the others) stops once it reaches the best found.
  */
 static __int128 least_work_under(const dcp_cost_model *model, int64_t s, int32_t num_ranks, int32_t max_seqlen,
-                                 int64_t level)
+                                 int64_t extra, int64_t level)
 {
     const int64_t q = model->quadratic > 0 ? model->quadratic : 0, lin = model->linear > 0 ? model->linear : 0;
     const int64_t lat = model->round_latency > 0 ? model->round_latency : 0;
     const __int128 x = (__int128)q * s * s + (__int128)lin * s;
     const int early = lat >= 1 && lat <= ((int64_t)1 << 32) && x < ((__int128)1 << 62);
     __int128 best = -1;
-    for (int64_t cp = 1; cp > 0; cp = next_size(cp, num_ranks)) {
+    for (int64_t cp = 1; cp > 0; cp = next_size(cp, num_ranks, extra)) {
         if (early && best >= 0 && x - (cp - 1) + (__int128)cp * (cp - 1) * lat >= best) break;
         if (s > cp * (int64_t)max_seqlen) continue;
         int64_t c = dcp_cost(model, s, (int32_t)cp);
@@ -113,11 +131,11 @@ static __int128 least_work_under(const dcp_cost_model *model, int64_t s, int32_t
 
 /* W(T) (see above); -1 when some sequence costs more than T at every size. */
 static __int128 work_under(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
-                           int32_t max_seqlen, int64_t level)
+                           int32_t max_seqlen, int64_t extra, int64_t level)
 {
     __int128 total = 0;
     for (int32_t i = 0; i < n; i++) {
-        __int128 w = least_work_under(model, lengths[i], num_ranks, max_seqlen, level);
+        __int128 w = least_work_under(model, lengths[i], num_ranks, max_seqlen, extra, level);
         if (w < 0) return -1;
         total += w;
     }
@@ -126,11 +144,15 @@ static __int128 work_under(const dcp_cost_model *model, const int32_t *lengths, 
 
 static int64_t clamp_bound(__int128 v) { return v > (__int128)INT64_MAX ? INT64_MAX : v < 0 ? 0 : (int64_t)v; }
 
-/* The bound for a configuration: VPP group `vpp` (1: none), sequence cap `seq_cap` (0: none). */
+/*
+ * The bound for a configuration: VPP group `vpp` (1: none), sequence cap `seq_cap` (0: none), static CP
+ * size `static_cp` (1: none; a group size besides the powers of two and N when it is neither).
+ */
 static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
-                           int32_t max_seqlen, int32_t vpp, int32_t seq_cap)
+                           int32_t max_seqlen, int32_t vpp, int32_t seq_cap, int32_t static_cp)
 {
     if (n <= 0 || num_ranks <= 0 || max_seqlen <= 0) return 0;
+    const int64_t extra = static_size(static_cp, num_ranks);
     const int64_t o = model->microbatch_overhead > 0 ? model->microbatch_overhead : 0;
     const __int128 capacity = (__int128)num_ranks * max_seqlen;
     /* tokens, the longest length, the histogram, the least work */
@@ -148,7 +170,7 @@ static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, 
         int bk = bound_bucket(s);
         count[bk]++;
         sum[bk] += s;
-        __int128 w = least_work_under(model, s, num_ranks, max_seqlen, INT64_MAX);
+        __int128 w = least_work_under(model, s, num_ranks, max_seqlen, extra, INT64_MAX);
         if (w < 0) feasible = 0;
         else least += w;
     }
@@ -164,7 +186,7 @@ static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, 
     const __int128 work_bound = (least + num_ranks - 1) / num_ranks;
     if (!feasible) return clamp_bound(least / num_ranks + k_tok * o);
     /* (3) x_1 and X2 = x_2 + ... + x_K_min, each x_j from the larger of its two lengths' lower edges */
-    const int64_t x1 = cheapest_cost(model, longest, num_ranks, max_seqlen);
+    const int64_t x1 = cheapest_cost(model, longest, num_ranks, max_seqlen, extra);
     int64_t edge_cost[BOUND_BUCKETS];
     for (int b = 0; b < BOUND_BUCKETS; b++) edge_cost[b] = -1;
     __int128 x2 = 0;
@@ -184,7 +206,7 @@ static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, 
         }
         if (b < 0) continue;
         if (edge_cost[b] < 0) {
-            int64_t c = cheapest_cost(model, bound_edge(b), num_ranks, max_seqlen);
+            int64_t c = cheapest_cost(model, bound_edge(b), num_ranks, max_seqlen, extra);
             edge_cost[b] = c == INT64_MAX ? 0 : c;
         }
         x2 += edge_cost[b];
@@ -193,20 +215,20 @@ static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, 
     /* (4) the least T* >= x_1 with ceil(W(T*) / N) <= T* + X2, by halving */
     __int128 bound = (__int128)x1 + x2;
     if (work_bound > bound) bound = work_bound;
-    __int128 w = work_under(model, lengths, n, num_ranks, max_seqlen, x1);
+    __int128 w = work_under(model, lengths, n, num_ranks, max_seqlen, extra, x1);
     if (x1 < INT64_MAX && !(w >= 0 && (w + num_ranks - 1) / num_ranks <= (__int128)x1 + x2)) {
         /* fails at x_1: find a level where it holds, then halve (the condition only turns true as T rises) */
         int64_t lo = x1, hi = x1;
         for (;;) {
             hi = hi > INT64_MAX / 2 ? INT64_MAX : hi * 2 + 1;
-            w = work_under(model, lengths, n, num_ranks, max_seqlen, hi);
+            w = work_under(model, lengths, n, num_ranks, max_seqlen, extra, hi);
             if ((w >= 0 && (w + num_ranks - 1) / num_ranks <= (__int128)hi + x2) || hi == INT64_MAX) break;
             lo = hi;
         }
         /* to the level itself up to 4096 sequences, to within 2^-24 of it above (each step walks every sequence) */
         for (int step = 0; step < 64 && hi - lo > 1 && (n <= 4096 || hi - lo > (hi >> 24)); step++) {
             int64_t mid = lo + (hi - lo) / 2;
-            w = work_under(model, lengths, n, num_ranks, max_seqlen, mid);
+            w = work_under(model, lengths, n, num_ranks, max_seqlen, extra, mid);
             if (w >= 0 && (w + num_ranks - 1) / num_ranks <= (__int128)mid + x2) hi = mid;
             else lo = mid;
         }
@@ -219,7 +241,7 @@ static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, 
 int64_t dcp__cost_lower_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
                              int32_t max_seqlen_per_rank)
 {
-    return lower_bound(model, lengths, n, num_ranks, max_seqlen_per_rank, 1, 0);
+    return lower_bound(model, lengths, n, num_ranks, max_seqlen_per_rank, 1, 0, 1);
 }
 
 size_t dcp__stats_scratch_size(const dcp_config *config)
@@ -321,7 +343,8 @@ dcp_status dcp__plan_stats(const dcp_plan *plan, const dcp_config *config, const
         st.quad_makespan = sat_add(st.quad_makespan, slowest_quad);
     }
     st.lower_bound = lower_bound(model, lengths, num_lengths, plan->num_ranks, config->max_seqlen_per_rank,
-                                 config->microbatch_group_size_per_vp_stage, config->max_sequences_per_microbatch);
+                                 config->microbatch_group_size_per_vp_stage, config->max_sequences_per_microbatch,
+                                 config->context_parallel_size);
     st.dependency_lower_bound = dcp__dependency_lower_bound(model, lengths, num_lengths, plan->num_ranks,
                                                             config->max_seqlen_per_rank,
                                                             config->context_parallel_size);

@@ -1,9 +1,10 @@
 /*
  * test_bound.c - the step model's lower bound (core/stats.c): no plan of any
- * scheduler on any workload trace and benchmark configuration costs less, it
- * is never below the plain bound (work over the ranks plus the token-forced
- * microbatches' overhead), and hand-made plans attain it exactly where each
- * of its terms is what binds.
+ * scheduler on any workload trace and benchmark configuration costs less, nor
+ * with a static CP size that is not a power of two, it is never below the
+ * plain bound (work over the ranks plus the token-forced microbatches'
+ * overhead), and hand-made plans attain it exactly where each of its terms is
+ * what binds.
  */
 #include "dcp_test.h"
 #include "../core/plan.h"
@@ -25,8 +26,12 @@ static const char *const traces[] = {
     "uniform32k_n256_seed1",   "uniform32k_n1024_seed1", "uniform32k_n4096_seed1", "uniform32k_n16384_seed1",
 };
 
-/* The plain bound: the least GPU time of each sequence over the ranks, plus the token-forced microbatches' overhead. */
-static int64_t plain_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t ranks, int32_t m)
+/*
+ * The plain bound: the least GPU time of each sequence over the ranks, plus the token-forced microbatches'
+ * overhead.  The group sizes are the powers of two up to the ranks, the ranks, and the static CP size.
+ */
+static int64_t plain_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t ranks, int32_t m,
+                           int32_t static_cp)
 {
     __int128 work = 0, tokens = 0;
     for (int32_t i = 0; i < n; i++) {
@@ -37,6 +42,10 @@ static int64_t plain_bound(const dcp_cost_model *model, const int32_t *lengths, 
                 if (best < 0 || w < best) best = w;
             }
             if (cp == ranks) break;
+        }
+        if (static_cp >= 1 && static_cp <= ranks && lengths[i] <= (int64_t)static_cp * m) {
+            __int128 w = (__int128)static_cp * dcp_cost(model, lengths[i], static_cp);
+            if (best < 0 || w < best) best = w;
         }
         if (best > 0) work += best;
         tokens += lengths[i];
@@ -87,7 +96,8 @@ DCP_TEST(no_plan_on_any_trace_and_configuration_is_below_the_bound)
                 if (st == DCP_OK) {
                     dcp_plan_stats stats;
                     DCP_REQUIRE_OK(dcp_plan_stats_compute(ctx, plan, lengths, n, &stats));
-                    const int64_t plain = plain_bound(&c.cost, lengths, n, configs[k].ranks, configs[k].max_seqlen);
+                    const int64_t plain = plain_bound(&c.cost, lengths, n, configs[k].ranks, configs[k].max_seqlen,
+                                                      c.context_parallel_size);
                     if (stats.makespan < stats.lower_bound || stats.lower_bound < plain)
                         dcp_test_fail(__FILE__, __LINE__, "%s on %d ranks, M %d, VPP %d, %s: makespan %lld, bound %lld, plain %lld",
                                       traces[t], configs[k].ranks, configs[k].max_seqlen, configs[k].vpp_group,
@@ -103,6 +113,68 @@ DCP_TEST(no_plan_on_any_trace_and_configuration_is_below_the_bound)
     printf("%d plans at or above the bound; the bound is above the plain one for %d of them\n", planned, tighter);
     DCP_CHECK(planned > 250);
     DCP_CHECK(tighter > 0);
+    free(lengths);
+}
+
+/*
+ * Static CP sizes that are not powers of two (3, 5, 6, 12) on 2 and 8 groups of them, every scheduler (each
+ * takes such a configuration; dp_balanced plans groups of the static size), on the traces of 256 and 1024
+ * sequences, M the least multiple of 1024 (at least 4096) with which the static group holds the longest
+ * sequence: no plan is below either bound, and the barrier bound is at least the plain one over the same
+ * group sizes.
+ */
+DCP_TEST(no_plan_with_a_static_cp_size_is_below_the_bound)
+{
+    static const int32_t sizes[] = {3, 5, 6, 12}, groups[] = {2, 8};
+    int32_t *lengths = malloc(1024 * sizeof *lengths);
+    DCP_REQUIRE(lengths);
+    int planned = 0;
+    for (size_t t = 0; t < sizeof traces / sizeof traces[0]; t++) {
+        if (!strstr(traces[t], "_n256_") && !strstr(traces[t], "_n1024_")) continue;
+        char path[256];
+        snprintf(path, sizeof path, "workloads/%s.txt", traces[t]);
+        const int n = dcp_test_read_trace(dcp_test_data_path(path), lengths, 1024);
+        DCP_REQUIRE(n > 0);
+        int32_t longest = 0;
+        for (int i = 0; i < n; i++)
+            if (lengths[i] > longest) longest = lengths[i];
+        for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++)
+            for (size_t d = 0; d < sizeof groups / sizeof groups[0]; d++)
+                for (int s = DCP_SCHEDULER_DP_BALANCED; s <= DCP_SCHEDULER_BALANCED; s++) {
+                    const int32_t cp = sizes[z], ranks = cp * groups[d];
+                    int32_t m = (longest + cp - 1) / cp;
+                    m = m < 4096 ? 4096 : (m + 1023) / 1024 * 1024;
+                    dcp_config c;
+                    dcp_config_default(&c);
+                    c.scheduler = (dcp_scheduler)s;
+                    c.max_sequences = n;
+                    c.max_seqlen_per_rank = m;
+                    c.data_parallel_size = groups[d];
+                    c.context_parallel_size = cp;
+                    c.cost.step_model = (int32_t)((t + z + d + (size_t)s) % 2);
+                    dcp_context *ctx = NULL;
+                    DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+                    const dcp_plan *plan = NULL;
+                    if (dcp_plan_compute(ctx, lengths, n, &plan) == DCP_OK) {
+                        dcp_plan_stats stats;
+                        DCP_REQUIRE_OK(dcp_plan_stats_compute(ctx, plan, lengths, n, &stats));
+                        const int64_t plain = plain_bound(&c.cost, lengths, n, ranks, m, cp);
+                        if (stats.makespan < stats.lower_bound || stats.lower_bound < plain ||
+                            stats.dependency_makespan < stats.dependency_lower_bound)
+                            dcp_test_fail(__FILE__, __LINE__,
+                                          "%s on %d ranks (CP %d), M %d, %s: makespan %lld, bound %lld, plain %lld, "
+                                          "dependency makespan %lld, bound %lld",
+                                          traces[t], ranks, cp, m, dcp_scheduler_name(c.scheduler),
+                                          (long long)stats.makespan, (long long)stats.lower_bound, (long long)plain,
+                                          (long long)stats.dependency_makespan,
+                                          (long long)stats.dependency_lower_bound);
+                        planned++;
+                    }
+                    dcp_context_destroy(ctx);
+                }
+    }
+    printf("%d plans with a static CP size at or above both bounds\n", planned);
+    DCP_CHECK(planned >= 180);
     free(lengths);
 }
 
@@ -135,12 +207,14 @@ static void one_group_microbatch(fixture *f, int32_t cp, int n, const int32_t *i
     dcp__plan_close_microbatch(&f->plan);
 }
 
-/* The stats of a hand-made plan on `ranks` ranks; the context's configuration as given. */
-static dcp_plan_stats stats_of(fixture *f, int32_t ranks, int32_t m, int32_t vpp_group, const int32_t *lengths, int n)
+/* The stats of a hand-made plan on `ranks` ranks (static CP size `static_cp`); the context's configuration as given. */
+static dcp_plan_stats stats_of(fixture *f, int32_t ranks, int32_t static_cp, int32_t m, int32_t vpp_group,
+                               const int32_t *lengths, int n)
 {
     dcp_config c;
     dcp_config_default(&c);
-    c.data_parallel_size = ranks;
+    c.data_parallel_size = ranks / static_cp;
+    c.context_parallel_size = static_cp;
     c.max_sequences = 32;
     c.max_seqlen_per_rank = m;
     if (vpp_group > 1) {
@@ -174,7 +248,7 @@ DCP_TEST(bound_attained_one_short_sequence_per_rank)
     dcp__plan_open_microbatch(&f.plan, NULL);
     for (int32_t i = 0; i < 8; i++) dcp__plan_push_group(&f.plan, i, 1, &i, 1, NULL);
     dcp__plan_close_microbatch(&f.plan);
-    dcp_plan_stats st = stats_of(&f, 8, 4096, 0, lengths, 8);
+    dcp_plan_stats st = stats_of(&f, 8, 1, 4096, 0, lengths, 8);
     dcp_cost_model model;
     dcp_cost_model_default(&model);
     DCP_CHECK(dcp_cost(&model, 128, 2) < dcp_cost(&model, 128, 1));
@@ -189,7 +263,7 @@ DCP_TEST(bound_attained_one_sequence_on_every_rank)
     fixture f;
     fixture_init(&f, 8);
     one_group_microbatch(&f, 8, 1, (int32_t[]){0});
-    dcp_plan_stats st = stats_of(&f, 8, 4096, 0, lengths, 1);
+    dcp_plan_stats st = stats_of(&f, 8, 1, 4096, 0, lengths, 1);
     DCP_CHECK(st.makespan > 0);
     DCP_CHECK_EQ_INT(st.lower_bound, st.makespan);
 }
@@ -209,12 +283,12 @@ DCP_TEST(bound_attained_where_the_forced_microbatches_bind)
     fixture_init(&f, 2);
     one_group_microbatch(&f, 2, 1, (int32_t[]){0});
     one_group_microbatch(&f, 2, 1, (int32_t[]){1});
-    dcp_plan_stats st = stats_of(&f, 2, 8192, 0, lengths, 2);
+    dcp_plan_stats st = stats_of(&f, 2, 1, 8192, 0, lengths, 2);
     dcp_cost_model model;
     dcp_cost_model_default(&model);
     DCP_CHECK_EQ_INT(st.makespan, dcp_cost(&model, 16384, 2) + dcp_cost(&model, 8192, 2) + 2 * model.microbatch_overhead);
     DCP_CHECK_EQ_INT(st.lower_bound, st.makespan);
-    DCP_CHECK(plain_bound(&model, lengths, 2, 2, 8192) < st.lower_bound);
+    DCP_CHECK(plain_bound(&model, lengths, 2, 2, 8192, 1) < st.lower_bound);
 }
 
 DCP_TEST(bound_attained_where_the_vpp_group_forces_microbatches)
@@ -224,10 +298,37 @@ DCP_TEST(bound_attained_where_the_vpp_group_forces_microbatches)
     fixture f;
     fixture_init(&f, 1);
     for (int32_t i = 0; i < 4; i++) one_group_microbatch(&f, 1, 1, &i);
-    dcp_plan_stats st = stats_of(&f, 1, 8192, 4, lengths, 4);
+    dcp_plan_stats st = stats_of(&f, 1, 1, 8192, 4, lengths, 4);
     dcp_cost_model model;
     dcp_cost_model_default(&model);
     DCP_CHECK_EQ_INT(st.makespan, 4 * (dcp_cost(&model, 4096, 1) + model.microbatch_overhead));
     DCP_CHECK_EQ_INT(st.lower_bound, st.makespan);
-    DCP_CHECK(plain_bound(&model, lengths, 4, 1, 8192) < st.lower_bound);
+    DCP_CHECK(plain_bound(&model, lengths, 4, 1, 8192, 1) < st.lower_bound);
+}
+
+DCP_TEST(bound_attained_with_a_static_cp_group)
+{
+    /*
+     * Two sequences of 3 x 4096 tokens on DP 2 x CP 3 ranks of 4096: each needs 3 ranks or more, and
+     * each runs on a group of the static size 3 in one microbatch: makespan cost(s, 3) + o.  The GPU time
+     * c cost(s, c) is least at 3 among the sizes that hold s (3, 4 and 6), so below the level cost(s, 3)
+     * both sequences run on 4 or 6 ranks, whose work over the 6 ranks, at least 2 x 4 cost(s, 4) / 6, is
+     * above every such level: the bound is cost(s, 3) + o, the makespan.  Weighing only powers of two
+     * and N (dcp__cost_lower_bound) it would be ceil(2 x 4 cost(s, 4) / 6) + o, above the plan.
+     */
+    const int32_t s = 3 * 4096, lengths[2] = {s, s};
+    fixture f;
+    fixture_init(&f, 6);
+    dcp__plan_open_microbatch(&f.plan, NULL);
+    for (int32_t i = 0; i < 2; i++) dcp__plan_push_group(&f.plan, 3 * i, 3, &i, 1, NULL);
+    dcp__plan_close_microbatch(&f.plan);
+    dcp_plan_stats st = stats_of(&f, 6, 3, 4096, 0, lengths, 2);
+    dcp_cost_model model;
+    dcp_cost_model_default(&model);
+    const int64_t w3 = 3 * dcp_cost(&model, s, 3), w4 = 4 * dcp_cost(&model, s, 4), w6 = 6 * dcp_cost(&model, s, 6);
+    DCP_CHECK(w3 < w4 && w4 < w6);
+    DCP_CHECK_EQ_INT(st.makespan, dcp_cost(&model, s, 3) + model.microbatch_overhead);
+    DCP_CHECK_EQ_INT(st.lower_bound, st.makespan);
+    DCP_CHECK_EQ_INT(dcp__cost_lower_bound(&model, lengths, 2, 6, 4096), (2 * w4 + 5) / 6 + model.microbatch_overhead);
+    DCP_CHECK(dcp__cost_lower_bound(&model, lengths, 2, 6, 4096) > st.makespan);
 }

@@ -261,6 +261,13 @@ DCP_TEST(longest_sequence_term_makes_the_bound_tight)
  * overhead 2 = 5 under both models.  The dependency bound, max(ceil(18 / 6), 3) + 2 x
  * ceil(10 / 12) = 5, is tight; without CP 3 among the group sizes it would be
  * max(ceil(32 / 6), 4) + 2 = 8, above the plan.
+ *
+ * The barrier bound weighs CP 3 too: the tokens need K_min = ceil(10 / 12) = 1 microbatch, so
+ * X2 = 0; x_1 = phi(5) = 3 (CP 3), and at the level T = 3 the least work is W(3) = 9 + 9 = 18,
+ * ceil(18 / 6) = 3 <= T + X2: T* = 3 and lower_bound = 3 + 0 + 2 = 5, the makespan.  Over powers
+ * of two and N only (dcp__cost_lower_bound, no static size) phi(5) = 4 (CP 4) and the work is
+ * 16 + 16 = 32 at every level from 4 up: ceil(32 / 6) = 6 > 4 and > 5, T* = 6, 6 + 2 = 8, above
+ * the plan.
  */
 DCP_TEST(lower_bound_counts_a_static_cp_group)
 {
@@ -279,6 +286,9 @@ DCP_TEST(lower_bound_counts_a_static_cp_group)
     DCP_CHECK_EQ_INT(s.dependency_lower_bound, 5);
     DCP_CHECK_EQ_INT(dcp__dependency_lower_bound(&c.cost, lengths, 2, 6, 2, 3), 5);
     DCP_CHECK_EQ_INT(dcp__dependency_lower_bound(&c.cost, lengths, 2, 6, 2, 1), 8);
+    DCP_CHECK_EQ_INT(s.lower_bound, 5);
+    DCP_CHECK(s.makespan >= s.lower_bound);
+    DCP_CHECK_EQ_INT(dcp__cost_lower_bound(&c.cost, lengths, 2, 6, 2), 8);
     /* the scheduler finds that plan */
     dcp_context *ctx = NULL;
     DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
@@ -286,6 +296,8 @@ DCP_TEST(lower_bound_counts_a_static_cp_group)
     DCP_REQUIRE_OK(dcp_plan_compute(ctx, lengths, 2, &plan));
     DCP_REQUIRE_OK(dcp_plan_stats_compute(ctx, plan, lengths, 2, &s));
     DCP_CHECK_EQ_INT(s.dependency_makespan, 5);
+    DCP_CHECK_EQ_INT(s.makespan, 5);
+    DCP_CHECK_EQ_INT(s.lower_bound, 5);
     dcp_context_destroy(ctx);
 }
 
@@ -393,11 +405,8 @@ static void check_plan_stats(const dcp_plan *plan, const dcp_plan_stats *s, cons
     if (s->dependency_makespan < s->dependency_lower_bound)
         dcp_test_fail(__FILE__, __LINE__, "%s: dependency makespan %lld below its lower bound %lld", where,
                       (long long)s->dependency_makespan, (long long)s->dependency_lower_bound);
-    /* with a static CP size that is a power of two both bounds weigh the same group sizes (the barrier
-       bound weighs no other static size) */
-    int32_t scp = c->context_parallel_size;
-    int pow2_static = (scp & (scp - 1)) == 0;
-    if (pow2_static && s->makespan < s->lower_bound)
+    /* both bounds weigh every group size a plan can have, the static CP size among them */
+    if (s->makespan < s->lower_bound)
         dcp_test_fail(__FILE__, __LINE__, "%s: makespan %lld below its lower bound %lld", where,
                       (long long)s->makespan, (long long)s->lower_bound);
     /* the plan's own bound: the average rank's busy time plus an overhead per microbatch */
@@ -473,6 +482,102 @@ DCP_TEST(random_plans_match_a_rank_by_rank_simulation)
     }
     DCP_CHECK(checked >= 400);
     DCP_CHECK(below > 0); /* ranks do run ahead in some plans */
+}
+
+/*
+ * Static CP sizes that are not powers of two (3, 5, 6 and 12, N a multiple of 1 to 4 of them), every
+ * scheduler (each takes such a configuration; dp_balanced makes groups of the static size, the others
+ * powers of two and N), both models, with and without a sequence cap or a VPP group: no plan beats
+ * either bound.  Most batches fill the static groups tightly (every length above the power of two
+ * below the size times M), some with equal lengths and one sequence per group, so that the
+ * dp_balanced plan is optimal or nearly: there a bound that weighed only powers of two and N
+ * (dcp__cost_lower_bound) lies above the plan, and the test counts those cases.
+ */
+DCP_TEST(random_static_cp_plans_within_both_bounds)
+{
+    static const int32_t sizes[] = {3, 5, 6, 12};
+    int32_t lengths[200];
+    int64_t finish[48];
+    int checked = 0, static_ok = 0, beat_pow2_bound = 0;
+    for (int trial = 0; trial < 1200; trial++) {
+        const int32_t cp = sizes[trial % 4], dp = rng_range(1, 4), n = cp * dp;
+        const dcp_scheduler scheduler = (dcp_scheduler)((trial / 4) % 3);
+        const dcp_step_model model = (dcp_step_model)(rng() % 2);
+        dcp_config c;
+        if (trial % 3 == 0) { /* the plain cost model of the hand-made plans, short lengths */
+            c = hand_config(dp, rng_range(0, 3), rng_range(0, 2), model);
+            c.max_seqlen_per_rank = rng_range(2, 64);
+        } else {
+            dcp_config_default(&c);
+            c.cost.step_model = (int32_t)model;
+            c.max_seqlen_per_rank = 1024;
+            if (trial % 5 == 0) c.cost.microbatch_overhead = 0;
+            if (trial % 7 == 0) c.cost.round_latency = 20000000; /* CP > 1 dear */
+        }
+        c.scheduler = scheduler;
+        c.data_parallel_size = dp;
+        c.context_parallel_size = cp;
+        c.max_sequences = 200;
+        const int capped = trial % 6 == 1, vpp = trial % 8 == 3;
+        if (capped) c.max_sequences_per_microbatch = rng_range(1, 4);
+        if (vpp) {
+            c.pipeline_parallel_size = 2;
+            c.virtual_pipeline_size = 2;
+            c.microbatch_group_size_per_vp_stage = rng_range(2, 4);
+        }
+        const int32_t m = c.max_seqlen_per_rank;
+        int32_t below = 1; /* the largest power of two below cp */
+        while (below * 2 < cp) below *= 2;
+        const int32_t tight_lo = below * m + 1, tight_hi = cp * m; /* lengths only cp or more ranks hold */
+        const int32_t longest = scheduler == DCP_SCHEDULER_DP_BALANCED ? cp * m : n * m;
+        int32_t count;
+        switch (rng() % 4) {
+        case 0: /* one length, one sequence per static group in each microbatch */
+            count = dp * rng_range(1, 4);
+            lengths[0] = rng_range(tight_lo, tight_hi);
+            for (int32_t i = 1; i < count; i++) lengths[i] = lengths[0];
+            break;
+        case 1: /* every length needs cp ranks or more */
+            count = rng_range(1, 200);
+            for (int32_t i = 0; i < count; i++) lengths[i] = rng_range(tight_lo, tight_hi);
+            break;
+        default: /* mostly short, some up to the largest group */
+            count = rng_range(1, 200);
+            for (int32_t i = 0; i < count; i++)
+                lengths[i] = rng() % 4 ? rng_range(1, m) : rng_range(1, longest);
+            break;
+        }
+        dcp_context *ctx = NULL;
+        DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+        const dcp_plan *plan = NULL;
+        if (dcp_plan_compute(ctx, lengths, count, &plan) == DCP_OK) {
+            dcp_plan_stats s;
+            DCP_REQUIRE_OK(dcp_plan_stats_compute(ctx, plan, lengths, count, &s));
+            char where[128];
+            snprintf(where, sizeof where, "trial %d (%s, %d ranks, cp %d, M %d, %d sequences%s%s)", trial,
+                     dcp_scheduler_name(c.scheduler), n, cp, m, count, capped ? ", capped" : "", vpp ? ", VPP" : "");
+            int64_t expected = simulate_dependency(plan, &c.cost, lengths, finish);
+            if (s.dependency_makespan != expected)
+                dcp_test_fail(__FILE__, __LINE__, "%s: dependency makespan %lld, simulated %lld", where,
+                              (long long)s.dependency_makespan, (long long)expected);
+            check_plan_stats(plan, &s, &c, where);
+            checked++;
+            if (scheduler == DCP_SCHEDULER_DP_BALANCED) {
+                int has_static = 0;
+                for (int32_t g = 0; g < plan->num_groups; g++) has_static |= plan->group_cp_size[g] == cp;
+                static_ok += has_static && cp < n;
+                /* without a cap or VPP group the bound over powers of two and N is the old lower_bound */
+                if (!capped && !vpp && s.makespan < dcp__cost_lower_bound(&c.cost, lengths, count, n, m))
+                    beat_pow2_bound++;
+            }
+        }
+        dcp_context_destroy(ctx);
+    }
+    printf("%d plans within both bounds; %d dp_balanced plans with static groups below N, %d of them below the "
+           "bound over powers of two and N\n", checked, static_ok, beat_pow2_bound);
+    DCP_CHECK(checked >= 900);
+    DCP_CHECK(static_ok >= 200);
+    DCP_CHECK(beat_pow2_bound > 0); /* the static size matters in some of these batches */
 }
 
 /* ---- the benchmark matrix ---- */
