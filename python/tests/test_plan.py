@@ -126,7 +126,7 @@ def test_step_model_round_trips_and_judges_the_plan():
         stats[name] = st
         assert st.step_model == name
         assert st.dependency_lower_bound <= st.dependency_makespan <= st.makespan
-        assert st.lower_bound <= st.dependency_lower_bound
+        assert st.lower_bound <= st.makespan  # the barrier bound; neither bound dominates the other in general
         # the dependency makespan from its definition, rank by rank
         overhead = planner.config.cost.microbatch_overhead
         finish = [0] * 8
