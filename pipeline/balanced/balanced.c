@@ -229,7 +229,10 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
      * packing for one microbatch more is kept as a candidate and the passes
      * run as they would without it (they cost most there, and are needed
      * where lengths are far apart: one level for all is a poor fit when a few
-     * sequences cost far more than the rest).
+     * sequences cost far more than the rest).  Both pooled searches give up
+     * when the floor needs more than 17/16 of the ranks (pool_search): such a
+     * pooled plan sits far above its bound, and on no row of the benchmark
+     * was one kept, while its search took up to a third of the call.
      */
     int pooled_done = 0;
     if (b.dense && b.num_ranks >= POOL_MIN_RANKS && (b.num_ranks & (b.num_ranks - 1)) == 0) {
@@ -238,7 +241,7 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
             const int64_t k = k0 + (int64_t)t * b.vpp;
             if (k > b.n || k > INT32_MAX) break;
             b.vpp_misaligned = 0;
-            const int64_t makespan = dcp__balanced_pool_pass(&b, (int32_t)k, t == 0);
+            const int64_t makespan = dcp__balanced_pool_pass(&b, (int32_t)k);
             if (makespan < 0) continue;
             if (b.num_mbs > plan->max_microbatches) {
                 over_capacity = 1;

@@ -562,7 +562,7 @@ void dcp__balanced_descend_plan(balanced *b, int slot, int64_t budget);
 
 /* balanced_pool.c: the pooled packing for few sequences per rank on many ranks */
 void dcp__balanced_pool_prepare(balanced *b);
-int64_t dcp__balanced_pool_pass(balanced *b, int32_t mbs, int hopeful);
+int64_t dcp__balanced_pool_pass(balanced *b, int32_t mbs);
 int64_t dcp__balanced_pool_cost(balanced *b, int32_t p, int32_t cp);
 
 /* balanced_descent.c: the local search on a plan */

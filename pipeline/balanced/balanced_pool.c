@@ -258,7 +258,7 @@ static void pool_keep(balanced *b, int32_t groups)
  * `capacity` ranks; the groups of its trial are left in pk_keep_*.  Returns
  * the level, or -1 when none fits.
  */
-static int64_t pool_search(balanced *b, int64_t capacity, int hopeful, int32_t *num_groups)
+static int64_t pool_search(balanced *b, int64_t capacity, int32_t *num_groups)
 {
     /*
      * Where to start: no level below the dearest sequence's cheapest cost
@@ -299,11 +299,11 @@ static int64_t pool_search(balanced *b, int64_t capacity, int hopeful, int32_t *
         return lo;
     }
     /*
-     * With `hopeful`, a floor that needs more than 17/16 of the ranks ends the
-     * search: the level must rise by about as much, past where the plan
-     * would be kept as it is.
+     * A floor that needs more than 17/16 of the ranks ends the search: the
+     * level must rise by about as much, past where the plan would be kept
+     * as it is (balanced.c).
      */
-    if (hopeful && (__int128)need_lo * 16 > (__int128)capacity * 17) {
+    if ((__int128)need_lo * 16 > (__int128)capacity * 17) {
         b->pk_count_all = 0;
         return -1;
     }
@@ -451,16 +451,16 @@ int64_t dcp__balanced_pool_cost(balanced *b, int32_t p, int32_t cp) { return poo
 /*
  * The pooled pass for `mbs` microbatches (N a power of two): the makespan of
  * its plan after the common end, or -1 when the sequences do not pack on
- * mbs * N ranks (or, `hopeful`, not nearly at the floor: pool_search).
+ * mbs * N ranks, or not nearly at the floor (pool_search).
  */
-int64_t dcp__balanced_pool_pass(balanced *b, int32_t mbs, int hopeful)
+int64_t dcp__balanced_pool_pass(balanced *b, int32_t mbs)
 {
     const int32_t N = b->num_ranks;
     b->num_groups = 0;
     b->num_free_groups = 0;
     b->num_mbs = 0;
     int32_t groups = 0;
-    if (pool_search(b, (int64_t)mbs * N, hopeful, &groups) < 0) return -1;
+    if (pool_search(b, (int64_t)mbs * N, &groups) < 0) return -1;
     /* groups by size descending (ties: load descending, then index), first fit into the microbatches */
     int32_t *order = b->sort_a, *by = b->sort_b;
     int32_t count[NUM_CLASSES + 1] = {0};
