@@ -134,6 +134,7 @@ typedef struct dcp_cli_setup {
     int32_t max_sequences_per_microbatch; /* 0 = unlimited */
     int32_t max_sequences;                /* capacity; 0 = the trace's count rounded up */
     dcp_cost_model cost;
+    int32_t step_model;                   /* --step-model: overrides cost.step_model (profiles' too); -1 = none */
     char label[64];                       /* how tables name this configuration */
 } dcp_cli_setup;
 

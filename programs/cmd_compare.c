@@ -32,7 +32,7 @@ static const char compare_usage[] =
     "                          max_seqlen_per_rank, min_cp_size, vpp_group,\n"
     "                          max_sequences_per_microbatch, cost (a profile file)\n"
     "  --ranks N, --max-seqlen-per-rank M, --cp C, --min-cp-size K, --vpp-group G,\n"
-    "  --max-sequences-per-microbatch K, --max-sequences K, --cost FILE\n"
+    "  --max-sequences-per-microbatch K, --max-sequences K, --cost FILE, --step-model NAME\n"
     "                          defaults for every configuration (as for dcpack plan)\n"
     "\n"
     "options:\n"
@@ -110,6 +110,7 @@ static int parse_config_spec(const char *spec, const dcp_cli_setup *defaults, co
             dcp_cost_model_default(&row->setup.cost); /* a configuration's profile loads over the defaults */
             int st = dcp_cli_cost_profile_load("compare", value, &row->setup.cost);
             if (st != DCP_EXIT_OK) return st;
+            if (row->setup.step_model >= 0) row->setup.cost.step_model = (dcp_step_model)row->setup.step_model;
             snprintf(row->cost_file, sizeof row->cost_file, "%s", value);
             row->cost_path = row->cost_file;
             continue;

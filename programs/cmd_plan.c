@@ -40,6 +40,8 @@ static const char plan_usage[] =
     "  --max-sequences K       capacity of the context (default: the trace's count rounded up)\n"
     "  --cost FILE             cost-model profile (see dcpack cost --help); its step_model\n"
     "                          (barrier or dependency) is what efficiency and the best plan judge by\n"
+    "  --step-model NAME       barrier or dependency: overrides the cost model's step_model\n"
+    "                          (a profile's too); balanced minimises the one it names\n"
     "\n"
     "output:\n"
     "  --format text|json      json: {\"plan\": [[[ids of rank 0], [ids of rank 1], ...], ...per\n"

@@ -16,6 +16,7 @@ void dcp_cli_setup_default(dcp_cli_setup *s)
     s->max_seqlen_per_rank = 4096;
     s->min_cp_size = 1;
     dcp_cost_model_default(&s->cost);
+    s->step_model = -1;
 }
 
 #define REFUSE(status, ...) (snprintf(message, message_size, __VA_ARGS__), (status))

@@ -45,7 +45,24 @@ int dcp_cli_setup_option(dcp_cli_args *args, dcp_cli_setup *s, const char **cost
     if (got > 0) {
         *status = dcp_cli_cost_profile_load(args->command, value, &s->cost);
         if (*status != DCP_EXIT_OK) return -1;
+        if (s->step_model >= 0) s->cost.step_model = (dcp_step_model)s->step_model; /* wherever --step-model came */
         *cost_path = value;
+        return 1;
+    }
+    got = dcp_cli_option(args, "--step-model", &value);
+    if (got < 0) {
+        *status = DCP_EXIT_USAGE;
+        return -1;
+    }
+    if (got > 0) {
+        dcp_step_model model;
+        if (dcp_step_model_from_name(value, &model) != DCP_OK) {
+            *status = dcp_cli_fail(DCP_EXIT_USAGE, args->command, "--step-model: '%s' is not barrier or dependency",
+                                   value);
+            return -1;
+        }
+        s->step_model = (int32_t)model;
+        s->cost.step_model = model;
         return 1;
     }
     return 0;

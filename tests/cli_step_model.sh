@@ -116,4 +116,32 @@ assert doc["best"] == best, (doc["best"], best)
 PY
 "$dcpack" compare --generate mlmdefault:n=256 --steps 2 --no-timing >"$tmp/table.txt"
 grep -Eq "^configuration .*makespan/batch +dependency/b\. +efficiency" "$tmp/table.txt" || { cat "$tmp/table.txt"; fail "compare table"; }
+# --step-model overrides the cost model's step model, before or after --cost, also a profile's
+json_model() { python3 -c 'import json,sys; print(json.load(sys.stdin)["stats"]["step_model"])'; }
+common=(plan --format json --repeat 1 --trace "$trace" --ranks 64 --max-seqlen-per-rank 8192 --scheduler balanced)
+[ "$("$dcpack" "${common[@]}" --step-model dependency | json_model)" = dependency ] || fail "--step-model dependency"
+[ "$("$dcpack" "${common[@]}" --cost "$tmp/dep.txt" --step-model barrier | json_model)" = barrier ] ||
+  fail "--step-model after --cost"
+[ "$("$dcpack" "${common[@]}" --step-model barrier --cost "$tmp/dep.txt" | json_model)" = barrier ] ||
+  fail "--step-model before --cost"
+# the same plan as the profile that names the model
+"$dcpack" "${common[@]}" --step-model dependency >"$tmp/flag.json"
+printf 'step_model = dependency\n' >"$tmp/dep_only.txt"
+"$dcpack" "${common[@]}" --cost "$tmp/dep_only.txt" >"$tmp/profile.json"
+python3 - "$tmp/flag.json" "$tmp/profile.json" <<'PY' || fail "--step-model and the profile key give different plans"
+import json, sys
+a, b = ({k: v for k, v in json.load(open(f))["stats"].items() if k not in ("cost_model", "plan_seconds", "plan_seconds_min")}
+        for f in sys.argv[1:])
+assert a == b, (a, b)
+PY
+st=0
+"$dcpack" plan --trace "$trace" --step-model fast 2>"$tmp/err.txt" >/dev/null || st=$?
+[ $st -eq 2 ] && grep -q "\-\-step-model: 'fast' is not barrier or dependency" "$tmp/err.txt" ||
+  { cat "$tmp/err.txt"; fail "--step-model fast: exit $st"; }
+# compare: a configuration's own profile is overridden too
+"$dcpack" compare --generate longsft:n=256 --steps 1 --ranks 64 --max-seqlen-per-rank 8192 --format json --no-timing \
+  --step-model dependency --config dynamic_cp --config "dynamic_cp:cost=$tmp/later.txt" | python3 -c '
+import json, sys
+assert [c["step_model"] for c in json.load(sys.stdin)["configurations"]] == ["dependency", "dependency"]' ||
+  fail "compare --step-model"
 echo "cli_step_model: ok"
