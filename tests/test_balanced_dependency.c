@@ -333,6 +333,48 @@ DCP_TEST(random_batches_lower_the_dependency_makespan)
                       (unsigned long long)digest, (unsigned long long)BARRIER_DIGEST);
 }
 
+/*
+ * Many ranks (hundreds of free blocks of a size are sorted by radix, fewer by quicksort; N a
+ * power of two or not): the same checks as the random batches.
+ */
+DCP_TEST(many_ranks_within_the_bounds)
+{
+    static int32_t lengths[4096];
+    static int64_t finish[4096];
+    rng_state = 99;
+    for (int i = 0; i < 4096; i++) lengths[i] = rng() % 8 ? rng_range(64, 4096) : rng_range(4096, 32768);
+    static const int32_t ranks[] = {300, 512, 1000, 4096};
+    int lower = 0;
+    for (size_t r = 0; r < sizeof ranks / sizeof ranks[0]; r++)
+        for (int32_t n = 1024; n <= 4096; n *= 4) {
+            dcp_config c;
+            dcp_config_default(&c);
+            c.scheduler = DCP_SCHEDULER_BALANCED;
+            c.data_parallel_size = ranks[r];
+            c.max_sequences = n;
+            c.max_seqlen_per_rank = 8192;
+            dcp_plan_stats bar, dep;
+            int64_t simulated = 0;
+            for (int model = 0; model < 2; model++) {
+                c.cost.step_model = model;
+                dcp_context *ctx = NULL;
+                DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+                const dcp_plan *plan = NULL;
+                DCP_REQUIRE_OK(dcp_plan_compute(ctx, lengths, n, &plan));
+                DCP_REQUIRE_OK(dcp_plan_stats_compute(ctx, plan, lengths, n, model ? &dep : &bar));
+                if (model) simulated = simulate_dependency(plan, &c.cost, lengths, finish);
+                dcp_context_destroy(ctx);
+            }
+            if (dep.dependency_makespan > bar.dependency_makespan || dep.dependency_makespan < dep.dependency_lower_bound ||
+                dep.dependency_makespan != simulated)
+                dcp_test_fail(__FILE__, __LINE__, "%d ranks, %d sequences: D %lld, barrier plan's %lld, bound %lld, simulated %lld",
+                              ranks[r], n, (long long)dep.dependency_makespan, (long long)bar.dependency_makespan,
+                              (long long)dep.dependency_lower_bound, (long long)simulated);
+            lower += dep.dependency_makespan < bar.dependency_makespan;
+        }
+    DCP_CHECK(lower >= 4);
+}
+
 /* ---- scratch ---- */
 
 /*
@@ -361,7 +403,7 @@ DCP_TEST(scratch_size_is_exact_under_both_models)
         /* finish times and block maxima (int64), the group at each rank (int32), the free blocks */
         const int32_t local = ranks[r] < N_SEQ ? ranks[r] : N_SEQ;
         DCP_CHECK_EQ_INT(need - barrier, DCP_ARENA_BYTES(int64_t, ranks[r]) * 2 + DCP_ARENA_BYTES(int32_t, ranks[r]) +
-                                             DCP_ARENA_BYTES(uint64_t, local) + DCP_ARENA_BYTES(int32_t, local));
+                                             DCP_ARENA_BYTES(uint64_t, 2 * local) + DCP_ARENA_BYTES(int32_t, local));
         unsigned char *memory = aligned_alloc(64, need);
         DCP_REQUIRE(memory != NULL);
         dcp_arena arena;

@@ -123,7 +123,7 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
         b->pl_finish = DCP_ARENA_NEW(a, int64_t, (size_t)num_ranks);
         b->pl_max = DCP_ARENA_NEW(a, int64_t, (size_t)num_ranks);
         b->pl_at = DCP_ARENA_NEW(a, int32_t, (size_t)num_ranks);
-        b->pl_blocks = DCP_ARENA_NEW(a, uint64_t, (size_t)local);
+        b->pl_blocks = DCP_ARENA_NEW(a, uint64_t, 2 * (size_t)local); /* + the radix sort's buffer */
         b->pl_next = DCP_ARENA_NEW(a, int32_t, (size_t)local);
         place_ok = b->pl_finish && b->pl_max && b->pl_at && b->pl_blocks && b->pl_next;
     }

@@ -374,7 +374,7 @@ typedef struct balanced {
     int64_t *pl_finish;    /* [N] each rank's finish time after the microbatches laid out so far */
     int64_t *pl_max;       /* [N] their maxima over the aligned blocks of each size 2^k, k >= 1, one level after another */
     int32_t *pl_at;        /* [N] at emit: the group whose block starts at a rank */
-    uint64_t *pl_blocks;   /* [min(n, N)] the free blocks of one size: start time and first rank in one integer */
+    uint64_t *pl_blocks;   /* [2 min(n, N)] the free blocks of one size (start time and index in one integer), a sort's buffer */
     int32_t *pl_next;      /* [min(n, N)] the free blocks of the next size */
     int32_t pl_block_cap;  /* min(n, N): a size has at most as many free blocks as groups left to place */
 } balanced;

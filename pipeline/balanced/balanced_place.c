@@ -79,14 +79,14 @@ static void sort_by_key(int32_t *v, int32_t count, const int64_t *key, int desce
 }
 
 /*
- * A free block as one integer: its start time above its first rank, so that
- * integer order is (start, first rank) order.  Start times are taken relative
- * to the least one of their level and keep KEY_BITS bits: exact while the
- * starts of one level span less than 2^KEY_BITS, else shifted down (the
- * choice stays a pure function of the plan; D is computed exactly anyway).
+ * A free block of size 2^k as one integer: its start time above its index
+ * (first rank / 2^k), so that integer order is (start, first rank) order.
+ * Start times are taken relative to the least one of their size and keep the
+ * bits the index leaves: exact while they span less than 2^(64 - index bits)
+ * (at least 2^44), else shifted down (the choice stays a pure function of the
+ * plan; D is computed exactly anyway).
  */
-enum { RANK_BITS = MAX_LOG2_RANKS, KEY_BITS = 64 - RANK_BITS };
-#define RANK_MASK ((((uint64_t)1) << RANK_BITS) - 1)
+enum { RADIX_MIN = 256 }; /* fewer blocks: quicksort */
 
 static void sift_down(uint64_t *h, int32_t size, int32_t i)
 {
@@ -111,6 +111,7 @@ static void sift_down(uint64_t *h, int32_t size, int32_t i)
  */
 static void sort_least(uint64_t *h, int32_t count, int32_t need)
 {
+    /* (quicksort mispredicts half its comparisons: for many blocks the radix sort below is faster) */
     enum { SHORT = 16 };
     int depth = 2 * (32 - __builtin_clz((uint32_t)count | 1));
     while (count > SHORT && need > 0) {
@@ -162,6 +163,31 @@ static void sort_least(uint64_t *h, int32_t count, int32_t need)
         }
         h[j] = x;
     }
+}
+
+/*
+ * Sort blocks ascending, all of them: least significant digit first, a byte
+ * at a time up to the highest byte of `max`, skipping bytes every block
+ * shares.  tmp holds count entries.
+ */
+static void radix_sort(uint64_t *h, uint64_t *tmp, int32_t count, uint64_t max)
+{
+    uint64_t *src = h, *dst = tmp;
+    for (int shift = 0; shift < 64 && (max >> shift) != 0; shift += 8) {
+        int32_t at[256] = {0};
+        for (int32_t i = 0; i < count; i++) at[(src[i] >> shift) & 255]++;
+        if (at[(src[0] >> shift) & 255] == count) continue;
+        for (int32_t d = 0, sum = 0; d < 256; d++) {
+            const int32_t c = at[d];
+            at[d] = sum;
+            sum += c;
+        }
+        for (int32_t i = 0; i < count; i++) dst[at[(src[i] >> shift) & 255]++] = src[i];
+        uint64_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != h) memcpy(h, src, (size_t)count * sizeof *h);
 }
 
 /*
@@ -252,6 +278,7 @@ static int place_greedy(balanced *b, const saved_plan *k, int32_t m, const int32
     int32_t num_blocks = 0; /* the free blocks of the size last visited; from `used` on, the unused ones */
     int32_t used = 0;
     int last = 31;          /* the size last visited (2^last); 31: none yet, every piece of N is still to come */
+    uint64_t last_mask = 0; /* the index bits of its blocks */
     for (int32_t j = begin; j < end;) {
         const int32_t g0 = b->pl_greedy[j], cp = k->g_cp[g0];
         const int kc = dcp__balanced_class_of(cp);
@@ -271,7 +298,7 @@ static int place_greedy(balanced *b, const saved_plan *k, int32_t m, const int32
         const int32_t split = (int32_t)1 << (last == 31 ? 0 : last - kc);
         if (last < 31 && (int64_t)(num_blocks - used) * split > cap) return 0;
         for (int32_t u = used; u < num_blocks; u++) {
-            const int32_t r0 = (int32_t)(blocks[u] & RANK_MASK);
+            const int32_t r0 = (int32_t)(blocks[u] & last_mask) << last;
             for (int32_t t = 0; t < split; t++) next[num_next++] = r0 + (t << kc);
         }
         for (int bit = kc; bit < last && bit <= MAX_LOG2_RANKS; bit++) {
@@ -281,21 +308,24 @@ static int place_greedy(balanced *b, const saved_plan *k, int32_t m, const int32
             for (int32_t t = 0; t < parts; t++) next[num_next++] = piece + (t << kc);
         }
         if (count > num_next) return 0;
-        /* the blocks as integers (see KEY_BITS), the `count` earliest first and in order */
+        /* the blocks as integers (above sift_down), the `count` earliest first and in order */
         int64_t least = INT64_MAX, most = 0;
         for (int32_t i = 0; i < num_next; i++) {
             const int64_t start = block_start(b, level_off, kc, next[i]);
             least = start < least ? start : least;
             most = start > most ? start : most;
         }
+        const int index_bits = 32 - __builtin_clz((uint32_t)(N >> kc)); /* indices < N / 2^k */
+        const uint64_t index_mask = ((uint64_t)1 << index_bits) - 1;
         int shift = 0;
-        while (((uint64_t)(most - least) >> shift) >> KEY_BITS) shift++;
+        while (((uint64_t)(most - least) >> shift) >> (64 - index_bits)) shift++;
         for (int32_t i = 0; i < num_next; i++)
-            blocks[i] = ((uint64_t)(block_start(b, level_off, kc, next[i]) - least) >> shift) << RANK_BITS |
-                        (uint64_t)next[i];
-        sort_least(blocks, num_next, count);
+            blocks[i] = ((uint64_t)(block_start(b, level_off, kc, next[i]) - least) >> shift) << index_bits |
+                        (uint64_t)(next[i] >> kc);
+        if (num_next < RADIX_MIN) sort_least(blocks, num_next, count);
+        else radix_sort(blocks, blocks + cap, num_next, ((uint64_t)(most - least) >> shift) << index_bits | index_mask);
         for (int32_t i = 0; i < count; i++) {
-            const int32_t g = b->pl_greedy[j + i], r0 = (int32_t)(blocks[i] & RANK_MASK);
+            const int32_t g = b->pl_greedy[j + i], r0 = (int32_t)(blocks[i] & index_mask) << kc;
             b->pl_rank[g] = r0;
             b->pl_done[g] =
                 dcp__balanced_sat_add(dcp__balanced_sat_add(block_start(b, level_off, kc, r0), b->pl_load[g]), o);
@@ -303,6 +333,7 @@ static int place_greedy(balanced *b, const saved_plan *k, int32_t m, const int32
         num_blocks = num_next;
         used = count;
         last = kc;
+        last_mask = index_mask;
         j += count;
     }
     return 1;
