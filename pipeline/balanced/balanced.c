@@ -116,6 +116,8 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->pl_level = b->mb_level;
     b->pl_slack = b->mb_cap;
     b->pl_seen = b->cursor;
+    b->pl_best_rank = b->heap ? (int32_t *)b->heap : NULL;       /* heap_entry[2n]: room for 8n int32 */
+    b->pl_best_order = b->heap ? (int32_t *)b->heap + un : NULL;
     b->pl_order = b->mb_order;
     b->pl_block_cap = local;
     int place_ok = 1;

@@ -352,8 +352,9 @@ typedef struct balanced {
      * after every pass, so its per-group and per-microbatch arrays are the
      * passes' (pl_load g_load, pl_done g_key, pl_index sort_a, pl_greedy
      * sort_b, pl_rank saved_mb, pl_tmp mb_free, pl_first mb_first, pl_level
-     * mb_level, pl_slack mb_cap, pl_order mb_order, pl_seen cursor); emit
-     * reads pl_rank and pl_order after it.
+     * mb_level, pl_slack mb_cap, pl_order mb_order, pl_seen cursor,
+     * pl_best_rank and pl_best_order heap); emit reads pl_rank and pl_order
+     * after it.
      * Its per-rank arrays are its own, laid out only under that model.
      */
     int dependency;        /* config.cost.step_model is DCP_STEP_MODEL_DEPENDENCY */
@@ -369,6 +370,8 @@ typedef struct balanced {
     int32_t *pl_seen;      /* [2n] the last microbatch order tried for this plan */
     int pl_seen_valid;
     int32_t *pl_order;     /* [2n] the microbatches in layout order */
+    int32_t *pl_best_rank; /* [n] pl_rank of the best layout so far */
+    int32_t *pl_best_order;/* [2n] pl_order of the best layout so far */
     int32_t pl_busy_mbs;   /* microbatches with groups */
     __int128 pl_work;      /* the plan's GPU time: the sum over groups of size x load */
     int64_t *pl_finish;    /* [N] each rank's finish time after the microbatches laid out so far */

@@ -462,7 +462,7 @@ static int wins_tie(const balanced *b, int j, int layout, int best, int best_lay
 int dcp__balanced_place(balanced *b)
 {
     static const int8_t runs[NUM_LAYOUTS] = {LAYOUT_SLACK_DESC, LAYOUT_LEVEL_ASC, LAYOUT_INDEX, LAYOUT_DEFAULT};
-    int best = -1, best_layout = 0, last = -1, last_layout = 0;
+    int best = -1, best_layout = 0;
     int64_t best_makespan = 0;
     for (int j = 0; j < b->num_kept; j++) {
         const saved_plan *k = &b->kept[j];
@@ -474,21 +474,19 @@ int dcp__balanced_place(balanced *b)
             /* least D, then barrier makespan, then kept index, then layout (default first) */
             const int tie = best >= 0 && wins_tie(b, j, layout, best, best_layout);
             const int64_t d = layout_makespan(b, k, layout, best < 0 ? INT64_MAX : best_makespan, tie);
-            last = j;
-            last_layout = layout;
             if (d >= 0 && (best < 0 || d < best_makespan || (d == best_makespan && tie))) {
                 best = j;
                 best_layout = layout;
                 best_makespan = d;
+                /* the next layouts overwrite pl_rank and pl_order: keep this one's */
+                memcpy(b->pl_best_rank, b->pl_rank, (size_t)k->num_groups * sizeof *b->pl_rank);
+                memcpy(b->pl_best_order, b->pl_order, (size_t)k->num_mbs * sizeof *b->pl_order);
             }
         }
     }
-    if (best >= 0 && (best != last || best_layout != last_layout)) {
-        /* rebuild the winner's layout (a later one overwrote it): the same pure function of the same plan */
-        prepare(b, &b->kept[best]);
-        b->pl_seen_valid = 0;
-        choose_order(b, &b->kept[best], best_layout);
-        layout_makespan(b, &b->kept[best], best_layout, INT64_MAX, 1);
+    if (best >= 0) {
+        memcpy(b->pl_rank, b->pl_best_rank, (size_t)b->kept[best].num_groups * sizeof *b->pl_rank);
+        memcpy(b->pl_order, b->pl_best_order, (size_t)b->kept[best].num_mbs * sizeof *b->pl_order);
     }
     return best;
 }
