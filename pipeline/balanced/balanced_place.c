@@ -453,8 +453,9 @@ static int wins_tie(const balanced *b, int j, int layout, int best, int best_lay
 /*
  * Choose the kept plan and its layout with the least D (see above), and
  * leave that layout in pl_order (the microbatches in emit order) and pl_rank
- * (each group's first rank).  Returns the kept plan's index, or -1 when no
- * layout fits (the plan is then emitted as the barrier model emits it).
+ * (each group's first rank).  Returns the kept plan's index, or -1 when the
+ * barrier model's plan and layout are the choice without a layout to run (all
+ * kept plans in one microbatch) or no layout fits.
  * Each plan's layouts run greedy ones first, the order that most often won
  * over the benchmark matrix first, so that the others stop early; the result
  * does not depend on that order.
@@ -462,6 +463,21 @@ static int wins_tie(const balanced *b, int j, int layout, int best, int best_lay
 int dcp__balanced_place(balanced *b)
 {
     static const int8_t runs[NUM_LAYOUTS] = {LAYOUT_SLACK_DESC, LAYOUT_LEVEL_ASC, LAYOUT_INDEX, LAYOUT_DEFAULT};
+    /*
+     * Every kept plan in one microbatch: every rank starts at 0, so each
+     * plan's D is its barrier makespan whatever the layout, and the barrier
+     * model's choice stands (emitted as it emits it).
+     */
+    int single = 1;
+    for (int j = 0; j < b->num_kept && single; j++) {
+        const saved_plan *k = &b->kept[j];
+        for (int32_t g = 0, mb = -1; g < k->num_groups && single; g++) {
+            if (k->g_mb[g] < 0) continue;
+            if (mb < 0) mb = k->g_mb[g];
+            single = k->g_mb[g] == mb;
+        }
+    }
+    if (single) return -1;
     int best = -1, best_layout = 0;
     int64_t best_makespan = 0;
     for (int j = 0; j < b->num_kept; j++) {
