@@ -105,7 +105,7 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->ds_slack = (int64_t *)b->heap;
     b->ds_room = (int64_t *)b->park;
     b->local_cap = local;
-    /* the dependency model's layout runs at emit: its group and microbatch arrays are the passes' (balanced_internal.h) */
+    /* the dependency layout runs at emit: its group and microbatch arrays are the passes' (balanced_internal.h) */
     b->pl_load = b->g_load;
     b->pl_done = b->g_key;
     b->pl_index = b->sort_a;

@@ -29,10 +29,10 @@
  * Blocks: placed largest first, power-of-two groups always find an aligned
  * free block (the groups of each size and above sum to a multiple of that
  * size within [0, N), so the free space below them is whole aligned blocks).
- * The free blocks of one size are the halves of the unused blocks of the
- * size above and the pieces of N's binary decomposition of that size; only
- * the sizes a microbatch holds are visited, and each visited size has at most
- * as many free blocks as groups left to place.  A block's start time is the
+ * The free blocks of one size are the unused blocks of the size visited
+ * before, cut to it, and the pieces of N's binary decomposition between the
+ * two sizes, cut likewise; only the sizes a microbatch holds are visited, and
+ * each has at most as many free blocks as groups left to place.  A block's start time is the
  * maximum finish time of its ranks, read from per-level block maxima built
  * from the ranks' finish times once a microbatch: O(N + groups x sizes x log)
  * a microbatch, integer and saturating like core/stats.c.
@@ -252,7 +252,8 @@ static void prepare(balanced *b, const saved_plan *k)
         b->pl_busy_mbs += first[m + 1] > first[m];
         /* the rank time a barrier would leave idle: level x N minus the microbatch's GPU time */
         __int128 slack = (__int128)level * b->num_ranks;
-        for (int32_t j = first[m]; j < first[m + 1]; j++) slack -= (__int128)load[b->pl_index[j]] * k->g_cp[b->pl_index[j]];
+        for (int32_t j = first[m]; j < first[m + 1]; j++)
+            slack -= (__int128)load[b->pl_index[j]] * k->g_cp[b->pl_index[j]];
         b->pl_slack[m] = dcp__balanced_clamp128(slack);
         b->pl_work += (__int128)level * b->num_ranks - slack;
     }
@@ -293,7 +294,7 @@ static int place_greedy(balanced *b, const saved_plan *k, int32_t m, const int32
         }
         int32_t count = 1;
         while (j + count < end && k->g_cp[b->pl_greedy[j + count]] == cp) count++;
-        /* the free blocks of size cp: halves of the unused blocks above, and N's pieces of sizes in [cp, 2^last) */
+        /* the free blocks of size cp: the unused blocks above cut to size, and N's pieces of sizes in [cp, 2^last) */
         int32_t num_next = 0;
         const int32_t split = (int32_t)1 << (last == 31 ? 0 : last - kc);
         if (last < 31 && (int64_t)(num_blocks - used) * split > cap) return 0;
