@@ -2,7 +2,7 @@
  * bench_plan.c - planning quality and speed of the three schedulers.
  *
  *   bench_plan [--traces DIR] [--repeats R] [--quick] [--hashes] [--makespans] [--no-matrix] [--no-scaling]
- *              [--scheduler NAME] [--trace NAME] [--config INDEX]
+ *              [--scheduler NAME] [--trace NAME] [--config INDEX] [--step-model barrier|dependency]
  *
  * Matrix: every trace of DIR (default tests/data/workloads: the four
  * families at 256, 1024, 4096 and 16384 sequences) x every configuration below, planned by dp_balanced
@@ -28,6 +28,13 @@
  * --hashes prints each matrix cell's plan hash and makespan instead (one line
  * a cell), so two builds' plans can be compared bit for bit with diff;
  * --makespans does the same for the matrix and every scaling row.
+ *
+ * --step-model sets config.cost.step_model for every plan (default barrier):
+ * makespan and efficiency are then the model's (model_makespan,
+ * model_lower_bound / model_makespan), and `balanced` lays its plans out for
+ * the dependency model when that is the one configured; the matrix summary
+ * then also compares balanced's dependency makespan with that of the plan it
+ * makes under the barrier model (planned once more per cell, untimed).
  *
  * One thread; times from CLOCK_MONOTONIC.
  */
@@ -57,6 +64,9 @@ static const dcp_scheduler schedulers[] = {DCP_SCHEDULER_DP_BALANCED, DCP_SCHEDU
 
 #define MAX_TRACES 64
 
+/* --step-model: the step model of every configuration */
+static dcp_step_model step_model = DCP_STEP_MODEL_BARRIER;
+
 typedef struct trace {
     char name[128];
     int32_t *lengths;
@@ -71,6 +81,7 @@ typedef struct cell {
     int64_t makespan, lower_bound;
     double efficiency, plan_ms;
     uint64_t hash;    /* dcp_plan_hash of the plan */
+    int64_t barrier_plan_d; /* --step-model dependency, balanced: the dependency makespan of its barrier-model plan */
 } cell;
 
 static double now_ms(void)
@@ -147,6 +158,7 @@ static int make_config(const bench_config *bc, dcp_scheduler s, const trace *t, 
     c->max_seqlen_per_rank = bc->max_seqlen;
     c->data_parallel_size = bc->ranks;
     c->context_parallel_size = 1;
+    c->cost.step_model = (int32_t)step_model;
     if (bc->vpp_group > 1) {
         c->pipeline_parallel_size = 2;
         c->virtual_pipeline_size = 2;
@@ -200,11 +212,20 @@ static void run_cell(const bench_config *bc, dcp_scheduler s, const trace *t, in
     out->ran = 1;
     out->hash = dcp_plan_hash(plan);
     out->microbatches = stats.num_microbatches;
-    out->makespan = stats.makespan;
-    out->lower_bound = stats.lower_bound;
-    out->efficiency = stats.makespan > 0 ? (double)stats.lower_bound / (double)stats.makespan : 0;
+    out->makespan = stats.model_makespan;
+    out->lower_bound = stats.model_lower_bound;
+    out->efficiency = stats.model_makespan > 0 ? (double)stats.model_lower_bound / (double)stats.model_makespan : 0;
     out->plan_ms = repeats > 0 ? median(times, repeats) : 0;
     dcp_context_destroy(ctx);
+    /* balanced lays its plans out for the dependency model: what the barrier model's plan gives there */
+    if (step_model == DCP_STEP_MODEL_DEPENDENCY && s == DCP_SCHEDULER_BALANCED) {
+        c.cost.step_model = DCP_STEP_MODEL_BARRIER;
+        if (dcp_context_create(&c, &ctx) != DCP_OK) return;
+        if (dcp_plan_compute(ctx, t->lengths, t->n, &plan) == DCP_OK &&
+            dcp_plan_stats_compute(ctx, plan, t->lengths, t->n, &stats) == DCP_OK)
+            out->barrier_plan_d = stats.dependency_makespan;
+        dcp_context_destroy(ctx);
+    }
 }
 
 static void config_label(const bench_config *bc, char *buf, size_t size)
@@ -312,6 +333,28 @@ static void run_matrix(trace *traces, int num_traces, int repeats, int only_sche
     }
     printf("\nOverall: cells compared %d, balanced not better than dynamic_cp in %d, worst ratio %.4f\n", compared,
            worse_cells, worst_all);
+    if (step_model == DCP_STEP_MODEL_DEPENDENCY) {
+        /* balanced's dependency makespan against that of the plan it makes under the barrier model */
+        double gain[MAX_TRACES * NUM_CONFIGS];
+        int ng = 0, lower = 0, equal = 0, higher = 0;
+        for (int ti = 0; ti < num_traces; ti++)
+            for (int ci = 0; ci < NUM_CONFIGS; ci++) {
+                const cell *x = &cells[ti][ci][2];
+                if (!x->ran || x->barrier_plan_d <= 0) continue;
+                gain[ng++] = 1.0 - (double)x->makespan / (double)x->barrier_plan_d;
+                lower += x->makespan < x->barrier_plan_d;
+                equal += x->makespan == x->barrier_plan_d;
+                higher += x->makespan > x->barrier_plan_d;
+            }
+        if (ng) {
+            double best = 0;
+            for (int i = 0; i < ng; i++)
+                if (gain[i] > best) best = gain[i];
+            printf("balanced against its barrier-model plan's dependency makespan: cells %d, lower %d, equal %d, higher %d;"
+                   " gain median %.4f%%, best %.4f%%\n",
+                   ng, lower, equal, higher, 100 * median(gain, ng), 100 * best);
+        }
+    }
     for (int si = 0; si < NUM_SCHEDULERS; si++)
         if (all_n[si])
             printf("  %-12s cells %4d  efficiency median %.4f  min %.4f\n", dcp_scheduler_name(schedulers[si]),
@@ -437,6 +480,7 @@ static int scaling_config(dcp_scheduler s, int32_t ranks, int32_t max_seqlen, in
     c->max_sequences = n;
     c->max_seqlen_per_rank = max_seqlen;
     c->data_parallel_size = ranks;
+    c->cost.step_model = (int32_t)step_model;
     if (s == DCP_SCHEDULER_DP_BALANCED) {
         int32_t cp = 1;
         while ((int64_t)cp * max_seqlen < longest) cp *= 2;
@@ -464,8 +508,8 @@ static double time_plan(dcp_scheduler s, int32_t ranks, int32_t max_seqlen, cons
     dcp_plan_stats stats;
     dcp_plan_stats_compute(ctx, plan, lengths, n, &stats);
     *microbatches = stats.num_microbatches;
-    *efficiency = (double)stats.lower_bound / (double)stats.makespan;
-    *makespan = stats.makespan;
+    *efficiency = (double)stats.model_lower_bound / (double)stats.model_makespan;
+    *makespan = stats.model_makespan;
     *hash = dcp_plan_hash(plan);
     double times[64];
     if (repeats > 64) repeats = 64;
@@ -632,6 +676,12 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--no-scaling")) scaling = 0;
         else if (!strcmp(argv[i], "--trace") && i + 1 < argc) only_trace = argv[++i];
         else if (!strcmp(argv[i], "--config") && i + 1 < argc) only_config = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--step-model") && i + 1 < argc) {
+            if (dcp_step_model_from_name(argv[++i], &step_model) != DCP_OK) {
+                fprintf(stderr, "unknown step model %s (barrier or dependency)\n", argv[i]);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--scheduler") && i + 1 < argc) {
             dcp_scheduler s;
             if (dcp_scheduler_from_name(argv[++i], &s) != DCP_OK) {
@@ -642,7 +692,7 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "usage: %s [--traces DIR] [--repeats R] [--quick] [--hashes] [--makespans] [--no-matrix] [--no-scaling] "
-                    "[--scheduler NAME] [--trace NAME] [--config INDEX]\n",
+                    "[--scheduler NAME] [--trace NAME] [--config INDEX] [--step-model barrier|dependency]\n",
                     argv[0]);
             return 2;
         }
@@ -667,8 +717,8 @@ int main(int argc, char **argv)
             for (int i = 0; i < num_traces; i++) free(traces[i].lengths);
             return 0;
         }
-        printf("bench_plan: %d traces from %s, %d configurations, median of %d runs\n\n", num_traces, dir,
-               NUM_CONFIGS, repeats);
+        printf("bench_plan: %d traces from %s, %d configurations, median of %d runs, %s step model\n\n", num_traces,
+               dir, NUM_CONFIGS, repeats, dcp_step_model_name(step_model));
         run_matrix(traces, num_traces, repeats, only_scheduler, only_config);
     }
     if (scaling) run_scaling(repeats, only_scheduler);

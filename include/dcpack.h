@@ -113,8 +113,10 @@ dcp_status dcp_scheduler_from_name(const char *name, dcp_scheduler *out);
  *      finish_r(m) = max over ranks q of r's group in m of finish_q(m-1) + cost(group) + microbatch_overhead,
  *    with finish_q(-1) = 0, and the makespan is max over r of finish_r(last).
  *    It is never above the barrier makespan of the same plan.
- * dcp_config_validate() rejects any other value.  The planner's choices do
- * not depend on it yet.
+ * dcp_config_validate() rejects any other value.  Under the dependency
+ * model the balanced scheduler orders its microbatches and places its groups
+ * to lower that makespan (never above the layout it emits under the barrier
+ * model); no other choice of the planner depends on it.
  */
 typedef enum dcp_step_model {
     DCP_STEP_MODEL_BARRIER = 0,   /* a barrier per microbatch: every rank waits for its slowest rank */

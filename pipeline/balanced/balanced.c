@@ -7,8 +7,12 @@
  */
 #include "balanced_internal.h"
 
-/* Lay out the scratch for up to `n` sequences on `num_ranks` ranks (a measuring arena gives the size). */
-static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ranks)
+/*
+ * Lay out the scratch for up to `n` sequences on `num_ranks` ranks (a
+ * measuring arena gives the size); the dependency model's layout adds its
+ * per-rank arrays at the end, so the barrier model's scratch is unchanged.
+ */
+static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ranks, int dependency)
 {
     size_t un = (size_t)n;
     int32_t local = n < num_ranks ? n : num_ranks;
@@ -101,7 +105,31 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->ds_slack = (int64_t *)b->heap;
     b->ds_room = (int64_t *)b->park;
     b->local_cap = local;
-    return b->len && b->min_cp && b->run_end && b->next_cost && b->min_cost && b->cp && b->sizes_cp && b->sizes_cost && b->cost && b->order && b->class_list &&
+    /* the dependency layout runs at emit: its group and microbatch arrays are the passes' (balanced_internal.h) */
+    b->pl_load = b->g_load;
+    b->pl_done = b->g_key;
+    b->pl_index = b->sort_a;
+    b->pl_greedy = b->sort_b;
+    b->pl_rank = b->saved_mb;
+    b->pl_tmp = b->mb_free;
+    b->pl_first = b->mb_first;
+    b->pl_level = b->mb_level;
+    b->pl_slack = b->mb_cap;
+    b->pl_seen = b->cursor;
+    b->pl_best_rank = b->heap ? (int32_t *)b->heap : NULL;       /* heap_entry[2n]: room for 8n int32 */
+    b->pl_best_order = b->heap ? (int32_t *)b->heap + un : NULL;
+    b->pl_order = b->mb_order;
+    b->pl_block_cap = local;
+    int place_ok = 1;
+    if (dependency) {
+        b->pl_finish = DCP_ARENA_NEW(a, int64_t, (size_t)num_ranks);
+        b->pl_max = DCP_ARENA_NEW(a, int64_t, (size_t)num_ranks);
+        b->pl_at = DCP_ARENA_NEW(a, int32_t, (size_t)num_ranks);
+        b->pl_blocks = DCP_ARENA_NEW(a, uint64_t, 2 * (size_t)local); /* + the radix sort's buffer */
+        b->pl_next = DCP_ARENA_NEW(a, int32_t, (size_t)local);
+        place_ok = b->pl_finish && b->pl_max && b->pl_at && b->pl_blocks && b->pl_next;
+    }
+    return place_ok && b->len && b->min_cp && b->run_end && b->next_cost && b->min_cost && b->cp && b->sizes_cp && b->sizes_cost && b->cost && b->order && b->class_list &&
            b->item_group && b->item_next && b->free_groups && b->g_mb && b->g_cp && b->g_head && b->g_tail && b->g_count &&
            b->g_load && b->g_tokens && b->g_key && b->mb_free && b->mb_cap && b->mb_level && b->mb_order &&
            b->mb_first && b->mb_groups && b->heap && b->park && b->cursor && b->local && kept_ok && b->sort_a && b->sort_b && b->saved_mb && b->alive_next && b->g_slot && b->room_tree && b->rp_items && b->rp_of &&
@@ -115,7 +143,9 @@ size_t dcp__assign_balanced_scratch_size(const dcp_config *config)
     balanced b;
     dcp_arena measure;
     dcp__arena_init_measure(&measure);
-    if (!balanced_layout(&b, &measure, config->max_sequences, dcp_config_num_ranks(config))) return SIZE_MAX;
+    if (!balanced_layout(&b, &measure, config->max_sequences, dcp_config_num_ranks(config),
+                         config->cost.step_model == DCP_STEP_MODEL_DEPENDENCY))
+        return SIZE_MAX;
     return measure.used;
 }
 
@@ -145,7 +175,8 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
     const dcp_config *c = in->config;
     balanced b;
     memset(&b, 0, sizeof b);
-    if (!balanced_layout(&b, scratch, in->num_sequences, in->num_ranks))
+    b.dependency = c->cost.step_model == DCP_STEP_MODEL_DEPENDENCY;
+    if (!balanced_layout(&b, scratch, in->num_sequences, in->num_ranks, b.dependency))
         return dcp__fail(err, DCP_ERR_CAPACITY, "balanced scratch too small for %d sequences on %d ranks",
                         in->num_sequences, in->num_ranks);
     b.n = in->num_sequences;

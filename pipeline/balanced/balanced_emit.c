@@ -59,12 +59,19 @@ void dcp__balanced_restore_plan(balanced *b, const saved_plan *k)
     }
 }
 
-/* Emit the best plan: microbatches in index order, groups by size descending, ids by length descending. */
+/*
+ * Emit the best plan, ids by length descending.  Barrier model: the least
+ * makespan, microbatches in index order, groups by size descending from rank
+ * 0.  Dependency model: the plan and layout balanced_place.c chose, groups
+ * in first-rank order.
+ */
 dcp_status dcp__balanced_emit(balanced *b, dcp_plan *plan, dcp_error *err)
 {
     const saved_plan *best = &b->kept[0];
     for (int j = 1; j < b->num_kept; j++)
         if (b->kept[j].makespan < best->makespan) best = &b->kept[j];
+    const int placed = b->dependency ? dcp__balanced_place(b) : -1;
+    if (placed >= 0) best = &b->kept[placed];
     const int32_t n = b->n, G = best->num_groups, K = best->num_mbs;
     int32_t *first = b->mb_first, *sorted = b->mb_groups, *cursor = b->cursor;
     /* groups by (microbatch, class descending, index): counting sort on the class, then on the microbatch */
@@ -94,16 +101,36 @@ dcp_status dcp__balanced_emit(balanced *b, dcp_plan *plan, dcp_error *err)
     for (int32_t g = 0; g < G; g++) start[g + 1] += start[g];
     memcpy(b->g_tail, start, (size_t)G * sizeof *start);
     for (int32_t p = 0; p < n; p++) ids[b->g_tail[best->item_group[p]]++] = b->ids[p];
-    for (int32_t m = 0; m < K; m++) {
+    int32_t *at = b->pl_at;
+    if (placed >= 0)
+        for (int32_t r = 0; r < b->num_ranks; r++) at[r] = -1;
+    for (int32_t i = 0; i < K; i++) {
+        const int32_t m = placed >= 0 ? b->pl_order[i] : i;
         if (first[m + 1] == first[m]) continue;
         dcp_status st = dcp__plan_open_microbatch(plan, err);
         if (st != DCP_OK) return st;
-        int32_t rank = 0;
-        for (int32_t j = first[m]; j < first[m + 1]; j++) {
-            int32_t g = sorted[j];
-            st = dcp__plan_push_group(plan, rank, best->g_cp[g], ids + start[g], start[g + 1] - start[g], err);
-            if (st != DCP_OK) return st;
-            rank += best->g_cp[g];
+        if (placed >= 0) {
+            /* the groups by first rank: their blocks tile [0, N), so a walk from rank 0 meets each once */
+            for (int32_t j = first[m]; j < first[m + 1]; j++) at[b->pl_rank[sorted[j]]] = sorted[j];
+            for (int32_t r = 0; r < b->num_ranks;) {
+                const int32_t g = at[r];
+                if (g < 0) { /* not tiled: never for a plan that fits (the validator would name the rank) */
+                    r++;
+                    continue;
+                }
+                at[r] = -1;
+                st = dcp__plan_push_group(plan, r, best->g_cp[g], ids + start[g], start[g + 1] - start[g], err);
+                if (st != DCP_OK) return st;
+                r += best->g_cp[g];
+            }
+        } else {
+            int32_t rank = 0;
+            for (int32_t j = first[m]; j < first[m + 1]; j++) {
+                int32_t g = sorted[j];
+                st = dcp__plan_push_group(plan, rank, best->g_cp[g], ids + start[g], start[g + 1] - start[g], err);
+                if (st != DCP_OK) return st;
+                rank += best->g_cp[g];
+            }
         }
         dcp__plan_close_microbatch(plan);
     }

@@ -12,9 +12,10 @@
  * ranks (or all N ranks) holding sequences that all run at that CP size, and
  * every rank of the group carries the group's load (the sum of cost(s, cp)
  * over its sequences).  Where a group sits inside the microbatch changes no
- * cost (the CP size alone says intra- or inter-node), so a microbatch is only
- * "which groups, of which sizes": any multiset of sizes summing to N is laid
- * out by placing groups in decreasing size order, each one aligned.
+ * cost (the CP size alone says intra- or inter-node), nor the barrier
+ * makespan, so a microbatch is only "which groups, of which sizes": any
+ * multiset of sizes summing to N is laid out by placing groups in decreasing
+ * size order, each one aligned.
  *
  * With the default coefficients the linear term (12 * hidden per token)
  * dominates a sequence's cost, so a rank full of tokens carries about the
@@ -61,6 +62,13 @@
  * plan with fewer than 16 sequences per rank, on the best one with more from
  * DESCENT_MIN_SEQUENCES sequences on.
  *
+ * Under the dependency step model (config.cost.step_model) a group starts
+ * when its own ranks are done with the microbatch before, so the order of the
+ * microbatches and the block each group takes change the makespan: the
+ * passes above still minimise the barrier makespan, and at emit every kept
+ * plan is laid out for the least dependency makespan (balanced_place.c),
+ * never above the dependency makespan of the plan the barrier model emits.
+ *
  * Everything is integer and every choice is a pure function of the lengths
  * and the configuration, so every rank, compiler and optimisation level
  * computes the same plan.  Scratch comes from the arena, laid out by one
@@ -79,6 +87,7 @@
  *                          the polishing of kept plans
  *   balanced_pool.c        the pooled packing (few sequences per rank on many ranks)
  *   balanced_descent.c     the local search on a kept plan
+ *   balanced_place.c       the dependency step model: microbatch order and group blocks
  *   balanced_emit.c        the kept plans: keep, restore, emit the best
  *
  * Functions one file offers the others are named dcp__balanced_*; the hot
@@ -338,6 +347,40 @@ typedef struct balanced {
     /* the best plans so far, by makespan (kept[0] the best); few sequences per rank: all are polished */
     saved_plan kept[NUM_KEPT];
     int num_kept;
+
+    /*
+     * The dependency model's layout (balanced_place.c): it runs at emit,
+     * after every pass, so its per-group and per-microbatch arrays are the
+     * passes' (pl_load g_load, pl_done g_key, pl_index sort_a, pl_greedy
+     * sort_b, pl_rank saved_mb, pl_tmp mb_free, pl_first mb_first, pl_level
+     * mb_level, pl_slack mb_cap, pl_order mb_order, pl_seen cursor,
+     * pl_best_rank and pl_best_order heap); emit reads pl_rank and pl_order
+     * after it.
+     * Its per-rank arrays are its own, laid out only under that model.
+     */
+    int dependency;        /* config.cost.step_model is DCP_STEP_MODEL_DEPENDENCY */
+    int64_t *pl_load;      /* [n] a group's load */
+    int64_t *pl_done;      /* [n] a group's finish time in the layout under way */
+    int32_t *pl_index;     /* [n] groups by microbatch, size descending, index */
+    int32_t *pl_greedy;    /* [n] groups by microbatch, size descending, load descending, index */
+    int32_t *pl_rank;      /* [n] a group's first rank */
+    int32_t *pl_tmp;       /* [2n] merge sorts */
+    int32_t *pl_first;     /* [2n + 1] microbatch m's groups: pl_index[pl_first[m] .. pl_first[m+1]) */
+    int64_t *pl_level;     /* [2n] a microbatch's most loaded group */
+    int64_t *pl_slack;     /* [2n] level x N minus the microbatch's GPU time (saturated) */
+    int32_t *pl_seen;      /* [2n] the last microbatch order tried for this plan */
+    int pl_seen_valid;
+    int32_t *pl_order;     /* [2n] the microbatches in layout order */
+    int32_t *pl_best_rank; /* [n] pl_rank of the best layout so far */
+    int32_t *pl_best_order;/* [2n] pl_order of the best layout so far */
+    int32_t pl_busy_mbs;   /* microbatches with groups */
+    __int128 pl_work;      /* the plan's GPU time: the sum over groups of size x load */
+    int64_t *pl_finish;    /* [N] each rank's finish time after the microbatches laid out so far */
+    int64_t *pl_max;       /* [N] their maxima over the aligned blocks of each size 2^k, k >= 1, one level after another */
+    int32_t *pl_at;        /* [N] at emit: the group whose block starts at a rank */
+    uint64_t *pl_blocks;   /* [2 min(n, N)] the free blocks of one size (start time and index in one integer), a sort's buffer */
+    int32_t *pl_next;      /* [min(n, N)] the free blocks of the next size */
+    int32_t pl_block_cap;  /* min(n, N): a size has at most as many free blocks as groups left to place */
 } balanced;
 
 /* ---- numbers ---- */
@@ -567,6 +610,9 @@ int64_t dcp__balanced_pool_cost(balanced *b, int32_t p, int32_t cp);
 
 /* balanced_descent.c: the local search on a plan */
 void dcp__balanced_descent(balanced *b, int64_t budget);
+
+/* balanced_place.c: the dependency model's microbatch order and group blocks */
+int dcp__balanced_place(balanced *b);
 
 /* balanced_emit.c: the kept plans */
 void dcp__balanced_keep_plan(balanced *b, int64_t makespan, int slot);
