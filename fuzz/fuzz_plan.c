@@ -368,6 +368,51 @@ static dcp_status plan_status(const dcp_config *config, dcp_scheduler scheduler,
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
+/*
+ * balanced under the dependency step model, beside the barrier model the
+ * decoder configures: the same status; a plan that validates and that the
+ * checker accepts, deterministic, whose dependency makespan is within its
+ * bound and not above that of the barrier model's plan (the layouts tried
+ * include the barrier model's own).
+ */
+static void check_dependency_model(const fuzz_case *fc, dcp_status barrier_status)
+{
+    dcp_config config = fc->config;
+    config.scheduler = DCP_SCHEDULER_BALANCED;
+    config.cost.step_model = DCP_STEP_MODEL_BARRIER;
+    dcp_context *barrier = NULL, *dependency = NULL;
+    if (dcp_context_create(&config, &barrier) != DCP_OK) return;
+    config.cost.step_model = DCP_STEP_MODEL_DEPENDENCY;
+    dcp_status created = dcp_context_create(&config, &dependency);
+    DCP_FUZZ_ASSERT(created == DCP_OK, "balanced: context under the dependency model %s", dcp_status_str(created));
+    const dcp_plan *bp = NULL, *dp = NULL;
+    plan_result b = plan_once(barrier, fc->lengths, fc->n, &bp);
+    plan_result d = plan_once(dependency, fc->lengths, fc->n, &dp);
+    DCP_FUZZ_ASSERT(b.status == barrier_status, "balanced: %s, then %s", dcp_status_str(barrier_status),
+                    dcp_status_str(b.status));
+    DCP_FUZZ_ASSERT(d.status == b.status, "balanced: %s under the barrier model, %s under the dependency model",
+                    dcp_status_str(b.status), dcp_status_str(d.status));
+    if (d.status == DCP_OK) {
+        dcp_plan_violation v;
+        DCP_FUZZ_ASSERT(dcp_plan_validate(dependency, dp, fc->lengths, fc->n, &v) == DCP_OK,
+                        "dependency-model plan rejected by the validator: %s", v.message);
+        DCP_FUZZ_ASSERT(oracle_accepts(dp, &config, fc->lengths, fc->n), "dependency-model plan rejected by the checker");
+        dcp_plan_stats bs, ds;
+        DCP_FUZZ_ASSERT(dcp_plan_stats_compute(barrier, bp, fc->lengths, fc->n, &bs) == DCP_OK &&
+                            dcp_plan_stats_compute(dependency, dp, fc->lengths, fc->n, &ds) == DCP_OK,
+                        "stats failed");
+        DCP_FUZZ_ASSERT(ds.dependency_makespan <= bs.dependency_makespan,
+                        "dependency makespan %lld under the dependency model, %lld under the barrier model",
+                        (long long)ds.dependency_makespan, (long long)bs.dependency_makespan);
+        DCP_FUZZ_ASSERT(ds.dependency_makespan >= ds.dependency_lower_bound, "dependency makespan below its bound");
+        DCP_FUZZ_ASSERT(ds.model_makespan == ds.dependency_makespan, "model makespan is not the dependency one");
+        plan_result again = plan_once(dependency, fc->lengths, fc->n, NULL);
+        DCP_FUZZ_ASSERT(again.status == DCP_OK && again.hash == d.hash, "dependency-model plan not deterministic");
+    }
+    dcp_context_destroy(barrier);
+    dcp_context_destroy(dependency);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
@@ -397,6 +442,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         DCP_FUZZ_ASSERT(res[s].status != DCP_ERR_UNSUPPORTED, "%s built, yet UNSUPPORTED for this input",
                         dcp_scheduler_name((dcp_scheduler)s));
     }
+    if (scheduler_built[DCP_SCHEDULER_BALANCED] && fc->config.cost.step_model == DCP_STEP_MODEL_BARRIER)
+        check_dependency_model(fc, res[DCP_SCHEDULER_BALANCED].status);
     /*
      * dynamic_cp and balanced share the rank pool and the length rules: they
      * agree on bad lengths, and balanced plans whatever dynamic_cp plans (it
