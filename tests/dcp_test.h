@@ -128,5 +128,12 @@ uint64_t dcp_alloc_probe_deallocated(const dcp_alloc_probe *probe);
 int dcp_test_read_trace(const char *path, int32_t *out, int cap);
 /* Path of a file under the source tree's tests/data/ (static buffer). */
 const char *dcp_test_data_path(const char *relative);
+/*
+ * The dependency makespan of `plan` from its definition (docs/planning.md, step models), rank by rank:
+ * O(ranks x microbatches); `finish` holds plan->num_ranks entries.  An independent check of
+ * dcp_plan_stats.dependency_makespan.
+ */
+int64_t dcp_test_simulate_dependency(const dcp_plan *plan, const dcp_cost_model *model, const int32_t *lengths,
+                                     int64_t *finish);
 
 #endif

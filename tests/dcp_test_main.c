@@ -86,3 +86,23 @@ int main(int argc, char **argv)
     if (any_failed) return 1;
     return (any_skipped && ran == 1) ? 77 : 0;
 }
+
+int64_t dcp_test_simulate_dependency(const dcp_plan *p, const dcp_cost_model *model, const int32_t *lengths,
+                                     int64_t *finish)
+{
+    for (int32_t r = 0; r < p->num_ranks; r++) finish[r] = 0;
+    for (int32_t m = 0; m < p->num_microbatches; m++)
+        for (int32_t g = p->microbatch_first_group[m]; g < p->microbatch_first_group[m + 1]; g++) {
+            int32_t a = p->group_first_rank[g], b = a + p->group_cp_size[g];
+            int64_t start = 0, cost = 0;
+            for (int32_t r = a; r < b; r++)
+                if (finish[r] > start) start = finish[r];
+            for (int32_t i = p->group_first_id[g]; i < p->group_first_id[g + 1]; i++)
+                cost += dcp_cost(model, lengths[p->ids[i]], p->group_cp_size[g]);
+            for (int32_t r = a; r < b; r++) finish[r] = start + cost + model->microbatch_overhead;
+        }
+    int64_t last = 0;
+    for (int32_t r = 0; r < p->num_ranks; r++)
+        if (finish[r] > last) last = finish[r];
+    return last;
+}

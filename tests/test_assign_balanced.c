@@ -534,11 +534,23 @@ DCP_TEST(scratch_size_is_an_exact_bound)
     rng_state = 12345;
     for (int i = 0; i < N_SEQ; i++) len[i] = rng_range(1, 3 * 4096);
     static const int32_t ranks[] = {8, 24, 128, 1024};
+    for (int model = DCP_STEP_MODEL_BARRIER; model <= DCP_STEP_MODEL_DEPENDENCY; model++)
     for (size_t r = 0; r < sizeof ranks / sizeof ranks[0]; r++) {
         small_config s = {ranks[r], 4096, 1, 0, 0, N_SEQ, DCP_SCHEDULER_BALANCED};
         dcp_config c = config_of(&s);
+        const size_t barrier = dcp__assign_balanced_scratch_size(&c);
+        c.cost.step_model = (dcp_step_model)model;
         size_t need = dcp__assign_balanced_scratch_size(&c);
         DCP_REQUIRE(need > 0 && need < SIZE_MAX);
+        if (model == DCP_STEP_MODEL_DEPENDENCY) {
+            /* only the layout's arrays come on top: finish times and block maxima (int64), the group at each
+               rank (int32), the free blocks and their sort buffer (uint64), their links (int32) */
+            const int32_t local = ranks[r] < N_SEQ ? ranks[r] : N_SEQ;
+            DCP_CHECK_EQ_INT(need - barrier, DCP_ARENA_BYTES(int64_t, ranks[r]) * 2 + DCP_ARENA_BYTES(int32_t, ranks[r]) +
+                                                 DCP_ARENA_BYTES(uint64_t, 2 * local) + DCP_ARENA_BYTES(int32_t, local));
+        } else {
+            DCP_CHECK(need == barrier);
+        }
         unsigned char *memory = aligned_alloc(64, need);
         DCP_REQUIRE(memory != NULL);
         dcp_arena arena;

@@ -186,27 +186,6 @@ static uint32_t rng(void)
 }
 static int32_t rng_range(int32_t lo, int32_t hi) { return lo + (int32_t)(rng() % (uint32_t)(hi - lo + 1)); }
 
-/* dependency_makespan rank by rank, from the definition: O(ranks x microbatches). */
-static int64_t simulate_dependency(const dcp_plan *p, const dcp_cost_model *model, const int32_t *lengths,
-                                   int64_t *finish)
-{
-    for (int32_t r = 0; r < p->num_ranks; r++) finish[r] = 0;
-    for (int32_t m = 0; m < p->num_microbatches; m++)
-        for (int32_t g = p->microbatch_first_group[m]; g < p->microbatch_first_group[m + 1]; g++) {
-            int32_t a = p->group_first_rank[g], b = a + p->group_cp_size[g];
-            int64_t start = 0, cost = 0;
-            for (int32_t r = a; r < b; r++)
-                if (finish[r] > start) start = finish[r];
-            for (int32_t i = p->group_first_id[g]; i < p->group_first_id[g + 1]; i++)
-                cost += dcp_cost(model, lengths[p->ids[i]], p->group_cp_size[g]);
-            for (int32_t r = a; r < b; r++) finish[r] = start + cost + model->microbatch_overhead;
-        }
-    int64_t last = 0;
-    for (int32_t r = 0; r < p->num_ranks; r++)
-        if (finish[r] > last) last = finish[r];
-    return last;
-}
-
 /* The barrier model's layout: every microbatch's groups from rank 0, by size, largest first. */
 static int barrier_layout(const dcp_plan *p)
 {
@@ -292,7 +271,7 @@ DCP_TEST(random_batches_lower_the_dependency_makespan)
         DCP_REQUIRE_OK(dcp_plan_stats_compute(ctx, plan, lengths, n, &bar));
         digest = fnv_mix(digest, dcp_plan_hash(plan));
         if (!barrier_layout(plan)) dcp_test_fail(__FILE__, __LINE__, "%s: barrier plan not in the barrier layout", where);
-        if (bar.dependency_makespan != simulate_dependency(plan, &c.cost, lengths, finish))
+        if (bar.dependency_makespan != dcp_test_simulate_dependency(plan, &c.cost, lengths, finish))
             dcp_test_fail(__FILE__, __LINE__, "%s: barrier plan's D is not the simulated one", where);
         dcp_context_destroy(ctx);
 
@@ -312,7 +291,7 @@ DCP_TEST(random_batches_lower_the_dependency_makespan)
         if (dep.dependency_makespan < dep.dependency_lower_bound)
             dcp_test_fail(__FILE__, __LINE__, "%s: D %lld below the bound %lld", where,
                           (long long)dep.dependency_makespan, (long long)dep.dependency_lower_bound);
-        if (dep.dependency_makespan != simulate_dependency(plan, &c.cost, lengths, finish))
+        if (dep.dependency_makespan != dcp_test_simulate_dependency(plan, &c.cost, lengths, finish))
             dcp_test_fail(__FILE__, __LINE__, "%s: D is not the simulated one", where);
         if (dep.model_makespan != dep.dependency_makespan || dep.dependency_makespan > dep.makespan)
             dcp_test_fail(__FILE__, __LINE__, "%s: model fields", where);
@@ -362,7 +341,7 @@ DCP_TEST(many_ranks_within_the_bounds)
                 const dcp_plan *plan = NULL;
                 DCP_REQUIRE_OK(dcp_plan_compute(ctx, lengths, n, &plan));
                 DCP_REQUIRE_OK(dcp_plan_stats_compute(ctx, plan, lengths, n, model ? &dep : &bar));
-                if (model) simulated = simulate_dependency(plan, &c.cost, lengths, finish);
+                if (model) simulated = dcp_test_simulate_dependency(plan, &c.cost, lengths, finish);
                 dcp_context_destroy(ctx);
             }
             if (dep.dependency_makespan > bar.dependency_makespan || dep.dependency_makespan < dep.dependency_lower_bound ||
@@ -382,55 +361,6 @@ DCP_TEST(many_ranks_within_the_bounds)
  * cache line less is refused; the dependency model's scratch adds the layout's arrays to the
  * barrier model's, which is what it was.
  */
-DCP_TEST(scratch_size_is_exact_under_both_models)
-{
-    enum { N_SEQ = 600 };
-    static int32_t len[N_SEQ], sorted[N_SEQ], min_cp[N_SEQ];
-    rng_state = 12345;
-    for (int i = 0; i < N_SEQ; i++) len[i] = rng_range(1, 3 * 4096);
-    static const int32_t ranks[] = {8, 24, 128, 1024};
-    for (size_t r = 0; r < sizeof ranks / sizeof ranks[0]; r++) {
-        dcp_config c;
-        dcp_config_default(&c);
-        c.scheduler = DCP_SCHEDULER_BALANCED;
-        c.data_parallel_size = ranks[r];
-        c.max_sequences = N_SEQ;
-        c.max_seqlen_per_rank = 4096;
-        const size_t barrier = dcp__assign_balanced_scratch_size(&c);
-        c.cost.step_model = DCP_STEP_MODEL_DEPENDENCY;
-        const size_t need = dcp__assign_balanced_scratch_size(&c);
-        DCP_REQUIRE(need > barrier && need < SIZE_MAX);
-        /* finish times and block maxima (int64), the group at each rank (int32), the free blocks */
-        const int32_t local = ranks[r] < N_SEQ ? ranks[r] : N_SEQ;
-        DCP_CHECK_EQ_INT(need - barrier, DCP_ARENA_BYTES(int64_t, ranks[r]) * 2 + DCP_ARENA_BYTES(int32_t, ranks[r]) +
-                                             DCP_ARENA_BYTES(uint64_t, 2 * local) + DCP_ARENA_BYTES(int32_t, local));
-        unsigned char *memory = aligned_alloc(64, need);
-        DCP_REQUIRE(memory != NULL);
-        dcp_arena arena;
-        dcp__arena_init(&arena, memory, need);
-        dcp_error err;
-        DCP_REQUIRE_OK(dcp__bucket(len, N_SEQ, &c, sorted, min_cp, &arena, &err));
-        dcp__arena_reset(&arena, 0);
-        static int32_t mb_first[N_SEQ + 1], first_rank[N_SEQ], cp[N_SEQ], first_id[N_SEQ + 1], ids[N_SEQ];
-        dcp_plan plan = {0};
-        plan.microbatch_first_group = mb_first;
-        plan.group_first_rank = first_rank;
-        plan.group_cp_size = cp;
-        plan.group_first_id = first_id;
-        plan.ids = ids;
-        plan.max_microbatches = plan.max_groups = plan.max_ids = N_SEQ;
-        dcp__plan_clear(&plan, ranks[r]);
-        dcp_schedule_input in = {len, N_SEQ, sorted, min_cp, ranks[r], &c};
-        dcp_status st = dcp__assign_balanced(&in, &plan, &arena, &err);
-        if (st != DCP_OK) dcp_test_fail(__FILE__, __LINE__, "%d ranks: %s", ranks[r], err.message);
-        DCP_CHECK(arena.high_water == need);
-        dcp__arena_init(&arena, memory, need - 64);
-        dcp__plan_clear(&plan, ranks[r]);
-        DCP_CHECK_STATUS(dcp__assign_balanced(&in, &plan, &arena, &err), DCP_ERR_CAPACITY);
-        free(memory);
-    }
-}
-
 DCP_TEST(plans_allocate_nothing_and_repeat_exactly)
 {
     static int32_t lengths[2048];

@@ -375,27 +375,6 @@ DCP_TEST(step_model_names)
 
 /* ---- plans of the schedulers ---- */
 
-/* dependency_makespan rank by rank, from the definition: O(ranks x microbatches). */
-static int64_t simulate_dependency(const dcp_plan *p, const dcp_cost_model *model, const int32_t *lengths,
-                                   int64_t *finish)
-{
-    for (int32_t r = 0; r < p->num_ranks; r++) finish[r] = 0;
-    for (int32_t m = 0; m < p->num_microbatches; m++)
-        for (int32_t g = p->microbatch_first_group[m]; g < p->microbatch_first_group[m + 1]; g++) {
-            int32_t a = p->group_first_rank[g], b = a + p->group_cp_size[g];
-            int64_t start = 0, cost = 0;
-            for (int32_t r = a; r < b; r++)
-                if (finish[r] > start) start = finish[r];
-            for (int32_t i = p->group_first_id[g]; i < p->group_first_id[g + 1]; i++)
-                cost += dcp_cost(model, lengths[p->ids[i]], p->group_cp_size[g]);
-            for (int32_t r = a; r < b; r++) finish[r] = start + cost + model->microbatch_overhead;
-        }
-    int64_t last = 0;
-    for (int32_t r = 0; r < p->num_ranks; r++)
-        if (finish[r] > last) last = finish[r];
-    return last;
-}
-
 /* What every plan's statistics must satisfy; `where` names the plan in failures. */
 static void check_plan_stats(const dcp_plan *plan, const dcp_plan_stats *s, const dcp_config *c, const char *where)
 {
@@ -471,7 +450,7 @@ DCP_TEST(random_plans_match_a_rank_by_rank_simulation)
             char where[96];
             snprintf(where, sizeof where, "trial %d (%s, %d ranks, cp %d, %d sequences)", trial,
                      dcp_scheduler_name(c.scheduler), n, c.context_parallel_size, count);
-            int64_t expected = simulate_dependency(plan, &c.cost, lengths, finish);
+            int64_t expected = dcp_test_simulate_dependency(plan, &c.cost, lengths, finish);
             if (s.dependency_makespan != expected)
                 dcp_test_fail(__FILE__, __LINE__, "%s: dependency makespan %lld, simulated %lld", where,
                               (long long)s.dependency_makespan, (long long)expected);
@@ -557,7 +536,7 @@ DCP_TEST(random_static_cp_plans_within_both_bounds)
             char where[128];
             snprintf(where, sizeof where, "trial %d (%s, %d ranks, cp %d, M %d, %d sequences%s%s)", trial,
                      dcp_scheduler_name(c.scheduler), n, cp, m, count, capped ? ", capped" : "", vpp ? ", VPP" : "");
-            int64_t expected = simulate_dependency(plan, &c.cost, lengths, finish);
+            int64_t expected = dcp_test_simulate_dependency(plan, &c.cost, lengths, finish);
             if (s.dependency_makespan != expected)
                 dcp_test_fail(__FILE__, __LINE__, "%s: dependency makespan %lld, simulated %lld", where,
                               (long long)s.dependency_makespan, (long long)expected);
