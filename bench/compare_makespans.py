@@ -7,9 +7,9 @@
 
 Each line of a --makespans file is `trace|configuration|scheduler|hash|makespan` (or `...|skipped`).
 For every scheduler: how many cells have a lower, equal or higher makespan in NEW, the median and
-extreme ratios, and every cell that rose; then every cell where `balanced` in NEW is above
-`dynamic_cp` in NEW.  Exit status 1 when any makespan rose or `balanced` is above `dynamic_cp`
-anywhere, 2 on unreadable input.
+extreme ratios, every cell that rose, and every cell OLD planned that NEW skips or lacks; then every
+cell where `balanced` in NEW is above `dynamic_cp` in NEW.  Exit status 1 when any makespan rose, a
+planned cell was lost or `balanced` is above `dynamic_cp` anywhere, 2 on unreadable input.
 """
 import statistics
 import sys
@@ -26,6 +26,7 @@ def load(path):
         for number, line in enumerate(f, 1):
             fields = line.rstrip("\n").split("|")
             if len(fields) == 4 and fields[3] == "skipped":
+                cells[tuple(fields[:3])] = None  # not planned
                 continue
             if len(fields) != 5:
                 continue  # bench_plan's header and summary lines
@@ -33,7 +34,7 @@ def load(path):
                 cells[tuple(fields[:3])] = int(fields[4])
             except ValueError:
                 die(f"{path}:{number}: makespan '{fields[4]}' is not an integer")
-    if not cells:
+    if not any(v is not None for v in cells.values()):
         die(f"{path}: no `trace|configuration|scheduler|hash|makespan` lines (bench_plan --makespans)")
     return cells
 
@@ -55,25 +56,29 @@ def main(argv):
     except OSError as e:
         die(str(e))
     status = 0
-    schedulers = sorted({k[2] for k in new} if only is None else {only})
+    schedulers = sorted({k[2] for k in old.keys() | new.keys()} if only is None else {only})
     for s in schedulers:
-        keys = sorted(k for k in new if k[2] == s and k in old)
-        if not keys:
-            continue
-        ratios = [new[k] / old[k] for k in keys if old[k] > 0]
-        lower = sum(new[k] < old[k] for k in keys)
-        higher = [k for k in keys if new[k] > old[k]]
-        print(f"{s:12s} cells {len(keys):4d}  lower {lower:4d}  equal {len(keys) - lower - len(higher):4d}  "
-              f"higher {len(higher):4d}  ratio median {statistics.median(ratios):.4f}  "
-              f"best {min(ratios):.4f}  worst {max(ratios):.4f}")
-        for k in higher:
-            print(f"  rose: {k[0]} {k[1]}: {old[k]} -> {new[k]} ({new[k] / old[k]:.5f})")
+        keys = sorted(k for k in new if k[2] == s and new[k] is not None and old.get(k) is not None)
+        lost = sorted(k for k in old if k[2] == s and old[k] is not None and new.get(k) is None)
+        if keys:
+            ratios = [new[k] / old[k] if old[k] > 0 else (1.0 if new[k] == 0 else float("inf")) for k in keys]
+            lower = sum(new[k] < old[k] for k in keys)
+            higher = [k for k in keys if new[k] > old[k]]
+            print(f"{s:12s} cells {len(keys):4d}  lower {lower:4d}  equal {len(keys) - lower - len(higher):4d}  "
+                  f"higher {len(higher):4d}  ratio median {statistics.median(ratios):.4f}  "
+                  f"best {min(ratios):.4f}  worst {max(ratios):.4f}")
+            for k in higher:
+                ratio = f" ({new[k] / old[k]:.5f})" if old[k] > 0 else ""
+                print(f"  rose: {k[0]} {k[1]}: {old[k]} -> {new[k]}{ratio}")
+                status = 1
+        for k in lost:
+            print(f"  no longer planned: {k[0]} {k[1]} {k[2]}: {old[k]} -> " + ("skipped" if k in new else "absent"))
             status = 1
-        only_new = sum(1 for k in new if k[2] == s and k not in old)
+        only_new = sum(1 for k in new if k[2] == s and new[k] is not None and old.get(k) is None)
         if only_new:
-            print(f"  {only_new} cells only in {args[1]}")
+            print(f"  {only_new} cells planned only in {args[1]}")
     for k in sorted(new):
-        if k[2] != "balanced" or (only and only != "balanced"):
+        if k[2] != "balanced" or new[k] is None or (only and only != "balanced"):
             continue
         d = new.get((k[0], k[1], "dynamic_cp"))
         if d is not None and new[k] > d:

@@ -404,7 +404,8 @@ static void check_dependency_model(const fuzz_case *fc, dcp_status barrier_statu
         DCP_FUZZ_ASSERT(ds.dependency_makespan <= bs.dependency_makespan,
                         "dependency makespan %lld under the dependency model, %lld under the barrier model",
                         (long long)ds.dependency_makespan, (long long)bs.dependency_makespan);
-        DCP_FUZZ_ASSERT(ds.dependency_makespan >= ds.dependency_lower_bound, "dependency makespan below its bound");
+        DCP_FUZZ_ASSERT(ds.dependency_makespan >= ds.dependency_lower_bound, "dependency makespan %lld below its bound %lld",
+                        (long long)ds.dependency_makespan, (long long)ds.dependency_lower_bound);
         DCP_FUZZ_ASSERT(ds.model_makespan == ds.dependency_makespan, "model makespan is not the dependency one");
         plan_result again = plan_once(dependency, fc->lengths, fc->n, NULL);
         DCP_FUZZ_ASSERT(again.status == DCP_OK && again.hash == d.hash, "dependency-model plan not deterministic");

@@ -41,7 +41,7 @@ static const char plan_usage[] =
     "  --cost FILE             cost-model profile (see dcpack cost --help); its step_model\n"
     "                          (barrier or dependency) is what efficiency and the best plan judge by\n"
     "  --step-model NAME       barrier or dependency: overrides the cost model's step_model\n"
-    "                          (a profile's too); balanced minimises the one it names\n"
+    "                          (a profile's too); balanced lays its plans out for the one it names\n"
     "\n"
     "output:\n"
     "  --format text|json      json: {\"plan\": [[[ids of rank 0], [ids of rank 1], ...], ...per\n"

@@ -52,6 +52,14 @@ expect("balanced above dynamic_cp", st, 1, out, ["balanced above dynamic_cp: t2 
 st, out = run("header line\n", old)
 expect("no makespan lines", st, 2, out, ["no `trace|configuration|scheduler|hash|makespan` lines"])
 
+st, out = run(old, old.replace("t2|r8 m2048|balanced|dd|180", "t2|r8 m2048|balanced|skipped"))
+expect("a planned cell skipped", st, 1, out, ["no longer planned: t2 r8 m2048 balanced: 180 -> skipped"])
+st, out = run(old, old.replace("t2|r8 m2048|balanced|dd|180\n", ""))
+expect("a planned cell missing", st, 1, out, ["no longer planned: t2 r8 m2048 balanced: 180 -> absent"])
+st, out = run(old.replace("|bb|90", "|bb|0"), old.replace("|bb|90", "|bb|0"))
+expect("a zero makespan", st, 0, out, ["balanced     cells    2  lower    0  equal    2"])
+st, out = run(old.replace("|bb|90", "|bb|0"), old.replace("|bb|90", "|bb|5"))
+expect("a zero makespan that rose", st, 1, out, ["rose: t1 r8 m2048: 0 -> 5"])
 st, out = run(old, "t1|r8 m2048|balanced|bb|ninety\n")
 expect("a makespan that is not a number", st, 2, out, ["new.txt:1: makespan 'ninety' is not an integer"])
 

@@ -13,8 +13,8 @@
  *    model and at least the dependency lower bound, and equals a rank-by-rank simulation;
  *    under the barrier model the plans are the ones balanced made before the layout
  *    existed (a digest of their hashes) and keep the barrier layout.
- *  - The scratch: exact under the dependency model, unchanged under the barrier model,
- *    no allocation, the same plan every time.
+ *  - No allocation and the same plan every time under the dependency model (its exact
+ *    scratch size: assign_balanced.scratch_size_is_an_exact_bound).
  */
 #include "dcp_test.h"
 #include "../core/plan.h"
@@ -340,6 +340,10 @@ DCP_TEST(many_ranks_within_the_bounds)
                 DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
                 const dcp_plan *plan = NULL;
                 DCP_REQUIRE_OK(dcp_plan_compute(ctx, lengths, n, &plan));
+                dcp_plan_violation v;
+                if (dcp_plan_validate(ctx, plan, lengths, n, &v) != DCP_OK) /* overlapping blocks would show here */
+                    dcp_test_fail(__FILE__, __LINE__, "%d ranks, %d sequences, model %d: %s", ranks[r], n, model,
+                                  v.message);
                 DCP_REQUIRE_OK(dcp_plan_stats_compute(ctx, plan, lengths, n, model ? &dep : &bar));
                 if (model) simulated = dcp_test_simulate_dependency(plan, &c.cost, lengths, finish);
                 dcp_context_destroy(ctx);
@@ -354,13 +358,8 @@ DCP_TEST(many_ranks_within_the_bounds)
     DCP_CHECK(lower >= 4);
 }
 
-/* ---- scratch ---- */
+/* ---- allocation and repeatability ---- */
 
-/*
- * The scheduler's arena of exactly its scratch size suffices under the dependency model, one
- * cache line less is refused; the dependency model's scratch adds the layout's arrays to the
- * barrier model's, which is what it was.
- */
 DCP_TEST(plans_allocate_nothing_and_repeat_exactly)
 {
     static int32_t lengths[2048];

@@ -349,7 +349,7 @@ DCP_TEST(validation_rejects_unknown_step_models)
     c.cost.step_model = DCP_STEP_MODEL_DEPENDENCY;
     DCP_CHECK_STATUS(dcp_config_validate(&c, NULL, 0), DCP_OK);
     /* the workspace of dynamic_cp (the default) does not depend on the step model; balanced's grows by
-       its layout's arrays under the dependency model (balanced_dependency.scratch_size_is_exact_under_both_models) */
+       its layout's arrays under the dependency model (assign_balanced.scratch_size_is_an_exact_bound) */
     size_t barrier_size = 0, dependency_size = 0;
     DCP_REQUIRE_OK(dcp_workspace_size(&c, &dependency_size));
     c.cost.step_model = DCP_STEP_MODEL_BARRIER;

@@ -83,7 +83,7 @@ static void sort_by_key(int32_t *v, int32_t count, const int64_t *key, int desce
  * (first rank / 2^k), so that integer order is (start, first rank) order.
  * Start times are taken relative to the least one of their size and keep the
  * bits the index leaves: exact while they span less than 2^(64 - index bits)
- * (at least 2^44), else shifted down (the choice stays a pure function of the
+ * (at least 2^43 with N <= 2^20), else shifted down (the choice stays a pure function of the
  * plan; D is computed exactly anyway).
  */
 enum { RADIX_MIN = 256 }; /* fewer blocks: quicksort */

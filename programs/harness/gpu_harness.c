@@ -102,16 +102,26 @@ dcp_status dcp_gpu_rank_upload(dcp_gpu_rank *r, const dcp_sample *samples, int32
 {
     const uint32_t bits[4] = {DCP_FIELD_TOKENS, DCP_FIELD_LABELS, DCP_FIELD_LOSS_MASK, DCP_FIELD_POSITION_IDS};
     const size_t sizes[4] = {8, 8, 4, 8};
+    r->message[0] = '\0';
     r->samples = calloc((size_t)n + 1, sizeof *r->samples);
-    if (!r->samples) return DCP_ERR_ALLOC;
+    if (!r->samples) {
+        snprintf(r->message, sizeof r->message, "out of host memory for %d samples", n);
+        return DCP_ERR_ALLOC;
+    }
     memcpy(r->samples, samples, (size_t)n * sizeof *samples);
     int64_t total = 0;
     for (int32_t i = 0; i < n; i++) total += samples[i].num_tokens;
     for (int f = 0; f < 4; f++) {
         if (!(fields & bits[f])) continue;
         unsigned char *host = malloc((size_t)total * sizes[f] + 1), *device = NULL;
-        if (!host) return DCP_ERR_ALLOC;
+        if (!host) {
+            snprintf(r->message, sizeof r->message, "out of host memory for %lld bytes of field %d",
+                     (long long)total * (long long)sizes[f] + 1, f);
+            return DCP_ERR_ALLOC;
+        }
         if (cudaMalloc((void **)&device, (size_t)total * sizes[f] + 1) != cudaSuccess) {
+            snprintf(r->message, sizeof r->message, "cudaMalloc of %lld bytes of field %d failed",
+                     (long long)total * (long long)sizes[f] + 1, f);
             free(host);
             return DCP_ERR_CUDA;
         }
@@ -142,6 +152,7 @@ static void *download(dcp_gpu_rank *r, const void *device, size_t bytes)
         void **grown = realloc(r->downloads, (size_t)capacity * sizeof *r->downloads);
         if (!grown) {
             snprintf(r->message, sizeof r->message, "out of host memory for %d downloads", capacity);
+            r->failed = DCP_ERR_ALLOC;
             return NULL;
         }
         r->downloads = grown;
@@ -150,10 +161,13 @@ static void *download(dcp_gpu_rank *r, const void *device, size_t bytes)
     void *host = malloc(bytes ? bytes : 1);
     if (!host) {
         snprintf(r->message, sizeof r->message, "out of host memory for a %zu-byte download", bytes);
+        r->failed = DCP_ERR_ALLOC;
         return NULL;
     }
-    if (bytes && cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
+    if (bytes && cudaMemcpy(host, device, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) {
         snprintf(r->message, sizeof r->message, "download of %zu bytes failed", bytes);
+        r->failed = DCP_ERR_CUDA;
+    }
     r->downloads[r->num_downloads++] = host;
     return host;
 }
@@ -169,12 +183,14 @@ static void downloads_free(dcp_gpu_rank *r)
 dcp_status dcp_gpu_rank_download(dcp_gpu_rank *r, const dcp_step_output *out)
 {
     downloads_free(r);
+    r->message[0] = '\0';
+    r->failed = DCP_OK;
     r->host_output = *out;
     size_t views = (size_t)out->num_virtual_stages * (size_t)out->num_microbatches;
     r->host_views = calloc(views + 1, sizeof *r->host_views);
     if (!r->host_views) {
         snprintf(r->message, sizeof r->message, "out of host memory for %zu microbatch views", views);
-        return DCP_ERR_ALLOC;
+        return r->failed = DCP_ERR_ALLOC;
     }
     for (size_t i = 0; i < views; i++) {
         const dcp_microbatch *d = &out->microbatches[i];
@@ -188,15 +204,14 @@ dcp_status dcp_gpu_rank_download(dcp_gpu_rank *r, const dcp_step_output *out)
         h->padding_mask = download(r, d->padding_mask, t);
         h->cu_seqlens = download(r, d->cu_seqlens, c);
         h->cu_seqlens_padded = download(r, d->cu_seqlens_padded, c);
-        if (r->message[0]) break; /* a download failed: its pointer is NULL */
+        if (r->failed != DCP_OK) break; /* a download failed: its pointer may be NULL */
         /* the device arrays must say what the host copies say */
         if (memcmp(h->cu_seqlens, d->cu_seqlens_host, c) != 0 ||
             memcmp(h->cu_seqlens_padded, d->cu_seqlens_padded_host, c) != 0)
             r->cu_mismatches++;
     }
     r->host_output.microbatches = r->host_views;
-    if (r->message[0]) return strstr(r->message, "out of host memory") ? DCP_ERR_ALLOC : DCP_ERR_CUDA;
-    return DCP_OK;
+    return r->failed;
 }
 
 uint64_t dcp_gpu_rank_nccl_call_heap(dcp_gpu_rank *r)

@@ -32,6 +32,7 @@ typedef struct dcp_gpu_rank {
     int32_t num_downloads, download_capacity;
     int64_t cu_mismatches;               /* device cu_seqlens that differ from the host copies */
     char message[256];
+    dcp_status failed; /* the last download's status (DCP_OK, DCP_ERR_ALLOC or DCP_ERR_CUDA); message says why */
 } dcp_gpu_rank;
 
 /*

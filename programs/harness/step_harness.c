@@ -464,6 +464,9 @@ static void rank_main(int32_t w, void *p)
         if (cs == DCP_OK && holds)
             cs = dcp_gpu_rank_upload(&gr, sh->inputs[dp_rank].samples, sh->inputs[dp_rank].num_samples,
                                      sh->config.fields);
+        if (cs != DCP_OK)
+            note(sh, "world rank %d: GPU attach or upload: %s%s%s", w, dcp_status_str(cs), gr.message[0] ? ": " : "",
+                 gr.message);
         device_samples = gr.samples;
     }
     int64_t free_after_warmup = 0;
@@ -555,8 +558,8 @@ static void rank_main(int32_t w, void *p)
         if (o->gpu && o->check) {
             dcp_status ds = dcp_gpu_rank_download(&gr, out);
             if (ds != DCP_OK || gr.cu_mismatches) {
-                note(sh, "world rank %d: download: %s, %lld device cu_seqlens arrays differ from the host's", w,
-                     dcp_status_str(ds), (long long)gr.cu_mismatches);
+                note(sh, "world rank %d: download: %s%s%s, %lld device cu_seqlens arrays differ from the host's", w,
+                     dcp_status_str(ds), gr.message[0] ? ": " : "", gr.message, (long long)gr.cu_mismatches);
                 pthread_mutex_lock(&sh->lock);
                 sh->mismatches += 1 + gr.cu_mismatches;
                 pthread_mutex_unlock(&sh->lock);
