@@ -46,6 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 typedef struct bench_config {
     int32_t ranks, max_seqlen, vpp_group;
@@ -179,6 +180,47 @@ static int make_config(const bench_config *bc, dcp_scheduler s, const trace *t, 
         c->data_parallel_size = bc->ranks / cp;
     }
     return 1;
+}
+
+/*
+ * The machine the numbers are from: CPU model and online cores (Linux's
+ * /proc/cpuinfo and sysconf), compiler, whether optimised, and the date.
+ */
+static void print_machine(void)
+{
+    char model[160] = "unknown CPU";
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof line, f)) {
+            const char *colon = strchr(line, ':');
+            if (strncmp(line, "model name", 10) == 0 && colon) {
+                snprintf(model, sizeof model, "%s", colon + 2);
+                model[strcspn(model, "\n")] = '\0';
+                break;
+            }
+        }
+        fclose(f);
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    char date[32] = "";
+    time_t now = time(NULL);
+    struct tm tm;
+    if (gmtime_r(&now, &tm)) strftime(date, sizeof date, "%Y-%m-%d %H:%M UTC", &tm);
+#ifdef __OPTIMIZE__
+    const char *optimised = "optimised";
+#else
+    const char *optimised = "not optimised";
+#endif
+#if defined(__clang__)
+    const char *compiler = "clang " __clang_version__;
+#elif defined(__GNUC__)
+    const char *compiler = "gcc " __VERSION__;
+#else
+    const char *compiler = "an unknown compiler";
+#endif
+    printf("machine: %s, %ld cores online; compiler %s, %s; %s; one thread\n", model, cores, compiler, optimised,
+           date);
 }
 
 /* Plan once for the result, then `repeats` more times for the median time. */
@@ -717,11 +759,16 @@ int main(int argc, char **argv)
             for (int i = 0; i < num_traces; i++) free(traces[i].lengths);
             return 0;
         }
-        printf("bench_plan: %d traces from %s, %d configurations, median of %d runs, %s step model\n\n", num_traces,
+        printf("bench_plan: %d traces from %s, %d configurations, median of %d runs, %s step model\n", num_traces,
                dir, NUM_CONFIGS, repeats, dcp_step_model_name(step_model));
+        print_machine();
+        printf("\n");
         run_matrix(traces, num_traces, repeats, only_scheduler, only_config);
     }
-    if (scaling) run_scaling(repeats, only_scheduler);
+    if (scaling) {
+        if (!matrix) print_machine();
+        run_scaling(repeats, only_scheduler);
+    }
     for (int i = 0; i < num_traces; i++) free(traces[i].lengths);
     return 0;
 }
