@@ -118,13 +118,14 @@ def _load_into(ns, label, src, functions, classes):
     exec(compile(ast.Module(body=body, type_ignores=[]), label, "exec"), ns)
 
 
-def reference_sources(args):
-    """(label, {path: source}, revision description) from --megatron or --megatron-git."""
-    paths = (REF_UTILS, REF_SCHED)
-    if args.megatron_git:
-        repo, sep, rev = args.megatron_git.rpartition("@")
+def read_sources(flag, root, git_spec, paths):
+    """(description, {path: source}) of `paths` from a checkout (flag ROOT) or a git revision
+    (flag-git REPO@REVISION); shared by the benchmarks that load a peer's code."""
+    if git_spec:
+        repo, sep, rev = git_spec.rpartition("@")
         if not sep or not repo or not rev:
-            raise BenchError(f"--megatron-git {args.megatron_git!r}: expected REPO@REVISION")
+            raise BenchError(f"{flag}-git {git_spec!r}: expected REPO@REVISION")
+
         def git(*cmd):
             r = subprocess.run(["git", "-C", repo, *cmd], capture_output=True, text=True)
             if r.returncode:
@@ -132,24 +133,27 @@ def reference_sources(args):
             return r.stdout
         commit = git("rev-parse", "--verify", rev + "^{commit}").strip()
         date = git("show", "-s", "--format=%cs", commit).strip()
-        sources = {p: git("show", f"{commit}:{p}") for p in paths}
-        return f"{repo} at {rev} = {commit[:12]} ({date})", sources
-    root = args.megatron
+        return (f"{repo} at {rev} = {commit[:12]} ({date})",
+                {p: git("show", f"{commit}:{p}") for p in paths})
     sources = {}
     for p in paths:
-        full = os.path.join(root, p)
         try:
-            with open(full, encoding="utf-8") as f:
+            with open(os.path.join(root, p), encoding="utf-8") as f:
                 sources[p] = f.read()
         except OSError as e:
-            raise BenchError(f"--megatron {root}: cannot read {p}: {e.strerror}")
-    r = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True)
+            raise BenchError(f"{flag} {root}: cannot read {p}: {e.strerror}")
     described = f"{root}"
+    r = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True)
     if r.returncode == 0:
         dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--", *paths],
                                capture_output=True, text=True).stdout.strip()
         described += f" at {r.stdout.strip()[:12]}" + (" (files modified)" if dirty else "")
     return described, sources
+
+
+def reference_sources(args):
+    """(revision description, {path: source}) from --megatron or --megatron-git."""
+    return read_sources("--megatron", args.megatron, args.megatron_git, (REF_UTILS, REF_SCHED))
 
 
 def load_reference(sources):

@@ -55,7 +55,7 @@ import time
 sys.dont_write_bytecode = True   # no __pycache__ in the source tree for the import below
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_vs_reference import (  # noqa: E402  (the loader and helpers of the Megatron benchmark)
-    BenchError, SOURCE_DIR, _load_into, machine, read_lengths, seconds, trace_label)
+    BenchError, SOURCE_DIR, _load_into, machine, read_lengths, read_sources, seconds, trace_label)
 
 VERL_BALANCING = "verl/utils/seqlen_balancing.py"
 VERL_TRAINER = "verl/trainer/ppo/ray_trainer.py"
@@ -84,35 +84,7 @@ class _LocalCount(Exception):
 
 def verl_sources(args):
     """(description, {path: source}) from --verl or --verl-git."""
-    paths = (VERL_BALANCING, VERL_TRAINER)
-    if args.verl_git:
-        repo, sep, rev = args.verl_git.rpartition("@")
-        if not sep or not repo or not rev:
-            raise BenchError(f"--verl-git {args.verl_git!r}: expected REPO@REVISION")
-
-        def git(*cmd):
-            r = subprocess.run(["git", "-C", repo, *cmd], capture_output=True, text=True)
-            if r.returncode:
-                raise BenchError(f"git -C {repo} {' '.join(cmd)}: {r.stderr.strip()}")
-            return r.stdout
-        commit = git("rev-parse", "--verify", rev + "^{commit}").strip()
-        date = git("show", "-s", "--format=%cs", commit).strip()
-        return (f"{repo} at {rev} = {commit[:12]} ({date})",
-                {p: git("show", f"{commit}:{p}") for p in paths})
-    root, sources = args.verl, {}
-    for p in paths:
-        try:
-            with open(os.path.join(root, p), encoding="utf-8") as f:
-                sources[p] = f.read()
-        except OSError as e:
-            raise BenchError(f"--verl {root}: cannot read {p}: {e.strerror}")
-    described = root
-    r = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True)
-    if r.returncode == 0:
-        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--", *paths],
-                               capture_output=True, text=True).stdout.strip()
-        described += f" at {r.stdout.strip()[:12]}" + (" (files modified)" if dirty else "")
-    return described, sources
+    return read_sources("--verl", args.verl, args.verl_git, (VERL_BALANCING, VERL_TRAINER))
 
 
 class _Dist:
