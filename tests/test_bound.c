@@ -7,7 +7,7 @@
  * what binds.
  */
 #include "dcp_test.h"
-#include "../core/plan.h"
+#include "dcp_test_plan.h"
 
 #include <stdlib.h>
 
@@ -179,26 +179,6 @@ DCP_TEST(no_plan_with_a_static_cp_size_is_below_the_bound)
 }
 
 /* ---- hand-made plans that attain the bound ---- */
-
-typedef struct {
-    int32_t mb_first[9];
-    int32_t first_rank[16], cp[16], first_id[17], ids[32];
-    dcp_plan plan;
-} fixture;
-
-static void fixture_init(fixture *f, int32_t ranks)
-{
-    memset(f, 0, sizeof *f);
-    f->plan.microbatch_first_group = f->mb_first;
-    f->plan.group_first_rank = f->first_rank;
-    f->plan.group_cp_size = f->cp;
-    f->plan.group_first_id = f->first_id;
-    f->plan.ids = f->ids;
-    f->plan.max_microbatches = 8;
-    f->plan.max_groups = 16;
-    f->plan.max_ids = 32;
-    dcp__plan_clear(&f->plan, ranks);
-}
 
 static void one_group_microbatch(fixture *f, int32_t cp, int n, const int32_t *ids)
 {
