@@ -90,10 +90,8 @@ static int32_t owner_of(const int32_t *rank_offsets, int32_t dp, int32_t id)
 }
 
 dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *c, const dcp_step_lengths *L, int32_t rank,
-                                 int64_t token_capacity, int64_t cu_capacity, dcp_group_scratch *gs,
-                                 dcp_rank_geometry *out, dcp_error *err)
+                                 int64_t token_capacity, int64_t cu_capacity, dcp_rank_geometry *out, dcp_error *err)
 {
-    (void)gs;
     out->total_tokens = 0;
     out->total_cu = 0;
     int32_t at = 0;

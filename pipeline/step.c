@@ -137,7 +137,7 @@ static dcp_status gather_and_plan(step_run *r, dcp_error *err)
     if (dcp__rank_geometry_take(&ctx->config, r->plan->num_microbatches, scratch, &r->geometry) != DCP_OK ||
         dcp__group_scratch_take(&ctx->config, scratch, &r->gs) != DCP_OK)
         return dcp__fail(err, DCP_ERR_CAPACITY, "step: geometry scratch too small");
-    return dcp__reroute_geometry(r->plan, &ctx->config, L, r->rank, st->token_capacity, st->cu_capacity, &r->gs,
+    return dcp__reroute_geometry(r->plan, &ctx->config, L, r->rank, st->token_capacity, st->cu_capacity,
                                  &r->geometry, err);
 }
 

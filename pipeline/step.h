@@ -136,8 +136,8 @@ dcp_status dcp__rank_geometry_take(const dcp_config *config, int32_t microbatche
 size_t dcp__rank_geometry_size(const dcp_config *config);
 
 dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *config, const dcp_step_lengths *lengths,
-                                 int32_t rank, int64_t token_capacity, int64_t cu_capacity, dcp_group_scratch *gs,
-                                 dcp_rank_geometry *geometry, dcp_error *err);
+                                 int32_t rank, int64_t token_capacity, int64_t cu_capacity, dcp_rank_geometry *geometry,
+                                 dcp_error *err);
 
 /*
  * The receive side: every microbatch's row and cu arrays (into the body

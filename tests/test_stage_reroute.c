@@ -199,8 +199,8 @@ static dcp_status compute_tables(const fixture *f, int32_t rank, int64_t token_c
     t->geometry.first = t->first;
     t->geometry.original = t->original;
     t->geometry.padded = t->padded;
-    dcp_status s = dcp__reroute_geometry(&f->plan, &f->c, &f->L, rank, token_capacity, cu_capacity, &t->gs,
-                                         &t->geometry, &t->err);
+    dcp_status s = dcp__reroute_geometry(&f->plan, &f->c, &f->L, rank, token_capacity, cu_capacity, &t->geometry,
+                                         &t->err);
     if (s != DCP_OK) return s;
     /* counts -1 until the stage writes them */
     dcp_receive_table rt = {t->rows,     t->cu,       t->cu_padded, t->sender, t->cursor, t->dst,     t->length, -1,
@@ -230,7 +230,7 @@ static dcp_status compute_geometry(const fixture *f, int32_t rank, tables *t)
     t->geometry.first = t->first;
     t->geometry.original = t->original;
     t->geometry.padded = t->padded;
-    return dcp__reroute_geometry(&f->plan, &f->c, &f->L, rank, 64, 64, &t->gs, &t->geometry, &t->err);
+    return dcp__reroute_geometry(&f->plan, &f->c, &f->L, rank, 64, 64, &t->geometry, &t->err);
 }
 
 /* What a rank's tables must hold. */
