@@ -27,12 +27,6 @@ static int64_t saturate(__int128 v)
     return (int64_t)v;
 }
 
-/* The least k with 2^k >= v (v >= 1): log2 of a power of two, rounded up otherwise. */
-static int log2_ceil(int32_t v)
-{
-    return v <= 1 ? 0 : 32 - __builtin_clz((uint32_t)v - 1u);
-}
-
 /*
  * Products in dcp_cost are capped at 2^100: any term that large already makes
  * the result (divided by cp < 2^31) exceed INT64_MAX, so capping changes
@@ -58,7 +52,7 @@ int64_t dcp_cost(const dcp_cost_model *model, int64_t length, int32_t cp)
     __int128 work = quad + mul_capped(model->linear, s);
     __int128 fixed = 0;
     if (cp > 1) {
-        int k = log2_ceil(cp);
+        int k = dcp__log2_ceil(cp);
         if (k > DCP_MAX_LOG2_CP) k = DCP_MAX_LOG2_CP;
         /* KV traffic the attention compute does not hide; once capped, work is past INT64_MAX * cp anyway */
         __int128 exposed = mul_capped(mul_capped(model->kv[k], s), cp - 1) - quad;
