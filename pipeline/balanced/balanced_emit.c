@@ -60,6 +60,37 @@ void dcp__balanced_restore_plan(balanced *b, const saved_plan *k)
 }
 
 /*
+ * A kept plan's live groups by (microbatch, class descending, index) into
+ * out[]: a counting sort on the class (into by_class[]), then a stable one on
+ * the microbatch, whose starts go to first[0..num_mbs] (cursor[] is scratch
+ * of num_mbs entries).  Returns the number of live groups.
+ */
+int32_t dcp__balanced_sort_groups(const saved_plan *k, int32_t *by_class, int32_t *first, int32_t *cursor, int32_t *out)
+{
+    const int32_t G = k->num_groups, K = k->num_mbs;
+    int32_t class_count[NUM_CLASSES + 1] = {0}, live = 0;
+    for (int32_t g = 0; g < G; g++)
+        if (k->g_mb[g] >= 0) {
+            class_count[FULL_CLASS - dcp__balanced_class_of(k->g_cp[g]) + 1]++;
+            live++;
+        }
+    for (int c = 0; c < NUM_CLASSES; c++) class_count[c + 1] += class_count[c];
+    for (int32_t g = 0; g < G; g++)
+        if (k->g_mb[g] >= 0) by_class[class_count[FULL_CLASS - dcp__balanced_class_of(k->g_cp[g])]++] = g;
+    memset(first, 0, (size_t)(K + 1) * sizeof *first);
+    for (int32_t j = 0; j < live; j++) first[k->g_mb[by_class[j]] + 1]++;
+    for (int32_t m = 0; m < K; m++) {
+        first[m + 1] += first[m];
+        cursor[m] = first[m];
+    }
+    for (int32_t j = 0; j < live; j++) {
+        int32_t g = by_class[j];
+        out[cursor[k->g_mb[g]]++] = g;
+    }
+    return live;
+}
+
+/*
  * Emit the best plan, ids by length descending.  Barrier model: the least
  * makespan, microbatches in index order, groups by size descending from rank
  * 0.  Dependency model: the plan and layout balanced_place.c chose, groups
@@ -73,27 +104,8 @@ dcp_status dcp__balanced_emit(balanced *b, dcp_plan *plan, dcp_error *err)
     const int placed = b->dependency ? dcp__balanced_place(b) : -1;
     if (placed >= 0) best = &b->kept[placed];
     const int32_t n = b->n, G = best->num_groups, K = best->num_mbs;
-    int32_t *first = b->mb_first, *sorted = b->mb_groups, *cursor = b->cursor;
-    /* groups by (microbatch, class descending, index): counting sort on the class, then on the microbatch */
-    int32_t class_count[NUM_CLASSES + 1] = {0}, live_groups = 0;
-    for (int32_t g = 0; g < G; g++)
-        if (best->g_mb[g] >= 0) {
-            class_count[FULL_CLASS - dcp__balanced_class_of(best->g_cp[g]) + 1]++;
-            live_groups++;
-        }
-    for (int k = 0; k < NUM_CLASSES; k++) class_count[k + 1] += class_count[k];
-    for (int32_t g = 0; g < G; g++)
-        if (best->g_mb[g] >= 0) b->order[class_count[FULL_CLASS - dcp__balanced_class_of(best->g_cp[g])]++] = g;
-    memset(first, 0, (size_t)(K + 1) * sizeof *first);
-    for (int32_t j = 0; j < live_groups; j++) first[best->g_mb[b->order[j]] + 1]++;
-    for (int32_t m = 0; m < K; m++) {
-        first[m + 1] += first[m];
-        cursor[m] = first[m];
-    }
-    for (int32_t j = 0; j < live_groups; j++) {
-        int32_t g = b->order[j];
-        sorted[cursor[best->g_mb[g]]++] = g;
-    }
+    int32_t *first = b->mb_first, *sorted = b->mb_groups;
+    dcp__balanced_sort_groups(best, b->order, first, b->cursor, sorted);
     /* ids of each group contiguous, in position order: g_head holds each group's start */
     int32_t *start = b->g_head, *ids = b->class_list;
     memset(start, 0, (size_t)(G + 1) * sizeof *start);

@@ -617,6 +617,7 @@ int dcp__balanced_place(balanced *b);
 /* balanced_emit.c: the kept plans */
 void dcp__balanced_keep_plan(balanced *b, int64_t makespan, int slot);
 void dcp__balanced_restore_plan(balanced *b, const saved_plan *k);
+int32_t dcp__balanced_sort_groups(const saved_plan *k, int32_t *by_class, int32_t *first, int32_t *cursor, int32_t *out);
 dcp_status dcp__balanced_emit(balanced *b, dcp_plan *plan, dcp_error *err);
 
 #endif /* DCP_BALANCED_INTERNAL_H */

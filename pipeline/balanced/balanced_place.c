@@ -210,31 +210,13 @@ static void prepare(balanced *b, const saved_plan *k)
         int c = dcp__balanced_class_of(cp);
         if (memo_len[c] != b->len[p]) {
             memo_len[c] = b->len[p];
-            memo_cost[c] = dcp_cost(b->model, b->len[p], cp);
+            memo_cost[c] = dcp__cost(b->model, b->len[p], cp);
         }
         load[g] = dcp__balanced_sat_add(load[g], memo_cost[c]);
     }
-    /* groups by (microbatch, class descending, index): counting sort on the class, then on the microbatch */
-    int32_t class_count[NUM_CLASSES + 1] = {0}, live = 0, *by_class = b->pl_tmp, *first = b->pl_first;
-    for (int32_t g = 0; g < G; g++)
-        if (k->g_mb[g] >= 0) {
-            class_count[FULL_CLASS - dcp__balanced_class_of(k->g_cp[g]) + 1]++;
-            live++;
-        }
-    for (int c = 0; c < NUM_CLASSES; c++) class_count[c + 1] += class_count[c];
-    for (int32_t g = 0; g < G; g++)
-        if (k->g_mb[g] >= 0) by_class[class_count[FULL_CLASS - dcp__balanced_class_of(k->g_cp[g])]++] = g;
-    memset(first, 0, (size_t)(K + 1) * sizeof *first);
-    for (int32_t j = 0; j < live; j++) first[k->g_mb[by_class[j]] + 1]++;
-    int32_t *cursor = b->pl_seen; /* free until an order is tried */
-    for (int32_t m = 0; m < K; m++) {
-        first[m + 1] += first[m];
-        cursor[m] = first[m];
-    }
-    for (int32_t j = 0; j < live; j++) {
-        int32_t g = by_class[j];
-        b->pl_index[cursor[k->g_mb[g]]++] = g;
-    }
+    /* pl_seen is free until an order is tried */
+    int32_t *first = b->pl_first;
+    const int32_t live = dcp__balanced_sort_groups(k, b->pl_tmp, first, b->pl_seen, b->pl_index);
     /* within each (microbatch, size): by load descending, stable (index order on equal loads) */
     memcpy(b->pl_greedy, b->pl_index, (size_t)live * sizeof *b->pl_greedy);
     b->pl_busy_mbs = 0;
