@@ -249,31 +249,20 @@ size_t dcp__stats_scratch_size(const dcp_config *config)
     return DCP_ARENA_BYTES(int64_t, dcp_config_num_ranks(config));
 }
 
-static int is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
-
 int64_t dcp__dependency_lower_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n,
                                     int32_t num_ranks, int32_t max_seqlen_per_rank, int32_t static_cp)
 {
-    /* the static CP size is a group size of its own only when it is neither a power of two nor N */
-    int extra_cp = static_cp > 1 && static_cp < num_ranks && !is_pow2(static_cp);
+    const int64_t extra = static_size(static_cp, num_ranks);
     __int128 work = 0, tokens = 0;
     int64_t longest_run = 0; /* max over sequences of its smallest per-rank cost */
     for (int32_t i = 0; i < n; i++) {
         int64_t s = lengths[i];
         __int128 best_total = -1;
         int64_t best_rank = -1;
-        for (int64_t cp = 1;; cp = (cp * 2 > num_ranks) ? num_ranks : cp * 2) {
-            if (s <= cp * (int64_t)max_seqlen_per_rank) {
-                int64_t c = dcp_cost(model, s, (int32_t)cp);
-                __int128 total = (__int128)cp * c;
-                if (best_total < 0 || total < best_total) best_total = total;
-                if (best_rank < 0 || c < best_rank) best_rank = c;
-            }
-            if (cp >= num_ranks) break;
-        }
-        if (extra_cp && s <= (int64_t)static_cp * max_seqlen_per_rank) {
-            int64_t c = dcp_cost(model, s, static_cp);
-            __int128 total = (__int128)static_cp * c;
+        for (int64_t cp = 1; cp > 0; cp = next_size(cp, num_ranks, extra)) {
+            if (s > cp * (int64_t)max_seqlen_per_rank) continue;
+            int64_t c = dcp_cost(model, s, (int32_t)cp);
+            __int128 total = (__int128)cp * c;
             if (best_total < 0 || total < best_total) best_total = total;
             if (best_rank < 0 || c < best_rank) best_rank = c;
         }
