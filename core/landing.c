@@ -42,3 +42,9 @@ int64_t dcp__landing_segments(const dcp_recv_pieces *r, const dcp_own_pieces *o,
     }
     return n;
 }
+
+dcp_status dcp__landing_refuse(dcp_error *err, int64_t bad, int64_t total_tokens)
+{
+    return dcp__fail(err, DCP_ERR_INVALID_PLAN, "step: %s piece %lld lands over another or past %lld tokens",
+                     bad >= 0 ? "received" : "own", (long long)(bad >= 0 ? bad : -1 - bad), (long long)total_tokens);
+}

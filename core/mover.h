@@ -136,6 +136,9 @@ int64_t dcp__landing_segments(const dcp_recv_pieces *received, const dcp_own_pie
                               int64_t total_tokens, int32_t *src_index, int64_t *src_offset, int64_t *dst_offset,
                               int64_t *length, int64_t *bad);
 
+/* The error both movers give when dcp__landing_segments refuses: DCP_ERR_INVALID_PLAN naming the piece `bad`. */
+dcp_status dcp__landing_refuse(dcp_error *err, int64_t bad, int64_t total_tokens);
+
 /* The CPU mover over a host body of `capacity` bytes. */
 void dcp__mover_cpu_init(dcp_mover *m, unsigned char *host_body, size_t capacity);
 

@@ -78,9 +78,7 @@ static dcp_status cpu_land(dcp_mover *m, void *stream, uint32_t kept, const dcp_
     const int64_t n = dcp__landing_segments(r, o, x->num_peers, total_tokens, src_index, src_offset, dst_offset,
                                             length, &bad);
     if (n < 0)
-        return dcp__fail(err, DCP_ERR_INVALID_PLAN, "step: %s piece %lld lands over another or past %lld tokens",
-                         bad >= 0 ? "received" : "own", (long long)(bad >= 0 ? bad : -1 - bad),
-                         (long long)total_tokens);
+        return dcp__landing_refuse(err, bad, total_tokens);
     dcp_segment_field fields[DCP_NUM_FIELDS + 1];
     size_t field_offset = 0; /* bytes per token of the kept fields before this one, in each peer's block */
     int32_t k = 0;

@@ -255,9 +255,7 @@ static dcp_status cuda_land(dcp_mover *m, void *stream, uint32_t kept, const dcp
     const int64_t n = dcp__landing_segments(r, o, x->num_peers, total_tokens, t.src_index, t.src_offset,
                                             t.dst_offset, t.length, &bad);
     if (n < 0)
-        return dcp__fail(err, DCP_ERR_INVALID_PLAN, "step: %s piece %lld lands over another or past %lld tokens",
-                         bad >= 0 ? "received" : "own", (long long)(bad >= 0 ? bad : -1 - bad),
-                         (long long)total_tokens);
+        return dcp__landing_refuse(err, bad, total_tokens);
     t.n = n; /* the carved arrays hold 2 * pieces + 1; the used prefix is what runs */
     dcp_segment_field fields[DCP_NUM_FIELDS + 1];
     /* the samples' buffers, every kept field's in one pass over the samples */
