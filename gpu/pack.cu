@@ -54,6 +54,23 @@ template <typename P> __device__ __forceinline__ P *shfl_ptr(P *p, int lane)
 }
 
 /*
+ * The last segment starting at or before element t0, found by the whole warp
+ * (every lane calls it): each round the 32 lanes probe evenly spaced rows and
+ * a ballot keeps the last probe at or before t0 (work[lo] <= t0 throughout).
+ */
+__device__ __forceinline__ int64_t first_segment(const Table &t, int64_t t0, int lane)
+{
+    int64_t lo = 0, hi = t.n - 1;
+    while (lo < hi) {
+        const int64_t step = (hi - lo + 32) / 32, probe = lo + lane * step;
+        const unsigned below = __ballot_sync(kAll, probe <= hi && t.work[probe] <= t0);
+        lo += (int64_t)(31 - __clz(below)) * step;
+        hi = lo + step - 1 < hi ? lo + step - 1 : hi;
+    }
+    return lo;
+}
+
+/*
  * Each warp takes tiles of kTile elements (grid-stride).  It finds the tile's
  * first segment by a 32-way search (each lane probes one point, a ballot keeps
  * the last one at or before the tile), then walks the segments 32 at a time:
@@ -71,13 +88,7 @@ __global__ void __launch_bounds__(kThreads, kMinBlocks) segment_pack_kernel(Tabl
     for (int64_t tile = (int64_t)blockIdx.x * kWarps + (threadIdx.x >> 5); tile < tiles;
          tile += (int64_t)gridDim.x * kWarps) {
         const int64_t t0 = tile * kTile, t1 = t0 + kTile < total ? t0 + kTile : total;
-        int64_t lo = 0, hi = t.n - 1; /* last segment starting at or before t0; work[lo] <= t0 throughout */
-        while (lo < hi) {
-            const int64_t step = (hi - lo + 32) / 32, probe = lo + lane * step;
-            const unsigned below = __ballot_sync(kAll, probe <= hi && t.work[probe] <= t0);
-            lo += (int64_t)(31 - __clz(below)) * step;
-            hi = lo + step - 1 < hi ? lo + step - 1 : hi;
-        }
+        const int64_t lo = first_segment(t, t0, lane);
         for (int64_t base = lo; base < t.n; base += 32) {
             const int64_t s = base + lane;
             const bool valid = s < t.n;
@@ -298,13 +309,7 @@ __device__ __forceinline__ void copy_rows(const GroupPiece &mine, int j, int lan
 template <int U, bool kStream, bool kGroups>
 __device__ __forceinline__ void warp_range(const Table &t, const Field &f, int64_t t0, int64_t t1, int lane)
 {
-    int64_t lo = 0, hi = t.n - 1; /* last segment starting at or before t0 */
-    while (lo < hi) {
-        const int64_t step = (hi - lo + 32) / 32, probe = lo + lane * step;
-        const unsigned below = __ballot_sync(kAll, probe <= hi && t.work[probe] <= t0);
-        lo += (int64_t)(31 - __clz(below)) * step;
-        hi = lo + step - 1 < hi ? lo + step - 1 : hi;
-    }
+    const int64_t lo = first_segment(t, t0, lane);
     constexpr int64_t kUnit = 16;
     for (int64_t base = lo; base < t.n; base += 32) {
         /* each lane reads one row and makes its piece; the warp then moves the pieces in order */
