@@ -330,8 +330,10 @@ static dcp_status cuda_digest(dcp_mover *m, void *stream, const dcp_step_input *
         elem_size[k] = (int64_t)dcp__field_size[f];
         k++;
     }
-    e = cudaMemcpyAsync(st->table + t.upload_from, st->host_table + t.upload_from, st->table_bytes - t.upload_from,
-                        cudaMemcpyHostToDevice, (cudaStream_t)stream);
+    /* from the lengths on: the digest kernel reads them, where table_run's upload leaves them out */
+    const size_t from = (size_t)((unsigned char *)t.length - st->host_table);
+    e = cudaMemcpyAsync(st->table + from, st->host_table + from, st->table_bytes - from, cudaMemcpyHostToDevice,
+                        (cudaStream_t)stream);
     if (e != cudaSuccess) return cuda_fail(err, e, "step: upload of a digest table");
     dcp_segment_table table = {t.n,
                                (const int32_t *)ON_DEVICE(st, t.src_index),

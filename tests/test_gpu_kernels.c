@@ -580,6 +580,27 @@ static void mover_land_case(int32_t peers, int32_t samples, int64_t pieces, int6
         dcp_test_fail(__FILE__, __LINE__, "mover landing: %d peers, %d samples, %lld pieces, fields 0x%x: bodies differ",
                       peers, samples, (long long)pieces, kept);
     free(landed);
+    /* The input digest of random spans of the samples, twice, after the landing left its table on the device:
+     * equal to the CPU mover's (a table entry not uploaded would read the landing's stale values). */
+    for (int round = 0; round < 2 && samples > 0; round++) {
+        const int32_t count = (int32_t)(1 + rnd() % (uint64_t)(2 * pieces + 1));
+        int32_t *span_sample = malloc((size_t)count * 4), *span_pairs = malloc((size_t)count * 8);
+        int64_t *span_start = malloc((size_t)count * 8);
+        for (int32_t k = 0; k < count; k++) {
+            span_sample[k] = (int32_t)(rnd() % (uint64_t)samples);
+            span_start[k] = (int64_t)(rnd() % (uint64_t)sample_tokens);
+            span_pairs[2 * k] = (int32_t)(rnd() % (uint64_t)(sample_tokens - span_start[k] + 1));
+            span_pairs[2 * k + 1] = span_pairs[2 * k];
+        }
+        dcp_input_spans spans = {count, span_sample, span_start, span_pairs};
+        uint64_t want = 0, got = 1;
+        DCP_REQUIRE_OK(cpu.ops->digest(&cpu, NULL, &host_in, kept, &spans, &want, &err));
+        DCP_REQUIRE_OK(gpu.ops->digest(&gpu, NULL, &dev_in, kept, &spans, &got, &err));
+        if (got != want)
+            dcp_test_fail(__FILE__, __LINE__, "mover digest: %d spans, fields 0x%x: %016llx on device, %016llx on the host",
+                          count, kept, (unsigned long long)got, (unsigned long long)want);
+        free(span_sample), free(span_pairs), free(span_start);
+    }
     gpu.ops->release(&gpu);
     DCP_CHECK(gpu.host_body == gpu_host_body); /* the CPU mover's body again */
     for (int32_t i = 0; i < samples; i++)
@@ -634,7 +655,7 @@ DCP_TEST(segment_table_kernel)
     run_segment_table();
 }
 
-DCP_TEST(mover_landing_equals_the_cpu_mover)
+DCP_TEST(mover_landing_and_digest_equal_the_cpu_mover)
 {
     REQUIRE_GPU();
     run_mover_land();
