@@ -115,9 +115,13 @@ class Groups:
         self.dynamic[n] = self.dp_cp_group
 
 
-def make_parallel_state(groups: Groups) -> types.ModuleType:
-    """A stand-in ``megatron.core.parallel_state`` over ``groups``; :func:`set_stage` sets the emulated PP stage."""
-    ps = types.ModuleType("megatron.core.parallel_state")
+def make_parallel_state(groups: Groups, into: Optional[types.ModuleType] = None) -> types.ModuleType:
+    """A stand-in ``megatron.core.parallel_state`` over ``groups``; :func:`set_stage` sets the emulated PP stage.
+
+    ``into``: a stand-in made before (the one Megatron's loaded code imported), refilled for ``groups``
+    in place, its stage reset; its functions read the stage from that module, so :func:`set_stage` on it
+    reaches them."""
+    ps = into if into is not None else types.ModuleType("megatron.core.parallel_state")
     ps._groups = groups
     ps._pp = StagePipelineGroup(0, 1)
     ps._vpp = None

@@ -307,12 +307,10 @@ def worker(rank, world, init_file, out_dir, make_path=make_gpu_path, device="cud
     try:
         for layout in layouts_for(world):
             groups = Groups(layout)
-            fresh = make_parallel_state(groups)
-            if ps is None:
-                ps = fresh
+            first = ps is None
+            ps = make_parallel_state(groups, into=ps)  # refilled in place: Megatron's code holds this module
+            if first:
                 ds, _, _ = megatron_loader.load_data_path(MEGATRON, ps, make_mtp_on_this_rank(ps))
-            else:
-                ps.__dict__.update({k: v for k, v in fresh.__dict__.items() if not k.startswith("__")})
             dc_groups = None
             if device == "cuda":
                 import dcpack.torch as dt

@@ -159,12 +159,10 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
         for dims in LAYOUTS:
             layout = Layout(*dims)
             groups = Groups(layout)
-            if ps is None:
-                ps = make_parallel_state(groups)
+            first = ps is None
+            ps = make_parallel_state(groups, into=ps)  # refilled in place: Megatron's code holds this module
+            if first:
                 ds, _, _ = megatron_loader.load_data_path(MEGATRON, ps, make_mtp_on_this_rank(ps))
-            else:
-                fresh = make_parallel_state(groups)
-                ps.__dict__.update({k: v for k, v in fresh.__dict__.items() if not k.startswith("__")})
             for case_id, spec in cases_for(*dims):
                 try:
                     results[case_id] = _run_case(ds, dm, ps, groups, layout, spec)
