@@ -103,7 +103,7 @@ typedef struct table_build {
     void **dst_ptrs;       /* [fields][dests] */
     unsigned char *scalars; /* 256 bytes */
     int64_t sources, dests;
-    size_t upload_from;    /* region offset of the first uploaded byte (past the host-only lengths) */
+    size_t upload_from;    /* region offset of the first uploaded byte: past the lengths, unless the kernel reads them */
 } table_build;
 
 static void *carve(unsigned char *base, size_t *at, size_t bytes)
@@ -113,8 +113,13 @@ static void *carve(unsigned char *base, size_t *at, size_t bytes)
     return p;
 }
 
+/*
+ * Carve a table of n segments.  The segment kernel reads work offsets, not
+ * lengths, so the lengths stay on the host unless `kernel_reads_lengths` (the
+ * digest kernel): table_upload() sends what upload_from says.
+ */
 static dcp_status table_begin(cuda_mover *st, int64_t n, int32_t fields, int64_t sources, int64_t dests,
-                              int with_dst_index, table_build *t, dcp_error *err)
+                              int with_dst_index, int kernel_reads_lengths, table_build *t, dcp_error *err)
 {
     const size_t bytes = table_bytes(n, fields, sources, dests, with_dst_index);
     if (n > st->max_segments || sources > st->max_sources + 1 || bytes > st->table_bytes)
@@ -123,8 +128,9 @@ static dcp_status table_begin(cuda_mover *st, int64_t n, int32_t fields, int64_t
     unsigned char *h = st->host_table;
     size_t at = st->table_bytes - bytes; /* a multiple of 256: the table ends where the region does */
     t->n = n;
-    t->length = (int64_t *)carve(h, &at, (size_t)n * 8);
     t->upload_from = at;
+    t->length = (int64_t *)carve(h, &at, (size_t)n * 8);
+    if (!kernel_reads_lengths) t->upload_from = at;
     t->src_index = (int32_t *)carve(h, &at, (size_t)n * 4);
     t->dst_index = with_dst_index ? (int32_t *)carve(h, &at, (size_t)n * 4) : NULL;
     t->src_offset = (int64_t *)carve(h, &at, (size_t)n * 8);
@@ -141,18 +147,22 @@ static dcp_status table_begin(cuda_mover *st, int64_t n, int32_t fields, int64_t
 /* The device address of a pointer into the pinned region. */
 #define ON_DEVICE(st, p) ((void *)((st)->table + ((const unsigned char *)(p) - (st)->host_table)))
 
-/*
- * Upload the table, and the `prefix` bytes after it (the body's prefix, to
- * the body), in one copy; then launch the segment kernel over `fields`.
- */
+/* Upload the table from upload_from, and the `prefix` bytes after it (the body's prefix, to the body), in one copy. */
+static dcp_status table_upload(cuda_mover *st, const table_build *t, size_t prefix, void *stream, dcp_error *err)
+{
+    cudaError_t e = cudaMemcpyAsync(st->table + t->upload_from, st->host_table + t->upload_from,
+                                    st->table_bytes - t->upload_from + prefix, cudaMemcpyHostToDevice,
+                                    (cudaStream_t)stream);
+    return e == cudaSuccess ? DCP_OK : cuda_fail(err, e, "step: upload of a segment table");
+}
+
+/* Upload the table and the `prefix` bytes after it (table_upload), then launch the segment kernel over `fields`. */
 static dcp_status table_run(cuda_mover *st, table_build *t, dcp_segment_field *fields, int32_t num_fields,
                             size_t prefix, void *stream, dcp_error *err)
 {
     int64_t total = dcp__segment_work_offsets(t->length, t->n, t->work);
-    cudaError_t e = cudaMemcpyAsync(st->table + t->upload_from, st->host_table + t->upload_from,
-                                    st->table_bytes - t->upload_from + prefix, cudaMemcpyHostToDevice,
-                                    (cudaStream_t)stream);
-    if (e != cudaSuccess) return cuda_fail(err, e, "step: upload of a segment table");
+    dcp_status s = table_upload(st, t, prefix, stream, err);
+    if (s != DCP_OK) return s;
     dcp_segment_table table = {t->n,
                                (const int32_t *)ON_DEVICE(st, t->src_index),
                                (const int64_t *)ON_DEVICE(st, t->src_offset),
@@ -199,7 +209,7 @@ static dcp_status cuda_stage(dcp_mover *m, void *stream, const dcp_step_input *i
     for (int f = 0; f < DCP_NUM_FIELDS; f++) nf += (kept & dcp__field_bit[f]) != 0;
     table_build t;
     int64_t sources = in->num_samples > 0 ? in->num_samples : 1;
-    dcp_status s = table_begin(st, p->count, nf, sources, x->num_peers, 1, &t, err);
+    dcp_status s = table_begin(st, p->count, nf, sources, x->num_peers, 1, 0, &t, err);
     if (s != DCP_OK) return s;
     for (int64_t i = 0; i < p->count; i++) {
         t.src_index[i] = p->sample[i];
@@ -248,7 +258,7 @@ static dcp_status cuda_land(dcp_mover *m, void *stream, uint32_t kept, const dcp
     /* sources of a field: the peers' runs in the receive buffer, then the samples' buffers */
     const int32_t samples = o->count > 0 ? in->num_samples : 0;
     table_build t;
-    dcp_status s = table_begin(st, 2 * (r->count + o->count) + 1, nf, (int64_t)x->num_peers + samples, 1, 0, &t, err);
+    dcp_status s = table_begin(st, 2 * (r->count + o->count) + 1, nf, (int64_t)x->num_peers + samples, 1, 0, 0, &t, err);
     if (s != DCP_OK) return s;
     /* every piece, with a fill for the gap before it, then the tail: each slot written once */
     int64_t bad = 0;
@@ -308,7 +318,7 @@ static dcp_status cuda_digest(dcp_mover *m, void *stream, const dcp_step_input *
     if (e != cudaSuccess) return cuda_fail(err, e, "step: cudaSetDevice");
     table_build t;
     int64_t sources = in->num_samples > 0 ? in->num_samples : 1;
-    dcp_status s = table_begin(st, spans->count, nf, sources, 1, 0, &t, err);
+    dcp_status s = table_begin(st, spans->count, nf, sources, 1, 0, 1, &t, err);
     if (s != DCP_OK) return s;
     int64_t position = 0;
     for (int32_t k = 0; k < spans->count; k++) {
@@ -330,11 +340,7 @@ static dcp_status cuda_digest(dcp_mover *m, void *stream, const dcp_step_input *
         elem_size[k] = (int64_t)dcp__field_size[f];
         k++;
     }
-    /* from the lengths on: the digest kernel reads them, where table_run's upload leaves them out */
-    const size_t from = (size_t)((unsigned char *)t.length - st->host_table);
-    e = cudaMemcpyAsync(st->table + from, st->host_table + from, st->table_bytes - from, cudaMemcpyHostToDevice,
-                        (cudaStream_t)stream);
-    if (e != cudaSuccess) return cuda_fail(err, e, "step: upload of a digest table");
+    if ((s = table_upload(st, &t, 0, stream, err)) != DCP_OK) return s;
     dcp_segment_table table = {t.n,
                                (const int32_t *)ON_DEVICE(st, t.src_index),
                                (const int64_t *)ON_DEVICE(st, t.src_offset),
