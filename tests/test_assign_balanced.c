@@ -21,6 +21,9 @@
 
 #include <stdlib.h>
 
+#define DCP_TEST_RNG_SEED 0x2545F4914F6CDD1Dull
+#include "dcp_test_rng.h"
+
 /* ---- helpers ---- */
 
 typedef struct small_config {
@@ -67,15 +70,6 @@ static dcp_status plan_makespan(dcp_context *ctx, const int32_t *lengths, int32_
     return st;
 }
 
-static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-static uint32_t rng(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 32);
-}
-static int32_t rng_range(int32_t lo, int32_t hi) { return lo + (int32_t)(rng() % (uint32_t)(hi - lo + 1)); }
 
 /* ---- exhaustive optimum for tiny batches (up to 6 sequences, up to 8 ranks) ---- */
 

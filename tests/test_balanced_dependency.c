@@ -22,6 +22,9 @@
 
 #include <stdlib.h>
 
+#define DCP_TEST_RNG_SEED 0
+#include "dcp_test_rng.h"
+
 /* ---- hand-made batches ---- */
 
 static dcp_config hand_config(int32_t ranks, int64_t round_latency, int64_t overhead, dcp_step_model model)
@@ -176,15 +179,6 @@ DCP_TEST(microbatch_order_lowers_the_makespan)
 
 /* ---- random batches ---- */
 
-static uint64_t rng_state;
-static uint32_t rng(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 32);
-}
-static int32_t rng_range(int32_t lo, int32_t hi) { return lo + (int32_t)(rng() % (uint32_t)(hi - lo + 1)); }
 
 /* The barrier model's layout: every microbatch's groups from rank 0, by size, largest first. */
 static int barrier_layout(const dcp_plan *p)

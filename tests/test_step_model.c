@@ -23,6 +23,9 @@
 #include <dirent.h>
 #include <stdlib.h>
 
+#define DCP_TEST_RNG_SEED 0x9E3779B97F4A7C15ull
+#include "dcp_test_rng.h"
+
 /* ---- hand-made plans ---- */
 
 /* The cost model of the hand-made cases: cost(s, cp) = floor(s / cp) + round_latency * (cp - 1). */
@@ -403,15 +406,6 @@ static void check_plan_stats(const dcp_plan *plan, const dcp_plan_stats *s, cons
         dcp_test_fail(__FILE__, __LINE__, "%s: model fields do not follow step_model %d", where, c->cost.step_model);
 }
 
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static uint32_t rng(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 32);
-}
-static int32_t rng_range(int32_t lo, int32_t hi) { return lo + (int32_t)(rng() % (uint32_t)(hi - lo + 1)); }
 
 DCP_TEST(random_plans_match_a_rank_by_rank_simulation)
 {
