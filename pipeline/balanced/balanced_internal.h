@@ -443,12 +443,22 @@ static inline void dcp__balanced_heap_sift_down(heap_entry *h, int32_t size, int
          */
         int32_t best = c;
         int64_t best_key = h[c].key;
-        int32_t last = c + 4 < size ? c + 4 : size;
-        for (int32_t j = c + 1; j < last; j++) {
-            int64_t k = h[j].key;
-            int less = k < best_key;
-            best = less ? j : best;
-            best_key = less ? k : best_key;
+        if (c + 4 <= size) {
+            /* a full node (nearly always): the pairs (c, c+1) and (c+2, c+3) first, independent of each other */
+            const int64_t k1 = h[c + 1].key, k2 = h[c + 2].key, k3 = h[c + 3].key;
+            const int less01 = k1 < best_key, less23 = k3 < k2;
+            const int32_t b01 = less01 ? c + 1 : c, b23 = less23 ? c + 3 : c + 2;
+            const int64_t m01 = less01 ? k1 : best_key, m23 = less23 ? k3 : k2;
+            const int right = m23 < m01; /* ties: the left pair's, so the first least child wins as before */
+            best = right ? b23 : b01;
+            best_key = right ? m23 : m01;
+        } else {
+            for (int32_t j = c + 1; j < size; j++) {
+                int64_t k = h[j].key;
+                int less = k < best_key;
+                best = less ? j : best;
+                best_key = less ? k : best_key;
+            }
         }
         if (!(best_key < x.key)) break;
         h[i] = h[best];
