@@ -407,6 +407,17 @@ static void check_plan_stats(const dcp_plan *plan, const dcp_plan_stats *s, cons
 }
 
 
+/* A planned batch: its dependency makespan equals the rank-by-rank simulation's, and check_plan_stats() holds. */
+static void check_against_simulation(const dcp_plan *plan, const dcp_plan_stats *s, const dcp_config *c,
+                                     const int32_t *lengths, int64_t *finish, const char *where)
+{
+    int64_t expected = dcp_test_simulate_dependency(plan, &c->cost, lengths, finish);
+    if (s->dependency_makespan != expected)
+        dcp_test_fail(__FILE__, __LINE__, "%s: dependency makespan %lld, simulated %lld", where,
+                      (long long)s->dependency_makespan, (long long)expected);
+    check_plan_stats(plan, s, c, where);
+}
+
 DCP_TEST(random_plans_match_a_rank_by_rank_simulation)
 {
     static const int32_t ranks[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
@@ -444,11 +455,7 @@ DCP_TEST(random_plans_match_a_rank_by_rank_simulation)
             char where[96];
             snprintf(where, sizeof where, "trial %d (%s, %d ranks, cp %d, %d sequences)", trial,
                      dcp_scheduler_name(c.scheduler), n, c.context_parallel_size, count);
-            int64_t expected = dcp_test_simulate_dependency(plan, &c.cost, lengths, finish);
-            if (s.dependency_makespan != expected)
-                dcp_test_fail(__FILE__, __LINE__, "%s: dependency makespan %lld, simulated %lld", where,
-                              (long long)s.dependency_makespan, (long long)expected);
-            check_plan_stats(plan, &s, &c, where);
+            check_against_simulation(plan, &s, &c, lengths, finish, where);
             checked++;
             below += s.dependency_makespan < s.makespan;
         }
@@ -530,11 +537,7 @@ DCP_TEST(random_static_cp_plans_within_both_bounds)
             char where[128];
             snprintf(where, sizeof where, "trial %d (%s, %d ranks, cp %d, M %d, %d sequences%s%s)", trial,
                      dcp_scheduler_name(c.scheduler), n, cp, m, count, capped ? ", capped" : "", vpp ? ", VPP" : "");
-            int64_t expected = dcp_test_simulate_dependency(plan, &c.cost, lengths, finish);
-            if (s.dependency_makespan != expected)
-                dcp_test_fail(__FILE__, __LINE__, "%s: dependency makespan %lld, simulated %lld", where,
-                              (long long)s.dependency_makespan, (long long)expected);
-            check_plan_stats(plan, &s, &c, where);
+            check_against_simulation(plan, &s, &c, lengths, finish, where);
             checked++;
             if (scheduler == DCP_SCHEDULER_DP_BALANCED) {
                 int has_static = 0;
