@@ -55,19 +55,27 @@ static int64_t plain_bound(const dcp_cost_model *model, const int32_t *lengths, 
     return bound > INT64_MAX ? INT64_MAX : (int64_t)bound;
 }
 
+/* The lengths of tests/data/workloads/NAME.txt (at most cap) and the longest; the count, <= 0 on failure. */
+static int read_workload(const char *name, int32_t *lengths, int cap, int32_t *longest)
+{
+    char path[256];
+    snprintf(path, sizeof path, "workloads/%s.txt", name);
+    const int n = dcp_test_read_trace(dcp_test_data_path(path), lengths, cap);
+    *longest = 0;
+    for (int i = 0; i < n; i++)
+        if (lengths[i] > *longest) *longest = lengths[i];
+    return n;
+}
+
 DCP_TEST(no_plan_on_any_trace_and_configuration_is_below_the_bound)
 {
     int32_t *lengths = malloc(16384 * sizeof *lengths);
     DCP_REQUIRE(lengths);
     int planned = 0, tighter = 0;
     for (size_t t = 0; t < sizeof traces / sizeof traces[0]; t++) {
-        char path[256];
-        snprintf(path, sizeof path, "workloads/%s.txt", traces[t]);
-        const int n = dcp_test_read_trace(dcp_test_data_path(path), lengths, 16384);
-        DCP_REQUIRE(n > 0);
         int32_t longest = 0;
-        for (int i = 0; i < n; i++)
-            if (lengths[i] > longest) longest = lengths[i];
+        const int n = read_workload(traces[t], lengths, 16384, &longest);
+        DCP_REQUIRE(n > 0);
         for (size_t k = 0; k < sizeof configs / sizeof configs[0]; k++) {
             if ((int64_t)longest > (int64_t)configs[k].ranks * configs[k].max_seqlen) continue; /* no plan exists */
             for (int s = DCP_SCHEDULER_DP_BALANCED; s <= DCP_SCHEDULER_BALANCED; s++) {
@@ -131,13 +139,9 @@ DCP_TEST(no_plan_with_a_static_cp_size_is_below_the_bound)
     int planned = 0;
     for (size_t t = 0; t < sizeof traces / sizeof traces[0]; t++) {
         if (!strstr(traces[t], "_n256_") && !strstr(traces[t], "_n1024_")) continue;
-        char path[256];
-        snprintf(path, sizeof path, "workloads/%s.txt", traces[t]);
-        const int n = dcp_test_read_trace(dcp_test_data_path(path), lengths, 1024);
-        DCP_REQUIRE(n > 0);
         int32_t longest = 0;
-        for (int i = 0; i < n; i++)
-            if (lengths[i] > longest) longest = lengths[i];
+        const int n = read_workload(traces[t], lengths, 1024, &longest);
+        DCP_REQUIRE(n > 0);
         for (size_t z = 0; z < sizeof sizes / sizeof sizes[0]; z++)
             for (size_t d = 0; d < sizeof groups / sizeof groups[0]; d++)
                 for (int s = DCP_SCHEDULER_DP_BALANCED; s <= DCP_SCHEDULER_BALANCED; s++) {
