@@ -6,6 +6,7 @@
  * phases.
  */
 #include "balanced_internal.h"
+#include "../../core/plan.h"
 
 /*
  * Lay out the scratch for up to `n` sequences on `num_ranks` ranks (a
@@ -286,32 +287,43 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
             pooled_done = t == 0 && (__int128)makespan * 16 <= near * 17;
         }
     }
+    /*
+     * With few sequences per rank the passes are many: none of them runs once
+     * the best plan is at the cost model's lower bound (core/stats.c), as no
+     * plan can be lower.  Exact, so the makespan is the one the remaining
+     * passes, polishing and search would have reached.
+     */
+    const int64_t optimal = b.dense ? dcp__cost_lower_bound(b.model, b.len, b.n, b.num_ranks, b.max_seqlen) : -1;
+#define AT_BOUND() (b.num_kept > 0 && b.kept[0].makespan <= optimal)
     for (int t = 0; t < (pooled_done ? 0 : b.dense ? 5 : 2); t++) {
         const int64_t k = k0 + (int64_t)t * b.vpp;
-        if (k > b.n) break;
+        if (k > b.n || AT_BOUND()) break;
         if (!b.dense && t > 0 && b.num_kept > 0 && (__int128)b.kept[0].makespan * 99 <= bound * 100) break;
         for (int w = 0; w < (b.dense ? 4 : 2); w++) {
             for (int sequential = 0; sequential < 2; sequential++) {
                 if (!b.dense && (w != t || (!sequential && t > 0))) continue;
+                if (AT_BOUND()) break;
                 try_pass(&b, sequential, k, widen[w], plan->max_microbatches, &over_capacity);
             }
         }
     }
     if (b.dense && !pooled_done)
-        for (int j = 0; j < b.num_kept; j++) dcp__balanced_polish_plan(&b, j, plan->max_microbatches);
+        for (int j = 0; j < b.num_kept && !AT_BOUND(); j++) dcp__balanced_polish_plan(&b, j, plan->max_microbatches);
     /*
      * The local search: on every kept plan with few sequences per rank; with
      * many, on the best one when there are enough sequences for it to pay
      * (below that the search costs more than the plan).
      */
     if (b.dense) {
-        for (int j = 0; j < b.num_kept; j++) dcp__balanced_descend_plan(&b, j, DESCENT_WORK_DENSE * (int64_t)b.n + 4096);
+        for (int j = 0; j < b.num_kept && !AT_BOUND(); j++)
+            dcp__balanced_descend_plan(&b, j, DESCENT_WORK_DENSE * (int64_t)b.n + 4096);
     } else if (b.n >= DESCENT_MIN_SEQUENCES && b.num_kept > 0) {
         int best = 0;
         for (int j = 1; j < b.num_kept; j++)
             if (b.kept[j].makespan < b.kept[best].makespan) best = j;
         dcp__balanced_descend_plan(&b, best, DESCENT_WORK_MANY * (int64_t)b.n);
     }
+#undef AT_BOUND
     if (b.num_kept == 0 && over_capacity)
         return dcp__fail(err, DCP_ERR_CAPACITY, "balanced: the plan needs more than max_microbatches = %d microbatches",
                         plan->max_microbatches);
