@@ -47,6 +47,14 @@ int64_t dcp__cost_lower_bound(const dcp_cost_model *model, const int32_t *length
                              int32_t max_seqlen_per_rank);
 
 /*
+ * The same bound without its level search (step 4 of core/stats.c): O(n), never above
+ * dcp__cost_lower_bound(), so still a lower bound; for a scheduler that checks it often or on
+ * large batches (the search walks every sequence some 25 to 64 times).
+ */
+int64_t dcp__cost_lower_bound_quick(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
+                                    int32_t max_seqlen_per_rank);
+
+/*
  * Lower bound (docs/planning.md, step models) of a batch's dependency makespan, which is also one of its
  * barrier makespan (saturating): max(ceil(W / N), max over sequences of its smallest per-rank cost)
  * + microbatch_overhead * ceil(tokens / (N * M)), W the sum over sequences of their smallest cp * cost,

@@ -149,7 +149,7 @@ static int64_t clamp_bound(__int128 v) { return v > (__int128)INT64_MAX ? INT64_
  * size `static_cp` (1: none; a group size besides the powers of two and N when it is neither).
  */
 static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
-                           int32_t max_seqlen, int32_t vpp, int32_t seq_cap, int32_t static_cp)
+                           int32_t max_seqlen, int32_t vpp, int32_t seq_cap, int32_t static_cp, int search)
 {
     if (n <= 0 || num_ranks <= 0 || max_seqlen <= 0) return 0;
     const int64_t extra = static_size(static_cp, num_ranks);
@@ -163,6 +163,8 @@ static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, 
     memset(count, 0, sizeof count);
     memset(sum, 0, sizeof sum);
     int feasible = 1;
+    int64_t last_s = -1;
+    __int128 last_w = 0; /* equal lengths often come together (a scheduler's sorted ones always) */
     for (int32_t i = 0; i < n; i++) {
         int64_t s = lengths[i] > 0 ? lengths[i] : 1;
         tokens += s;
@@ -170,7 +172,9 @@ static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, 
         int bk = bound_bucket(s);
         count[bk]++;
         sum[bk] += s;
-        __int128 w = least_work_under(model, s, num_ranks, max_seqlen, extra, INT64_MAX);
+        __int128 w = s == last_s ? last_w : least_work_under(model, s, num_ranks, max_seqlen, extra, INT64_MAX);
+        last_s = s;
+        last_w = w;
         if (w < 0) feasible = 0;
         else least += w;
     }
@@ -215,6 +219,7 @@ static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, 
     /* (4) the least T* >= x_1 with ceil(W(T*) / N) <= T* + X2, by halving */
     __int128 bound = (__int128)x1 + x2;
     if (work_bound > bound) bound = work_bound;
+    if (!search) return clamp_bound(bound + overheads);
     __int128 w = work_under(model, lengths, n, num_ranks, max_seqlen, extra, x1);
     if (x1 < INT64_MAX && !(w >= 0 && (w + num_ranks - 1) / num_ranks <= (__int128)x1 + x2)) {
         /* fails at x_1: find a level where it holds, then halve (the condition only turns true as T rises) */
@@ -241,7 +246,13 @@ static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, 
 int64_t dcp__cost_lower_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
                              int32_t max_seqlen_per_rank)
 {
-    return lower_bound(model, lengths, n, num_ranks, max_seqlen_per_rank, 1, 0, 1);
+    return lower_bound(model, lengths, n, num_ranks, max_seqlen_per_rank, 1, 0, 1, 1);
+}
+
+int64_t dcp__cost_lower_bound_quick(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
+                                    int32_t max_seqlen_per_rank)
+{
+    return lower_bound(model, lengths, n, num_ranks, max_seqlen_per_rank, 1, 0, 1, 0);
 }
 
 size_t dcp__stats_scratch_size(const dcp_config *config)
@@ -333,7 +344,7 @@ dcp_status dcp__plan_stats(const dcp_plan *plan, const dcp_config *config, const
     }
     st.lower_bound = lower_bound(model, lengths, num_lengths, plan->num_ranks, config->max_seqlen_per_rank,
                                  config->microbatch_group_size_per_vp_stage, config->max_sequences_per_microbatch,
-                                 config->context_parallel_size);
+                                 config->context_parallel_size, 1);
     st.dependency_lower_bound = dcp__dependency_lower_bound(model, lengths, num_lengths, plan->num_ranks,
                                                             config->max_seqlen_per_rank,
                                                             config->context_parallel_size);

@@ -293,7 +293,7 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
      * plan can be lower.  Exact, so the makespan is the one the remaining
      * passes, polishing and search would have reached.
      */
-    const int64_t optimal = b.dense ? dcp__cost_lower_bound(b.model, b.len, b.n, b.num_ranks, b.max_seqlen) : -1;
+    const int64_t optimal = b.dense ? dcp__cost_lower_bound_quick(b.model, b.len, b.n, b.num_ranks, b.max_seqlen) : -1;
 #define AT_BOUND() (b.num_kept > 0 && b.kept[0].makespan <= optimal)
     for (int t = 0; t < (pooled_done ? 0 : b.dense ? 5 : 2); t++) {
         const int64_t k = k0 + (int64_t)t * b.vpp;
