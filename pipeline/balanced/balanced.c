@@ -291,9 +291,14 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
      * With few sequences per rank the passes are many: none of them runs once
      * the best plan is at the cost model's lower bound (core/stats.c), as no
      * plan can be lower.  Exact, so the makespan is the one the remaining
-     * passes, polishing and search would have reached.
+     * passes, polishing and search would have reached.  Only under the
+     * barrier model: under the dependency model every kept plan is a
+     * candidate for the layout at emit, and a plan at the barrier bound need
+     * not have the least dependency makespan.
      */
-    const int64_t optimal = b.dense ? dcp__cost_lower_bound_quick(b.model, b.len, b.n, b.num_ranks, b.max_seqlen) : -1;
+    const int64_t optimal = b.dense && !b.dependency
+                                ? dcp__cost_lower_bound_quick(b.model, b.len, b.n, b.num_ranks, b.max_seqlen)
+                                : -1;
 #define AT_BOUND() (b.num_kept > 0 && b.kept[0].makespan <= optimal)
     for (int t = 0; t < (pooled_done ? 0 : b.dense ? 5 : 2); t++) {
         const int64_t k = k0 + (int64_t)t * b.vpp;
