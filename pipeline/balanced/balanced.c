@@ -150,6 +150,9 @@ size_t dcp__assign_balanced_scratch_size(const dcp_config *config)
     return measure.used;
 }
 
+/* The best plan kept so far is at `least`, a lower bound of every plan's makespan (-1: none known). */
+static int best_at_bound(const balanced *b, int64_t least) { return b->num_kept > 0 && b->kept[0].makespan <= least; }
+
 /*
  * Run one pass (and, when its microbatch count had to be aligned to the VPP
  * group, the same pass merging down instead of splitting up) and keep its
@@ -296,31 +299,30 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
      * candidate for the layout at emit, and a plan at the barrier bound need
      * not have the least dependency makespan.
      */
-    const int64_t optimal = b.dense && !b.dependency
-                                ? dcp__cost_lower_bound_quick(b.model, b.len, b.n, b.num_ranks, b.max_seqlen)
-                                : -1;
-#define AT_BOUND() (b.num_kept > 0 && b.kept[0].makespan <= optimal)
+    const int64_t least_makespan =
+        b.dense && !b.dependency ? dcp__cost_lower_bound_quick(b.model, b.len, b.n, b.num_ranks, b.max_seqlen) : -1;
     for (int t = 0; t < (pooled_done ? 0 : b.dense ? 5 : 2); t++) {
         const int64_t k = k0 + (int64_t)t * b.vpp;
-        if (k > b.n || AT_BOUND()) break;
+        if (k > b.n || best_at_bound(&b, least_makespan)) break;
         if (!b.dense && t > 0 && b.num_kept > 0 && (__int128)b.kept[0].makespan * 99 <= bound * 100) break;
         for (int w = 0; w < (b.dense ? 4 : 2); w++) {
             for (int sequential = 0; sequential < 2; sequential++) {
                 if (!b.dense && (w != t || (!sequential && t > 0))) continue;
-                if (AT_BOUND()) break;
+                if (best_at_bound(&b, least_makespan)) break;
                 try_pass(&b, sequential, k, widen[w], plan->max_microbatches, &over_capacity);
             }
         }
     }
     if (b.dense && !pooled_done)
-        for (int j = 0; j < b.num_kept && !AT_BOUND(); j++) dcp__balanced_polish_plan(&b, j, plan->max_microbatches);
+        for (int j = 0; j < b.num_kept && !best_at_bound(&b, least_makespan); j++)
+            dcp__balanced_polish_plan(&b, j, plan->max_microbatches);
     /*
      * The local search: on every kept plan with few sequences per rank; with
      * many, on the best one when there are enough sequences for it to pay
      * (below that the search costs more than the plan).
      */
     if (b.dense) {
-        for (int j = 0; j < b.num_kept && !AT_BOUND(); j++)
+        for (int j = 0; j < b.num_kept && !best_at_bound(&b, least_makespan); j++)
             dcp__balanced_descend_plan(&b, j, DESCENT_WORK_DENSE * (int64_t)b.n + 4096);
     } else if (b.n >= DESCENT_MIN_SEQUENCES && b.num_kept > 0) {
         int best = 0;
@@ -328,7 +330,6 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
             if (b.kept[j].makespan < b.kept[best].makespan) best = j;
         dcp__balanced_descend_plan(&b, best, DESCENT_WORK_MANY * (int64_t)b.n);
     }
-#undef AT_BOUND
     if (b.num_kept == 0 && over_capacity)
         return dcp__fail(err, DCP_ERR_CAPACITY, "balanced: the plan needs more than max_microbatches = %d microbatches",
                         plan->max_microbatches);
