@@ -64,13 +64,16 @@ typedef struct line_source {
     size_t scanned;    /* of those, the ones known to hold no '\n' (and no NUL) */
     int at_eof, started;
     int32_t number;    /* lines handed out */
+    size_t nul_column; /* after a return of -2: 1-based column of the NUL byte, 0 for a line too long */
 } line_source;
 
 /*
  * The next line, without its '\n' and a trailing '\r', in [*s, *s + *len),
  * valid until the next call: 1; 0 at the end of the input; -1 with *status
- * set and the message printed (a NUL byte, a line too long, a read error, out
- * of memory).  A UTF-8 byte-order mark before the first line is skipped.
+ * set and the message printed (a read error, out of memory); -2 when line
+ * number + 1 holds a NUL byte or is too long (src->nul_column says which),
+ * with nothing printed: a blank line before it may be the first bad line.
+ * A UTF-8 byte-order mark before the first line is skipped.
  */
 static int source_next(line_source *src, const char **s, size_t *len, int *status)
 {
@@ -81,15 +84,13 @@ static int source_next(line_source *src, const char **s, size_t *len, int *statu
         size_t upto = newline ? (size_t)(newline - base) : have;
         const char *nul = upto > src->scanned ? memchr(base + src->scanned, '\0', upto - src->scanned) : NULL;
         if (nul) {
-            *status = dcp_cli_fail(DCP_EXIT_INPUT, src->command, "%s:%lld: a NUL byte at column %zu: not a trace",
-                                   src->name, (long long)src->number + 1, (size_t)(nul - base) + 1);
-            return -1;
+            src->nul_column = (size_t)(nul - base) + 1;
+            return -2;
         }
         src->scanned = upto;
         if (upto > MAX_LINE) {
-            *status = dcp_cli_fail(DCP_EXIT_INPUT, src->command, "%s:%lld: line longer than %zu bytes", src->name,
-                                   (long long)src->number + 1, MAX_LINE);
-            return -1;
+            src->nul_column = 0;
+            return -2;
         }
         if (newline || (src->at_eof && have > 0)) {
             if (src->number == INT32_MAX) {
@@ -520,6 +521,19 @@ static int ends_with(const char *s, const char *suffix)
 
 enum format { FORMAT_AUTO, FORMAT_TEXT, FORMAT_CSV, FORMAT_JSONL };
 
+/* The error for blank lines (the first at line first_blank) followed by more input. */
+static int blank_line_error(const reader *r, enum format kind, int csv_index, int32_t first_blank)
+{
+    if (kind == FORMAT_CSV && csv_index < 0)
+        return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:1: expected a CSV header line naming the columns",
+                            r->name);
+    return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: empty line (%s)", r->name, first_blank,
+                        kind == FORMAT_TEXT  ? "every line holds one length; ids are line numbers"
+                        : kind == FORMAT_CSV ? "every row is one sequence"
+                        : kind == FORMAT_JSONL ? "every line is one JSON object, one sequence"
+                                               : "blank lines may only end a trace");
+}
+
 /*
  * --input-format auto, decided at the first line that is not blank (line
  * `line`, its text in [s, s + len)): with --column, JSON Lines when it starts
@@ -582,15 +596,10 @@ int dcp_cli_trace_read(const char *command, const char *path, const char *format
             continue;
         }
         if (kind == FORMAT_AUTO && (st = decide_format(&r, s, len, line, column, &kind)) != DCP_EXIT_OK) break;
-        if (kind == FORMAT_CSV && csv_index < 0) {
-            st = first_blank ? dcp_cli_fail(DCP_EXIT_INPUT, command, "%s:1: expected a CSV header line naming the "
-                                            "columns", r.name)
-                             : csv_header(&r, s, len, column, &csv_index);
-        } else if (first_blank) {
-            st = dcp_cli_fail(DCP_EXIT_INPUT, command, "%s:%d: empty line (%s)", r.name, first_blank,
-                              kind == FORMAT_TEXT  ? "every line holds one length; ids are line numbers"
-                              : kind == FORMAT_CSV ? "every row is one sequence"
-                                                   : "every line is one JSON object, one sequence");
+        if (first_blank) {
+            st = blank_line_error(&r, kind, csv_index, first_blank);
+        } else if (kind == FORMAT_CSV && csv_index < 0) {
+            st = csv_header(&r, s, len, column, &csv_index);
         } else if (kind == FORMAT_CSV) {
             st = csv_row(&r, s, len, line, column, csv_index);
         } else if (kind == FORMAT_JSONL) {
@@ -599,6 +608,15 @@ int dcp_cli_trace_read(const char *command, const char *path, const char *format
             st = parse_length(&r, s, len, line, "one integer per line");
         }
         if (st != DCP_EXIT_OK) break;
+    }
+    if (got == -2) { /* a line with a NUL byte or too long; blank lines before it are the first bad line */
+        if (first_blank) st = blank_line_error(&r, kind, csv_index, first_blank);
+        else if (src.nul_column)
+            st = dcp_cli_fail(DCP_EXIT_INPUT, command, "%s:%lld: a NUL byte at column %zu: not a trace", r.name,
+                              (long long)src.number + 1, src.nul_column);
+        else
+            st = dcp_cli_fail(DCP_EXIT_INPUT, command, "%s:%lld: line longer than %zu bytes", r.name,
+                              (long long)src.number + 1, MAX_LINE);
     }
     if (f != stdin) fclose(f);
     free(src.buf);
