@@ -2,7 +2,7 @@
  * bench_plan.c - planning quality and speed of the three schedulers.
  *
  *   bench_plan [--traces DIR] [--repeats R] [--quick] [--hashes] [--makespans] [--no-matrix] [--no-scaling]
- *              [--scheduler NAME] [--trace NAME] [--config INDEX] [--step-model barrier|dependency]
+ *              [--scheduler NAME] [--trace NAME] [--config INDEX] [--row INDEX] [--step-model barrier|dependency]
  *
  * Matrix: every trace of DIR (default tests/data/workloads: the four
  * families at 256, 1024, 4096 and 16384 sequences) x every configuration below, planned by dp_balanced
@@ -24,6 +24,8 @@
  * 65536 and 131072 on 2048..65536: ranks are only numbers to the planner),
  * and long-context rows (longsft- and bimodal-like lengths with
  * max_seqlen_per_rank 8192..32768).
+ *
+ * --row INDEX runs only that row of the scaling table (0-based, as printed).
  *
  * --hashes prints each matrix cell's plan hash and makespan instead (one line
  * a cell), so two builds' plans can be compared bit for bit with diff;
@@ -621,7 +623,7 @@ static int32_t *scaling_lengths(const scaling_row_spec *row, int32_t *longest)
     return lengths;
 }
 
-static void run_scaling(int repeats, int only_scheduler)
+static void run_scaling(int repeats, int only_scheduler, int only_row)
 {
     /* speed targets over the rows: up to 16384 sequences on up to 16384 ranks, and 65536 on 65536 */
     double slowest_small[NUM_SCHEDULERS] = {0}, slowest_large[NUM_SCHEDULERS] = {0};
@@ -632,6 +634,7 @@ static void run_scaling(int repeats, int only_scheduler)
     printf("%-10s %-10s %-8s %-6s | %-24s | %-24s | %-24s\n", "family", "sequences", "ranks", "M",
            "dp_balanced: ms mbs eff", "dynamic_cp: ms mbs eff", "balanced: ms mbs eff");
     for (int r = 0; r < NUM_SCALING_ROWS; r++) {
+        if (only_row >= 0 && r != only_row) continue;
         const scaling_row_spec *row = &scaling_rows[r];
         int32_t longest = 0;
         int32_t *lengths = scaling_lengths(row, &longest);
@@ -661,6 +664,7 @@ static void run_scaling(int repeats, int only_scheduler)
         printf("\n");
         free(lengths);
     }
+    if (only_row >= 0) return; /* one row says nothing of the slowest */
     printf("\nSpeed targets over the rows (plan time, validation included)\n");
     for (int si = 0; si < NUM_SCHEDULERS; si++) {
         if (only_scheduler >= 0 && (int)schedulers[si] != only_scheduler) continue;
@@ -707,7 +711,8 @@ static void print_makespans(trace *traces, int num_traces, int only_scheduler, i
 int main(int argc, char **argv)
 {
     const char *dir = NULL, *only_trace = NULL;
-    int repeats = 5, matrix = 1, scaling = 1, only_scheduler = -1, only_config = -1, hashes = 0, makespans = 0;
+    int repeats = 5, matrix = 1, scaling = 1, only_scheduler = -1, only_config = -1, only_row = -1, hashes = 0,
+        makespans = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--traces") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
@@ -718,6 +723,7 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--no-scaling")) scaling = 0;
         else if (!strcmp(argv[i], "--trace") && i + 1 < argc) only_trace = argv[++i];
         else if (!strcmp(argv[i], "--config") && i + 1 < argc) only_config = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--row") && i + 1 < argc) only_row = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--step-model") && i + 1 < argc) {
             if (dcp_step_model_from_name(argv[++i], &step_model) != DCP_OK) {
                 fprintf(stderr, "unknown step model %s (barrier or dependency)\n", argv[i]);
@@ -734,7 +740,7 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "usage: %s [--traces DIR] [--repeats R] [--quick] [--hashes] [--makespans] [--no-matrix] [--no-scaling] "
-                    "[--scheduler NAME] [--trace NAME] [--config INDEX] [--step-model barrier|dependency]\n",
+                    "[--scheduler NAME] [--trace NAME] [--config INDEX] [--row INDEX] [--step-model barrier|dependency]\n",
                     argv[0]);
             return 2;
         }
@@ -767,7 +773,7 @@ int main(int argc, char **argv)
     }
     if (scaling) {
         if (!matrix) print_machine();
-        run_scaling(repeats, only_scheduler);
+        run_scaling(repeats, only_scheduler, only_row);
     }
     for (int i = 0; i < num_traces; i++) free(traces[i].lengths);
     return 0;
