@@ -73,7 +73,7 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->rp_memo = DCP_ARENA_NEW(a, repack_memo, REPACK_MEMO);
     int64_t table_n = 16 * (int64_t)num_ranks - 1;
     if (table_n > n) table_n = n;
-    if (table_n > REPACK_MAX) table_n = REPACK_MAX; /* at most 720 KiB; larger calls compute rows as they go */
+    /* 184 bytes a sequence, only up to 16N - 1 of them, where repacking runs */
     b->table_n = (int32_t)table_n;
     b->cost_table = DCP_ARENA_NEW(a, int64_t, dcp__size_mul((size_t)table_n, NUM_CLASSES));
     b->cost_cheapest = DCP_ARENA_NEW(a, int64_t, (size_t)table_n);
@@ -246,6 +246,9 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
     b.dense = (int64_t)b.n < 16 * (int64_t)b.num_ranks;
     /* repacking runs with few sequences per rank, and in VPP alignment: only then is its memory cleared */
     if (b.dense || b.vpp > 1) memset(b.rp_memo, 0, REPACK_MEMO * sizeof *b.rp_memo);
+    /* with few sequences per rank the cost table's rows are computed when first asked for */
+    b.table_ready = b.dense && b.n <= b.table_n;
+    if (b.table_ready) memset(b.cost_cheapest, 0xff, (size_t)b.n * sizeof *b.cost_cheapest);
     int over_capacity = 0;
     /*
      * The step model's bound at minimal CP sizes: the work spread over all

@@ -274,12 +274,13 @@ typedef struct balanced {
     int64_t polish_work; /* sequences repacking may still go through (each trial counts them) */
     /*
      * Few sequences per rank: every position's cost at every class, and its
-     * cheapest, computed once a call (repacking asks for them over and over).
+     * cheapest, each row computed once a call, when first asked for
+     * (repacking and the local search ask for them over and over).
      */
-    int32_t table_n;        /* positions the table holds: min(n, 16N - 1, REPACK_MAX) */
-    int table_ready;
+    int32_t table_n;        /* positions the table holds: min(n, 16N - 1) */
+    int table_ready;        /* the call uses the table (few sequences per rank) */
     int64_t *cost_table;    /* [table_n * NUM_CLASSES]: INT64_MAX where the size does not fit */
-    int64_t *cost_cheapest; /* [table_n] */
+    int64_t *cost_cheapest; /* [table_n]: -1 until the row is computed */
     /*
      * Trial merges of the current merge loop: a pair's trial gives the same
      * level until a merge changes one of its microbatches, so each is
@@ -603,7 +604,8 @@ void dcp__balanced_index_groups(balanced *b);
 int64_t dcp__balanced_evaluate(balanced *b, int32_t *live);
 void dcp__balanced_compact_mbs(balanced *b);
 
-/* balanced_repack.c: repacking every microbatch, merging two */
+/* balanced_repack.c: the call's cost table; repacking every microbatch, merging two */
+const int64_t *dcp__balanced_cost_row(balanced *b, int32_t p, int64_t *cheapest);
 void dcp__balanced_repack_microbatches(balanced *b, int32_t limit);
 int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force);
 

@@ -23,6 +23,19 @@ static int64_t class_costs(const balanced *b, int32_t p, int64_t *row)
 }
 
 /*
+ * Position p's row of the call's cost table (every class, INT64_MAX where it
+ * does not fit), computed on first use, and its cheapest entry.  Only while
+ * b->table_ready (few sequences per rank: every position has a row).
+ */
+const int64_t *dcp__balanced_cost_row(balanced *b, int32_t p, int64_t *cheapest)
+{
+    int64_t *row = b->cost_table + (size_t)p * NUM_CLASSES;
+    if (b->cost_cheapest[p] < 0) b->cost_cheapest[p] = class_costs(b, p, row);
+    *cheapest = b->cost_cheapest[p];
+    return row;
+}
+
+/*
  * Cost of each of the `count` sequences in rp_items at every class it fits
  * (INT64_MAX elsewhere); returns the least level any arrangement can reach
  * (the largest over sequences of their cheapest per-rank cost).
@@ -31,21 +44,12 @@ static int64_t repack_costs(balanced *b, int32_t count, __int128 *least_work, in
 {
     __int128 work = 0;
     int64_t sum = 0;
-    if (b->dense && !b->table_ready && b->n <= b->table_n) {
-        for (int32_t p = 0; p < b->n; p++)
-            b->cost_cheapest[p] = class_costs(b, p, b->cost_table + (size_t)p * NUM_CLASSES);
-        b->table_ready = 1;
-    }
     int64_t floor_level = 0;
     for (int32_t i = 0; i < count; i++) {
         int32_t p = b->rp_items[i];
         int64_t cheapest, *row = b->rp_cost + (size_t)i * NUM_CLASSES;
-        if (b->table_ready) {
-            memcpy(row, b->cost_table + (size_t)p * NUM_CLASSES, NUM_CLASSES * sizeof *row);
-            cheapest = b->cost_cheapest[p];
-        } else {
-            cheapest = class_costs(b, p, row);
-        }
+        if (b->table_ready) memcpy(row, dcp__balanced_cost_row(b, p, &cheapest), NUM_CLASSES * sizeof *row);
+        else cheapest = class_costs(b, p, row);
         if (cheapest > floor_level) floor_level = cheapest;
         /* the least GPU time the sequence can take: its cost times its size, at the best size */
         __int128 least = -1;
