@@ -68,15 +68,18 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->rp_load = DCP_ARENA_NEW(a, int64_t, ul);
     b->rp_tokens = DCP_ARENA_NEW(a, int64_t, ul);
     b->rp_cost = DCP_ARENA_NEW(a, int64_t, dcp__size_mul(ul, NUM_CLASSES));
+    b->rp_row = DCP_ARENA_NEW(a, const int64_t *, ul);
+    b->rp_bits = DCP_ARENA_NEW_ZERO(a, uint64_t, (un + 63) / 64);
     b->rp_seg = DCP_ARENA_NEW(a, int32_t, dcp__size_mul(ul, NUM_CLASSES));
     b->rp_head = DCP_ARENA_NEW(a, int32_t, ul);
     b->rp_memo = DCP_ARENA_NEW(a, repack_memo, REPACK_MEMO);
     int64_t table_n = 16 * (int64_t)num_ranks - 1;
     if (table_n > n) table_n = n;
-    /* 184 bytes a sequence, only up to 16N - 1 of them, where repacking runs */
+    if (table_n > COST_TABLE_MAX) table_n = COST_TABLE_MAX; /* longer calls compute the other rows as they go */
     b->table_n = (int32_t)table_n;
     b->cost_table = DCP_ARENA_NEW(a, int64_t, dcp__size_mul((size_t)table_n, NUM_CLASSES));
     b->cost_cheapest = DCP_ARENA_NEW(a, int64_t, (size_t)table_n);
+    b->cost_least = DCP_ARENA_NEW(a, __int128, (size_t)table_n);
     b->rp_tail = DCP_ARENA_NEW(a, int32_t, ul);
     b->rp_next = DCP_ARENA_NEW(a, int32_t, ul);
     b->alive_next = DCP_ARENA_NEW(a, int32_t, un + 1);
@@ -134,9 +137,9 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
            b->item_group && b->item_next && b->free_groups && b->g_mb && b->g_cp && b->g_head && b->g_tail && b->g_count &&
            b->g_load && b->g_tokens && b->g_key && b->mb_free && b->mb_cap && b->mb_level && b->mb_order &&
            b->mb_first && b->mb_groups && b->heap && b->park && b->cursor && b->local && kept_ok && b->sort_a && b->sort_b && b->saved_mb && b->alive_next && b->g_slot && b->room_tree && b->rp_items && b->rp_of &&
-           b->rp_size && b->rp_count && b->rp_load && b->rp_tokens && b->rp_cost && b->rp_seg && b->rp_head && b->rp_tail && b->rp_next && b->rp_memo &&
+           b->rp_size && b->rp_count && b->rp_load && b->rp_tokens && b->rp_cost && b->rp_row && b->rp_bits && b->rp_seg && b->rp_head && b->rp_tail && b->rp_next && b->rp_memo &&
            b->pk_k0 && b->pk_cost && b->pk_bhead && b->pk_bits &&
-           (table_n == 0 || (b->cost_table && b->cost_cheapest));
+           (table_n == 0 || (b->cost_table && b->cost_cheapest && b->cost_least));
 }
 
 size_t dcp__assign_balanced_scratch_size(const dcp_config *config)
@@ -247,8 +250,8 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
     /* repacking runs with few sequences per rank, and in VPP alignment: only then is its memory cleared */
     if (b.dense || b.vpp > 1) memset(b.rp_memo, 0, REPACK_MEMO * sizeof *b.rp_memo);
     /* with few sequences per rank the cost table's rows are computed when first asked for */
-    b.table_ready = b.dense && b.n <= b.table_n;
-    if (b.table_ready) memset(b.cost_cheapest, 0xff, (size_t)b.n * sizeof *b.cost_cheapest);
+    b.table_ready = b.dense && b.table_n > 0;
+    if (b.table_ready) memset(b.cost_cheapest, 0xff, (size_t)b.table_n * sizeof *b.cost_cheapest);
     int over_capacity = 0;
     /*
      * The step model's bound at minimal CP sizes: the work spread over all

@@ -173,9 +173,10 @@ static void list_remove(balanced *b, int32_t g, int32_t p)
 /* Position p's per-rank cost at CP size cp (from the call's table, or the pooled packing's cache, when it has one). */
 static int64_t cost_at(balanced *b, int32_t p, int32_t cp)
 {
-    if (b->table_ready) {
+    if (b->table_ready && p < b->table_n) {
         int64_t cheapest;
-        return dcp__balanced_cost_row(b, p, &cheapest)[dcp__balanced_class_of(cp)];
+        __int128 least;
+        return dcp__balanced_cost_row(b, p, &cheapest, &least)[dcp__balanced_class_of(cp)];
     }
     if (b->pk_ready) return dcp__balanced_pool_cost(b, p, cp);
     return dcp__cost(b->model, b->len[p], cp);

@@ -112,6 +112,9 @@ enum { MAX_LOG2_RANKS = 20, NUM_CLASSES = MAX_LOG2_RANKS + 2, FULL_CLASS = MAX_L
 /* Largest microbatch (in sequences) that is repacked: the repacking is quadratic in it. */
 enum { REPACK_MAX = 4096 };
 
+/* Positions the cost table holds at most (1.6 MiB): the workspace stays within 256 bytes a sequence and rank. */
+enum { COST_TABLE_MAX = 8192 };
+
 /*
  * The local search's work per sequence (balanced_descent.c): with few
  * sequences per rank on every kept plan; with many, on the best plan from
@@ -269,18 +272,23 @@ typedef struct balanced {
     int32_t *rp_items, *rp_of, *rp_size, *rp_count; /* [repack_limit] each */
     int64_t *rp_load, *rp_tokens;                   /* [repack_limit] each */
     int64_t *rp_cost; /* [repack_limit * NUM_CLASSES]: INT64_MAX where the size does not fit */
+    const int64_t **rp_row; /* [repack_limit]: each list item's costs, its row of rp_cost or of the cost table */
+    uint64_t *rp_bits;      /* [(n + 63) / 64]: a bitset of positions for sorting them, all zero between uses */
     int32_t *rp_seg;  /* [NUM_CLASSES * repack_limit]: trial groups of each class, by load descending */
     int32_t *rp_head, *rp_tail, *rp_next; /* [repack_limit] each: a trial group's sequences (list indices) */
     int64_t polish_work; /* sequences repacking may still go through (each trial counts them) */
     /*
-     * Few sequences per rank: every position's cost at every class, and its
-     * cheapest, each row computed once a call, when first asked for
-     * (repacking and the local search ask for them over and over).
+     * Few sequences per rank: the first table_n positions' (the longest
+     * sequences') cost at every class, their cheapest and least GPU time,
+     * each row computed once a call, when first asked for (repacking and the
+     * local search ask for them over and over); later positions' are computed
+     * where they are needed.
      */
-    int32_t table_n;        /* positions the table holds: min(n, 16N - 1) */
+    int32_t table_n;        /* min(n, 16N - 1, COST_TABLE_MAX), 200 bytes each */
     int table_ready;        /* the call uses the table (few sequences per rank) */
     int64_t *cost_table;    /* [table_n * NUM_CLASSES]: INT64_MAX where the size does not fit */
     int64_t *cost_cheapest; /* [table_n]: -1 until the row is computed */
+    __int128 *cost_least;   /* [table_n]: the least GPU time (cost x size at the best size) */
     /*
      * Trial merges of the current merge loop: a pair's trial gives the same
      * level until a merge changes one of its microbatches, so each is
@@ -605,7 +613,7 @@ int64_t dcp__balanced_evaluate(balanced *b, int32_t *live);
 void dcp__balanced_compact_mbs(balanced *b);
 
 /* balanced_repack.c: the call's cost table; repacking every microbatch, merging two */
-const int64_t *dcp__balanced_cost_row(balanced *b, int32_t p, int64_t *cheapest);
+const int64_t *dcp__balanced_cost_row(balanced *b, int32_t p, int64_t *cheapest, __int128 *least);
 void dcp__balanced_repack_microbatches(balanced *b, int32_t limit);
 int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force);
 

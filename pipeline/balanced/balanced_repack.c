@@ -7,10 +7,15 @@
  */
 #include "balanced_internal.h"
 
-/* Position p's per-rank cost at every class into row[] (INT64_MAX where it does not fit); returns the cheapest. */
-static int64_t class_costs(const balanced *b, int32_t p, int64_t *row)
+/*
+ * Position p's per-rank cost at every class into row[] (INT64_MAX where it
+ * does not fit); returns the cheapest, and in *least the least GPU time it can
+ * take (its cost times its size, at the best size; -1 when it fits nowhere).
+ */
+static int64_t class_costs(const balanced *b, int32_t p, int64_t *row, __int128 *least)
 {
     int64_t cheapest = INT64_MAX;
+    *least = -1;
     for (int k = 0; k < NUM_CLASSES; k++) {
         int32_t size = dcp__balanced_class_size(b, k);
         row[k] = INT64_MAX;
@@ -18,20 +23,26 @@ static int64_t class_costs(const balanced *b, int32_t p, int64_t *row)
             continue;
         row[k] = dcp__cost(b->model, b->len[p], size);
         if (row[k] < cheapest) cheapest = row[k];
+        if (row[k] != INT64_MAX) {
+            const __int128 w = (__int128)row[k] * size;
+            if (*least < 0 || w < *least) *least = w;
+        }
     }
     return cheapest;
 }
 
 /*
  * Position p's row of the call's cost table (every class, INT64_MAX where it
- * does not fit), computed on first use, and its cheapest entry.  Only while
- * b->table_ready (few sequences per rank: every position has a row).
+ * does not fit), computed on first use, its cheapest entry and the least GPU
+ * time it can take (class_costs).  Only while b->table_ready (few sequences
+ * per rank), for positions below table_n.
  */
-const int64_t *dcp__balanced_cost_row(balanced *b, int32_t p, int64_t *cheapest)
+const int64_t *dcp__balanced_cost_row(balanced *b, int32_t p, int64_t *cheapest, __int128 *least)
 {
     int64_t *row = b->cost_table + (size_t)p * NUM_CLASSES;
-    if (b->cost_cheapest[p] < 0) b->cost_cheapest[p] = class_costs(b, p, row);
+    if (b->cost_cheapest[p] < 0) b->cost_cheapest[p] = class_costs(b, p, row, &b->cost_least[p]);
     *cheapest = b->cost_cheapest[p];
+    *least = b->cost_least[p];
     return row;
 }
 
@@ -47,17 +58,16 @@ static int64_t repack_costs(balanced *b, int32_t count, __int128 *least_work, in
     int64_t floor_level = 0;
     for (int32_t i = 0; i < count; i++) {
         int32_t p = b->rp_items[i];
-        int64_t cheapest, *row = b->rp_cost + (size_t)i * NUM_CLASSES;
-        if (b->table_ready) memcpy(row, dcp__balanced_cost_row(b, p, &cheapest), NUM_CLASSES * sizeof *row);
-        else cheapest = class_costs(b, p, row);
+        int64_t cheapest;
+        __int128 least; /* the least GPU time the sequence can take */
+        if (b->table_ready && p < b->table_n) {
+            b->rp_row[i] = dcp__balanced_cost_row(b, p, &cheapest, &least);
+        } else {
+            int64_t *own = b->rp_cost + (size_t)i * NUM_CLASSES;
+            cheapest = class_costs(b, p, own, &least);
+            b->rp_row[i] = own;
+        }
         if (cheapest > floor_level) floor_level = cheapest;
-        /* the least GPU time the sequence can take: its cost times its size, at the best size */
-        __int128 least = -1;
-        for (int k = 0; k < NUM_CLASSES; k++)
-            if (row[k] != INT64_MAX) {
-                __int128 w = (__int128)row[k] * dcp__balanced_class_size(b, k);
-                if (least < 0 || w < least) least = w;
-            }
         work += least;
         sum += b->len[p];
     }
@@ -92,7 +102,7 @@ static int32_t rp_split(balanced *b, int32_t g, int32_t *groups)
     while (i >= 0) {
         int32_t next = b->rp_next[i];
         int to_new = b->rp_load[g2] < b->rp_load[g] || (b->rp_load[g2] == b->rp_load[g] && b->rp_count[g2] < b->rp_count[g]);
-        rp_append(b, to_new ? g2 : g, i, b->rp_cost[(size_t)i * NUM_CLASSES + k]);
+        rp_append(b, to_new ? g2 : g, i, b->rp_row[i][k]);
         i = next;
     }
     return g2;
@@ -101,8 +111,45 @@ static int32_t rp_split(balanced *b, int32_t g, int32_t *groups)
 /* Widen trial group g (one sequence) to size2. */
 static void rp_widen(balanced *b, int32_t g, int32_t size2)
 {
-    b->rp_load[g] = b->rp_cost[(size_t)b->rp_head[g] * NUM_CLASSES + dcp__balanced_class_of(size2)];
+    b->rp_load[g] = b->rp_row[b->rp_head[g]][dcp__balanced_class_of(size2)];
     b->rp_size[g] = size2;
+}
+
+/*
+ * The first x in [0, len) with load[seg[x]] <= v (len when none), where seg is
+ * ordered by load descending: an exponential search from `hint` (the answer
+ * is usually near the last one), then halving.  The same answer as halving
+ * the whole range, in fewer reads.
+ */
+static inline int32_t first_at_most(const int64_t *load, const int32_t *seg, int32_t len, int64_t v, int32_t hint)
+{
+    if (len <= 0) return 0;
+    if (hint < 0) hint = 0;
+    if (hint >= len) hint = len - 1;
+    int32_t below, at; /* load[seg[below]] > v (or below = -1), load[seg[at]] <= v (or at = len) */
+    if (load[seg[hint]] <= v) {
+        at = hint;
+        int32_t step = 1;
+        while (at - step >= 0 && load[seg[at - step]] <= v) {
+            at -= step;
+            step *= 2;
+        }
+        below = at - step >= 0 ? at - step : -1;
+    } else {
+        below = hint;
+        int32_t step = 1;
+        while (below + step < len && load[seg[below + step]] > v) {
+            below += step;
+            step *= 2;
+        }
+        at = below + step < len ? below + step : len;
+    }
+    while (at - below > 1) {
+        int32_t mid = below + (at - below) / 2;
+        if (load[seg[mid]] <= v) at = mid;
+        else below = mid;
+    }
+    return at;
 }
 
 /*
@@ -116,10 +163,10 @@ static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *
 {
     enum { WIDER = 4, LOOK = 16 };
     const int32_t N = b->num_ranks, limit = b->repack_limit;
-    int32_t groups = 0, ranks = 0, seg_len[NUM_CLASSES] = {0};
+    int32_t groups = 0, ranks = 0, seg_len[NUM_CLASSES] = {0}, seg_hint[NUM_CLASSES] = {0};
     b->polish_work -= count;
     for (int32_t i = 0; i < count; i++) {
-        const int64_t *row = b->rp_cost + (size_t)i * NUM_CLASSES;
+        const int64_t *row = b->rp_row[i];
         int32_t p = b->rp_items[i], s = b->len[p];
         int k = 0;
         while (k < NUM_CLASSES && row[k] > level) k++;
@@ -140,12 +187,8 @@ static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *
             int64_t c = row[k2];
             if (c > level || seg_len[k2] == 0) continue;
             const int32_t *seg = b->rp_seg + (size_t)k2 * limit;
-            int32_t lo = 0, hi = seg_len[k2]; /* loads descending: the first with load <= level - c */
-            while (lo < hi) {
-                int32_t mid = lo + (hi - lo) / 2;
-                if (b->rp_load[seg[mid]] > level - c) lo = mid + 1;
-                else hi = mid;
-            }
+            /* loads descending: the first with load <= level - c */
+            const int32_t lo = seg_hint[k2] = first_at_most(b->rp_load, seg, seg_len[k2], level - c, seg_hint[k2]);
             for (int32_t x = lo; x < seg_len[k2] && x < lo + LOOK; x++) {
                 int32_t g = seg[x];
                 if (b->rp_tokens[g] + s > (int64_t)b->rp_size[g] * b->max_seqlen) continue;
@@ -182,12 +225,8 @@ static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *
          */
         int32_t *seg = b->rp_seg + (size_t)best_class * limit;
         const int64_t load = b->rp_load[best];
-        int32_t lo = 0, hi = best_at; /* the first of seg[0, best_at) lighter than the group */
-        while (lo < hi) {
-            int32_t mid = lo + (hi - lo) / 2;
-            if (b->rp_load[seg[mid]] < load) hi = mid;
-            else lo = mid + 1;
-        }
+        /* the first of seg[0, best_at) lighter than the group */
+        const int32_t lo = first_at_most(b->rp_load, seg, best_at, load - 1, best_at - 1);
         memmove(seg + lo + 1, seg + lo, (size_t)(best_at - lo) * sizeof *seg);
         seg[lo] = best;
     }
@@ -272,7 +311,7 @@ static int64_t repack_fill(balanced *b, int32_t *num_groups, int32_t free_ranks)
             } else {
                 int32_t size2 = dcp__balanced_next_size(size, N);
                 if (size2 == 0 || size2 - size > free_ranks) continue;
-                after = b->rp_cost[(size_t)b->rp_head[j] * NUM_CLASSES + dcp__balanced_class_of(size2)];
+                after = b->rp_row[b->rp_head[j]][dcp__balanced_class_of(size2)];
             }
             int64_t others = j == top ? second : b->rp_load[top];
             int64_t level = after > others ? after : others;
@@ -299,24 +338,47 @@ static int64_t repack_fill(balanced *b, int32_t *num_groups, int32_t free_ranks)
     return level;
 }
 
-/* Ascending sort of `count` positions in rp_items (merge sort through sort_a / sort_b). */
+/*
+ * Ascending sort of `count` (distinct) positions in rp_items: through a
+ * bitset when they are dense in their range (a microbatch's sequences mostly
+ * are), else a merge sort through sort_b.  The bitset is left all zero.
+ */
 static void sort_positions(balanced *b, int32_t count)
 {
-    int32_t *src = b->rp_items, *dst = b->sort_b;
+    int32_t *items = b->rp_items, lo = INT32_MAX, hi = -1;
+    for (int32_t i = 0; i < count; i++) {
+        if (items[i] < lo) lo = items[i];
+        if (items[i] > hi) hi = items[i];
+    }
+    if (count > 0 && (hi / 64 - lo / 64) <= 4 * (int64_t)count) {
+        uint64_t *bits = b->rp_bits;
+        for (int32_t i = 0; i < count; i++) bits[items[i] / 64] |= (uint64_t)1 << (items[i] % 64);
+        int32_t out = 0;
+        for (int32_t w = lo / 64; w <= hi / 64; w++) {
+            uint64_t word = bits[w];
+            bits[w] = 0;
+            while (word) {
+                items[out++] = w * 64 + __builtin_ctzll(word);
+                word &= word - 1;
+            }
+        }
+        return;
+    }
+    int32_t *src = items, *dst = b->sort_b;
     for (int32_t width = 1; width < count; width *= 2) {
-        for (int32_t lo = 0; lo < count; lo += 2 * width) {
-            int32_t mid = lo + width < count ? lo + width : count;
-            int32_t hi = lo + 2 * width < count ? lo + 2 * width : count;
-            int32_t i = lo, j = mid, o = lo;
-            while (i < mid && j < hi) dst[o++] = src[j] < src[i] ? src[j++] : src[i++];
+        for (int32_t lo2 = 0; lo2 < count; lo2 += 2 * width) {
+            int32_t mid = lo2 + width < count ? lo2 + width : count;
+            int32_t end = lo2 + 2 * width < count ? lo2 + 2 * width : count;
+            int32_t i = lo2, j = mid, o = lo2;
+            while (i < mid && j < end) dst[o++] = src[j] < src[i] ? src[j++] : src[i++];
             while (i < mid) dst[o++] = src[i++];
-            while (j < hi) dst[o++] = src[j++];
+            while (j < end) dst[o++] = src[j++];
         }
         int32_t *t = src;
         src = dst;
         dst = t;
     }
-    if (src != b->rp_items) memcpy(b->rp_items, src, (size_t)count * sizeof *src);
+    if (src != items) memcpy(items, src, (size_t)count * sizeof *src);
 }
 
 /*
@@ -426,7 +488,7 @@ static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_th
     for (int32_t i = 0; i < count; i++) {
         int32_t p = b->rp_items[i], g = real[b->rp_of[i]];
         b->cp[p] = b->g_cp[g];
-        b->cost[p] = b->rp_cost[(size_t)i * NUM_CLASSES + dcp__balanced_class_of(b->g_cp[g])];
+        b->cost[p] = b->rp_row[i][dcp__balanced_class_of(b->g_cp[g])];
         dcp__balanced_group_add(b, g, p, b->cost[p]);
     }
     return level;
