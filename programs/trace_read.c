@@ -521,12 +521,16 @@ static int ends_with(const char *s, const char *suffix)
 
 enum format { FORMAT_AUTO, FORMAT_TEXT, FORMAT_CSV, FORMAT_JSONL };
 
+/* A CSV trace whose first line is not its header (blank, or no line at all). */
+static int missing_csv_header(const reader *r)
+{
+    return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:1: expected a CSV header line naming the columns", r->name);
+}
+
 /* The error for blank lines (the first at line first_blank) followed by more input. */
 static int blank_line_error(const reader *r, enum format kind, int csv_index, int32_t first_blank)
 {
-    if (kind == FORMAT_CSV && csv_index < 0)
-        return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:1: expected a CSV header line naming the columns",
-                            r->name);
+    if (kind == FORMAT_CSV && csv_index < 0) return missing_csv_header(r);
     return dcp_cli_fail(DCP_EXIT_INPUT, r->command, "%s:%d: empty line (%s)", r->name, first_blank,
                         kind == FORMAT_TEXT  ? "every line holds one length; ids are line numbers"
                         : kind == FORMAT_CSV ? "every row is one sequence"
@@ -622,7 +626,7 @@ int dcp_cli_trace_read(const char *command, const char *path, const char *format
     free(src.buf);
     if (st == DCP_EXIT_OK && kind == FORMAT_AUTO && column) kind = FORMAT_CSV; /* nothing but blank lines */
     if (st == DCP_EXIT_OK && kind == FORMAT_CSV && csv_index < 0)
-        st = dcp_cli_fail(DCP_EXIT_INPUT, command, "%s:1: expected a CSV header line naming the columns", r.name);
+        st = missing_csv_header(&r);
     if (st == DCP_EXIT_OK && trace->count == 0)
         st = dcp_cli_fail(DCP_EXIT_INPUT, command, "%s: empty trace: no sequence lengths", name);
     if (st != DCP_EXIT_OK) dcp_cli_trace_free(trace);
