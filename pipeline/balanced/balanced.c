@@ -75,7 +75,7 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->rp_memo = DCP_ARENA_NEW(a, repack_memo, REPACK_MEMO);
     int64_t table_n = 16 * (int64_t)num_ranks - 1;
     if (table_n > n) table_n = n;
-    if (table_n > COST_TABLE_MAX) table_n = COST_TABLE_MAX; /* longer calls compute the other rows as they go */
+    if (n > COST_TABLE_WHOLE && table_n > COST_TABLE_MAX) table_n = COST_TABLE_MAX; /* the other rows are computed as they go */
     b->table_n = (int32_t)table_n;
     b->cost_table = DCP_ARENA_NEW(a, int64_t, dcp__size_mul((size_t)table_n, NUM_CLASSES));
     b->cost_cheapest = DCP_ARENA_NEW(a, int64_t, (size_t)table_n);

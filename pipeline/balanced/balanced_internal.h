@@ -112,8 +112,13 @@ enum { MAX_LOG2_RANKS = 20, NUM_CLASSES = MAX_LOG2_RANKS + 2, FULL_CLASS = MAX_L
 /* Largest microbatch (in sequences) that is repacked: the repacking is quadratic in it. */
 enum { REPACK_MAX = 4096 };
 
-/* Positions the cost table holds at most (1.6 MiB): the workspace stays within 256 bytes a sequence and rank. */
-enum { COST_TABLE_MAX = 8192 };
+/*
+ * Positions the cost table holds: every one in calls of up to COST_TABLE_WHOLE
+ * sequences (3.2 MiB at most), the first COST_TABLE_MAX (1.6 MiB) in longer
+ * ones, so that the workspace at 131,072 sequences on 65,536 ranks stays
+ * within 256 bytes a sequence and rank.
+ */
+enum { COST_TABLE_WHOLE = 16384, COST_TABLE_MAX = 8192 };
 
 /*
  * The local search's work per sequence (balanced_descent.c): with few
@@ -284,7 +289,7 @@ typedef struct balanced {
      * local search ask for them over and over); later positions' are computed
      * where they are needed.
      */
-    int32_t table_n;        /* min(n, 16N - 1, COST_TABLE_MAX), 200 bytes each */
+    int32_t table_n;        /* min(n, 16N - 1), at most COST_TABLE_MAX above COST_TABLE_WHOLE; 200 bytes each */
     int table_ready;        /* the call uses the table (few sequences per rank) */
     int64_t *cost_table;    /* [table_n * NUM_CLASSES]: INT64_MAX where the size does not fit */
     int64_t *cost_cheapest; /* [table_n]: -1 until the row is computed */
