@@ -114,7 +114,7 @@ enum { REPACK_MAX = 4096 };
 
 /*
  * Positions the cost table holds: every one in calls of up to COST_TABLE_WHOLE
- * sequences (3.2 MiB at most), the first COST_TABLE_MAX (1.6 MiB) in longer
+ * sequences (3.1 MiB at most), the first COST_TABLE_MAX (1.6 MiB) in longer
  * ones, so that the workspace at 131,072 sequences on 65,536 ranks stays
  * within 256 bytes a sequence and rank.
  */
