@@ -567,6 +567,58 @@ DCP_TEST(plans_allocate_nothing_and_repeat_exactly)
     }
 }
 
+/*
+ * A plan is a function of the lengths and the configuration only, never of
+ * what an earlier call left in the scratch: the same batch planned in a
+ * workspace filled with zeros, in one filled with another byte, and again
+ * after another batch in that one, is the same plan.  2048 ranks with few
+ * sequences per rank take the pooled packing (balanced_pool.c), whose bucket
+ * bitmaps live in the scratch; 128 ranks take the passes.
+ */
+DCP_TEST(plans_do_not_depend_on_what_the_scratch_held)
+{
+    static int32_t a[16384], other[16384];
+    rng_state = DCP_TEST_RNG_SEED;
+    for (int32_t i = 0; i < 16384; i++) {
+        a[i] = rng_range(256, 8000);
+        other[i] = rng_range(256, 30000);
+    }
+    static const struct {
+        int32_t ranks, n;
+    } cases[] = {{2048, 16384}, {2048, 4096}, {128, 1024}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        small_config sc = {cases[c].ranks, 8192, 1, 0, 0, cases[c].n, DCP_SCHEDULER_BALANCED};
+        dcp_config cfg = config_of(&sc);
+        size_t need = 0;
+        DCP_REQUIRE_OK(dcp_workspace_size(&cfg, &need));
+        unsigned char *memory[2] = {malloc(need), malloc(need)};
+        DCP_REQUIRE(memory[0] && memory[1]);
+        memset(memory[0], 0, need);
+        memset(memory[1], 0xa5, need);
+        dcp_context *ctx[2] = {NULL, NULL};
+        uint64_t hash[2] = {0, 0};
+        for (int w = 0; w < 2; w++) {
+            DCP_REQUIRE_OK(dcp_context_init_static(memory[w], need, &cfg, &ctx[w]));
+            DCP_REQUIRE_OK(plan_makespan(ctx[w], a, cases[c].n, NULL, &hash[w]));
+        }
+        if (hash[0] != hash[1])
+            dcp_test_fail(__FILE__, __LINE__, "%d ranks, %d sequences: %016llx in a zeroed workspace, %016llx in a 0xa5 one",
+                          cases[c].ranks, cases[c].n, (unsigned long long)hash[0], (unsigned long long)hash[1]);
+        for (int round = 0; round < 2; round++) {
+            uint64_t again = 0;
+            DCP_REQUIRE_OK(plan_makespan(ctx[1], other, cases[c].n, NULL, NULL));
+            DCP_REQUIRE_OK(plan_makespan(ctx[1], a, cases[c].n, NULL, &again));
+            if (again != hash[0])
+                dcp_test_fail(__FILE__, __LINE__, "%d ranks, %d sequences: %016llx after another batch, %016llx before",
+                              cases[c].ranks, cases[c].n, (unsigned long long)again, (unsigned long long)hash[0]);
+        }
+        dcp_context_destroy(ctx[0]);
+        dcp_context_destroy(ctx[1]);
+        free(memory[0]);
+        free(memory[1]);
+    }
+}
+
 DCP_TEST(scratch_size_is_an_exact_bound)
 {
     /* the whole batch at the configured maximum: the scheduler's arena of exactly its scratch size suffices */

@@ -431,10 +431,17 @@ static int pool_fill(balanced *b)
     return 1;
 }
 
-/* Before the first pooled pass of a call: the cost cache cleared. */
+/*
+ * Before the first pooled pass of a call: the cost cache and the bucket
+ * bitmaps cleared.  A trial clears only the bitmaps its summary marks, and
+ * the scratch holds whatever the call before left there: a stale bit would
+ * hand out a stale bucket head, so the plan would depend on that call.
+ */
 void dcp__balanced_pool_prepare(balanced *b)
 {
     memset(b->pk_cost, 0xff, (size_t)b->n * POOL_WINDOW * sizeof *b->pk_cost);
+    memset(b->pk_bits, 0, (size_t)NUM_CLASSES * (POOL_BUCKETS / 64) * sizeof *b->pk_bits);
+    memset(b->pk_summary, 0, sizeof b->pk_summary);
     for (int32_t p = 0; p < b->n; p++) b->pk_k0[p] = (int8_t)dcp__balanced_class_of(b->min_cp[p]);
     for (int k = 0; k < NUM_CLASSES; k++) {
         int k2 = k + 1;
