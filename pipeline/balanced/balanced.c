@@ -262,21 +262,24 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
     const __int128 bound = b.min_work / b.num_ranks + (__int128)((b.total_tokens + capacity - 1) / capacity) *
                                                           b.model->microbatch_overhead;
     /*
-     * Few sequences per rank on many ranks (a power of two): first the pooled
-     * packing (balanced_pool.c) for the least microbatch count.  When its plan
-     * is within 1/16 of the bound for that count (the GPU time at minimal
-     * sizes over its ranks, or the dearest sequence's cheapest cost, whichever
-     * is higher, plus the overheads) the passes are skipped; else the pooled
-     * packing for one microbatch more is kept as a candidate and the passes
-     * run as they would without it (they cost most there, and are needed
-     * where lengths are far apart: one level for all is a poor fit when a few
-     * sequences cost far more than the rest).  Both pooled searches give up
-     * when the floor needs more than 17/16 of the ranks (pool_search): such a
+     * Few sequences per rank on a power of two of ranks: first the pooled
+     * packing (balanced_pool.c) for the least microbatch count and one more,
+     * each kept as a candidate.  On many ranks (POOL_MIN_RANKS and more),
+     * when the plan for the least count is within 1/16 of the bound for that
+     * count (the GPU time at minimal sizes over its ranks, or the dearest
+     * sequence's cheapest cost, whichever is higher, plus the overheads) the
+     * passes are skipped (they cost most there); else they run as they would
+     * without it (they are needed where lengths are far apart: one level for
+     * all is a poor fit when a few sequences cost far more than the rest).
+     * On fewer ranks the passes always run: the pooled plan costs a few
+     * passes' time and is the best plan on some batches, but within 1/16 of
+     * its bound is not close enough there.  Both pooled searches give up when
+     * the floor needs more than 17/16 of the ranks (pool_search): such a
      * pooled plan sits far above its bound, and on no row of the benchmark
      * was one kept, while its search took up to a third of the call.
      */
     int pooled_done = 0;
-    if (b.dense && b.num_ranks >= POOL_MIN_RANKS && (b.num_ranks & (b.num_ranks - 1)) == 0) {
+    if (b.dense && (b.num_ranks & (b.num_ranks - 1)) == 0) {
         dcp__balanced_pool_prepare(&b);
         for (int t = 0; t < 2 && !pooled_done; t++) {
             const int64_t k = k0 + (int64_t)t * b.vpp;
@@ -293,7 +296,7 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
             if (b.pk_floor > level) level = b.pk_floor;
             const __int128 near = (level + b.model->microbatch_overhead) * b.num_mbs;
             /* only the least count is trusted: needing more is the sign of lengths far apart */
-            pooled_done = t == 0 && (__int128)makespan * 16 <= near * 17;
+            pooled_done = b.num_ranks >= POOL_MIN_RANKS && t == 0 && (__int128)makespan * 16 <= near * 17;
         }
     }
     /*

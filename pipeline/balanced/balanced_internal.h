@@ -50,12 +50,13 @@
  * up); finally all groups are dealt, by load, into the microbatches again
  * (for equal sizes that order minimises the sum of maxima).
  *
- * Few sequences per rank on many ranks (at least POOL_MIN_RANKS, a power of
- * two) start with the pooled packing (balanced_pool.c): every sequence
- * packed at once under one level into the ranks of the least microbatch
- * count, by a best-fit packing whose level is found by false position on the
- * ranks it needs; within 1/16 of that count's bound it is the plan and the
- * passes are skipped (they cost most there), else they run as above.
+ * Few sequences per rank on a power of two of ranks start with the pooled
+ * packing (balanced_pool.c): every sequence packed at once under one level
+ * into the ranks of the least microbatch count (and of one more), by a
+ * best-fit packing whose level is found by false position on the ranks it
+ * needs; its plans are candidates like the passes'.  On at least
+ * POOL_MIN_RANKS ranks, within 1/16 of that count's bound it is the plan and
+ * the passes are skipped (they cost most there), else they run as above.
  *
  * Last, a local search (balanced_descent.c) lowers microbatch levels one
  * move or swap of a sequence at a time, never raising any: on every kept
@@ -171,7 +172,7 @@ enum { POOL_UNLINKED = -2 };
 /* The pooled packing: classes above a position's minimal one whose costs are cached, room buckets per class. */
 enum { POOL_WINDOW = 4, POOL_BUCKETS = 1024 };
 
-/* Few sequences per rank on at least this many ranks (a power of two): the pooled packing first. */
+/* Few sequences per rank on at least this many ranks: a pooled plan near its bound is the plan, no pass runs. */
 enum { POOL_MIN_RANKS = 2048 };
 
 /*
@@ -338,9 +339,8 @@ typedef struct balanced {
     int64_t pk_level;                           /* the level of the trial under way */
     int pk_shift;                               /* its rooms' shift to a bucket */
     int32_t pk_shortest;                        /* the shortest length: a group with fewer free tokens is full */
-    int pk_count_all;                           /* a trial goes on past the capacity (to count the ranks it needs) */
     int pk_ready;                               /* the cache is in use this call */
-    int64_t pk_floor;                           /* the dearest sequence's cheapest cost */
+    int64_t pk_floor;                           /* the dearest sequence's cheapest cost (set by the preparation) */
 
     /*
      * The local search (balanced_descent.c): per-microbatch max-heaps of

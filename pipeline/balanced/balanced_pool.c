@@ -180,12 +180,14 @@ static int32_t pool_find(balanced *b, int k, int64_t c, int32_t s)
 }
 
 /*
- * One trial: pack every position (longest first) under `level` on at most
- * `capacity` ranks.  Returns the ranks used, or capacity + 1 (the trial
- * groups are then partial).  The groups are left in pk_* (*num_groups), each
- * position's group in pk_of.
+ * One trial: pack every position (longest first) under `level` on
+ * `capacity` ranks.  Returns the ranks used; once they pass `stop_at` the
+ * trial ends there and returns them so far (the trial groups are then
+ * partial), and capacity + 1 when some position fits no size under the
+ * level.  The groups are left in pk_* (*num_groups), each position's group
+ * in pk_of.
  */
-static int64_t pool_trial(balanced *b, int64_t level, int64_t capacity, int32_t *num_groups)
+static int64_t pool_trial(balanced *b, int64_t level, int64_t capacity, int64_t stop_at, int32_t *num_groups)
 {
     int32_t groups = 0;
     int64_t ranks = 0;
@@ -221,7 +223,7 @@ static int64_t pool_trial(balanced *b, int64_t level, int64_t capacity, int32_t 
         if (best < 0) {
             const int32_t size = dcp__balanced_class_size(b, k);
             ranks += size;
-            if (ranks > capacity && !b->pk_count_all) return capacity + 1;
+            if (ranks > stop_at) return ranks;
             best = groups++;
             pool_group *x = &b->pk_grp[best];
             x->size = size;
@@ -266,18 +268,7 @@ static int64_t pool_search(balanced *b, int64_t capacity, int32_t *num_groups)
      * (the least GPU time each sequence can take, when its cost grows no
      * faster than its size shrinks, as with the default model).
      */
-    int64_t lo = 0;
-    for (int32_t p = 0; p < b->n; p++) {
-        const int k0 = pool_min_class(b, p);
-        int64_t cheapest = INT64_MAX;
-        if (b->min_cost[p] <= lo) continue; /* its cheapest cost is at most this: it cannot raise the floor */
-        for (int k = k0; k < NUM_CLASSES; k = pool_next_class(b, k)) {
-            const int64_t c = pool_cost(b, p, k);
-            if (c < cheapest) cheapest = c;
-        }
-        if (cheapest != INT64_MAX && cheapest > lo) lo = cheapest;
-    }
-    b->pk_floor = lo;
+    int64_t lo = b->pk_floor;
     const int64_t work_floor = dcp__balanced_ceil_div128(b->min_work, capacity);
     if (work_floor > lo) lo = work_floor;
     /*
@@ -290,31 +281,29 @@ static int64_t pool_search(balanced *b, int64_t capacity, int32_t *num_groups)
      * level that fitted are kept (pk_keep_*), so no trial is repeated.
      */
     int32_t groups = 0;
-    b->pk_count_all = 1;
-    int64_t need_lo = pool_trial(b, lo, capacity, &groups);
-    if (need_lo <= capacity) {
-        pool_keep(b, groups);
-        *num_groups = groups;
-        b->pk_count_all = 0;
-        return lo;
-    }
     /*
      * A floor that needs more than 17/16 of the ranks ends the search: the
      * level must rise by about as much, past where the plan would be kept
-     * as it is (balanced.c).
+     * as it is (balanced.c).  So the floor's trial stops there.
      */
-    if ((__int128)need_lo * 16 > (__int128)capacity * 17) {
-        b->pk_count_all = 0;
-        return -1;
+    const int64_t give_up = (int64_t)((__int128)capacity * 17 / 16);
+    int64_t need_lo = pool_trial(b, lo, capacity, give_up, &groups);
+    if (need_lo <= capacity) {
+        pool_keep(b, groups);
+        *num_groups = groups;
+        return lo;
     }
+    if (need_lo > give_up) return -1;
     int64_t hi = dcp__balanced_clamp128((__int128)lo * need_lo / capacity + 1), need_hi;
     for (int grow = 0;; grow++) {
-        need_hi = pool_trial(b, hi, capacity, &groups);
+        need_hi = pool_trial(b, hi, capacity, INT64_MAX, &groups);
         if (need_hi <= capacity) break;
-        if (grow >= POOL_GROW || hi >= INT64_MAX / 2) {
-            b->pk_count_all = 0;
-            return -1;
-        }
+        /*
+         * The ranks needed should fall as the level rises: a step up that
+         * needs more is the sign of a batch one level fits badly (token
+         * room, not load, binds), and growing on would only run trials.
+         */
+        if (grow >= POOL_GROW || hi >= INT64_MAX / 2 || need_hi > need_lo) return -1;
         lo = hi;
         need_lo = need_hi;
         hi += (hi >> (grow < 6 ? 6 - grow : 0)) + 1; /* steps of 1/64, 1/32, ... then doubling */
@@ -332,7 +321,7 @@ static int64_t pool_search(balanced *b, int64_t capacity, int32_t *num_groups)
         if (t < lo + margin) t = lo + margin;
         if (t > hi - margin) t = hi - margin;
         if (t <= lo || t >= hi) break;
-        const int64_t need = pool_trial(b, t, capacity, &groups);
+        const int64_t need = pool_trial(b, t, capacity, INT64_MAX, &groups);
         if (need <= capacity) {
             pool_keep(b, groups);
             best = hi = t;
@@ -346,7 +335,6 @@ static int64_t pool_search(balanced *b, int64_t capacity, int32_t *num_groups)
             side = -1;
         }
     }
-    b->pk_count_all = 0;
     *num_groups = b->pk_keep_groups;
     return best;
 }
@@ -450,6 +438,18 @@ void dcp__balanced_pool_prepare(balanced *b)
     }
     b->pk_shortest = b->n > 0 ? b->len[b->n - 1] : 1;
     b->pk_ready = 1;
+    /* the dearest sequence's cheapest cost, over every size it fits: no level below it fits */
+    int64_t floor = 0;
+    for (int32_t p = 0; p < b->n; p++) {
+        int64_t cheapest = INT64_MAX;
+        if (b->min_cost[p] <= floor) continue; /* its cheapest cost is at most this: it cannot raise the floor */
+        for (int k = pool_min_class(b, p); k < NUM_CLASSES; k = pool_next_class(b, k)) {
+            const int64_t c = pool_cost(b, p, k);
+            if (c < cheapest) cheapest = c;
+        }
+        if (cheapest != INT64_MAX && cheapest > floor) floor = cheapest;
+    }
+    b->pk_floor = floor;
 }
 
 /* Position p's per-rank cost at CP size cp, through the cache. */
