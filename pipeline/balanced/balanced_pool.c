@@ -1,7 +1,9 @@
 /*
- * balanced_pool.c - the pooled packing, for few sequences per rank on many
- * ranks: every sequence packed at once under one level into the K * N ranks
- * of K microbatches, the groups then dealt into the microbatches.
+ * balanced_pool.c - the pooled packing, for few sequences per rank on a
+ * power of two of ranks: every sequence packed at once under one level into
+ * the K * N ranks of K microbatches, the groups then dealt into the
+ * microbatches.  Its plans are candidates beside the passes'; on many ranks
+ * one near its bound is the plan (balanced.c).
  *
  * With many ranks the construction passes cost too much (a pass walks
  * structures the size of N, and the repacking that follows it is quadratic in
