@@ -66,6 +66,14 @@ size_t dcp__assign_dynamic_cp_scratch_size(const dcp_config *config);
 dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch,
                                dcp_error *err);
 size_t dcp__assign_balanced_scratch_size(const dcp_config *config);
+/*
+ * dcp__assign_balanced with a switch for tests: with reuse_alignment 0, a pass
+ * whose VPP alignment changed its microbatch count runs again in full to merge
+ * down, instead of starting from its saved state; the plan must be the same.
+ * *realigned (unless NULL) counts the passes that started from the saved state.
+ */
+dcp_status dcp__assign_balanced_with(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err,
+                                     int reuse_alignment, int32_t *realigned);
 
 /* ---- gather ---- */
 size_t dcp__gather_scratch_size(const dcp_config *config);

@@ -11,9 +11,10 @@
 /*
  * Lay out the scratch for up to `n` sequences on `num_ranks` ranks (a
  * measuring arena gives the size); the dependency model's layout adds its
- * per-rank arrays at the end, so the barrier model's scratch is unchanged.
+ * per-rank arrays at the end, so the barrier model's scratch is unchanged,
+ * and a VPP group adds the state a pass keeps for its second alignment.
  */
-static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ranks, int dependency)
+static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ranks, int dependency, int vpp)
 {
     size_t un = (size_t)n;
     int32_t local = n < num_ranks ? n : num_ranks;
@@ -124,6 +125,27 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->pl_best_order = b->heap ? (int32_t *)b->heap + un : NULL;
     b->pl_order = b->mb_order;
     b->pl_block_cap = local;
+    int vpp_ok = 1;
+    memset(&b->before_vpp, 0, sizeof b->before_vpp);
+    if (vpp > 1) {
+        b->before_vpp.cp = DCP_ARENA_NEW(a, int32_t, un);
+        b->before_vpp.item_group = DCP_ARENA_NEW(a, int32_t, un);
+        b->before_vpp.item_next = DCP_ARENA_NEW(a, int32_t, un);
+        b->before_vpp.free_groups = DCP_ARENA_NEW(a, int32_t, un);
+        b->before_vpp.mb_free = DCP_ARENA_NEW(a, int32_t, un); /* after compaction a microbatch holds a group */
+        b->before_vpp.cost = DCP_ARENA_NEW(a, int64_t, un);
+        b->before_vpp.g_mb = DCP_ARENA_NEW(a, int32_t, un);
+        b->before_vpp.g_cp = DCP_ARENA_NEW(a, int32_t, un);
+        b->before_vpp.g_head = DCP_ARENA_NEW(a, int32_t, un);
+        b->before_vpp.g_tail = DCP_ARENA_NEW(a, int32_t, un);
+        b->before_vpp.g_count = DCP_ARENA_NEW(a, int32_t, un);
+        b->before_vpp.g_load = DCP_ARENA_NEW(a, int64_t, un);
+        b->before_vpp.g_tokens = DCP_ARENA_NEW(a, int64_t, un);
+        vpp_ok = b->before_vpp.cp && b->before_vpp.item_group && b->before_vpp.item_next && b->before_vpp.free_groups &&
+                 b->before_vpp.mb_free && b->before_vpp.cost && b->before_vpp.g_mb && b->before_vpp.g_cp &&
+                 b->before_vpp.g_head && b->before_vpp.g_tail && b->before_vpp.g_count && b->before_vpp.g_load &&
+                 b->before_vpp.g_tokens;
+    }
     int place_ok = 1;
     if (dependency) {
         b->pl_finish = DCP_ARENA_NEW(a, int64_t, (size_t)num_ranks);
@@ -133,7 +155,7 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
         b->pl_next = DCP_ARENA_NEW(a, int32_t, (size_t)local);
         place_ok = b->pl_finish && b->pl_max && b->pl_at && b->pl_blocks && b->pl_next;
     }
-    return place_ok && b->len && b->min_cp && b->run_end && b->next_cost && b->min_cost && b->cp && b->sizes_cp && b->sizes_cost && b->cost && b->order && b->class_list &&
+    return place_ok && vpp_ok && b->len && b->min_cp && b->run_end && b->next_cost && b->min_cost && b->cp && b->sizes_cp && b->sizes_cost && b->cost && b->order && b->class_list &&
            b->item_group && b->item_next && b->free_groups && b->g_mb && b->g_cp && b->g_head && b->g_tail && b->g_count &&
            b->g_load && b->g_tokens && b->g_key && b->mb_free && b->mb_cap && b->mb_level && b->mb_order &&
            b->mb_first && b->mb_groups && b->heap && b->park && b->cursor && b->local && kept_ok && b->sort_a && b->sort_b && b->saved_mb && b->alive_next && b->g_slot && b->room_tree && b->rp_items && b->rp_of &&
@@ -148,7 +170,8 @@ size_t dcp__assign_balanced_scratch_size(const dcp_config *config)
     dcp_arena measure;
     dcp__arena_init_measure(&measure);
     if (!balanced_layout(&b, &measure, config->max_sequences, dcp_config_num_ranks(config),
-                         config->cost.step_model == DCP_STEP_MODEL_DEPENDENCY))
+                         config->cost.step_model == DCP_STEP_MODEL_DEPENDENCY,
+                         config->microbatch_group_size_per_vp_stage))
         return SIZE_MAX;
     return measure.used;
 }
@@ -159,7 +182,9 @@ static int best_at_bound(const balanced *b, int64_t least) { return b->num_kept 
 /*
  * Run one pass (and, when its microbatch count had to be aligned to the VPP
  * group, the same pass merging down instead of splitting up) and keep its
- * plan if it is the best so far and fits max_microbatches.
+ * plan if it is the best so far and fits max_microbatches.  The second run
+ * starts from the first one's state before its alignment where that state is
+ * exactly what running the pass again would build (dcp__balanced_can_realign).
  */
 static void try_pass(balanced *b, int sequential, int64_t target, const int64_t widen[2], int32_t max_microbatches,
                      int *over_capacity)
@@ -168,7 +193,15 @@ static void try_pass(balanced *b, int sequential, int64_t target, const int64_t 
         sequential ? dcp__balanced_sequential_pass : dcp__balanced_lpt_pass;
     for (int merge_down = 0; merge_down < 2; merge_down++) {
         b->vpp_misaligned = 0;
-        int64_t makespan = pass(b, target, widen[0], widen[1], merge_down);
+        int64_t makespan;
+        if (merge_down && b->reuse_alignment && dcp__balanced_can_realign(b)) {
+            makespan = dcp__balanced_realign_pass(b);
+            b->num_realigned++;
+        } else {
+            b->before_vpp.saved = 0;
+            b->before_vpp.pass_start = b->polish_work;
+            makespan = pass(b, target, widen[0], widen[1], merge_down);
+        }
         if (makespan >= 0) {
             if (b->num_mbs > max_microbatches) *over_capacity = 1;
             else dcp__balanced_keep_plan(b, makespan, -1);
@@ -179,11 +212,19 @@ static void try_pass(balanced *b, int sequential, int64_t target, const int64_t 
 
 dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err)
 {
+    return dcp__assign_balanced_with(in, plan, scratch, err, 1, NULL);
+}
+
+dcp_status dcp__assign_balanced_with(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err,
+                                     int reuse_alignment, int32_t *realigned)
+{
     const dcp_config *c = in->config;
     balanced b;
     memset(&b, 0, sizeof b);
+    b.reuse_alignment = reuse_alignment;
     b.dependency = c->cost.step_model == DCP_STEP_MODEL_DEPENDENCY;
-    if (!balanced_layout(&b, scratch, in->num_sequences, in->num_ranks, b.dependency))
+    if (!balanced_layout(&b, scratch, in->num_sequences, in->num_ranks, b.dependency,
+                         c->microbatch_group_size_per_vp_stage))
         return dcp__fail(err, DCP_ERR_CAPACITY, "balanced scratch too small for %d sequences on %d ranks",
                         in->num_sequences, in->num_ranks);
     b.n = in->num_sequences;
@@ -339,6 +380,7 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
             if (b.kept[j].makespan < b.kept[best].makespan) best = j;
         dcp__balanced_descend_plan(&b, best, DESCENT_WORK_MANY * (int64_t)b.n);
     }
+    if (realigned) *realigned = b.num_realigned;
     if (b.num_kept == 0 && over_capacity)
         return dcp__fail(err, DCP_ERR_CAPACITY, "balanced: the plan needs more than max_microbatches = %d microbatches",
                         plan->max_microbatches);

@@ -240,6 +240,50 @@ static int fix_vpp_multiple(balanced *b, int merge_down)
     }
 }
 
+/* The end of a pass from its VPP alignment on: align, regroup; the exact makespan or -1. */
+static int64_t finish_alignment(balanced *b, int merge_down)
+{
+    int32_t live = 0;
+    b->vpp_misaligned = 0;
+    if (b->vpp > 1) {
+        dcp__balanced_evaluate(b, &live);
+        b->vpp_misaligned = live % b->vpp != 0;
+        if (!fix_vpp_multiple(b, merge_down)) return -1;
+        dcp__balanced_compact_mbs(b);
+    }
+    int64_t makespan = dcp__balanced_evaluate(b, &live);
+    makespan = regroup(b, makespan, live);
+    return makespan;
+}
+
+/*
+ * The state a pass has built before its VPP alignment, kept for the same pass
+ * merging down (dcp__balanced_realign_pass), and what it charged to the
+ * polishing budget so far.
+ */
+static void save_before_alignment(balanced *b)
+{
+    const size_t n = (size_t)b->n, groups = (size_t)b->num_groups;
+    memcpy(b->before_vpp.cp, b->cp, n * sizeof *b->cp);
+    memcpy(b->before_vpp.cost, b->cost, n * sizeof *b->cost);
+    memcpy(b->before_vpp.item_group, b->item_group, n * sizeof *b->item_group);
+    memcpy(b->before_vpp.item_next, b->item_next, n * sizeof *b->item_next);
+    memcpy(b->before_vpp.g_mb, b->g_mb, groups * sizeof *b->g_mb);
+    memcpy(b->before_vpp.g_cp, b->g_cp, groups * sizeof *b->g_cp);
+    memcpy(b->before_vpp.g_head, b->g_head, groups * sizeof *b->g_head);
+    memcpy(b->before_vpp.g_tail, b->g_tail, groups * sizeof *b->g_tail);
+    memcpy(b->before_vpp.g_count, b->g_count, groups * sizeof *b->g_count);
+    memcpy(b->before_vpp.g_load, b->g_load, groups * sizeof *b->g_load);
+    memcpy(b->before_vpp.g_tokens, b->g_tokens, groups * sizeof *b->g_tokens);
+    memcpy(b->before_vpp.free_groups, b->free_groups, (size_t)b->num_free_groups * sizeof *b->free_groups);
+    memcpy(b->before_vpp.mb_free, b->mb_free, (size_t)b->num_mbs * sizeof *b->mb_free);
+    b->before_vpp.num_groups = b->num_groups;
+    b->before_vpp.num_free_groups = b->num_free_groups;
+    b->before_vpp.num_mbs = b->num_mbs;
+    b->before_vpp.charge = b->before_vpp.pass_start - b->polish_work;
+    b->before_vpp.saved = 1;
+}
+
 /* The common end of a pass: fill free ranks, repack, merge, VPP, regroup; the exact makespan or -1. */
 int64_t dcp__balanced_finish_pass(balanced *b, int merge_down)
 {
@@ -253,17 +297,47 @@ int64_t dcp__balanced_finish_pass(balanced *b, int merge_down)
         }
         dcp__balanced_compact_mbs(b);
     }
-    int32_t live = 0;
-    b->vpp_misaligned = 0;
-    if (b->vpp > 1) {
-        dcp__balanced_evaluate(b, &live);
-        b->vpp_misaligned = live % b->vpp != 0;
-        if (!fix_vpp_multiple(b, merge_down)) return -1;
-        dcp__balanced_compact_mbs(b);
-    }
-    int64_t makespan = dcp__balanced_evaluate(b, &live);
-    makespan = regroup(b, makespan, live);
-    return makespan;
+    if (b->vpp > 1 && b->before_vpp.cp) save_before_alignment(b);
+    return finish_alignment(b, merge_down);
+}
+
+/*
+ * Whether the pass that just ran can merge down from its saved state instead of
+ * running again.  Running it again builds the same state before the alignment
+ * (the construction and repair read nothing the alignment changed) and charges
+ * the polishing budget the same amount, provided the budget stays positive
+ * throughout, as every repacking search then runs, or is taken from the
+ * memory, as it did the first time: so exactly when the budget left exceeds
+ * that charge.
+ */
+int dcp__balanced_can_realign(const balanced *b)
+{
+    return b->before_vpp.saved && b->polish_work - b->before_vpp.charge > 0;
+}
+
+/* The pass that just ran, merging down from its saved state: its exact makespan or -1. */
+int64_t dcp__balanced_realign_pass(balanced *b)
+{
+    const size_t n = (size_t)b->n, groups = (size_t)b->before_vpp.num_groups;
+    memcpy(b->cp, b->before_vpp.cp, n * sizeof *b->cp);
+    memcpy(b->cost, b->before_vpp.cost, n * sizeof *b->cost);
+    memcpy(b->item_group, b->before_vpp.item_group, n * sizeof *b->item_group);
+    memcpy(b->item_next, b->before_vpp.item_next, n * sizeof *b->item_next);
+    memcpy(b->g_mb, b->before_vpp.g_mb, groups * sizeof *b->g_mb);
+    memcpy(b->g_cp, b->before_vpp.g_cp, groups * sizeof *b->g_cp);
+    memcpy(b->g_head, b->before_vpp.g_head, groups * sizeof *b->g_head);
+    memcpy(b->g_tail, b->before_vpp.g_tail, groups * sizeof *b->g_tail);
+    memcpy(b->g_count, b->before_vpp.g_count, groups * sizeof *b->g_count);
+    memcpy(b->g_load, b->before_vpp.g_load, groups * sizeof *b->g_load);
+    memcpy(b->g_tokens, b->before_vpp.g_tokens, groups * sizeof *b->g_tokens);
+    memcpy(b->free_groups, b->before_vpp.free_groups, (size_t)b->before_vpp.num_free_groups * sizeof *b->free_groups);
+    memcpy(b->mb_free, b->before_vpp.mb_free, (size_t)b->before_vpp.num_mbs * sizeof *b->mb_free);
+    b->num_groups = b->before_vpp.num_groups;
+    b->num_free_groups = b->before_vpp.num_free_groups;
+    b->num_mbs = b->before_vpp.num_mbs;
+    b->polish_work -= b->before_vpp.charge;
+    b->before_vpp.saved = 0;
+    return finish_alignment(b, 1);
 }
 
 /*

@@ -46,9 +46,11 @@
  * loaded group or widening a lone sequence; with fewer than 16 sequences per
  * rank every microbatch is repacked (binary search on its level, best-fit
  * packing under it) and microbatches are merged while that lowers the
- * makespan; the count is aligned to the VPP group (merging down or splitting
- * up); finally all groups are dealt, by load, into the microbatches again
- * (for equal sizes that order minimises the sum of maxima).
+ * makespan; the count is aligned to the VPP group (splitting up, and when
+ * that changed the count, the same pass again merging down: that second run
+ * starts from the first one's state before its alignment, see before_vpp);
+ * finally all groups are dealt, by load, into the microbatches again (for
+ * equal sizes that order minimises the sum of maxima).
  *
  * Few sequences per rank on a power of two of ranks start with the pooled
  * packing (balanced_pool.c): every sequence packed at once under one level
@@ -205,6 +207,25 @@ typedef struct balanced {
     int64_t join_num, join_den; /* extra GPU time allowed when a sequence joins a wider group */
     int dense;                  /* fewer than 16 sequences per rank */
     int vpp_misaligned;         /* the last pass needed fix_vpp_multiple() (balanced_finish.c) */
+    /*
+     * A pass whose microbatch count the VPP alignment had to change runs again,
+     * merging down instead of splitting up (balanced.c, try_pass), from the same
+     * construction, repair and repacking: their result is kept here before the
+     * first alignment, so the second only aligns (balanced_finish.c).  Laid out
+     * only with a VPP group; NULL arrays otherwise.
+     */
+    struct {
+        int32_t *cp, *item_group, *item_next, *free_groups, *mb_free;     /* [n] each */
+        int64_t *cost;                                                     /* [n] */
+        int32_t *g_mb, *g_cp, *g_head, *g_tail, *g_count;                 /* [n] each */
+        int64_t *g_load, *g_tokens;                                        /* [n] each */
+        int32_t num_groups, num_free_groups, num_mbs;
+        int64_t pass_start; /* polish_work when the pass began */
+        int64_t charge;     /* polishing budget the pass spent before its alignment */
+        int saved;          /* the arrays hold the state of the pass that just ran */
+    } before_vpp;
+    int reuse_alignment;    /* second runs start from before_vpp where they can (0 only in tests: full passes) */
+    int32_t num_realigned;  /* second runs that did */
     /* passes run so far: (sequential, target, CP-size signature); a repeat would give the same plan */
     struct {
         int sequential;
@@ -624,6 +645,8 @@ int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force);
 
 /* balanced_finish.c: the common end of a pass; polishing a kept plan */
 int64_t dcp__balanced_finish_pass(balanced *b, int merge_down);
+int dcp__balanced_can_realign(const balanced *b);
+int64_t dcp__balanced_realign_pass(balanced *b);
 int64_t dcp__balanced_finish_pool(balanced *b);
 void dcp__balanced_polish_plan(balanced *b, int slot, int32_t max_microbatches);
 void dcp__balanced_descend_plan(balanced *b, int slot, int64_t budget);
