@@ -713,6 +713,42 @@ DCP_TEST(bad_input_is_refused_and_the_context_stays_usable)
     dcp_context_destroy(ctx);
 }
 
+/*
+ * Bucket lengths[0..n) and plan them with dcp__assign_balanced_with() both ways
+ * (every second run in full, and from the saved state), in a workspace of
+ * exactly the stages' scratch; the statuses and plan hashes go to st[] and
+ * hash[], the passes that started from the saved state to *realigned.
+ */
+enum { VPP_MAX_N = 2560 };
+static void plan_both_ways(const dcp_config *c, const int32_t *lengths, int32_t n, int32_t ranks, dcp_status st[2],
+                           uint64_t hash[2], int32_t *realigned)
+{
+    static int32_t sorted[VPP_MAX_N], min_cp[VPP_MAX_N];
+    static int32_t mb_first[VPP_MAX_N + 1], first_rank[VPP_MAX_N], cp[VPP_MAX_N], first_id[VPP_MAX_N + 1], ids[VPP_MAX_N];
+    const size_t need = dcp__assign_balanced_scratch_size(c) + dcp__bucket_scratch_size(c);
+    unsigned char *memory = aligned_alloc(64, (need + 63) / 64 * 64);
+    DCP_REQUIRE(memory != NULL && n <= VPP_MAX_N);
+    for (int reuse = 0; reuse < 2; reuse++) {
+        dcp_arena arena;
+        dcp_error err;
+        dcp__arena_init(&arena, memory, need);
+        DCP_REQUIRE_OK(dcp__bucket(lengths, n, c, sorted, min_cp, &arena, &err));
+        dcp__arena_reset(&arena, 0);
+        dcp_plan plan = {0};
+        plan.microbatch_first_group = mb_first;
+        plan.group_first_rank = first_rank;
+        plan.group_cp_size = cp;
+        plan.group_first_id = first_id;
+        plan.ids = ids;
+        plan.max_microbatches = plan.max_groups = plan.max_ids = n;
+        dcp__plan_clear(&plan, ranks);
+        dcp_schedule_input in = {lengths, n, sorted, min_cp, ranks, c};
+        st[reuse] = dcp__assign_balanced_with(&in, &plan, &arena, &err, reuse, reuse ? realigned : NULL);
+        hash[reuse] = st[reuse] == DCP_OK ? dcp_plan_hash(&plan) : 0;
+    }
+    free(memory);
+}
+
 DCP_TEST(vpp_alignment_from_the_saved_state_is_the_full_pass)
 {
     /*
@@ -724,9 +760,7 @@ DCP_TEST(vpp_alignment_from_the_saved_state_is_the_full_pass)
      * must be the one of running the pass again in full, and the saved state
      * must have been used often (else this would compare a path with itself).
      */
-    enum { MAX_N = 1200 };
-    static int32_t len[MAX_N], sorted[MAX_N], min_cp[MAX_N];
-    static int32_t mb_first[MAX_N + 1], first_rank[MAX_N], cp[MAX_N], first_id[MAX_N + 1], ids[MAX_N];
+    static int32_t len[VPP_MAX_N];
     static const int32_t rank_choices[] = {4, 6, 8, 12, 16, 24, 32, 64, 96, 128};
     static const int32_t vpp_choices[] = {2, 3, 4, 8};
     rng_state = 0x5DEECE66Dull;
@@ -737,7 +771,7 @@ DCP_TEST(vpp_alignment_from_the_saved_state_is_the_full_pass)
         const int32_t per_rank = 1024 << rng_range(0, 3);
         int32_t n = ranks * rng_range(1, 48) / 4;
         if (n < 1) n = 1;
-        if (n > MAX_N) n = MAX_N;
+        if (n > 1200) n = 1200;
         small_config s = {ranks, per_rank, 1, vpp_choices[rng_range(0, 3)], rng_range(0, 4) == 0 ? rng_range(1, 6) : 0,
                           n, DCP_SCHEDULER_BALANCED};
         dcp_config c = config_of(&s);
@@ -746,36 +780,14 @@ DCP_TEST(vpp_alignment_from_the_saved_state_is_the_full_pass)
         const int shape = rng_range(0, 2);
         for (int32_t i = 0; i < n; i++) {
             /* uniform, mostly short with a few near the longest, or skewed short */
-            int32_t v = shape == 0 ? rng_range(1, longest)
-                      : shape == 1 ? (rng_range(0, 7) == 0 ? rng_range(longest / 2, longest) : rng_range(1, longest / 16 + 1))
-                                   : 1 + (int32_t)((int64_t)longest * rng_range(0, 1000) / 1000 * rng_range(0, 1000) / 1000);
-            len[i] = v;
+            len[i] = shape == 0 ? rng_range(1, longest)
+                   : shape == 1 ? (rng_range(0, 7) == 0 ? rng_range(longest / 2, longest) : rng_range(1, longest / 16 + 1))
+                                : 1 + (int32_t)((int64_t)longest * rng_range(0, 1000) / 1000 * rng_range(0, 1000) / 1000);
         }
-        const size_t need = dcp__assign_balanced_scratch_size(&c) + dcp__bucket_scratch_size(&c);
-        unsigned char *memory = aligned_alloc(64, (need + 63) / 64 * 64);
-        DCP_REQUIRE(memory != NULL);
-        dcp_arena arena;
-        dcp_error err;
-        dcp_status st[2];
+        dcp_status st[2] = {DCP_OK, DCP_OK};
         uint64_t hash[2] = {0, 0};
         int32_t realigned = 0;
-        for (int reuse = 0; reuse < 2; reuse++) {
-            dcp__arena_init(&arena, memory, need);
-            DCP_REQUIRE_OK(dcp__bucket(len, n, &c, sorted, min_cp, &arena, &err));
-            dcp__arena_reset(&arena, 0);
-            dcp_plan plan = {0};
-            plan.microbatch_first_group = mb_first;
-            plan.group_first_rank = first_rank;
-            plan.group_cp_size = cp;
-            plan.group_first_id = first_id;
-            plan.ids = ids;
-            plan.max_microbatches = plan.max_groups = plan.max_ids = n;
-            dcp__plan_clear(&plan, ranks);
-            dcp_schedule_input in = {len, n, sorted, min_cp, ranks, &c};
-            st[reuse] = dcp__assign_balanced_with(&in, &plan, &arena, &err, reuse, reuse ? &realigned : NULL);
-            if (st[reuse] == DCP_OK) hash[reuse] = dcp_plan_hash(&plan);
-        }
-        free(memory);
+        plan_both_ways(&c, len, n, ranks, st, hash, &realigned);
         if (st[0] != st[1] || hash[0] != hash[1])
             dcp_test_fail(__FILE__, __LINE__,
                           "case %d (%d sequences on %d ranks, M %d, VPP group %d): status %d / %d, plan %016llx in full, "
@@ -795,40 +807,19 @@ DCP_TEST(vpp_alignment_from_the_saved_state_is_the_full_pass)
      * runs would repack less than the first did and must run in full (the
      * batch of seed 2 gets another plan when the saved state is used anyway).
      */
-    enum { BIG_N = 2560 };
-    static int32_t big_len[BIG_N], big_sorted[BIG_N], big_min_cp[BIG_N];
-    static int32_t big_mb_first[BIG_N + 1], big_first_rank[BIG_N], big_cp[BIG_N], big_first_id[BIG_N + 1], big_ids[BIG_N];
     for (uint64_t seed = 1; seed <= 3; seed++) {
         rng_state = seed * 0x9E3779B97F4A7C15ull;
         const int32_t ranks = 2048, per_rank = 2048, n = ranks + rng_range(0, 512), longest = 4 * per_rank;
         small_config s = {ranks, per_rank, 1, 4, 1, n, DCP_SCHEDULER_BALANCED};
         dcp_config c = config_of(&s);
         for (int32_t i = 0; i < n; i++)
-            big_len[i] = rng_range(0, 7) == 0 ? rng_range(longest / 2, longest) : rng_range(1, longest / 16 + 1);
-        const size_t need = dcp__assign_balanced_scratch_size(&c) + dcp__bucket_scratch_size(&c);
-        unsigned char *memory = aligned_alloc(64, (need + 63) / 64 * 64);
-        DCP_REQUIRE(memory != NULL);
-        dcp_arena arena;
-        dcp_error err;
+            len[i] = rng_range(0, 7) == 0 ? rng_range(longest / 2, longest) : rng_range(1, longest / 16 + 1);
+        dcp_status st[2] = {DCP_OK, DCP_OK};
         uint64_t hash[2] = {0, 0};
-        for (int reuse = 0; reuse < 2; reuse++) {
-            dcp__arena_init(&arena, memory, need);
-            DCP_REQUIRE_OK(dcp__bucket(big_len, n, &c, big_sorted, big_min_cp, &arena, &err));
-            dcp__arena_reset(&arena, 0);
-            dcp_plan plan = {0};
-            plan.microbatch_first_group = big_mb_first;
-            plan.group_first_rank = big_first_rank;
-            plan.group_cp_size = big_cp;
-            plan.group_first_id = big_first_id;
-            plan.ids = big_ids;
-            plan.max_microbatches = plan.max_groups = plan.max_ids = n;
-            dcp__plan_clear(&plan, ranks);
-            dcp_schedule_input in = {big_len, n, big_sorted, big_min_cp, ranks, &c};
-            DCP_REQUIRE_OK(dcp__assign_balanced_with(&in, &plan, &arena, &err, reuse, NULL));
-            hash[reuse] = dcp_plan_hash(&plan);
-        }
-        free(memory);
-        if (hash[0] != hash[1])
+        int32_t realigned = 0;
+        plan_both_ways(&c, len, n, ranks, st, hash, &realigned);
+        DCP_CHECK_STATUS(st[0], DCP_OK);
+        if (st[0] != st[1] || hash[0] != hash[1])
             dcp_test_fail(__FILE__, __LINE__, "seed %d, %d sequences on 2048 ranks: plan %016llx in full, %016llx from the saved state",
                           (int)seed, n, (unsigned long long)hash[0], (unsigned long long)hash[1]);
     }
