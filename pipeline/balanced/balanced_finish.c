@@ -257,31 +257,42 @@ static int64_t finish_alignment(balanced *b, int merge_down)
 }
 
 /*
- * The state a pass has built before its VPP alignment, kept for the same pass
- * merging down (dcp__balanced_realign_pass), and what it charged to the
- * polishing budget so far.
+ * The state a pass has built before its VPP alignment: into before_vpp (save),
+ * or back from it.  One list for both ways, so that they always cover the
+ * same arrays.
  */
-static void save_before_alignment(balanced *b)
+static void copy_before_alignment(balanced *b, int save)
 {
-    const size_t n = (size_t)b->n, groups = (size_t)b->num_groups;
-    memcpy(b->before_vpp.cp, b->cp, n * sizeof *b->cp);
-    memcpy(b->before_vpp.cost, b->cost, n * sizeof *b->cost);
-    memcpy(b->before_vpp.item_group, b->item_group, n * sizeof *b->item_group);
-    memcpy(b->before_vpp.item_next, b->item_next, n * sizeof *b->item_next);
-    memcpy(b->before_vpp.g_mb, b->g_mb, groups * sizeof *b->g_mb);
-    memcpy(b->before_vpp.g_cp, b->g_cp, groups * sizeof *b->g_cp);
-    memcpy(b->before_vpp.g_head, b->g_head, groups * sizeof *b->g_head);
-    memcpy(b->before_vpp.g_tail, b->g_tail, groups * sizeof *b->g_tail);
-    memcpy(b->before_vpp.g_count, b->g_count, groups * sizeof *b->g_count);
-    memcpy(b->before_vpp.g_load, b->g_load, groups * sizeof *b->g_load);
-    memcpy(b->before_vpp.g_tokens, b->g_tokens, groups * sizeof *b->g_tokens);
-    memcpy(b->before_vpp.free_groups, b->free_groups, (size_t)b->num_free_groups * sizeof *b->free_groups);
-    memcpy(b->before_vpp.mb_free, b->mb_free, (size_t)b->num_mbs * sizeof *b->mb_free);
-    b->before_vpp.num_groups = b->num_groups;
-    b->before_vpp.num_free_groups = b->num_free_groups;
-    b->before_vpp.num_mbs = b->num_mbs;
-    b->before_vpp.charge = b->before_vpp.pass_start - b->polish_work;
-    b->before_vpp.saved = 1;
+    const size_t n = (size_t)b->n;
+    const size_t groups = (size_t)(save ? b->num_groups : b->before_vpp.num_groups);
+    const size_t free_groups = (size_t)(save ? b->num_free_groups : b->before_vpp.num_free_groups);
+    const size_t mbs = (size_t)(save ? b->num_mbs : b->before_vpp.num_mbs);
+#define COPY(field, count)                                                                         \
+    (save ? memcpy(b->before_vpp.field, b->field, (count) * sizeof *b->field)                      \
+          : memcpy(b->field, b->before_vpp.field, (count) * sizeof *b->field))
+    COPY(cp, n);
+    COPY(cost, n);
+    COPY(item_group, n);
+    COPY(item_next, n);
+    COPY(g_mb, groups);
+    COPY(g_cp, groups);
+    COPY(g_head, groups);
+    COPY(g_tail, groups);
+    COPY(g_count, groups);
+    COPY(g_load, groups);
+    COPY(g_tokens, groups);
+    COPY(free_groups, free_groups);
+    COPY(mb_free, mbs);
+#undef COPY
+    if (save) {
+        b->before_vpp.num_groups = b->num_groups;
+        b->before_vpp.num_free_groups = b->num_free_groups;
+        b->before_vpp.num_mbs = b->num_mbs;
+    } else {
+        b->num_groups = b->before_vpp.num_groups;
+        b->num_free_groups = b->before_vpp.num_free_groups;
+        b->num_mbs = b->before_vpp.num_mbs;
+    }
 }
 
 /* The common end of a pass: fill free ranks, repack, merge, VPP, regroup; the exact makespan or -1. */
@@ -297,7 +308,12 @@ int64_t dcp__balanced_finish_pass(balanced *b, int merge_down)
         }
         dcp__balanced_compact_mbs(b);
     }
-    if (b->vpp > 1 && b->before_vpp.cp) save_before_alignment(b);
+    if (b->vpp > 1 && b->before_vpp.cp) {
+        /* kept for the same pass merging down, with what it has charged to the polishing budget so far */
+        copy_before_alignment(b, 1);
+        b->before_vpp.charge = b->before_vpp.pass_start - b->polish_work;
+        b->before_vpp.saved = 1;
+    }
     return finish_alignment(b, merge_down);
 }
 
@@ -318,23 +334,7 @@ int dcp__balanced_can_realign(const balanced *b)
 /* The pass that just ran, merging down from its saved state: its exact makespan or -1. */
 int64_t dcp__balanced_realign_pass(balanced *b)
 {
-    const size_t n = (size_t)b->n, groups = (size_t)b->before_vpp.num_groups;
-    memcpy(b->cp, b->before_vpp.cp, n * sizeof *b->cp);
-    memcpy(b->cost, b->before_vpp.cost, n * sizeof *b->cost);
-    memcpy(b->item_group, b->before_vpp.item_group, n * sizeof *b->item_group);
-    memcpy(b->item_next, b->before_vpp.item_next, n * sizeof *b->item_next);
-    memcpy(b->g_mb, b->before_vpp.g_mb, groups * sizeof *b->g_mb);
-    memcpy(b->g_cp, b->before_vpp.g_cp, groups * sizeof *b->g_cp);
-    memcpy(b->g_head, b->before_vpp.g_head, groups * sizeof *b->g_head);
-    memcpy(b->g_tail, b->before_vpp.g_tail, groups * sizeof *b->g_tail);
-    memcpy(b->g_count, b->before_vpp.g_count, groups * sizeof *b->g_count);
-    memcpy(b->g_load, b->before_vpp.g_load, groups * sizeof *b->g_load);
-    memcpy(b->g_tokens, b->before_vpp.g_tokens, groups * sizeof *b->g_tokens);
-    memcpy(b->free_groups, b->before_vpp.free_groups, (size_t)b->before_vpp.num_free_groups * sizeof *b->free_groups);
-    memcpy(b->mb_free, b->before_vpp.mb_free, (size_t)b->before_vpp.num_mbs * sizeof *b->mb_free);
-    b->num_groups = b->before_vpp.num_groups;
-    b->num_free_groups = b->before_vpp.num_free_groups;
-    b->num_mbs = b->before_vpp.num_mbs;
+    copy_before_alignment(b, 0);
     b->polish_work -= b->before_vpp.charge;
     b->before_vpp.saved = 0;
     return finish_alignment(b, 1);
