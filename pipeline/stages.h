@@ -67,13 +67,25 @@ dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dc
                                dcp_error *err);
 size_t dcp__assign_balanced_scratch_size(const dcp_config *config);
 /*
- * dcp__assign_balanced with a switch for tests: with reuse_alignment 0, a pass
- * whose VPP alignment changed its microbatch count runs again in full to merge
- * down, instead of starting from its saved state; the plan must be the same.
- * *realigned (unless NULL) counts the passes that started from the saved state.
+ * dcp__assign_balanced with its shortcuts switched for tests; each must leave
+ * the plan as it is without it:
+ *   DCP__BALANCED_REUSE_ALIGNMENT: a pass whose VPP alignment changed its
+ *     microbatch count merges down from its saved state instead of running
+ *     again in full;
+ *   DCP__BALANCED_BOUND_MERGES: merge searches whose gain cannot win are not
+ *     run.  It spares the polishing budget, so the plan is the same as without
+ *     it whenever the budget lasts the call without it.
+ * dcp__assign_balanced takes both.  *report (unless NULL) says how often each
+ * was taken and whether the polishing budget ran out.
  */
+enum { DCP__BALANCED_REUSE_ALIGNMENT = 1, DCP__BALANCED_BOUND_MERGES = 2, DCP__BALANCED_SHORTCUTS = 3 };
+typedef struct dcp__balanced_report {
+    int32_t realigned;      /* passes whose second run started from the saved state */
+    int64_t merges_skipped; /* merge searches not run */
+    int budget_ran_out;     /* the polishing budget was used up during the call */
+} dcp__balanced_report;
 dcp_status dcp__assign_balanced_with(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err,
-                                     int reuse_alignment, int32_t *realigned);
+                                     unsigned shortcuts, dcp__balanced_report *report);
 
 /* ---- gather ---- */
 size_t dcp__gather_scratch_size(const dcp_config *config);

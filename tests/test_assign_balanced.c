@@ -714,21 +714,21 @@ DCP_TEST(bad_input_is_refused_and_the_context_stays_usable)
 }
 
 /*
- * Bucket lengths[0..n) and plan them with dcp__assign_balanced_with() both ways
- * (every second run in full, and from the saved state), in a workspace of
- * exactly the stages' scratch; the statuses and plan hashes go to st[] and
- * hash[], the passes that started from the saved state to *realigned.
+ * Bucket lengths[0..n) and plan them with dcp__assign_balanced_with() twice,
+ * with the shortcuts `without` and then `with`, in a workspace of exactly the
+ * stages' scratch; the statuses, plan hashes and reports go to st[], hash[]
+ * and report[].
  */
 enum { VPP_MAX_N = 2560 };
-static void plan_both_ways(const dcp_config *c, const int32_t *lengths, int32_t n, int32_t ranks, dcp_status st[2],
-                           uint64_t hash[2], int32_t *realigned)
+static void plan_both_ways(const dcp_config *c, const int32_t *lengths, int32_t n, int32_t ranks, unsigned without,
+                           unsigned with, dcp_status st[2], uint64_t hash[2], dcp__balanced_report report[2])
 {
     static int32_t sorted[VPP_MAX_N], min_cp[VPP_MAX_N];
     static int32_t mb_first[VPP_MAX_N + 1], first_rank[VPP_MAX_N], cp[VPP_MAX_N], first_id[VPP_MAX_N + 1], ids[VPP_MAX_N];
     const size_t need = dcp__assign_balanced_scratch_size(c) + dcp__bucket_scratch_size(c);
     unsigned char *memory = aligned_alloc(64, (need + 63) / 64 * 64);
     DCP_REQUIRE(memory != NULL && n <= VPP_MAX_N);
-    for (int reuse = 0; reuse < 2; reuse++) {
+    for (int run = 0; run < 2; run++) {
         dcp_arena arena;
         dcp_error err;
         dcp__arena_init(&arena, memory, need);
@@ -743,8 +743,8 @@ static void plan_both_ways(const dcp_config *c, const int32_t *lengths, int32_t 
         plan.max_microbatches = plan.max_groups = plan.max_ids = n;
         dcp__plan_clear(&plan, ranks);
         dcp_schedule_input in = {lengths, n, sorted, min_cp, ranks, c};
-        st[reuse] = dcp__assign_balanced_with(&in, &plan, &arena, &err, reuse, reuse ? realigned : NULL);
-        hash[reuse] = st[reuse] == DCP_OK ? dcp_plan_hash(&plan) : 0;
+        st[run] = dcp__assign_balanced_with(&in, &plan, &arena, &err, run ? with : without, &report[run]);
+        hash[run] = st[run] == DCP_OK ? dcp_plan_hash(&plan) : 0;
     }
     free(memory);
 }
@@ -786,8 +786,8 @@ DCP_TEST(vpp_alignment_from_the_saved_state_is_the_full_pass)
         }
         dcp_status st[2] = {DCP_OK, DCP_OK};
         uint64_t hash[2] = {0, 0};
-        int32_t realigned = 0;
-        plan_both_ways(&c, len, n, ranks, st, hash, &realigned);
+        dcp__balanced_report report[2];
+        plan_both_ways(&c, len, n, ranks, DCP__BALANCED_BOUND_MERGES, DCP__BALANCED_SHORTCUTS, st, hash, report);
         if (st[0] != st[1] || hash[0] != hash[1])
             dcp_test_fail(__FILE__, __LINE__,
                           "case %d (%d sequences on %d ranks, M %d, VPP group %d): status %d / %d, plan %016llx in full, "
@@ -795,7 +795,7 @@ DCP_TEST(vpp_alignment_from_the_saved_state_is_the_full_pass)
                           t, n, ranks, per_rank, s.vpp_group, (int)st[0], (int)st[1], (unsigned long long)hash[0],
                           (unsigned long long)hash[1]);
         planned += st[1] == DCP_OK;
-        realigned_total += realigned;
+        realigned_total += report[1].realigned;
     }
     DCP_CHECK(planned >= 250);
     if (realigned_total < 300)
@@ -816,11 +816,68 @@ DCP_TEST(vpp_alignment_from_the_saved_state_is_the_full_pass)
             len[i] = rng_range(0, 7) == 0 ? rng_range(longest / 2, longest) : rng_range(1, longest / 16 + 1);
         dcp_status st[2] = {DCP_OK, DCP_OK};
         uint64_t hash[2] = {0, 0};
-        int32_t realigned = 0;
-        plan_both_ways(&c, len, n, ranks, st, hash, &realigned);
+        dcp__balanced_report report[2];
+        plan_both_ways(&c, len, n, ranks, DCP__BALANCED_BOUND_MERGES, DCP__BALANCED_SHORTCUTS, st, hash, report);
         DCP_CHECK_STATUS(st[0], DCP_OK);
         if (st[0] != st[1] || hash[0] != hash[1])
             dcp_test_fail(__FILE__, __LINE__, "seed %d, %d sequences on 2048 ranks: plan %016llx in full, %016llx from the saved state",
                           (int)seed, n, (unsigned long long)hash[0], (unsigned long long)hash[1]);
     }
+}
+
+DCP_TEST(merge_searches_skipped_by_their_bound_change_no_plan)
+{
+    /*
+     * With few sequences per rank, merging two microbatches takes the pair
+     * with the highest gain, and pairs whose gain cannot win (their merged
+     * level is never under their floors or least GPU time over N) are not
+     * searched (balanced_repack.c).  On random batches with few sequences per
+     * rank (ranks that are not a power of two, a sequence cap, a VPP group,
+     * both step models, lengths far apart) the plan must be the one of
+     * searching every pair wherever the polishing budget lasts the call (a
+     * skipped search spares budget, so where it runs out the plans may
+     * differ), and searches must have been skipped in most batches.
+     */
+    static int32_t len[VPP_MAX_N];
+    static const int32_t rank_choices[] = {4, 6, 8, 12, 16, 24, 32, 64, 96, 128, 256};
+    rng_state = 0x2545F4914F6CDD1Dull;
+    int compared = 0, skipped_in = 0;
+    int64_t skipped = 0;
+    for (int t = 0; t < 300; t++) {
+        const int32_t ranks = rank_choices[rng_range(0, 10)];
+        const int32_t per_rank = 1024 << rng_range(0, 3);
+        int32_t n = ranks * rng_range(2, 40) / 4; /* half a sequence to ten a rank */
+        if (n < 1) n = 1;
+        if (n > 1500) n = 1500;
+        const int32_t vpp = rng_range(0, 4) == 0 ? 2 << rng_range(0, 1) : 1;
+        small_config s = {ranks, per_rank, 1, vpp, rng_range(0, 4) == 0 ? rng_range(1, 6) : 0, n, DCP_SCHEDULER_BALANCED};
+        dcp_config c = config_of(&s);
+        if (rng_range(0, 3) == 0) c.cost.step_model = DCP_STEP_MODEL_DEPENDENCY;
+        const int32_t longest = rng_range(256, per_rank * (ranks < 16 ? ranks : 16));
+        const int shape = rng_range(0, 2);
+        for (int32_t i = 0; i < n; i++)
+            len[i] = shape == 0 ? rng_range(1, longest)
+                   : shape == 1 ? (rng_range(0, 7) == 0 ? rng_range(longest / 2, longest) : rng_range(1, longest / 16 + 1))
+                                : 1 + (int32_t)((int64_t)longest * rng_range(0, 1000) / 1000 * rng_range(0, 1000) / 1000);
+        dcp_status st[2] = {DCP_OK, DCP_OK};
+        uint64_t hash[2] = {0, 0};
+        dcp__balanced_report report[2];
+        plan_both_ways(&c, len, n, ranks, DCP__BALANCED_REUSE_ALIGNMENT, DCP__BALANCED_SHORTCUTS, st, hash, report);
+        DCP_CHECK(report[0].merges_skipped == 0);
+        if (report[0].budget_ran_out) continue;
+        DCP_CHECK(!report[1].budget_ran_out);
+        if (st[0] != st[1] || hash[0] != hash[1])
+            dcp_test_fail(__FILE__, __LINE__,
+                          "case %d (%d sequences on %d ranks, M %d, VPP group %d, cap %d): status %d / %d, plan %016llx "
+                          "searching every merge, %016llx skipping %lld",
+                          t, n, ranks, per_rank, vpp, s.seq_cap, (int)st[0], (int)st[1], (unsigned long long)hash[0],
+                          (unsigned long long)hash[1], (long long)report[1].merges_skipped);
+        compared++;
+        skipped += report[1].merges_skipped;
+        skipped_in += report[1].merges_skipped > 0;
+    }
+    DCP_CHECK(compared >= 250);
+    if (skipped_in < compared / 2)
+        dcp_test_fail(__FILE__, __LINE__, "merge searches were skipped in only %d of %d batches (%lld in all)", skipped_in,
+                      compared, (long long)skipped);
 }

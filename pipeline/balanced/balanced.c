@@ -212,16 +212,17 @@ static void try_pass(balanced *b, int sequential, int64_t target, const int64_t 
 
 dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err)
 {
-    return dcp__assign_balanced_with(in, plan, scratch, err, 1, NULL);
+    return dcp__assign_balanced_with(in, plan, scratch, err, DCP__BALANCED_SHORTCUTS, NULL);
 }
 
 dcp_status dcp__assign_balanced_with(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err,
-                                     int reuse_alignment, int32_t *realigned)
+                                     unsigned shortcuts, dcp__balanced_report *report)
 {
     const dcp_config *c = in->config;
     balanced b;
     memset(&b, 0, sizeof b);
-    b.reuse_alignment = reuse_alignment;
+    b.reuse_alignment = (shortcuts & DCP__BALANCED_REUSE_ALIGNMENT) != 0;
+    b.bound_merges = (shortcuts & DCP__BALANCED_BOUND_MERGES) != 0;
     b.dependency = c->cost.step_model == DCP_STEP_MODEL_DEPENDENCY;
     if (!balanced_layout(&b, scratch, in->num_sequences, in->num_ranks, b.dependency,
                          c->microbatch_group_size_per_vp_stage))
@@ -380,7 +381,11 @@ dcp_status dcp__assign_balanced_with(const dcp_schedule_input *in, dcp_plan *pla
             if (b.kept[j].makespan < b.kept[best].makespan) best = j;
         dcp__balanced_descend_plan(&b, best, DESCENT_WORK_MANY * (int64_t)b.n);
     }
-    if (realigned) *realigned = b.num_realigned;
+    if (report) {
+        report->realigned = b.num_realigned;
+        report->merges_skipped = b.merges_skipped;
+        report->budget_ran_out = b.polish_work <= 0;
+    }
     if (b.num_kept == 0 && over_capacity)
         return dcp__fail(err, DCP_ERR_CAPACITY, "balanced: the plan needs more than max_microbatches = %d microbatches",
                         plan->max_microbatches);

@@ -226,6 +226,8 @@ typedef struct balanced {
     } before_vpp;
     int reuse_alignment;    /* second runs start from before_vpp where they can (0 only in tests: full passes) */
     int32_t num_realigned;  /* second runs that did */
+    int bound_merges;       /* merge searches skipped where their gain cannot win (0 only in tests: all run) */
+    int64_t merges_skipped; /* searches that were */
     /* passes run so far: (sequential, target, CP-size signature); a repeat would give the same plan */
     struct {
         int sequential;

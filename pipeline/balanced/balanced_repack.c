@@ -509,6 +509,29 @@ void dcp__balanced_repack_microbatches(balanced *b, int32_t limit)
 }
 
 /*
+ * What no repacking of microbatch m's sequences goes under: its floor (the
+ * dearest sequence's cheapest cost) and its least GPU time (each sequence at
+ * the size where it takes least), which N ranks cannot spread below 1/N.
+ */
+static void microbatch_floor(balanced *b, int32_t m, int64_t *floor_level, __int128 *least_work)
+{
+    int64_t highest = 0;
+    __int128 work = 0;
+    for (int32_t x = b->mb_first[m]; x < b->mb_first[m + 1]; x++) {
+        for (int32_t p = b->g_head[b->mb_groups[x]]; p >= 0; p = b->item_next[p]) {
+            int64_t cheapest, row[NUM_CLASSES];
+            __int128 least;
+            if (b->table_ready && p < b->table_n) dcp__balanced_cost_row(b, p, &cheapest, &least);
+            else cheapest = class_costs(b, p, row, &least);
+            if (cheapest > highest) highest = cheapest;
+            work += least;
+        }
+    }
+    *floor_level = highest;
+    *least_work = work;
+}
+
+/*
  * Merge two microbatches by repacking their sequences together.  Candidates
  * are pairs among the eight least loaded microbatches with at most `limit`
  * sequences between them.  Without `force`, the pair whose merge lowers the
@@ -516,6 +539,14 @@ void dcp__balanced_repack_microbatches(balanced *b, int32_t limit)
  * merged level, whatever the makespan.  Returns 1 when a merge was made.
  * A merge loop clears b->num_memo before its first round; without `force`
  * the trials go through the memo.
+ *
+ * Either way the pair chosen has the highest gain (both levels plus the
+ * overhead, less the merged level), the first in window
+ * order among equal gains.  A merged level is never under the pair's floors
+ * or its least GPU time over N ranks (microbatch_floor), which caps the gain:
+ * pairs are searched in order of that cap, and once no cap left can beat the
+ * best gain found, the rest are not searched.  The same pair wins as when
+ * every pair is searched; only the polishing budget is spared.
  */
 int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force)
 {
@@ -541,40 +572,70 @@ int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force)
             counts[j] = count;
         }
     }
-    int32_t best[2] = {-1, -1};
-    int64_t best_gain = force ? INT64_MIN : 0, best_bound = 0;
-    merge_trial best_search = {0};
+    /* the candidate pairs (as i * WINDOW + j, so window order is numeric order), by gain cap descending */
+    int64_t floor_of[WINDOW], cap[WINDOW * WINDOW];
+    __int128 work_of[WINDOW];
+    int32_t pair_of[WINDOW * WINDOW], pairs = 0;
+    for (int i = 0; i < size; i++)
+        if (b->bound_merges) microbatch_floor(b, window[i], &floor_of[i], &work_of[i]);
     for (int i = 0; i < size; i++) {
         for (int j = i + 1; j < size; j++) {
             if (counts[i] + counts[j] > limit) continue;
-            int32_t pair[2] = {window[i], window[j]};
-            int64_t both = dcp__balanced_sat_add(dcp__balanced_sat_add(b->mb_level[pair[0]], b->mb_level[pair[1]]),
-                                                 b->model->microbatch_overhead);
-            int64_t bound = force ? INT64_MAX : both;
-            int64_t merged = -2;
-            merge_trial search = {pair[0], pair[1], bound, -1, 0, 0};
-            for (int e = 0; !force && e < b->num_memo; e++)
-                if (b->memo[e].a == pair[0] && b->memo[e].b == pair[1] && b->memo[e].bound == bound) {
-                    search = b->memo[e];
-                    merged = search.merged;
-                    break;
-                }
-            if (merged == -2) {
-                merged = repack(b, pair, 2, bound, 0, NULL, &search);
-                search.merged = merged;
-                if (!force && b->num_memo < MERGE_MEMO) b->memo[b->num_memo++] = search;
+            int64_t gain_cap = INT64_MAX;
+            if (b->bound_merges) {
+                const int64_t both = dcp__balanced_sat_add(
+                    dcp__balanced_sat_add(b->mb_level[window[i]], b->mb_level[window[j]]), b->model->microbatch_overhead);
+                const __int128 spread = (work_of[i] + work_of[j] + b->num_ranks - 1) / b->num_ranks;
+                int64_t least = floor_of[i] > floor_of[j] ? floor_of[i] : floor_of[j];
+                if (spread > least) least = spread > INT64_MAX ? INT64_MAX : (int64_t)spread;
+                gain_cap = both - least;
             }
-            if (merged < 0) continue;
-            int64_t gain = both - merged;
-            if (gain > best_gain) {
-                best_gain = gain;
-                best_bound = bound;
-                best[0] = pair[0];
-                best[1] = pair[1];
-                best_search = search;
+            int32_t x = pairs++; /* insertion: equal caps stay in window order */
+            while (x > 0 && cap[x - 1] < gain_cap) {
+                cap[x] = cap[x - 1];
+                pair_of[x] = pair_of[x - 1];
+                x--;
             }
+            cap[x] = gain_cap;
+            pair_of[x] = i * WINDOW + j;
         }
     }
+    int32_t best[2] = {-1, -1}, best_pair = -1;
+    int64_t best_gain = force ? INT64_MIN : 0, best_bound = 0;
+    merge_trial best_search = {0};
+    int32_t q = 0;
+    for (; q < pairs; q++) {
+        /* the caps left are at most this one, and an equal gain wins only earlier in window order */
+        if (cap[q] < best_gain || (cap[q] == best_gain && (best_pair < 0 || pair_of[q] > best_pair))) break;
+        int32_t pair[2] = {window[pair_of[q] / WINDOW], window[pair_of[q] % WINDOW]};
+        int64_t both = dcp__balanced_sat_add(dcp__balanced_sat_add(b->mb_level[pair[0]], b->mb_level[pair[1]]),
+                                             b->model->microbatch_overhead);
+        int64_t bound = force ? INT64_MAX : both;
+        int64_t merged = -2;
+        merge_trial search = {pair[0], pair[1], bound, -1, 0, 0};
+        for (int e = 0; !force && e < b->num_memo; e++)
+            if (b->memo[e].a == pair[0] && b->memo[e].b == pair[1] && b->memo[e].bound == bound) {
+                search = b->memo[e];
+                merged = search.merged;
+                break;
+            }
+        if (merged == -2) {
+            merged = repack(b, pair, 2, bound, 0, NULL, &search);
+            search.merged = merged;
+            if (!force && b->num_memo < MERGE_MEMO) b->memo[b->num_memo++] = search;
+        }
+        if (merged < 0) continue;
+        int64_t gain = both - merged;
+        if (gain > best_gain || (gain == best_gain && best_pair >= 0 && pair_of[q] < best_pair)) {
+            best_gain = gain;
+            best_bound = bound;
+            best[0] = pair[0];
+            best[1] = pair[1];
+            best_search = search;
+            best_pair = pair_of[q];
+        }
+    }
+    b->merges_skipped += pairs - q;
     if (best[0] < 0) return 0;
     /* trials that involved either microbatch are stale now */
     int kept = 0;
