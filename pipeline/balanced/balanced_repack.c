@@ -512,19 +512,23 @@ void dcp__balanced_repack_microbatches(balanced *b, int32_t limit)
  * What no repacking of microbatch m's sequences goes under: its floor (the
  * dearest sequence's cheapest cost) and its least GPU time (each sequence at
  * the size where it takes least), which N ranks cannot spread below 1/N.
+ * Only the sequences the cost table holds count (the longest; the others'
+ * costs would have to be computed here): a weaker bound, still a true one.
  */
 static void microbatch_floor(balanced *b, int32_t m, int64_t *floor_level, __int128 *least_work)
 {
     int64_t highest = 0;
     __int128 work = 0;
-    for (int32_t x = b->mb_first[m]; x < b->mb_first[m + 1]; x++) {
-        for (int32_t p = b->g_head[b->mb_groups[x]]; p >= 0; p = b->item_next[p]) {
-            int64_t cheapest, row[NUM_CLASSES];
-            __int128 least;
-            if (b->table_ready && p < b->table_n) dcp__balanced_cost_row(b, p, &cheapest, &least);
-            else cheapest = class_costs(b, p, row, &least);
-            if (cheapest > highest) highest = cheapest;
-            work += least;
+    if (b->table_ready) {
+        for (int32_t x = b->mb_first[m]; x < b->mb_first[m + 1]; x++) {
+            for (int32_t p = b->g_head[b->mb_groups[x]]; p >= 0; p = b->item_next[p]) {
+                if (p >= b->table_n) continue;
+                int64_t cheapest;
+                __int128 least;
+                dcp__balanced_cost_row(b, p, &cheapest, &least);
+                if (cheapest > highest) highest = cheapest;
+                work += least;
+            }
         }
     }
     *floor_level = highest;
@@ -541,12 +545,12 @@ static void microbatch_floor(balanced *b, int32_t m, int64_t *floor_level, __int
  * the trials go through the memo.
  *
  * Either way the pair chosen has the highest gain (both levels plus the
- * overhead, less the merged level), the first in window
- * order among equal gains.  A merged level is never under the pair's floors
- * or its least GPU time over N ranks (microbatch_floor), which caps the gain:
- * pairs are searched in order of that cap, and once no cap left can beat the
- * best gain found, the rest are not searched.  The same pair wins as when
- * every pair is searched; only the polishing budget is spared.
+ * overhead, less the merged level), the first in window order among equal
+ * gains.  A merged level is never under the pair's floors or its least GPU
+ * time over N ranks (microbatch_floor), which caps the gain: pairs are
+ * searched in order of that cap, and once no cap left can beat the best gain
+ * found, the rest are not searched.  The same pair wins as when every pair is
+ * searched; only the polishing budget is spared.
  */
 int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force)
 {
@@ -573,11 +577,14 @@ int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force)
         }
     }
     /* the candidate pairs (as i * WINDOW + j, so window order is numeric order), by gain cap descending */
-    int64_t floor_of[WINDOW], cap[WINDOW * WINDOW];
-    __int128 work_of[WINDOW];
+    int64_t floor_of[WINDOW] = {0}, cap[WINDOW * WINDOW];
+    __int128 work_of[WINDOW] = {0};
     int32_t pair_of[WINDOW * WINDOW], pairs = 0;
-    for (int i = 0; i < size; i++)
-        if (b->bound_merges) microbatch_floor(b, window[i], &floor_of[i], &work_of[i]);
+    for (int i = 0; i < size; i++) {
+        int paired = 0; /* only a microbatch that can pair up is looked at */
+        for (int j = 0; j < size && !paired; j++) paired = j != i && counts[i] + counts[j] <= limit;
+        if (b->bound_merges && paired) microbatch_floor(b, window[i], &floor_of[i], &work_of[i]);
+    }
     for (int i = 0; i < size; i++) {
         for (int j = i + 1; j < size; j++) {
             if (counts[i] + counts[j] > limit) continue;
