@@ -720,6 +720,16 @@ DCP_TEST(bad_input_is_refused_and_the_context_stays_usable)
  * and report[].
  */
 enum { VPP_MAX_N = 2560 };
+
+/* n random lengths up to `longest`, of a random shape: uniform, mostly short with a few near the longest, or skewed short. */
+static void random_shape_lengths(int32_t *len, int32_t n, int32_t longest)
+{
+    const int shape = rng_range(0, 2);
+    for (int32_t i = 0; i < n; i++)
+        len[i] = shape == 0 ? rng_range(1, longest)
+               : shape == 1 ? (rng_range(0, 7) == 0 ? rng_range(longest / 2, longest) : rng_range(1, longest / 16 + 1))
+                            : 1 + (int32_t)((int64_t)longest * rng_range(0, 1000) / 1000 * rng_range(0, 1000) / 1000);
+}
 static void plan_both_ways(const dcp_config *c, const int32_t *lengths, int32_t n, int32_t ranks, unsigned without,
                            unsigned with, dcp_status st[2], uint64_t hash[2], dcp__balanced_report report[2])
 {
@@ -777,13 +787,7 @@ DCP_TEST(vpp_alignment_from_the_saved_state_is_the_full_pass)
         dcp_config c = config_of(&s);
         if (rng_range(0, 3) == 0) c.cost.step_model = DCP_STEP_MODEL_DEPENDENCY;
         const int32_t longest = rng_range(256, per_rank * (ranks < 8 ? ranks : 8));
-        const int shape = rng_range(0, 2);
-        for (int32_t i = 0; i < n; i++) {
-            /* uniform, mostly short with a few near the longest, or skewed short */
-            len[i] = shape == 0 ? rng_range(1, longest)
-                   : shape == 1 ? (rng_range(0, 7) == 0 ? rng_range(longest / 2, longest) : rng_range(1, longest / 16 + 1))
-                                : 1 + (int32_t)((int64_t)longest * rng_range(0, 1000) / 1000 * rng_range(0, 1000) / 1000);
-        }
+        random_shape_lengths(len, n, longest);
         dcp_status st[2] = {DCP_OK, DCP_OK};
         uint64_t hash[2] = {0, 0};
         dcp__balanced_report report[2];
@@ -854,11 +858,7 @@ DCP_TEST(merge_searches_skipped_by_their_bound_change_no_plan)
         dcp_config c = config_of(&s);
         if (rng_range(0, 3) == 0) c.cost.step_model = DCP_STEP_MODEL_DEPENDENCY;
         const int32_t longest = rng_range(256, per_rank * (ranks < 16 ? ranks : 16));
-        const int shape = rng_range(0, 2);
-        for (int32_t i = 0; i < n; i++)
-            len[i] = shape == 0 ? rng_range(1, longest)
-                   : shape == 1 ? (rng_range(0, 7) == 0 ? rng_range(longest / 2, longest) : rng_range(1, longest / 16 + 1))
-                                : 1 + (int32_t)((int64_t)longest * rng_range(0, 1000) / 1000 * rng_range(0, 1000) / 1000);
+        random_shape_lengths(len, n, longest);
         dcp_status st[2] = {DCP_OK, DCP_OK};
         uint64_t hash[2] = {0, 0};
         dcp__balanced_report report[2];
