@@ -82,6 +82,7 @@ enum { DCP__BALANCED_REUSE_ALIGNMENT = 1, DCP__BALANCED_BOUND_MERGES = 2, DCP__B
 typedef struct dcp__balanced_report {
     int32_t realigned;      /* passes whose second run started from the saved state */
     int64_t merges_skipped; /* merge searches not run */
+    uint64_t merge_choices; /* a hash of every merge round's choice (pair and gain), in call order */
     int budget_ran_out;     /* the polishing budget was used up during the call */
 } dcp__balanced_report;
 dcp_status dcp__assign_balanced_with(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err,

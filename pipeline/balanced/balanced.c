@@ -384,6 +384,7 @@ dcp_status dcp__assign_balanced_with(const dcp_schedule_input *in, dcp_plan *pla
     if (report) {
         report->realigned = b.num_realigned;
         report->merges_skipped = b.merges_skipped;
+        report->merge_choices = b.merge_choices;
         report->budget_ran_out = b.polish_work <= 0;
     }
     if (b.num_kept == 0 && over_capacity)

@@ -228,6 +228,7 @@ typedef struct balanced {
     int32_t num_realigned;  /* second runs that did */
     int bound_merges;       /* merge searches skipped where their gain cannot win (0 only in tests: all run) */
     int64_t merges_skipped; /* searches that were */
+    uint64_t merge_choices; /* a hash of every merge round's choice (tests compare it) */
     /* passes run so far: (sequential, target, CP-size signature); a repeat would give the same plan */
     struct {
         int sequential;

@@ -539,8 +539,9 @@ static void microbatch_floor(balanced *b, int32_t m, int64_t *floor_level, __int
  * Merge two microbatches by repacking their sequences together.  Candidates
  * are pairs among the eight least loaded microbatches with at most `limit`
  * sequences between them.  Without `force`, the pair whose merge lowers the
- * makespan most is merged (if any does); with it, the pair with the lowest
- * merged level, whatever the makespan.  Returns 1 when a merge was made.
+ * makespan most is merged (if any does); with it, the pair whose merge lowers
+ * it most or raises it least, whatever the makespan.  Returns 1 when a merge
+ * was made.
  * A merge loop clears b->num_memo before its first round; without `force`
  * the trials go through the memo.
  *
@@ -643,6 +644,9 @@ int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force)
         }
     }
     b->merges_skipped += pairs - q;
+    /* the round's choice, for tests: the pair (or none) and its gain, in call order */
+    const uint64_t choice[3] = {(uint64_t)(uint32_t)best[0], (uint64_t)(uint32_t)best[1], (uint64_t)best_gain};
+    for (int k = 0; k < 3; k++) b->merge_choices = (b->merge_choices ^ choice[k]) * 1099511628211ull;
     if (best[0] < 0) return 0;
     /* trials that involved either microbatch are stale now */
     int kept = 0;
