@@ -187,6 +187,7 @@ static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *
             int64_t c = row[k2];
             if (c > level || seg_len[k2] == 0) continue;
             const int32_t *seg = b->rp_seg + (size_t)k2 * limit;
+            if (b->rp_load[seg[seg_len[k2] - 1]] > level - c) continue; /* even the lightest group is too full */
             /* loads descending: the first with load <= level - c */
             const int32_t lo = seg_hint[k2] = first_at_most(b->rp_load, seg, seg_len[k2], level - c, seg_hint[k2]);
             for (int32_t x = lo; x < seg_len[k2] && x < lo + LOOK; x++) {
