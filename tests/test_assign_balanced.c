@@ -713,7 +713,7 @@ DCP_TEST(bad_input_is_refused_and_the_context_stays_usable)
     dcp_context_destroy(ctx);
 }
 
-enum { VPP_MAX_N = 2560 };
+enum { BOTH_WAYS_MAX_N = 2560 };
 
 /* A length up to `longest`, skewed short (the product of two uniform fractions, drawn in this order). */
 static int32_t skewed_short(int32_t longest)
@@ -731,6 +731,7 @@ static void random_shape_lengths(int32_t *len, int32_t n, int32_t longest)
                : shape == 1 ? (rng_range(0, 7) == 0 ? rng_range(longest / 2, longest) : rng_range(1, longest / 16 + 1))
                             : skewed_short(longest);
 }
+
 /*
  * Bucket lengths[0..n) and plan them with dcp__assign_balanced_with() twice,
  * with the shortcuts `without` and then `with`, in a workspace of exactly the
@@ -740,11 +741,11 @@ static void random_shape_lengths(int32_t *len, int32_t n, int32_t longest)
 static void plan_both_ways(const dcp_config *c, const int32_t *lengths, int32_t n, int32_t ranks, unsigned without,
                            unsigned with, dcp_status st[2], uint64_t hash[2], dcp__balanced_report report[2])
 {
-    static int32_t sorted[VPP_MAX_N], min_cp[VPP_MAX_N];
-    static int32_t mb_first[VPP_MAX_N + 1], first_rank[VPP_MAX_N], cp[VPP_MAX_N], first_id[VPP_MAX_N + 1], ids[VPP_MAX_N];
+    static int32_t sorted[BOTH_WAYS_MAX_N], min_cp[BOTH_WAYS_MAX_N];
+    static int32_t mb_first[BOTH_WAYS_MAX_N + 1], first_rank[BOTH_WAYS_MAX_N], cp[BOTH_WAYS_MAX_N], first_id[BOTH_WAYS_MAX_N + 1], ids[BOTH_WAYS_MAX_N];
     const size_t need = dcp__assign_balanced_scratch_size(c) + dcp__bucket_scratch_size(c);
     unsigned char *memory = aligned_alloc(64, (need + 63) / 64 * 64);
-    DCP_REQUIRE(memory != NULL && n <= VPP_MAX_N);
+    DCP_REQUIRE(memory != NULL && n <= BOTH_WAYS_MAX_N);
     for (int run = 0; run < 2; run++) {
         dcp_arena arena;
         dcp_error err;
@@ -777,7 +778,7 @@ DCP_TEST(vpp_alignment_from_the_saved_state_is_the_full_pass)
      * must be the one of running the pass again in full, and the saved state
      * must have been used often (else this would compare a path with itself).
      */
-    static int32_t len[VPP_MAX_N];
+    static int32_t len[BOTH_WAYS_MAX_N];
     static const int32_t rank_choices[] = {4, 6, 8, 12, 16, 24, 32, 64, 96, 128};
     static const int32_t vpp_choices[] = {2, 3, 4, 8};
     rng_state = 0x5DEECE66Dull;
@@ -849,7 +850,7 @@ DCP_TEST(merge_searches_skipped_by_their_bound_change_no_plan)
      * skipped search spares budget, so where it runs out the plans may
      * differ), and searches must have been skipped in most batches.
      */
-    static int32_t len[VPP_MAX_N];
+    static int32_t len[BOTH_WAYS_MAX_N];
     static const int32_t rank_choices[] = {4, 6, 8, 12, 16, 24, 32, 64, 96, 128, 256};
     rng_state = 0x2545F4914F6CDD1Dull;
     int compared = 0, skipped_in = 0;

@@ -509,6 +509,12 @@ void dcp__balanced_repack_microbatches(balanced *b, int32_t limit)
     }
 }
 
+/* Microbatches m1 and m2 as they are: both levels plus the overhead of the one a merge saves. */
+static int64_t both_levels(const balanced *b, int32_t m1, int32_t m2)
+{
+    return dcp__balanced_sat_add(dcp__balanced_sat_add(b->mb_level[m1], b->mb_level[m2]), b->model->microbatch_overhead);
+}
+
 /*
  * What no repacking of microbatch m's sequences goes under: its floor (the
  * dearest sequence's cheapest cost) and its least GPU time (each sequence at
@@ -582,18 +588,17 @@ int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force)
     int64_t floor_of[WINDOW] = {0}, cap[WINDOW * WINDOW];
     __int128 work_of[WINDOW] = {0};
     int32_t pair_of[WINDOW * WINDOW], pairs = 0;
-    for (int i = 0; i < size; i++) {
+    for (int i = 0; i < size && b->bound_merges; i++) {
         int paired = 0; /* only a microbatch that can pair up is looked at */
         for (int j = 0; j < size && !paired; j++) paired = j != i && counts[i] + counts[j] <= limit;
-        if (b->bound_merges && paired) microbatch_floor(b, window[i], &floor_of[i], &work_of[i]);
+        if (paired) microbatch_floor(b, window[i], &floor_of[i], &work_of[i]);
     }
     for (int i = 0; i < size; i++) {
         for (int j = i + 1; j < size; j++) {
             if (counts[i] + counts[j] > limit) continue;
             int64_t gain_cap = INT64_MAX;
             if (b->bound_merges) {
-                const int64_t both = dcp__balanced_sat_add(
-                    dcp__balanced_sat_add(b->mb_level[window[i]], b->mb_level[window[j]]), b->model->microbatch_overhead);
+                const int64_t both = both_levels(b, window[i], window[j]);
                 const __int128 spread = (work_of[i] + work_of[j] + b->num_ranks - 1) / b->num_ranks;
                 int64_t least = floor_of[i] > floor_of[j] ? floor_of[i] : floor_of[j];
                 if (spread > least) least = spread > INT64_MAX ? INT64_MAX : (int64_t)spread;
@@ -617,8 +622,7 @@ int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force)
         /* the caps left are at most this one, and an equal gain wins only earlier in window order */
         if (cap[q] < best_gain || (cap[q] == best_gain && (best_pair < 0 || pair_of[q] > best_pair))) break;
         int32_t pair[2] = {window[pair_of[q] / WINDOW], window[pair_of[q] % WINDOW]};
-        int64_t both = dcp__balanced_sat_add(dcp__balanced_sat_add(b->mb_level[pair[0]], b->mb_level[pair[1]]),
-                                             b->model->microbatch_overhead);
+        const int64_t both = both_levels(b, pair[0], pair[1]);
         int64_t bound = force ? INT64_MAX : both;
         int64_t merged = -2;
         merge_trial search = {pair[0], pair[1], bound, -1, 0, 0};
