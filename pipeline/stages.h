@@ -74,14 +74,23 @@ size_t dcp__assign_balanced_scratch_size(const dcp_config *config);
  *     again in full;
  *   DCP__BALANCED_BOUND_MERGES: merge searches whose gain cannot win are not
  *     run.  It spares the polishing budget, so the plan is the same as without
- *     it whenever the budget lasts the call without it.
- * dcp__assign_balanced takes both.  *report (unless NULL) says how often each
- * was taken and whether the polishing budget ran out.
+ *     it whenever the budget lasts the call without it;
+ *   DCP__BALANCED_IMPLIED_TRIALS: a repacking trial whose every step an
+ *     earlier trial of the same search took alike is not run (nor the last
+ *     trial rebuilt when the groups it left are those at the chosen level).
+ * dcp__assign_balanced takes all three.  *report (unless NULL) says how often
+ * each was taken and whether the polishing budget ran out.
  */
-enum { DCP__BALANCED_REUSE_ALIGNMENT = 1, DCP__BALANCED_BOUND_MERGES = 2, DCP__BALANCED_SHORTCUTS = 3 };
+enum {
+    DCP__BALANCED_REUSE_ALIGNMENT = 1,
+    DCP__BALANCED_BOUND_MERGES = 2,
+    DCP__BALANCED_IMPLIED_TRIALS = 4,
+    DCP__BALANCED_SHORTCUTS = 7
+};
 typedef struct dcp__balanced_report {
     int32_t realigned;      /* passes whose second run started from the saved state */
     int64_t merges_skipped; /* merge searches not run */
+    int64_t trials_implied; /* repacking trials not run: an earlier one implied them */
     uint64_t merge_choices; /* a hash of every merge round's choice (pair and gain), in call order */
     int budget_ran_out;     /* the polishing budget was used up during the call */
 } dcp__balanced_report;

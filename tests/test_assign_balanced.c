@@ -799,7 +799,8 @@ DCP_TEST(vpp_alignment_from_the_saved_state_is_the_full_pass)
         dcp_status st[2] = {DCP_OK, DCP_OK};
         uint64_t hash[2] = {0, 0};
         dcp__balanced_report report[2];
-        plan_both_ways(&c, len, n, ranks, DCP__BALANCED_BOUND_MERGES, DCP__BALANCED_SHORTCUTS, st, hash, report);
+        plan_both_ways(&c, len, n, ranks, DCP__BALANCED_SHORTCUTS & ~DCP__BALANCED_REUSE_ALIGNMENT, DCP__BALANCED_SHORTCUTS,
+                       st, hash, report);
         if (st[0] != st[1] || hash[0] != hash[1])
             dcp_test_fail(__FILE__, __LINE__,
                           "case %d (%d sequences on %d ranks, M %d, VPP group %d): status %d / %d, plan %016llx in full, "
@@ -829,7 +830,8 @@ DCP_TEST(vpp_alignment_from_the_saved_state_is_the_full_pass)
         dcp_status st[2] = {DCP_OK, DCP_OK};
         uint64_t hash[2] = {0, 0};
         dcp__balanced_report report[2];
-        plan_both_ways(&c, len, n, ranks, DCP__BALANCED_BOUND_MERGES, DCP__BALANCED_SHORTCUTS, st, hash, report);
+        plan_both_ways(&c, len, n, ranks, DCP__BALANCED_SHORTCUTS & ~DCP__BALANCED_REUSE_ALIGNMENT, DCP__BALANCED_SHORTCUTS,
+                       st, hash, report);
         DCP_CHECK_STATUS(st[0], DCP_OK);
         if (st[0] != st[1] || hash[0] != hash[1])
             dcp_test_fail(__FILE__, __LINE__, "seed %d, %d sequences on 2048 ranks: plan %016llx in full, %016llx from the saved state",
@@ -870,7 +872,8 @@ DCP_TEST(merge_searches_skipped_by_their_bound_change_no_plan)
         dcp_status st[2] = {DCP_OK, DCP_OK};
         uint64_t hash[2] = {0, 0};
         dcp__balanced_report report[2];
-        plan_both_ways(&c, len, n, ranks, DCP__BALANCED_REUSE_ALIGNMENT, DCP__BALANCED_SHORTCUTS, st, hash, report);
+        plan_both_ways(&c, len, n, ranks, DCP__BALANCED_SHORTCUTS & ~DCP__BALANCED_BOUND_MERGES, DCP__BALANCED_SHORTCUTS, st,
+                       hash, report);
         DCP_CHECK(report[0].merges_skipped == 0);
         if (report[0].budget_ran_out) continue;
         DCP_CHECK(!report[1].budget_ran_out);
@@ -890,4 +893,60 @@ DCP_TEST(merge_searches_skipped_by_their_bound_change_no_plan)
     if (skipped_in < compared / 2)
         dcp_test_fail(__FILE__, __LINE__, "merge searches were skipped in only %d of %d batches (%lld in all)", skipped_in,
                       compared, (long long)skipped);
+}
+
+DCP_TEST(implied_repacking_trials_change_no_plan)
+{
+    /*
+     * A repacking search (a bisection on the level) does not run a trial that
+     * an earlier fitted trial of the same search implies: one that took every
+     * step alike down to this level (balanced_repack.c).  It is charged to the
+     * polishing budget as if it had run, so the plan must be the one of
+     * running every trial in every batch, wherever the budget runs out too:
+     * random batches with few sequences per rank (ranks that are not a power of
+     * two, a sequence cap, a VPP group, both step models, lengths far apart,
+     * token budgets that leave many groups too full to look at), with the same
+     * status, plan, merge choices and budget outcome, and trials must have
+     * been implied in most batches.
+     */
+    static int32_t len[BOTH_WAYS_MAX_N];
+    static const int32_t rank_choices[] = {4, 6, 8, 12, 16, 24, 32, 64, 96, 128, 256};
+    rng_state = 0x9E3779B97F4A7C15ull;
+    int implied_in = 0, planned = 0;
+    int64_t implied = 0;
+    for (int t = 0; t < 300; t++) {
+        const int32_t ranks = rank_choices[rng_range(0, 10)];
+        const int32_t per_rank = 512 << rng_range(0, 4);
+        int32_t n = ranks * rng_range(2, 48) / 4; /* half a sequence to twelve a rank */
+        if (n < 1) n = 1;
+        if (n > 1500) n = 1500;
+        const int32_t vpp = rng_range(0, 4) == 0 ? 2 << rng_range(0, 1) : 1;
+        small_config s = {ranks, per_rank, 1, vpp, rng_range(0, 4) == 0 ? rng_range(1, 6) : 0, n, DCP_SCHEDULER_BALANCED};
+        dcp_config c = config_of(&s);
+        if (rng_range(0, 3) == 0) c.cost.step_model = DCP_STEP_MODEL_DEPENDENCY;
+        const int32_t longest = rng_range(256, per_rank * (ranks < 16 ? ranks : 16));
+        random_shape_lengths(len, n, longest);
+        dcp_status st[2] = {DCP_OK, DCP_OK};
+        uint64_t hash[2] = {0, 0};
+        dcp__balanced_report report[2];
+        plan_both_ways(&c, len, n, ranks, DCP__BALANCED_SHORTCUTS & ~DCP__BALANCED_IMPLIED_TRIALS, DCP__BALANCED_SHORTCUTS,
+                       st, hash, report);
+        DCP_CHECK(report[0].trials_implied == 0);
+        if (st[0] != st[1] || hash[0] != hash[1] || report[0].merge_choices != report[1].merge_choices ||
+            report[0].budget_ran_out != report[1].budget_ran_out)
+            dcp_test_fail(__FILE__, __LINE__,
+                          "case %d (%d sequences on %d ranks, M %d, VPP group %d, cap %d): status %d / %d, plan %016llx "
+                          "running every trial, %016llx with %lld implied, merge choices %s, budget ran out %d / %d",
+                          t, n, ranks, per_rank, vpp, s.seq_cap, (int)st[0], (int)st[1], (unsigned long long)hash[0],
+                          (unsigned long long)hash[1], (long long)report[1].trials_implied,
+                          report[0].merge_choices == report[1].merge_choices ? "the same" : "differ",
+                          report[0].budget_ran_out, report[1].budget_ran_out);
+        planned += st[1] == DCP_OK;
+        implied += report[1].trials_implied;
+        implied_in += report[1].trials_implied > 0;
+    }
+    DCP_CHECK(planned >= 250);
+    if (implied_in < planned / 2)
+        dcp_test_fail(__FILE__, __LINE__, "trials were implied in only %d of %d batches (%lld in all)", implied_in, planned,
+                      (long long)implied);
 }

@@ -223,6 +223,7 @@ dcp_status dcp__assign_balanced_with(const dcp_schedule_input *in, dcp_plan *pla
     memset(&b, 0, sizeof b);
     b.reuse_alignment = (shortcuts & DCP__BALANCED_REUSE_ALIGNMENT) != 0;
     b.bound_merges = (shortcuts & DCP__BALANCED_BOUND_MERGES) != 0;
+    b.implied_trials = (shortcuts & DCP__BALANCED_IMPLIED_TRIALS) != 0;
     b.dependency = c->cost.step_model == DCP_STEP_MODEL_DEPENDENCY;
     if (!balanced_layout(&b, scratch, in->num_sequences, in->num_ranks, b.dependency,
                          c->microbatch_group_size_per_vp_stage))
@@ -384,6 +385,7 @@ dcp_status dcp__assign_balanced_with(const dcp_schedule_input *in, dcp_plan *pla
     if (report) {
         report->realigned = b.num_realigned;
         report->merges_skipped = b.merges_skipped;
+        report->trials_implied = b.trials_implied;
         report->merge_choices = b.merge_choices;
         report->budget_ran_out = b.polish_work <= 0;
     }

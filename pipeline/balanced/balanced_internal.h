@@ -200,6 +200,16 @@ typedef struct repack_memo {
 } repack_memo;
 enum { REPACK_MEMO = 1024 };
 
+/*
+ * What one repacking search's trials so far imply (balanced_repack.c): every
+ * level from fits_from up to the search's bound fits alike with some trial
+ * that fitted; the last trial run fitted, alike down to left_from (INT64_MAX:
+ * it did not fit).
+ */
+typedef struct trial_search {
+    int64_t fits_from, left_from;
+} trial_search;
+
 /* Scratch of one planning call. */
 typedef struct balanced {
     /* the problem, by position in length-descending order */
@@ -227,6 +237,8 @@ typedef struct balanced {
     int reuse_alignment;    /* second runs start from before_vpp where they can (0 only in tests: full passes) */
     int32_t num_realigned;  /* second runs that did */
     int bound_merges;       /* merge searches skipped where their gain cannot win (0 only in tests: all run) */
+    int implied_trials;     /* repacking trials an earlier one implies are not run (0 only in tests: all run) */
+    int64_t trials_implied; /* how many were not run */
     int64_t merges_skipped; /* searches that were */
     uint64_t merge_choices; /* a hash of every merge round's choice (tests compare it) */
     /* passes run so far: (sequential, target, CP-size signature); a repeat would give the same plan */

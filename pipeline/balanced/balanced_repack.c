@@ -158,12 +158,22 @@ static inline int32_t first_at_most(const int64_t *load, const int32_t *seg, int
  * its narrowest size under the level, that stays under the level, else opens
  * a group of that narrowest size.  Returns the ranks used (num_ranks + 1 when
  * more than all); the groups are left in rp_* and *num_groups.
+ *
+ * When it fits, also *fits_from: the least level down to which a trial would
+ * take every step alike, so make the same packing.  A step compares the level
+ * with the sequence's costs and with loads plus a cost: a lower level keeps
+ * each comparison that failed, and each that held as long as it stays at or
+ * above the cost of the narrowest size taken and the load the chosen group
+ * ends at (a lower level can only drop other candidates, which lost anyway).
+ * A look that ran out of its LOOK candidates could find another group at a
+ * lower level (its window starts later): it pins *fits_from to the level.
  */
-static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *num_groups)
+static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *num_groups, int64_t *fits_from)
 {
     enum { WIDER = 4, LOOK = 16 };
     const int32_t N = b->num_ranks, limit = b->repack_limit;
     int32_t groups = 0, ranks = 0, seg_len[NUM_CLASSES] = {0}, seg_hint[NUM_CLASSES] = {0};
+    int64_t least = 0; /* the span's low end: every cost and load + cost that had to fit */
     b->polish_work -= count;
     for (int32_t i = 0; i < count; i++) {
         const int64_t *row = b->rp_row[i];
@@ -171,6 +181,7 @@ static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *
         int k = 0;
         while (k < NUM_CLASSES && row[k] > level) k++;
         if (k == NUM_CLASSES) return N + 1;
+        if (row[k] > least) least = row[k];
         /*
          * Best fit: among groups of this size and the next few wider ones
          * (joining costs no ranks; the group only has to stay under the
@@ -190,7 +201,8 @@ static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *
             if (b->rp_load[seg[seg_len[k2] - 1]] > level - c) continue; /* even the lightest group is too full */
             /* loads descending: the first with load <= level - c */
             const int32_t lo = seg_hint[k2] = first_at_most(b->rp_load, seg, seg_len[k2], level - c, seg_hint[k2]);
-            for (int32_t x = lo; x < seg_len[k2] && x < lo + LOOK; x++) {
+            int32_t x = lo;
+            for (; x < seg_len[k2] && x < lo + LOOK; x++) {
                 int32_t g = seg[x];
                 if (b->rp_tokens[g] + s > (int64_t)b->rp_size[g] * b->max_seqlen) continue;
                 if (b->seq_cap > 0 && b->rp_count[g] >= b->seq_cap) continue;
@@ -202,7 +214,9 @@ static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *
                 }
                 break;
             }
+            if (x == lo + LOOK && x < seg_len[k2]) least = level; /* the look ran out of candidates */
         }
+        if (best_load > least) least = best_load;
         if (best < 0) {
             int32_t size = dcp__balanced_class_size(b, k);
             ranks += size;
@@ -232,25 +246,48 @@ static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *
         seg[lo] = best;
     }
     *num_groups = groups;
+    *fits_from = least;
     return ranks;
 }
 
 /*
- * A trial packing known to fail without running it: its groups would hold
- * every sequence on at most N ranks, at most M tokens a rank (so the tokens
- * must fit N x M) and a load of at most `level` (so their GPU time, at least
- * the sequences' least work, is at most N x level).  Such a trial is charged
- * what running it would cost, so the polishing budget, and with it every
- * later choice, is the same as if it had run.
+ * A trial packing whose outcome is known without running it, charged what
+ * running it would cost (so the polishing budget, and with it every later
+ * choice, is the same as if it had run):
+ * - it cannot fit: its groups would hold every sequence on at most N ranks,
+ *   at most M tokens a rank (so the tokens must fit N x M) and a load of at
+ *   most `level` (so their GPU time, at least the sequences' least work, is at
+ *   most N x level);
+ * - it fits: a trial of the same search fitted at a higher level and took
+ *   every step alike down to this one (its *fits_from, repack_trial).  The
+ *   bisection tries only levels under every fitted one, so the least
+ *   fits_from of the search so far (search->fits_from) decides.
  */
 static int repack_fits(balanced *b, int32_t count, int64_t level, __int128 least_work, int64_t tokens,
-                       int32_t *num_groups)
+                       int32_t *num_groups, trial_search *search)
 {
     if ((__int128)level * b->num_ranks < least_work || tokens > (int64_t)b->num_ranks * b->max_seqlen) {
         b->polish_work -= count;
         return 0;
     }
-    return repack_trial(b, count, level, num_groups) <= b->num_ranks;
+    if (b->implied_trials && level >= search->fits_from) {
+        b->polish_work -= count;
+        b->trials_implied++;
+        return 1;
+    }
+    int64_t fits_from = INT64_MAX;
+    const int fits = repack_trial(b, count, level, num_groups, &fits_from) <= b->num_ranks;
+    if (fits && fits_from < search->fits_from) search->fits_from = fits_from;
+    search->left_from = fits ? fits_from : INT64_MAX;
+    return fits;
+}
+
+/* The ranks the trial groups hold. */
+static int32_t groups_ranks(const balanced *b, int32_t groups)
+{
+    int32_t ranks = 0;
+    for (int32_t g = 0; g < groups; g++) ranks += b->rp_size[g];
+    return ranks;
 }
 
 /*
@@ -441,6 +478,7 @@ static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_th
     int64_t lo = repack_costs(b, count, &least_work, &tokens), hi = better_than - 1;
     int32_t groups = 0;
     const int64_t work_before = b->polish_work;
+    trial_search trials = {INT64_MAX, INT64_MAX};
     if (replay) {
         /*
          * The search ran before on these same sequences and bound (a merge's
@@ -450,17 +488,26 @@ static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_th
         hi = replay->trial;
         b->polish_work -= replay->charge - count;
     } else {
-        if (lo > hi || !repack_fits(b, count, hi, least_work, tokens, &groups)) {
+        if (lo > hi || !repack_fits(b, count, hi, least_work, tokens, &groups, &trials)) {
             e->charge = work_before - b->polish_work;
             return -1;
         }
         while (lo < hi && hi - lo > (hi >> 12)) { /* to within 1/4096 of the level */
             int64_t mid = lo + (hi - lo) / 2;
-            if (repack_fits(b, count, mid, least_work, tokens, &groups)) hi = mid;
+            if (repack_fits(b, count, mid, least_work, tokens, &groups, &trials)) hi = mid;
             else lo = mid + 1;
         }
     }
-    int32_t ranks = repack_trial(b, count, hi, &groups);
+    int32_t ranks;
+    if (b->implied_trials && trials.left_from <= hi) {
+        /* the last trial run fitted, at hi or above and alike down to it: its groups are the packing at hi */
+        b->polish_work -= count;
+        b->trials_implied++;
+        ranks = groups_ranks(b, groups);
+    } else {
+        int64_t fits_from;
+        ranks = repack_trial(b, count, hi, &groups, &fits_from);
+    }
     int64_t level = repack_fill(b, &groups, b->num_ranks - ranks);
     if (e) {
         e->charge = work_before - b->polish_work;
