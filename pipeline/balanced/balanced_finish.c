@@ -300,7 +300,7 @@ int64_t dcp__balanced_finish_pass(balanced *b, int merge_down)
 {
     if (!repair(b)) return -1;
     dcp__balanced_compact_mbs(b);
-    if (b->dense) {
+    if (b->dense && dcp__balanced_any_within(b, b->repack_limit)) {
         /* few sequences per rank: repack each microbatch, merge microbatches while that pays */
         dcp__balanced_repack_microbatches(b, b->repack_limit);
         b->num_memo = 0;

@@ -655,6 +655,7 @@ void dcp__balanced_compact_mbs(balanced *b);
 
 /* balanced_repack.c: the call's cost table; repacking every microbatch, merging two */
 const int64_t *dcp__balanced_cost_row(balanced *b, int32_t p, int64_t *cheapest, __int128 *least);
+int dcp__balanced_any_within(balanced *b, int32_t limit);
 void dcp__balanced_repack_microbatches(balanced *b, int32_t limit);
 int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force);
 

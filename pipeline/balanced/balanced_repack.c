@@ -542,6 +542,22 @@ static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_th
     return level;
 }
 
+/*
+ * Whether some microbatch holds at most `limit` sequences: else neither
+ * repacking nor merging (whose pairs hold at most `limit` together) can
+ * touch any, and the passes over every group they start with are spared.
+ */
+int dcp__balanced_any_within(balanced *b, int32_t limit)
+{
+    int32_t *count = b->cursor;
+    memset(count, 0, (size_t)b->num_mbs * sizeof *count);
+    for (int32_t g = 0; g < b->num_groups; g++)
+        if (b->g_count[g] > 0) count[b->g_mb[g]] += b->g_count[g]; /* a free group's microbatch is stale */
+    for (int32_t m = 0; m < b->num_mbs; m++)
+        if (count[m] > 0 && count[m] <= limit) return 1;
+    return 0;
+}
+
 /* Repack every microbatch of at most `limit` sequences where that lowers its level. */
 void dcp__balanced_repack_microbatches(balanced *b, int32_t limit)
 {
