@@ -226,9 +226,10 @@ static uint64_t fnv_mix(uint64_t h, uint64_t v)
  * The digest (FNV-1a over the plan hashes in trial order, 0 for a batch that has no plan)
  * of the barrier model's plans of these batches, as balanced made them before it had a
  * layout for the dependency model: the barrier model's plans must not change with it.  A
- * deliberate change of balanced's barrier plans changes it too.
+ * deliberate change of balanced's barrier plans changes it too (last: dynamic_cp's plan as a
+ * candidate with few sequences per rank, which lowered some of these batches' plans).
  */
-#define BARRIER_DIGEST 0x6aac2c91018c9f9eull
+#define BARRIER_DIGEST 0x28f1745691d7f23eull
 
 DCP_TEST(random_batches_lower_the_dependency_makespan)
 {

@@ -14,8 +14,23 @@
  * per-rank arrays at the end, so the barrier model's scratch is unchanged,
  * and a VPP group adds the state a pass keeps for its second alignment.
  */
-static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ranks, int dependency, int vpp)
+/* dynamic_cp's plan tables and each id's position, for n sequences, from `a` (NULL where they do not fit). */
+void dcp__balanced_reference_tables(dcp_plan *plan, int32_t **position, dcp_arena *a, int32_t n)
 {
+    const size_t un = (size_t)n;
+    plan->microbatch_first_group = DCP_ARENA_NEW(a, int32_t, un + 1);
+    plan->group_first_rank = DCP_ARENA_NEW(a, int32_t, un);
+    plan->group_cp_size = DCP_ARENA_NEW(a, int32_t, un);
+    plan->group_first_id = DCP_ARENA_NEW(a, int32_t, un + 1);
+    plan->ids = DCP_ARENA_NEW(a, int32_t, un);
+    plan->max_microbatches = plan->max_groups = plan->max_ids = n;
+    *position = DCP_ARENA_NEW(a, int32_t, un);
+}
+
+static int balanced_layout(balanced *b, dcp_arena *a, const dcp_config *config, int32_t n, int32_t num_ranks)
+{
+    const int dependency = config->cost.step_model == DCP_STEP_MODEL_DEPENDENCY;
+    const int vpp = config->microbatch_group_size_per_vp_stage;
     size_t un = (size_t)n;
     int32_t local = n < num_ranks ? n : num_ranks;
     b->len = DCP_ARENA_NEW(a, int32_t, un);
@@ -23,7 +38,16 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->run_end = DCP_ARENA_NEW(a, int32_t, un);
     b->next_cost = DCP_ARENA_NEW(a, int64_t, un);
     b->min_cost = DCP_ARENA_NEW(a, int64_t, un);
+    int kept_ok = 1;
+    for (int j = 0; j < NUM_KEPT; j++) {
+        b->kept[j].item_group = DCP_ARENA_NEW(a, int32_t, un);
+        b->kept[j].g_mb = DCP_ARENA_NEW(a, int32_t, un);
+        b->kept[j].g_cp = DCP_ARENA_NEW(a, int32_t, un);
+        kept_ok = kept_ok && b->kept[j].item_group && b->kept[j].g_mb && b->kept[j].g_cp;
+    }
+    const size_t region_start = dcp__arena_mark(a);
     b->cp = DCP_ARENA_NEW(a, int32_t, un);
+    unsigned char *region = (unsigned char *)b->cp;
     b->sizes_cp = DCP_ARENA_NEW(a, int32_t, un);
     b->sizes_cost = DCP_ARENA_NEW(a, int64_t, un);
     b->cost = DCP_ARENA_NEW(a, int64_t, un);
@@ -50,12 +74,27 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->park = b->heap ? b->heap + un : NULL;
     b->local = DCP_ARENA_NEW(a, heap_entry, (size_t)local);
     b->cursor = DCP_ARENA_NEW(a, int32_t, 2 * un);
-    int kept_ok = 1;
-    for (int j = 0; j < NUM_KEPT; j++) {
-        b->kept[j].item_group = DCP_ARENA_NEW(a, int32_t, un);
-        b->kept[j].g_mb = DCP_ARENA_NEW(a, int32_t, un);
-        b->kept[j].g_cp = DCP_ARENA_NEW(a, int32_t, un);
-        kept_ok = kept_ok && b->kept[j].item_group && b->kept[j].g_mb && b->kept[j].g_cp;
+    /*
+     * Every array from cp to cursor is rebuilt from a kept plan before it is
+     * read again once the passes are over: dynamic_cp's plan is made there
+     * (balanced_reference.c), in as many bytes more after them as it needs
+     * beyond them.
+     */
+    {
+        dcp_arena need;
+        dcp__arena_init_measure(&need);
+        dcp_plan tables;
+        int32_t *position;
+        dcp__balanced_reference_tables(&tables, &position, &need, n);
+        dcp_config sized = *config;
+        sized.max_sequences = n;
+        const size_t reference = dcp__assign_dynamic_cp_scratch_size(&sized);
+        const size_t used = dcp__arena_mark(a) - region_start;
+        if (reference > SIZE_MAX - need.used) return 0;
+        const size_t more = need.used + reference > used ? need.used + reference - used : 0;
+        if (more > 0 && !DCP_ARENA_NEW(a, unsigned char, more)) return 0;
+        b->ref_region = region;
+        b->ref_region_size = dcp__arena_mark(a) - region_start;
     }
     /* repacking handles microbatches of up to repack_limit sequences: 2N, at most REPACK_MAX */
     int32_t limit = num_ranks < REPACK_MAX / 2 ? 2 * num_ranks : REPACK_MAX;
@@ -93,6 +132,10 @@ static int balanced_layout(balanced *b, dcp_arena *a, int32_t n, int32_t num_ran
     b->saved_mb = DCP_ARENA_NEW(a, int32_t, un);
     b->pk_k0 = DCP_ARENA_NEW(a, int8_t, un);
     b->pk_cost = DCP_ARENA_NEW(a, int64_t, dcp__size_mul(un, POOL_WINDOW));
+    /* dynamic_cp's plan is kept where the pooled packing's costs were (read after every pass) */
+    b->kept[NUM_KEPT].item_group = (int32_t *)b->pk_cost;
+    b->kept[NUM_KEPT].g_mb = b->pk_cost ? (int32_t *)b->pk_cost + un : NULL;
+    b->kept[NUM_KEPT].g_cp = b->pk_cost ? (int32_t *)b->pk_cost + 2 * un : NULL;
     b->pk_bhead = DCP_ARENA_NEW(a, int32_t, (size_t)NUM_CLASSES * POOL_BUCKETS);
     b->pk_bits = DCP_ARENA_NEW(a, uint64_t, (size_t)NUM_CLASSES * POOL_BUCKETS / 64);
     /* the pooled packing is done before any pass starts: its trial arrays are theirs (balanced_internal.h) */
@@ -169,10 +212,7 @@ size_t dcp__assign_balanced_scratch_size(const dcp_config *config)
     balanced b;
     dcp_arena measure;
     dcp__arena_init_measure(&measure);
-    if (!balanced_layout(&b, &measure, config->max_sequences, dcp_config_num_ranks(config),
-                         config->cost.step_model == DCP_STEP_MODEL_DEPENDENCY,
-                         config->microbatch_group_size_per_vp_stage))
-        return SIZE_MAX;
+    if (!balanced_layout(&b, &measure, config, config->max_sequences, dcp_config_num_ranks(config))) return SIZE_MAX;
     return measure.used;
 }
 
@@ -225,8 +265,7 @@ dcp_status dcp__assign_balanced_with(const dcp_schedule_input *in, dcp_plan *pla
     b.bound_merges = (shortcuts & DCP__BALANCED_BOUND_MERGES) != 0;
     b.implied_trials = (shortcuts & DCP__BALANCED_IMPLIED_TRIALS) != 0;
     b.dependency = c->cost.step_model == DCP_STEP_MODEL_DEPENDENCY;
-    if (!balanced_layout(&b, scratch, in->num_sequences, in->num_ranks, b.dependency,
-                         c->microbatch_group_size_per_vp_stage))
+    if (!balanced_layout(&b, scratch, c, in->num_sequences, in->num_ranks))
         return dcp__fail(err, DCP_ERR_CAPACITY, "balanced scratch too small for %d sequences on %d ranks",
                         in->num_sequences, in->num_ranks);
     b.n = in->num_sequences;
@@ -382,6 +421,15 @@ dcp_status dcp__assign_balanced_with(const dcp_schedule_input *in, dcp_plan *pla
             if (b.kept[j].makespan < b.kept[best].makespan) best = j;
         dcp__balanced_descend_plan(&b, best, DESCENT_WORK_MANY * (int64_t)b.n);
     }
+    /*
+     * With few sequences per rank: dynamic_cp's plan as one more candidate,
+     * so that the plan is never above it (the passes can miss what its
+     * construction finds).  Last, so that everything before runs as it would
+     * without it; not polished (that lowered a few plans by up to 6% for 10%
+     * more time over the benchmark matrix).
+     */
+    if (b.dense && !best_at_bound(&b, least_makespan))
+        dcp__balanced_read_reference(&b, in, plan->max_microbatches);
     if (report) {
         report->realigned = b.num_realigned;
         report->merges_skipped = b.merges_skipped;

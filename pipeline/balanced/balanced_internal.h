@@ -395,7 +395,9 @@ typedef struct balanced {
     int64_t ds_work;    /* work the search may still do */
 
     /* the best plans so far, by makespan (kept[0] the best); few sequences per rank: all are polished */
-    saved_plan kept[NUM_KEPT];
+    saved_plan kept[NUM_KEPT + 1]; /* the last only for dynamic_cp's plan, in pk_cost's place (balanced_reference.c) */
+    unsigned char *ref_region;     /* where dynamic_cp's plan is made: the arrays cp .. cursor and what follows them */
+    size_t ref_region_size;
     int num_kept;
 
     /*
@@ -681,6 +683,8 @@ int dcp__balanced_place(balanced *b);
 /* balanced_emit.c: the kept plans */
 void dcp__balanced_keep_plan(balanced *b, int64_t makespan, int slot);
 void dcp__balanced_restore_plan(balanced *b, const saved_plan *k);
+int dcp__balanced_read_reference(balanced *b, const dcp_schedule_input *in, int32_t max_microbatches);
+void dcp__balanced_reference_tables(dcp_plan *plan, int32_t **position, dcp_arena *a, int32_t n);
 int32_t dcp__balanced_sort_groups(const saved_plan *k, int32_t *by_class, int32_t *first, int32_t *cursor, int32_t *out);
 dcp_status dcp__balanced_emit(balanced *b, dcp_plan *plan, dcp_error *err);
 

@@ -1,0 +1,56 @@
+/*
+ * balanced_reference.c - with few sequences per rank, the plan of the
+ * dynamic_cp scheduler as one more candidate.  It is read into a kept slot of
+ * its own once every pass, polish and search has run (so they run as they
+ * would without it): the plan emitted is never above either, under the
+ * barrier model (the least makespan is emitted) and under the dependency
+ * model (its layouts are among those balanced_place.c weighs).
+ */
+#include "balanced_internal.h"
+#include "../../core/plan.h"
+
+/*
+ * Plan the batch with dynamic_cp and read its plan into kept slot
+ * b->num_kept, counted in.  Its tables and scratch are b->ref_region, whose
+ * arrays restore_plan() rebuilds right after.  Returns the slot, or -1 when
+ * dynamic_cp has no plan for the batch.
+ */
+int dcp__balanced_read_reference(balanced *b, const dcp_schedule_input *in, int32_t max_microbatches)
+{
+    dcp_arena scratch;
+    dcp__arena_init(&scratch, b->ref_region, b->ref_region_size);
+    dcp_plan plan;
+    int32_t *position;
+    dcp__balanced_reference_tables(&plan, &position, &scratch, b->n);
+    dcp_status st = DCP_ERR_CAPACITY;
+    if (plan.microbatch_first_group && plan.group_first_rank && plan.group_cp_size && plan.group_first_id && plan.ids &&
+        position) {
+        if (max_microbatches < plan.max_microbatches) plan.max_microbatches = max_microbatches;
+        dcp__plan_clear(&plan, b->num_ranks);
+        dcp_error ignored; /* no plan from dynamic_cp (more microbatches than allowed) only means no such candidate */
+        st = dcp__assign_dynamic_cp(in, &plan, &scratch, &ignored);
+    }
+    if (st != DCP_OK) {
+        dcp__arena_release(&scratch);
+        return -1;
+    }
+    for (int32_t p = 0; p < b->n; p++) position[b->ids[p]] = p;
+    const int slot = b->num_kept;
+    saved_plan *k = &b->kept[slot];
+    k->num_groups = plan.num_groups;
+    k->num_mbs = plan.num_microbatches;
+    for (int32_t m = 0; m < plan.num_microbatches; m++) {
+        for (int32_t g = plan.microbatch_first_group[m]; g < plan.microbatch_first_group[m + 1]; g++) {
+            k->g_mb[g] = m;
+            k->g_cp[g] = plan.group_cp_size[g];
+            for (int32_t x = plan.group_first_id[g]; x < plan.group_first_id[g + 1]; x++)
+                k->item_group[position[plan.ids[x]]] = g;
+        }
+    }
+    dcp__arena_release(&scratch); /* the region is the pass state's again */
+    dcp__balanced_restore_plan(b, k);
+    int32_t live = 0;
+    k->makespan = dcp__balanced_evaluate(b, &live);
+    b->num_kept++;
+    return slot;
+}
