@@ -845,6 +845,31 @@ DCP_TEST(vpp_alignment_from_the_saved_state_is_the_full_pass)
     }
 }
 
+/*
+ * A random batch with few sequences per rank (ranks that are not a power of
+ * two, a sequence cap in one of five, a VPP group in one of five, the
+ * dependency model in one of four, lengths of a random shape): M is
+ * per_rank << 0..steps and n half a sequence to max_quarters / 4 a rank, at
+ * most 1500.  Fills *s, *c and len[0..n); returns n.
+ */
+static int32_t few_per_rank_case(int32_t per_rank_base, int steps, int max_quarters, small_config *s, dcp_config *c,
+                                 int32_t *len)
+{
+    static const int32_t rank_choices[] = {4, 6, 8, 12, 16, 24, 32, 64, 96, 128, 256};
+    const int32_t ranks = rank_choices[rng_range(0, 10)];
+    const int32_t per_rank = per_rank_base << rng_range(0, steps);
+    int32_t n = ranks * rng_range(2, max_quarters) / 4;
+    if (n < 1) n = 1;
+    if (n > 1500) n = 1500;
+    const int32_t vpp = rng_range(0, 4) == 0 ? 2 << rng_range(0, 1) : 1;
+    *s = (small_config){ranks, per_rank, 1, vpp, rng_range(0, 4) == 0 ? rng_range(1, 6) : 0, n, DCP_SCHEDULER_BALANCED};
+    *c = config_of(s);
+    if (rng_range(0, 3) == 0) c->cost.step_model = DCP_STEP_MODEL_DEPENDENCY;
+    const int32_t longest = rng_range(256, per_rank * (ranks < 16 ? ranks : 16));
+    random_shape_lengths(len, n, longest);
+    return n;
+}
+
 DCP_TEST(merge_searches_skipped_by_their_bound_change_no_plan)
 {
     /*
@@ -859,22 +884,14 @@ DCP_TEST(merge_searches_skipped_by_their_bound_change_no_plan)
      * differ), and searches must have been skipped in most batches.
      */
     static int32_t len[BOTH_WAYS_MAX_N];
-    static const int32_t rank_choices[] = {4, 6, 8, 12, 16, 24, 32, 64, 96, 128, 256};
     rng_state = 0x2545F4914F6CDD1Dull;
     int compared = 0, skipped_in = 0;
     int64_t skipped = 0;
     for (int t = 0; t < 300; t++) {
-        const int32_t ranks = rank_choices[rng_range(0, 10)];
-        const int32_t per_rank = 1024 << rng_range(0, 3);
-        int32_t n = ranks * rng_range(2, 40) / 4; /* half a sequence to ten a rank */
-        if (n < 1) n = 1;
-        if (n > 1500) n = 1500;
-        const int32_t vpp = rng_range(0, 4) == 0 ? 2 << rng_range(0, 1) : 1;
-        small_config s = {ranks, per_rank, 1, vpp, rng_range(0, 4) == 0 ? rng_range(1, 6) : 0, n, DCP_SCHEDULER_BALANCED};
-        dcp_config c = config_of(&s);
-        if (rng_range(0, 3) == 0) c.cost.step_model = DCP_STEP_MODEL_DEPENDENCY;
-        const int32_t longest = rng_range(256, per_rank * (ranks < 16 ? ranks : 16));
-        random_shape_lengths(len, n, longest);
+        small_config s;
+        dcp_config c;
+        const int32_t n = few_per_rank_case(1024, 3, 40, &s, &c, len), ranks = s.ranks, per_rank = s.per_rank,
+                      vpp = s.vpp_group; /* up to ten sequences a rank */
         dcp_status st[2] = {DCP_OK, DCP_OK};
         uint64_t hash[2] = {0, 0};
         dcp__balanced_report report[2];
@@ -916,22 +933,14 @@ DCP_TEST(implied_repacking_trials_change_no_plan)
      * been implied in most batches.
      */
     static int32_t len[BOTH_WAYS_MAX_N];
-    static const int32_t rank_choices[] = {4, 6, 8, 12, 16, 24, 32, 64, 96, 128, 256};
     rng_state = 0x9E3779B97F4A7C15ull;
     int implied_in = 0, planned = 0;
     int64_t implied = 0;
     for (int t = 0; t < 300; t++) {
-        const int32_t ranks = rank_choices[rng_range(0, 10)];
-        const int32_t per_rank = 512 << rng_range(0, 4);
-        int32_t n = ranks * rng_range(2, 48) / 4; /* half a sequence to twelve a rank */
-        if (n < 1) n = 1;
-        if (n > 1500) n = 1500;
-        const int32_t vpp = rng_range(0, 4) == 0 ? 2 << rng_range(0, 1) : 1;
-        small_config s = {ranks, per_rank, 1, vpp, rng_range(0, 4) == 0 ? rng_range(1, 6) : 0, n, DCP_SCHEDULER_BALANCED};
-        dcp_config c = config_of(&s);
-        if (rng_range(0, 3) == 0) c.cost.step_model = DCP_STEP_MODEL_DEPENDENCY;
-        const int32_t longest = rng_range(256, per_rank * (ranks < 16 ? ranks : 16));
-        random_shape_lengths(len, n, longest);
+        small_config s;
+        dcp_config c;
+        const int32_t n = few_per_rank_case(512, 4, 48, &s, &c, len), ranks = s.ranks, per_rank = s.per_rank,
+                      vpp = s.vpp_group; /* up to twelve sequences a rank */
         dcp_status st[2] = {DCP_OK, DCP_OK};
         uint64_t hash[2] = {0, 0};
         dcp__balanced_report report[2];
