@@ -63,7 +63,9 @@
  * Last, a local search (balanced_descent.c) lowers microbatch levels one
  * move or swap of a sequence at a time, never raising any: on every kept
  * plan with fewer than 16 sequences per rank, on the best one with more from
- * DESCENT_MIN_SEQUENCES sequences on.
+ * DESCENT_MIN_SEQUENCES sequences on.  With fewer than 16, dynamic_cp's plan
+ * is then one more candidate (balanced_reference.c), so the plan is never
+ * above it.
  *
  * Under the dependency step model (config.cost.step_model) a group starts
  * when its own ranks are done with the microbatch before, so the order of the
@@ -91,6 +93,7 @@
  *   balanced_pool.c        the pooled packing (few sequences per rank on many ranks)
  *   balanced_descent.c     the local search on a kept plan
  *   balanced_place.c       the dependency step model: microbatch order and group blocks
+ *   balanced_reference.c   dynamic_cp's plan as a candidate (few sequences per rank)
  *   balanced_emit.c        the kept plans: keep, restore, emit the best
  *
  * Functions one file offers the others are named dcp__balanced_*; the hot
