@@ -14,19 +14,6 @@
  * per-rank arrays at the end, so the barrier model's scratch is unchanged,
  * and a VPP group adds the state a pass keeps for its second alignment.
  */
-/* dynamic_cp's plan tables and each id's position, for n sequences, from `a` (NULL where they do not fit). */
-void dcp__balanced_reference_tables(dcp_plan *plan, int32_t **position, dcp_arena *a, int32_t n)
-{
-    const size_t un = (size_t)n;
-    plan->microbatch_first_group = DCP_ARENA_NEW(a, int32_t, un + 1);
-    plan->group_first_rank = DCP_ARENA_NEW(a, int32_t, un);
-    plan->group_cp_size = DCP_ARENA_NEW(a, int32_t, un);
-    plan->group_first_id = DCP_ARENA_NEW(a, int32_t, un + 1);
-    plan->ids = DCP_ARENA_NEW(a, int32_t, un);
-    plan->max_microbatches = plan->max_groups = plan->max_ids = n;
-    *position = DCP_ARENA_NEW(a, int32_t, un);
-}
-
 static int balanced_layout(balanced *b, dcp_arena *a, const dcp_config *config, int32_t n, int32_t num_ranks)
 {
     const int dependency = config->cost.step_model == DCP_STEP_MODEL_DEPENDENCY;

@@ -9,6 +9,19 @@
 #include "balanced_internal.h"
 #include "../../core/plan.h"
 
+/* dynamic_cp's plan tables and each id's position, for n sequences, from `a` (NULL where they do not fit). */
+void dcp__balanced_reference_tables(dcp_plan *plan, int32_t **position, dcp_arena *a, int32_t n)
+{
+    const size_t un = (size_t)n;
+    plan->microbatch_first_group = DCP_ARENA_NEW(a, int32_t, un + 1);
+    plan->group_first_rank = DCP_ARENA_NEW(a, int32_t, un);
+    plan->group_cp_size = DCP_ARENA_NEW(a, int32_t, un);
+    plan->group_first_id = DCP_ARENA_NEW(a, int32_t, un + 1);
+    plan->ids = DCP_ARENA_NEW(a, int32_t, un);
+    plan->max_microbatches = plan->max_groups = plan->max_ids = n;
+    *position = DCP_ARENA_NEW(a, int32_t, un);
+}
+
 /*
  * Plan the batch with dynamic_cp and read its plan into kept slot
  * b->num_kept, counted in.  Its tables and scratch are b->ref_region, whose
