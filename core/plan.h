@@ -47,12 +47,23 @@ int64_t dcp__cost_lower_bound(const dcp_cost_model *model, const int32_t *length
                              int32_t max_seqlen_per_rank);
 
 /*
- * The same bound without its level search (step 4 of core/stats.c): O(n), never above
+ * The same bound without its level search (step 4 of core/stats.c; with step 5): O(n), never above
  * dcp__cost_lower_bound(), so still a lower bound; for a scheduler that checks it often or on
  * large batches (the search walks every sequence some 25 to 64 times).
  */
 int64_t dcp__cost_lower_bound_quick(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
                                     int32_t max_seqlen_per_rank);
+
+/*
+ * The bound with some of its steps (core/stats.c): the level search (step 4) and the dearest
+ * microbatch's token room (step 5); every step left out leaves a lower bound, never above the full
+ * one.  VPP group `vpp` (1: none), sequence cap `seq_cap` (0: none), static CP size `static_cp` (1:
+ * none).  dcp_plan_stats.lower_bound takes them all; the tests weigh each step.
+ */
+enum { DCP__BOUND_LEVEL_SEARCH = 1u, DCP__BOUND_TOKEN_ROOM = 2u, DCP__BOUND_ALL = 3u };
+int64_t dcp__cost_lower_bound_steps(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
+                                    int32_t max_seqlen_per_rank, int32_t vpp, int32_t seq_cap, int32_t static_cp,
+                                    unsigned steps);
 
 /*
  * Lower bound (docs/planning.md, step models) of a batch's dependency makespan, which is also one of its

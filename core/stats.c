@@ -44,8 +44,17 @@ static int64_t sat_add(int64_t a, int64_t b) { return (a > INT64_MAX - b) ? INT6
  *      sum L_m >= max(T + X2, ceil(W(T) / N)) for some T >= x_1; W only falls
  *      as T rises, so the least such value over T is LB = T* + X2 at the
  *      least T* >= x_1 where ceil(W(T*) / N) <= T* + X2 (found by halving).
+ *  (5) Token room of the dearest microbatch: microbatch 1 (it holds the
+ *      longest sequence, so L_1 >= x_1) holds at most N M tokens, so the
+ *      least work a of its sequences is at most U, the most least work any
+ *      N M tokens carry (each token of sequence i carries w_min(s_i) / s_i;
+ *      filled densest first).  N L_1 >= a and the others' work is at least
+ *      W_min - a, so sum L_m >= min over 0 <= a <= min(U, W_min) of
+ *      (max(N x_1, a) + max(N X2, W_min - a)) / N: where U < N x_1 the
+ *      longest sequence's microbatch cannot be filled up to its level, and
+ *      what it cannot hold the other microbatches run.
  *
- * makespan >= LB + K_min * o.  Lengths are located in a histogram of 32
+ * makespan >= max(LB, step 5) + K_min * o.  Lengths are located in a histogram of 32
  * steps per octave (a length is taken at its step's lower edge: still a
  * lower bound), so no scratch is needed.  Everything saturates at
  * INT64_MAX.
@@ -145,12 +154,60 @@ static __int128 work_under(const dcp_cost_model *model, const int32_t *lengths, 
 static int64_t clamp_bound(__int128 v) { return v > (__int128)INT64_MAX ? INT64_MAX : v < 0 ? 0 : (int64_t)v; }
 
 /*
+ * Step 5's U: at most the least work that `capacity` tokens can carry, from each bucket's token count
+ * (sum) and its most least work per token (per_token, rounded up): the buckets densest first, each
+ * token at its bucket's most (so never below the true most).  Buckets are mostly denser the longer
+ * their lengths, so an insertion sort from the longest down has little to move.
+ */
+static __int128 densest_work(const int64_t *per_token, const int64_t *sum, __int128 capacity)
+{
+    int16_t order[BOUND_BUCKETS];
+    int filled = 0;
+    for (int b = BOUND_BUCKETS - 1; b >= 0; b--) {
+        if (sum[b] == 0) continue;
+        int j = filled++;
+        while (j > 0 && per_token[order[j - 1]] < per_token[b]) {
+            order[j] = order[j - 1];
+            j--;
+        }
+        order[j] = (int16_t)b;
+    }
+    __int128 work = 0, left = capacity;
+    for (int j = 0; j < filled && left > 0; j++) {
+        const __int128 take = sum[order[j]] < left ? sum[order[j]] : left;
+        work += take * per_token[order[j]]; /* at most 2^62 tokens in all, 2^63 a token */
+        left -= take;
+    }
+    return work;
+}
+
+/*
+ * Step 5: min over 0 <= a <= min(U, W) of ceil((max(N x1, a) + max(N X2, W - a)) / N), W the least
+ * work, U = `densest`.  The expression is piecewise linear in a with corners at N x1 and W - N X2, so
+ * its least over the interval is at an end or a corner.
+ */
+static __int128 token_room_bound(__int128 least, __int128 densest, int64_t x1, __int128 x2, int32_t num_ranks)
+{
+    if (x1 == INT64_MAX) return 0;
+    const __int128 n = num_ranks, top = densest < least ? densest : least;
+    const __int128 corners[4] = {0, top, n * x1, least - n * x2};
+    __int128 best = -1;
+    for (int j = 0; j < 4; j++) {
+        const __int128 a = corners[j] < 0 ? 0 : corners[j] > top ? top : corners[j];
+        const __int128 first = n * x1 > a ? n * x1 : a, others = n * x2 > least - a ? n * x2 : least - a;
+        if (best < 0 || first + others < best) best = first + others;
+    }
+    return (best + n - 1) / n;
+}
+
+/*
  * The bound for a configuration: VPP group `vpp` (1: none), sequence cap `seq_cap` (0: none), static CP
  * size `static_cp` (1: none; a group size besides the powers of two and N when it is neither).
  */
 static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
-                           int32_t max_seqlen, int32_t vpp, int32_t seq_cap, int32_t static_cp, int search)
+                           int32_t max_seqlen, int32_t vpp, int32_t seq_cap, int32_t static_cp, unsigned steps)
 {
+    const int search = (steps & DCP__BOUND_LEVEL_SEARCH) != 0;
     if (n <= 0 || num_ranks <= 0 || max_seqlen <= 0) return 0;
     const int64_t extra = static_size(static_cp, num_ranks);
     const int64_t o = model->microbatch_overhead > 0 ? model->microbatch_overhead : 0;
@@ -160,8 +217,14 @@ static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, 
     int64_t longest = 0;
     int32_t count[BOUND_BUCKETS];
     int64_t sum[BOUND_BUCKETS]; /* at most 2^31 lengths below 2^31 each */
+    /*
+     * Per bucket: first (step 5) the most least work per token of its lengths, rounded up; then (step 3)
+     * the cheapest cost at its lower edge.  One array for both keeps the stack small.
+     */
+    int64_t bucket_value[BOUND_BUCKETS];
     memset(count, 0, sizeof count);
     memset(sum, 0, sizeof sum);
+    memset(bucket_value, 0, sizeof bucket_value);
     int feasible = 1;
     int64_t last_s = -1;
     __int128 last_w = 0; /* equal lengths often come together (a scheduler's sorted ones always) */
@@ -175,8 +238,14 @@ static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, 
         __int128 w = s == last_s ? last_w : least_work_under(model, s, num_ranks, max_seqlen, extra, INT64_MAX);
         last_s = s;
         last_w = w;
-        if (w < 0) feasible = 0;
-        else least += w;
+        if (w < 0) {
+            feasible = 0;
+        } else {
+            least += w;
+            const __int128 per_token = (w + s - 1) / s;
+            const int64_t d = per_token > (__int128)INT64_MAX ? INT64_MAX : (int64_t)per_token;
+            if (d > bucket_value[bk]) bucket_value[bk] = d;
+        }
     }
     /* (1) the least microbatch count */
     __int128 k_tok = (tokens + capacity - 1) / capacity, k_min = k_tok;
@@ -191,7 +260,8 @@ static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, 
     if (!feasible) return clamp_bound(least / num_ranks + k_tok * o);
     /* (3) x_1 and X2 = x_2 + ... + x_K_min, each x_j from the larger of its two lengths' lower edges */
     const int64_t x1 = cheapest_cost(model, longest, num_ranks, max_seqlen, extra);
-    int64_t edge_cost[BOUND_BUCKETS];
+    const __int128 densest = densest_work(bucket_value, sum, capacity);
+    int64_t *edge_cost = bucket_value;
     for (int b = 0; b < BOUND_BUCKETS; b++) edge_cost[b] = -1;
     __int128 x2 = 0;
     int bt = BOUND_BUCKETS - 1, bq = BOUND_BUCKETS - 1; /* buckets walked from the longest down */
@@ -219,6 +289,11 @@ static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, 
     /* (4) the least T* >= x_1 with ceil(W(T*) / N) <= T* + X2, by halving */
     __int128 bound = (__int128)x1 + x2;
     if (work_bound > bound) bound = work_bound;
+    /* (5) the dearest microbatch's token room */
+    if (steps & DCP__BOUND_TOKEN_ROOM) {
+        const __int128 room = token_room_bound(least, densest, x1, x2, num_ranks);
+        if (room > bound) bound = room;
+    }
     if (!search) return clamp_bound(bound + overheads);
     __int128 w = work_under(model, lengths, n, num_ranks, max_seqlen, extra, x1);
     if (x1 < INT64_MAX && !(w >= 0 && (w + num_ranks - 1) / num_ranks <= (__int128)x1 + x2)) {
@@ -246,13 +321,20 @@ static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, 
 int64_t dcp__cost_lower_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
                              int32_t max_seqlen_per_rank)
 {
-    return lower_bound(model, lengths, n, num_ranks, max_seqlen_per_rank, 1, 0, 1, 1);
+    return lower_bound(model, lengths, n, num_ranks, max_seqlen_per_rank, 1, 0, 1, DCP__BOUND_ALL);
 }
 
 int64_t dcp__cost_lower_bound_quick(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
                                     int32_t max_seqlen_per_rank)
 {
-    return lower_bound(model, lengths, n, num_ranks, max_seqlen_per_rank, 1, 0, 1, 0);
+    return lower_bound(model, lengths, n, num_ranks, max_seqlen_per_rank, 1, 0, 1, DCP__BOUND_TOKEN_ROOM);
+}
+
+int64_t dcp__cost_lower_bound_steps(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
+                                    int32_t max_seqlen_per_rank, int32_t vpp, int32_t seq_cap, int32_t static_cp,
+                                    unsigned steps)
+{
+    return lower_bound(model, lengths, n, num_ranks, max_seqlen_per_rank, vpp, seq_cap, static_cp, steps);
 }
 
 size_t dcp__stats_scratch_size(const dcp_config *config)
@@ -344,7 +426,7 @@ dcp_status dcp__plan_stats(const dcp_plan *plan, const dcp_config *config, const
     }
     st.lower_bound = lower_bound(model, lengths, num_lengths, plan->num_ranks, config->max_seqlen_per_rank,
                                  config->microbatch_group_size_per_vp_stage, config->max_sequences_per_microbatch,
-                                 config->context_parallel_size, 1);
+                                 config->context_parallel_size, DCP__BOUND_ALL);
     st.dependency_lower_bound = dcp__dependency_lower_bound(model, lengths, num_lengths, plan->num_ranks,
                                                             config->max_seqlen_per_rank,
                                                             config->context_parallel_size);

@@ -5,7 +5,8 @@
  *    compared with the optimum worked out in the comment).
  *  - Tiny random batches against an exhaustive search over every plan
  *    (every split into microbatches, groups and CP sizes): balanced stays
- *    within a stated factor of the optimum.
+ *    within a stated factor of the optimum, and the step model's lower bound
+ *    (core/stats.c) never passes it, under random cost models.
  *  - Thousands of random small batches and configurations: the plan passes the
  *    validator (dcp_plan_compute validates), is the same when planned twice
  *    and in a fresh context, allocates nothing, and its makespan is at most
@@ -71,17 +72,18 @@ static dcp_status plan_makespan(dcp_context *ctx, const int32_t *lengths, int32_
 }
 
 
-/* ---- exhaustive optimum for tiny batches (up to 6 sequences, up to 8 ranks) ---- */
+/* ---- exhaustive optimum for tiny batches (up to 8 sequences, up to 8 ranks) ---- */
 
-enum { TINY_MAX = 6, TINY_RANKS = 8 };
+/* TINY_MAX: the most sequences the balanced comparison draws; TINY_CAP: the most the search takes */
+enum { TINY_MAX = 6, TINY_CAP = 8, TINY_RANKS = 8 };
 #define TINY_INF INT64_MAX
 
 typedef struct tiny {
     const dcp_cost_model *model;
     int32_t n, ranks, per_rank, min_cp, seq_cap, vpp;
     const int32_t *len;
-    int64_t memo[1 << TINY_MAX][TINY_RANKS + 1]; /* least slowest-group load covering R ranks with set S; -2 unknown */
-    int64_t plan_memo[1 << TINY_MAX][8];         /* least makespan of set S with k microbatches so far (mod vpp) */
+    int64_t memo[1 << TINY_CAP][TINY_RANKS + 1]; /* least slowest-group load covering R ranks with set S; -2 unknown */
+    int64_t plan_memo[1 << TINY_CAP][8];         /* least makespan of set S with k microbatches so far (mod vpp) */
 } tiny;
 
 static int64_t tiny_cover(tiny *t, uint32_t set, int32_t ranks_left)
@@ -154,7 +156,7 @@ static int64_t tiny_optimum(const dcp_config *c, const int32_t *len, int32_t n)
     t.seq_cap = c->max_sequences_per_microbatch;
     t.vpp = c->microbatch_group_size_per_vp_stage > 1 ? c->microbatch_group_size_per_vp_stage : 1;
     t.len = len;
-    for (int s = 0; s < (1 << TINY_MAX); s++) {
+    for (int s = 0; s < (1 << n); s++) {
         for (int r = 0; r <= TINY_RANKS; r++) t.memo[s][r] = -2;
         for (int k = 0; k < 8; k++) t.plan_memo[s][k] = -2;
     }
@@ -226,6 +228,91 @@ DCP_TEST(tiny_batches_within_a_factor_of_the_exhaustive_optimum)
         }
     }
     printf("tiny batches: %d compared, %d optimal, worst ratio to the optimum %.4f\n", compared, optimal, worst);
+}
+
+/*
+ * The step model's lower bound (core/stats.c) against the exhaustive optimum: on tiny batches under
+ * random cost models (attention, linear, KV and ring-latency terms of every weight; often one long
+ * sequence among short ones, where the long one's microbatch cannot be filled up to its level) it is
+ * never above the optimum, each of its steps only raises it, and step 5 (the dearest microbatch's
+ * token room) raises it on some of them (test_bound.c has a plan that attains it).
+ */
+DCP_TEST(tiny_batches_never_below_the_lower_bound)
+{
+    static const int32_t rank_choices[] = {1, 2, 3, 4, 6, 8};
+    int compared = 0, raised = 0, raised_to_optimum = 0, at_optimum = 0;
+    rng_state = 0xD1B54A32D192ED03ull;
+    for (int iter = 0; iter < 12000; iter++) {
+        const int mode = (int)(rng() % 3), long_among_short = mode == 1;
+        small_config s = {rank_choices[rng() % 6], rng_range(8, 512), 1, 0, 0, TINY_CAP, DCP_SCHEDULER_BALANCED};
+        int32_t n = rng_range(1, TINY_MAX), len[TINY_CAP];
+        if (long_among_short) {
+            /*
+             * One long sequence that fits half of 2 or 4 ranks among up to 7 short ones of one length (a
+             * quarter to a half of a rank's tokens), the attention term and the ring latency weighing
+             * most: the long one's cheapest size leaves ranks that the short ones fill with tokens
+             * before they reach its level.
+             */
+            s.ranks = rng() % 2 ? 2 : 4;
+            n = rng_range(4, TINY_CAP);
+            len[0] = rng_range(s.ranks / 2 * s.per_rank / 2, s.ranks / 2 * s.per_rank);
+            const int32_t short_len = rng_range(s.per_rank / 4, s.per_rank / 2);
+            for (int32_t i = 1; i < n; i++) len[i] = short_len;
+        } else if (mode == 2) {
+            /*
+             * Sequences just over a rank's tokens beside longer ones, under a heavy ring latency: the
+             * shorter carry more work per token (their two ranks' latency over fewer tokens), so the
+             * densest tokens are not the longest.
+             */
+            s.ranks = rng() % 2 ? 4 : 8;
+            s.per_rank = rng_range(8, 64);
+            n = rng_range(4, TINY_CAP);
+            for (int32_t i = 0; i < n; i++)
+                len[i] = i < 2 ? rng_range(s.per_rank + 1, 2 * s.per_rank) : rng_range(1, s.per_rank / 2);
+        } else {
+            if (rng() % 4 == 0) s.min_cp = 1 << (rng() % 3);
+            while (s.min_cp > s.ranks || (s.min_cp & (s.min_cp - 1))) s.min_cp >>= 1;
+            if (s.min_cp < 1) s.min_cp = 1;
+            if (rng() % 4 == 0) s.seq_cap = rng_range(1, 3);
+            if (rng() % 5 == 0) s.vpp_group = rng_range(2, 3);
+            for (int32_t i = 0; i < n; i++) len[i] = rng_range(1, s.per_rank * s.ranks);
+        }
+        dcp_config c = config_of(&s);
+        const int64_t m = s.per_rank, q = rng_range(mode ? 1 : 0, 3);
+        c.cost.quadratic = q;
+        c.cost.linear = mode ? rng_range(0, 4) : rng() % 2 ? rng_range(0, 64) : 0;
+        for (int k = 0; k < (int)(sizeof c.cost.kv / sizeof c.cost.kv[0]); k++)
+            c.cost.kv[k] = mode || rng() % 3 ? 0 : rng_range(0, 600);
+        if (mode == 0) c.cost.round_latency = rng() % 4 ? (int64_t)(rng() % (uint64_t)(4 * m * m + 1)) : 0;
+        else c.cost.round_latency = q * len[0] * len[0] / 4 + (int64_t)(rng() % (uint64_t)(q * len[0] * len[0] + 1));
+        c.cost.microbatch_overhead = (int64_t)(rng() % (uint64_t)(m * m + 1));
+        const int64_t best = tiny_optimum(&c, len, n);
+        if (best == TINY_INF) continue;
+        const int32_t vpp = s.vpp_group > 1 ? s.vpp_group : 1;
+        const int64_t full = dcp__cost_lower_bound_steps(&c.cost, len, n, s.ranks, s.per_rank, vpp, s.seq_cap, 1,
+                                                         DCP__BOUND_ALL);
+        const int64_t no_room = dcp__cost_lower_bound_steps(&c.cost, len, n, s.ranks, s.per_rank, vpp, s.seq_cap, 1,
+                                                            DCP__BOUND_LEVEL_SEARCH);
+        const int64_t no_search = dcp__cost_lower_bound_steps(&c.cost, len, n, s.ranks, s.per_rank, vpp, s.seq_cap,
+                                                              1, DCP__BOUND_TOKEN_ROOM);
+        compared++;
+        if (full > best || no_room > full || no_search > full) {
+            dcp_test_fail(__FILE__, __LINE__,
+                          "iteration %d: optimum %lld, bound %lld (without step 5 %lld, without the level search %lld); "
+                          "cost q %lld l %lld latency %lld overhead %lld",
+                          iter, (long long)best, (long long)full, (long long)no_room, (long long)no_search,
+                          (long long)c.cost.quadratic, (long long)c.cost.linear, (long long)c.cost.round_latency,
+                          (long long)c.cost.microbatch_overhead);
+            print_tiny(&s, len, n);
+        }
+        raised += full > no_room;
+        raised_to_optimum += full > no_room && full == best;
+        at_optimum += full == best;
+    }
+    printf("tiny batches: %d compared, bound at the optimum in %d; step 5 raised it in %d, to the optimum in %d\n",
+           compared, at_optimum, raised, raised_to_optimum);
+    DCP_CHECK(compared > 8000);
+    DCP_CHECK(raised * 40 > compared);
 }
 
 /* ---- hand-worked batches ---- */

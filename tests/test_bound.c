@@ -191,12 +191,16 @@ static void one_group_microbatch(fixture *f, int32_t cp, int n, const int32_t *i
     dcp__plan_close_microbatch(&f->plan);
 }
 
-/* The stats of a hand-made plan on `ranks` ranks (static CP size `static_cp`); the context's configuration as given. */
+/*
+ * The stats of a hand-made plan on `ranks` ranks (static CP size `static_cp`) under `model` (NULL: the
+ * default); the context's configuration as given.
+ */
 static dcp_plan_stats stats_of(fixture *f, int32_t ranks, int32_t static_cp, int32_t m, int32_t vpp_group,
-                               const int32_t *lengths, int n)
+                               const int32_t *lengths, int n, const dcp_cost_model *model)
 {
     dcp_config c;
     dcp_config_default(&c);
+    if (model) c.cost = *model;
     c.data_parallel_size = ranks / static_cp;
     c.context_parallel_size = static_cp;
     c.max_sequences = 32;
@@ -232,7 +236,7 @@ DCP_TEST(bound_attained_one_short_sequence_per_rank)
     dcp__plan_open_microbatch(&f.plan, NULL);
     for (int32_t i = 0; i < 8; i++) dcp__plan_push_group(&f.plan, i, 1, &i, 1, NULL);
     dcp__plan_close_microbatch(&f.plan);
-    dcp_plan_stats st = stats_of(&f, 8, 1, 4096, 0, lengths, 8);
+    dcp_plan_stats st = stats_of(&f, 8, 1, 4096, 0, lengths, 8, NULL);
     dcp_cost_model model;
     dcp_cost_model_default(&model);
     DCP_CHECK(dcp_cost(&model, 128, 2) < dcp_cost(&model, 128, 1));
@@ -247,7 +251,7 @@ DCP_TEST(bound_attained_one_sequence_on_every_rank)
     fixture f;
     fixture_init(&f, 8);
     one_group_microbatch(&f, 8, 1, (int32_t[]){0});
-    dcp_plan_stats st = stats_of(&f, 8, 1, 4096, 0, lengths, 1);
+    dcp_plan_stats st = stats_of(&f, 8, 1, 4096, 0, lengths, 1, NULL);
     DCP_CHECK(st.makespan > 0);
     DCP_CHECK_EQ_INT(st.lower_bound, st.makespan);
 }
@@ -267,7 +271,7 @@ DCP_TEST(bound_attained_where_the_forced_microbatches_bind)
     fixture_init(&f, 2);
     one_group_microbatch(&f, 2, 1, (int32_t[]){0});
     one_group_microbatch(&f, 2, 1, (int32_t[]){1});
-    dcp_plan_stats st = stats_of(&f, 2, 1, 8192, 0, lengths, 2);
+    dcp_plan_stats st = stats_of(&f, 2, 1, 8192, 0, lengths, 2, NULL);
     dcp_cost_model model;
     dcp_cost_model_default(&model);
     DCP_CHECK_EQ_INT(st.makespan, dcp_cost(&model, 16384, 2) + dcp_cost(&model, 8192, 2) + 2 * model.microbatch_overhead);
@@ -282,7 +286,7 @@ DCP_TEST(bound_attained_where_the_vpp_group_forces_microbatches)
     fixture f;
     fixture_init(&f, 1);
     for (int32_t i = 0; i < 4; i++) one_group_microbatch(&f, 1, 1, &i);
-    dcp_plan_stats st = stats_of(&f, 1, 1, 8192, 4, lengths, 4);
+    dcp_plan_stats st = stats_of(&f, 1, 1, 8192, 4, lengths, 4, NULL);
     dcp_cost_model model;
     dcp_cost_model_default(&model);
     DCP_CHECK_EQ_INT(st.makespan, 4 * (dcp_cost(&model, 4096, 1) + model.microbatch_overhead));
@@ -306,7 +310,7 @@ DCP_TEST(bound_attained_with_a_static_cp_group)
     dcp__plan_open_microbatch(&f.plan, NULL);
     for (int32_t i = 0; i < 2; i++) dcp__plan_push_group(&f.plan, 3 * i, 3, &i, 1, NULL);
     dcp__plan_close_microbatch(&f.plan);
-    dcp_plan_stats st = stats_of(&f, 6, 3, 4096, 0, lengths, 2);
+    dcp_plan_stats st = stats_of(&f, 6, 3, 4096, 0, lengths, 2, NULL);
     dcp_cost_model model;
     dcp_cost_model_default(&model);
     const int64_t w3 = 3 * dcp_cost(&model, s, 3), w4 = 4 * dcp_cost(&model, s, 4), w6 = 6 * dcp_cost(&model, s, 6);
@@ -315,4 +319,71 @@ DCP_TEST(bound_attained_with_a_static_cp_group)
     DCP_CHECK_EQ_INT(st.lower_bound, st.makespan);
     DCP_CHECK_EQ_INT(dcp__cost_lower_bound(&model, lengths, 2, 6, 4096), (2 * w4 + 5) / 6 + model.microbatch_overhead);
     DCP_CHECK(dcp__cost_lower_bound(&model, lengths, 2, 6, 4096) > st.makespan);
+}
+
+DCP_TEST(bound_attained_where_the_dearest_microbatchs_token_room_binds)
+{
+    /*
+     * Attention and ring latency only (cost(s, c) = s^2 / c + 1024 (c - 1)), 4 ranks of 32 tokens: one
+     * sequence of 64 tokens (cheapest per rank on 2 ranks, 3072; its least GPU time, 6144, also there)
+     * and 12 of 16 (256 on one rank).  The tokens need two microbatches.  The first holds the long one
+     * at level 3072 but only 128 tokens: the long one's 64 and 64 more, which carry at most 1024 of
+     * work, so it cannot take the 2048 of work the level leaves room for; the other microbatch runs the
+     * remaining 2048 over 4 ranks, 512 each.  Makespan 3072 + 512 + 2 o, the bound; without step 5 the
+     * bound is the long one's level plus the second microbatch's floor, 3072 + 256 + 2 o.
+     */
+    dcp_cost_model model;
+    dcp_cost_model_default(&model);
+    model.quadratic = 1;
+    model.linear = 0;
+    for (int k = 0; k < (int)(sizeof model.kv / sizeof model.kv[0]); k++) model.kv[k] = 0;
+    model.round_latency = 1024;
+    int32_t lengths[13];
+    lengths[0] = 64;
+    for (int i = 1; i < 13; i++) lengths[i] = 16;
+    DCP_CHECK_EQ_INT(dcp_cost(&model, 64, 2), 3072);
+    DCP_CHECK_EQ_INT(dcp_cost(&model, 64, 4), 4096);
+    DCP_CHECK_EQ_INT(dcp_cost(&model, 16, 1), 256);
+    fixture f;
+    fixture_init(&f, 4);
+    dcp__plan_open_microbatch(&f.plan, NULL);
+    dcp__plan_push_group(&f.plan, 0, 2, (int32_t[]){0}, 1, NULL);
+    dcp__plan_push_group(&f.plan, 2, 1, (int32_t[]){1, 2}, 2, NULL);
+    dcp__plan_push_group(&f.plan, 3, 1, (int32_t[]){3, 4}, 2, NULL);
+    dcp__plan_close_microbatch(&f.plan);
+    dcp__plan_open_microbatch(&f.plan, NULL);
+    for (int32_t r = 0; r < 4; r++) dcp__plan_push_group(&f.plan, r, 1, (int32_t[]){5 + 2 * r, 6 + 2 * r}, 2, NULL);
+    dcp__plan_close_microbatch(&f.plan);
+    dcp_plan_stats st = stats_of(&f, 4, 1, 32, 0, lengths, 13, &model);
+    const int64_t o = model.microbatch_overhead;
+    DCP_CHECK_EQ_INT(st.makespan, 3072 + 512 + 2 * o);
+    DCP_CHECK_EQ_INT(st.lower_bound, st.makespan);
+    DCP_CHECK_EQ_INT(dcp__cost_lower_bound_steps(&model, lengths, 13, 4, 32, 1, 0, 1, DCP__BOUND_LEVEL_SEARCH),
+                     3072 + 256 + 2 * o);
+    /* the quick bound (no level search) has step 5 too */
+    DCP_CHECK_EQ_INT(dcp__cost_lower_bound_quick(&model, lengths, 13, 4, 32), st.makespan);
+}
+
+DCP_TEST(bound_step_5_fills_the_dearest_microbatch_densest_tokens_first)
+{
+    /*
+     * cost(s, c) = s^2 / c + 1024 (c - 1) on 4 ranks of 32 tokens; lengths 64, 51, 35, 35, 34, 32 (251
+     * tokens: two microbatches).  Least GPU time per token, rounded up: 96 (64 tokens, on 2 ranks), 95
+     * (34), 94 (35), 92 (51: more tokens share the same ring latency), 32 (32, on one rank).  The 128
+     * tokens that carry the most are 64 + 34 + 30 of a 35: U = 6144 + 3230 + 2820 = 12194, under
+     * N x_1 = 4 x 3072, so the bound is (4 x 3072 + (21564 - 12194)) / 4 = 5414.5, 5415 (X2 = 1636 is
+     * less), against 5391 (the work over 4 ranks) without step 5.  Taking the tokens longest first
+     * instead (64, 51, 13 of a 35: 12058) would give 5449, above what those tokens can carry.
+     */
+    dcp_cost_model model;
+    dcp_cost_model_default(&model);
+    model.quadratic = 1;
+    model.linear = 0;
+    for (int k = 0; k < (int)(sizeof model.kv / sizeof model.kv[0]); k++) model.kv[k] = 0;
+    model.round_latency = 1024;
+    const int32_t lengths[6] = {64, 51, 35, 35, 34, 32};
+    const int64_t o = model.microbatch_overhead;
+    DCP_CHECK_EQ_INT(dcp__cost_lower_bound_steps(&model, lengths, 6, 4, 32, 1, 0, 1, DCP__BOUND_TOKEN_ROOM), 5415 + 2 * o);
+    DCP_CHECK_EQ_INT(dcp__cost_lower_bound_steps(&model, lengths, 6, 4, 32, 1, 0, 1, 0), 5391 + 2 * o);
+    DCP_CHECK(dcp__cost_lower_bound(&model, lengths, 6, 4, 32) >= 5415 + 2 * o);
 }
