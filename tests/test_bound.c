@@ -321,6 +321,18 @@ DCP_TEST(bound_attained_with_a_static_cp_group)
     DCP_CHECK(dcp__cost_lower_bound(&model, lengths, 2, 6, 4096) > st.makespan);
 }
 
+/* Attention and ring latency only: cost(s, c) = s^2 / c + 1024 (c - 1); the default overhead. */
+static dcp_cost_model attention_and_latency_model(void)
+{
+    dcp_cost_model model;
+    dcp_cost_model_default(&model);
+    model.quadratic = 1;
+    model.linear = 0;
+    for (int k = 0; k < (int)(sizeof model.kv / sizeof model.kv[0]); k++) model.kv[k] = 0;
+    model.round_latency = 1024;
+    return model;
+}
+
 DCP_TEST(bound_attained_where_the_dearest_microbatchs_token_room_binds)
 {
     /*
@@ -332,12 +344,7 @@ DCP_TEST(bound_attained_where_the_dearest_microbatchs_token_room_binds)
      * remaining 2048 over 4 ranks, 512 each.  Makespan 3072 + 512 + 2 o, the bound; without step 5 the
      * bound is the long one's level plus the second microbatch's floor, 3072 + 256 + 2 o.
      */
-    dcp_cost_model model;
-    dcp_cost_model_default(&model);
-    model.quadratic = 1;
-    model.linear = 0;
-    for (int k = 0; k < (int)(sizeof model.kv / sizeof model.kv[0]); k++) model.kv[k] = 0;
-    model.round_latency = 1024;
+    const dcp_cost_model model = attention_and_latency_model();
     int32_t lengths[13];
     lengths[0] = 64;
     for (int i = 1; i < 13; i++) lengths[i] = 16;
@@ -375,12 +382,7 @@ DCP_TEST(bound_step_5_fills_the_dearest_microbatch_densest_tokens_first)
      * less), against 5391 (the work over 4 ranks) without step 5.  Taking the tokens longest first
      * instead (64, 51, 13 of a 35: 12058) would give 5449, above what those tokens can carry.
      */
-    dcp_cost_model model;
-    dcp_cost_model_default(&model);
-    model.quadratic = 1;
-    model.linear = 0;
-    for (int k = 0; k < (int)(sizeof model.kv / sizeof model.kv[0]); k++) model.kv[k] = 0;
-    model.round_latency = 1024;
+    const dcp_cost_model model = attention_and_latency_model();
     const int32_t lengths[6] = {64, 51, 35, 35, 34, 32};
     const int64_t o = model.microbatch_overhead;
     DCP_CHECK_EQ_INT(dcp__cost_lower_bound_steps(&model, lengths, 6, 4, 32, 1, 0, 1, DCP__BOUND_TOKEN_ROOM), 5415 + 2 * o);
