@@ -226,7 +226,7 @@ static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, 
     memset(sum, 0, sizeof sum);
     memset(bucket_value, 0, sizeof bucket_value);
     int feasible = 1;
-    int64_t last_s = -1;
+    int64_t last_s = -1, last_share = 0;
     __int128 last_w = 0; /* equal lengths often come together (a scheduler's sorted ones always) */
     for (int32_t i = 0; i < n; i++) {
         int64_t s = lengths[i] > 0 ? lengths[i] : 1;
@@ -235,16 +235,24 @@ static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, 
         int bk = bound_bucket(s);
         count[bk]++;
         sum[bk] += s;
-        __int128 w = s == last_s ? last_w : least_work_under(model, s, num_ranks, max_seqlen, extra, INT64_MAX);
-        last_s = s;
-        last_w = w;
-        if (w < 0) {
+        if (s != last_s) {
+            last_w = least_work_under(model, s, num_ranks, max_seqlen, extra, INT64_MAX);
+            last_s = s;
+            /* the least work per token, rounded up (in 64 bits where it fits) */
+            if (last_w < 0) {
+                last_share = 0;
+            } else if (last_w <= INT64_MAX - s) {
+                last_share = ((int64_t)last_w + s - 1) / s;
+            } else {
+                const __int128 share = (last_w + s - 1) / s;
+                last_share = share > (__int128)INT64_MAX ? INT64_MAX : (int64_t)share;
+            }
+        }
+        if (last_w < 0) {
             feasible = 0;
         } else {
-            least += w;
-            const __int128 per_token = (w + s - 1) / s;
-            const int64_t d = per_token > (__int128)INT64_MAX ? INT64_MAX : (int64_t)per_token;
-            if (d > bucket_value[bk]) bucket_value[bk] = d;
+            least += last_w;
+            if (last_share > bucket_value[bk]) bucket_value[bk] = last_share;
         }
     }
     /* (1) the least microbatch count */
