@@ -243,10 +243,10 @@ DCP_TEST(tiny_batches_never_below_the_lower_bound)
     int compared = 0, raised = 0, raised_to_optimum = 0, at_optimum = 0;
     rng_state = 0xD1B54A32D192ED03ull;
     for (int iter = 0; iter < 12000; iter++) {
-        const int mode = (int)(rng() % 3), long_among_short = mode == 1;
+        const int mode = (int)(rng() % 3); /* 0: any lengths, 1: one long among short ones, 2: denser shorter ones */
         small_config s = {rank_choices[rng() % 6], rng_range(8, 512), 1, 0, 0, TINY_CAP, DCP_SCHEDULER_BALANCED};
         int32_t n = rng_range(1, TINY_MAX), len[TINY_CAP];
-        if (long_among_short) {
+        if (mode == 1) {
             /*
              * One long sequence that fits half of 2 or 4 ranks among up to 7 short ones of one length (a
              * quarter to a half of a rank's tokens), the attention term and the ring latency weighing
