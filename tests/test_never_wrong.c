@@ -202,6 +202,9 @@ static void skip_rank(int32_t rank, void *arg)
 {
     skip_test *t = arg;
     int first = t->joined ? t->run : 0, last = t->joined ? t->run + 1 : STEPS;
+    /* a rank that repeats a step makes one call more than its peer: it leaves out its last step, whose
+       collective would otherwise wait the world's whole timeout for a call its peer never makes */
+    if (rank == 1 && t->repeat && !t->joined) last--;
     for (int k = first; k < last; k++) {
         if (rank == 1 && k == 0 && !t->repeat) {
             step_once(t, rank, k, 1); /* fails here alone: no communicator to tell the others through */
@@ -333,6 +336,9 @@ DCP_TEST(a_repeated_call_is_out_of_step)
        so the data of rank 1's repeat is rank 1's own choice; rank 1's step 2 (call 3) meets rank 0's step 3 */
     DCP_CHECK_STATUS(t.status[0][0], DCP_OK);
     DCP_CHECK_STATUS(t.status[0][1], DCP_OK);
+    /* every call met its peer's: none waited out the timeout */
+    for (int r = 0; r < 2; r++)
+        for (int i = 0; i < t.calls[r]; i++) DCP_CHECK(t.status[r][i] != DCP_ERR_TIMEOUT);
     check_never_wrong(&t);
     dcp_inproc_world_destroy(t.world);
     skip_teardown(&t);
@@ -466,7 +472,9 @@ static void roll_skip_rank(int32_t rank, void *arg)
     const size_t sizes[1] = {8};
     unsigned char exchange[4096];
     if (dcp_mtp_roll_exchange_bytes(2, sizes, 1, comm.size) > sizeof exchange) return;
-    for (int k = 0; k < 3; k++) {
+    /* rank 1's first roll fails without a collective, so rank 0 rolls once less: its third roll would
+       otherwise wait the world's whole timeout for a call rank 1 never makes */
+    for (int k = 0; k < (rank == 0 ? 2 : 3); k++) {
         dcp_comm use = comm;
         if (rank == 1 && k == 0) use.ops = NULL; /* a handle without operations: fails here alone */
         t->status[rank][k] = dcp_mtp_roll(&use, 0, 2, cu, 2, 4, fields, outs, sizes, 1, exchange);
