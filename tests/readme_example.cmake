@@ -1,0 +1,30 @@
+# readme_example.cmake - write the README's C example (the first ```c block
+# under "## Using the library") to OUT, exactly as printed.
+#
+#   cmake -DREADME=README.md -DOUT=readme_example.c -P tests/readme_example.cmake
+file(READ "${README}" text)
+string(FIND "${text}" "\n## Using the library\n" section)
+if(section EQUAL -1)
+  message(FATAL_ERROR "readme_example: no '## Using the library' section in ${README}")
+endif()
+string(SUBSTRING "${text}" ${section} -1 text)
+string(FIND "${text}" "\n```c\n" open)
+if(open EQUAL -1)
+  message(FATAL_ERROR "readme_example: no ```c block under '## Using the library' in ${README}")
+endif()
+math(EXPR open "${open} + 6")
+string(SUBSTRING "${text}" ${open} -1 text)
+string(FIND "${text}" "\n```" close)
+if(close EQUAL -1)
+  message(FATAL_ERROR "readme_example: the ```c block in ${README} is not closed")
+endif()
+math(EXPR close "${close} + 1")
+string(SUBSTRING "${text}" 0 ${close} code)
+# write only when it changed, so an unchanged README rebuilds nothing
+set(old "")
+if(EXISTS "${OUT}")
+  file(READ "${OUT}" old)
+endif()
+if(NOT old STREQUAL code)
+  file(WRITE "${OUT}" "${code}")
+endif()
