@@ -1,6 +1,6 @@
 /* assign.c - one entry point for the three schedulers. */
-#include "stages.h"
-#include "../core/plan.h"
+#include "../stages.h"
+#include "../../core/plan.h"
 
 size_t dcp__assign_scratch_size(const dcp_config *config)
 {

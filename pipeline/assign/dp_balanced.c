@@ -19,8 +19,8 @@
  * is the reference's "Not enough samples to move" assertion:
  * DCP_ERR_INFEASIBLE here.
  */
-#include "stages.h"
-#include "../core/plan.h"
+#include "../stages.h"
+#include "../../core/plan.h"
 
 static int32_t vpp_group(const dcp_config *c)
 {

@@ -6,7 +6,7 @@
  * phases.
  */
 #include "balanced_internal.h"
-#include "../../core/plan.h"
+#include "../../../core/plan.h"
 
 /*
  * Lay out the scratch for up to `n` sequences on `num_ranks` ranks (a

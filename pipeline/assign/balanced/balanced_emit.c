@@ -4,7 +4,7 @@
  * emitted into the plan tables.
  */
 #include "balanced_internal.h"
-#include "../../core/plan.h"
+#include "../../../core/plan.h"
 
 /*
  * Keep the pass's plan if it is among the NUM_KEPT best so far (kept[] stays

@@ -102,8 +102,8 @@
 #ifndef DCP_BALANCED_INTERNAL_H
 #define DCP_BALANCED_INTERNAL_H
 
-#include "../stages.h"
-#include "../../core/cost.h"
+#include "../../stages.h"
+#include "../../../core/cost.h"
 
 #include <string.h>
 

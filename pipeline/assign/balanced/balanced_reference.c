@@ -7,7 +7,7 @@
  * model (its layouts are among those balanced_place.c weighs).
  */
 #include "balanced_internal.h"
-#include "../../core/plan.h"
+#include "../../../core/plan.h"
 
 /* dynamic_cp's plan tables and each id's position, for n sequences, from `a` (NULL where they do not fit). */
 void dcp__balanced_reference_tables(dcp_plan *plan, int32_t **position, dcp_arena *a, int32_t n)

@@ -5,7 +5,7 @@
  * dynamic_cp_internal.h describes the algorithm and the files of its phases.
  */
 #include "dynamic_cp_internal.h"
-#include "../../core/plan.h"
+#include "../../../core/plan.h"
 
 /* Lay out every scratch array; run on a measuring arena it gives the scratch size. */
 static int dyn_alloc(dyn_state *st, dcp_arena *a, int32_t n, int32_t ranks, int32_t min_cp_size)

@@ -69,7 +69,7 @@
 #ifndef DCP_DYNAMIC_CP_INTERNAL_H
 #define DCP_DYNAMIC_CP_INTERNAL_H
 
-#include "../stages.h"
+#include "../../stages.h"
 
 #include <string.h>
 
