@@ -42,6 +42,8 @@ size_t dcp__bucket_scratch_size(const dcp_config *config);
 
 /* ---- assign ---- */
 
+struct dcp__scheduler;
+
 typedef struct dcp_schedule_input {
     const int32_t *lengths;    /* [num_sequences], by global id; all validated by dcp__bucket */
     int32_t num_sequences;
@@ -49,9 +51,32 @@ typedef struct dcp_schedule_input {
     const int32_t *min_cp;     /* [num_sequences], by global id */
     int32_t num_ranks;         /* DPxCP */
     const dcp_config *config;
+    /* a scheduler whose plan this one may take as one more candidate, offered by dcp__assign (NULL: none) */
+    const struct dcp__scheduler *candidate;
 } dcp_schedule_input;
 
-/* Dispatch on config->scheduler.  The plan is cleared first; on error its contents are unspecified. */
+/*
+ * One scheduler, as the assign stage picks it (pipeline/assign/assign.c holds
+ * the table, in the way zstd selects a block compressor by strategy):
+ * scratch_size is an upper bound of the scratch one call takes for the
+ * largest input the configuration allows, with the candidate the driver
+ * offers it; assign plans into a cleared plan.
+ */
+typedef struct dcp__scheduler {
+    const char *name;
+    size_t (*scratch_size)(const dcp_config *config);
+    dcp_status (*assign)(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err);
+} dcp__scheduler;
+
+/* The table's entry for `which`; NULL for a value that names no scheduler. */
+const dcp__scheduler *dcp__scheduler_of(dcp_scheduler which);
+/* The scheduler whose plan dcp__assign offers `which` as a candidate; NULL when none. */
+const dcp__scheduler *dcp__scheduler_candidate_of(dcp_scheduler which);
+
+/*
+ * Plan with config->scheduler, offering it its candidate's plan.  The plan is
+ * cleared first; on error its contents are unspecified.
+ */
 dcp_status dcp__assign(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err);
 size_t dcp__assign_scratch_size(const dcp_config *config);
 
@@ -63,9 +88,14 @@ dcp_status dcp__assign_dynamic_cp(const dcp_schedule_input *in, dcp_plan *plan, 
                                  dcp_error *err);
 size_t dcp__assign_dynamic_cp_scratch_size(const dcp_config *config);
 
+/*
+ * balanced takes in->candidate's plan as one more candidate when it has few
+ * sequences per rank (pipeline/assign/balanced/balanced_reference.c); its
+ * scratch makes room for that candidate's when `candidate` is not NULL.
+ */
 dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch,
                                dcp_error *err);
-size_t dcp__assign_balanced_scratch_size(const dcp_config *config);
+size_t dcp__assign_balanced_scratch_size(const dcp_config *config, const dcp__scheduler *candidate);
 /*
  * dcp__assign_balanced with its shortcuts switched for tests; each must leave
  * the plan as it is without it:

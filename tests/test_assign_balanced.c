@@ -544,6 +544,23 @@ DCP_TEST(random_batches_valid_deterministic_and_at_least_as_good_as_dynamic_cp)
 
 /* ---- the reference's traces on the golden configurations ---- */
 
+/* The assign stage's table: one entry per dcp_scheduler value, named as dcp_scheduler_name() names it; the driver
+   offers balanced dynamic_cp's plan and no other scheduler a candidate. */
+DCP_TEST(the_scheduler_table_follows_dcp_scheduler)
+{
+    for (int s = DCP_SCHEDULER_DP_BALANCED; s <= DCP_SCHEDULER_BALANCED; s++) {
+        const dcp__scheduler *entry = dcp__scheduler_of((dcp_scheduler)s);
+        DCP_REQUIRE(entry != NULL && entry->scratch_size && entry->assign);
+        DCP_CHECK(strcmp(entry->name, dcp_scheduler_name((dcp_scheduler)s)) == 0);
+    }
+    DCP_CHECK(dcp__scheduler_of((dcp_scheduler)3) == NULL);
+    DCP_CHECK(dcp__scheduler_of((dcp_scheduler)-1) == NULL);
+    DCP_CHECK(dcp__scheduler_candidate_of(DCP_SCHEDULER_BALANCED) == dcp__scheduler_of(DCP_SCHEDULER_DYNAMIC_CP));
+    DCP_CHECK(dcp__scheduler_candidate_of(DCP_SCHEDULER_DYNAMIC_CP) == NULL);
+    DCP_CHECK(dcp__scheduler_candidate_of(DCP_SCHEDULER_DP_BALANCED) == NULL);
+    DCP_CHECK(dcp__scheduler_candidate_of((dcp_scheduler)3) == NULL);
+}
+
 DCP_TEST(golden_traces_beat_dynamic_cp)
 {
     /* dynamic_cp reproduces the golden plans exactly (test_golden), so its makespan is the reference's */
@@ -724,9 +741,10 @@ DCP_TEST(scratch_size_is_an_exact_bound)
     for (size_t r = 0; r < sizeof ranks / sizeof ranks[0]; r++) {
         small_config s = {ranks[r], 4096, 1, 0, 0, N_SEQ, DCP_SCHEDULER_BALANCED};
         dcp_config c = config_of(&s);
-        const size_t barrier = dcp__assign_balanced_scratch_size(&c);
+        const dcp__scheduler *offered = dcp__scheduler_candidate_of(DCP_SCHEDULER_BALANCED);
+        const size_t barrier = dcp__assign_balanced_scratch_size(&c, offered);
         c.cost.step_model = (dcp_step_model)model;
-        size_t need = dcp__assign_balanced_scratch_size(&c);
+        size_t need = dcp__assign_balanced_scratch_size(&c, offered);
         DCP_REQUIRE(need > 0 && need < SIZE_MAX);
         if (model == DCP_STEP_MODEL_DEPENDENCY) {
             /* only the layout's arrays come on top: finish times and block maxima (int64), the group at each
@@ -751,7 +769,7 @@ DCP_TEST(scratch_size_is_an_exact_bound)
         plan.ids = ids;
         plan.max_microbatches = plan.max_groups = plan.max_ids = N_SEQ;
         dcp__plan_clear(&plan, ranks[r]);
-        dcp_schedule_input in = {len, N_SEQ, sorted, min_cp, ranks[r], &c};
+        dcp_schedule_input in = {len, N_SEQ, sorted, min_cp, ranks[r], &c, offered};
         dcp_status st = dcp__assign_balanced(&in, &plan, &arena, &err);
         if (st != DCP_OK) dcp_test_fail(__FILE__, __LINE__, "%d ranks: %s", ranks[r], err.message);
         DCP_CHECK(arena.high_water == need); /* exact: the layout takes every byte it reserves */
@@ -836,7 +854,8 @@ static void plan_both_ways(const dcp_config *c, const int32_t *lengths, int32_t 
 {
     static int32_t sorted[BOTH_WAYS_MAX_N], min_cp[BOTH_WAYS_MAX_N];
     static int32_t mb_first[BOTH_WAYS_MAX_N + 1], first_rank[BOTH_WAYS_MAX_N], cp[BOTH_WAYS_MAX_N], first_id[BOTH_WAYS_MAX_N + 1], ids[BOTH_WAYS_MAX_N];
-    const size_t need = dcp__assign_balanced_scratch_size(c) + dcp__bucket_scratch_size(c);
+    const dcp__scheduler *offered = dcp__scheduler_candidate_of(DCP_SCHEDULER_BALANCED);
+    const size_t need = dcp__assign_balanced_scratch_size(c, offered) + dcp__bucket_scratch_size(c);
     unsigned char *memory = aligned_alloc(64, (need + 63) / 64 * 64);
     DCP_REQUIRE(memory != NULL && n <= BOTH_WAYS_MAX_N);
     for (int run = 0; run < 2; run++) {
@@ -853,7 +872,7 @@ static void plan_both_ways(const dcp_config *c, const int32_t *lengths, int32_t 
         plan.ids = ids;
         plan.max_microbatches = plan.max_groups = plan.max_ids = n;
         dcp__plan_clear(&plan, ranks);
-        dcp_schedule_input in = {lengths, n, sorted, min_cp, ranks, c};
+        dcp_schedule_input in = {lengths, n, sorted, min_cp, ranks, c, offered};
         st[run] = dcp__assign_balanced_with(&in, &plan, &arena, &err, run ? with : without, &report[run]);
         hash[run] = st[run] == DCP_OK ? dcp_plan_hash(&plan) : 0;
     }

@@ -14,7 +14,8 @@
  * per-rank arrays at the end, so the barrier model's scratch is unchanged,
  * and a VPP group adds the state a pass keeps for its second alignment.
  */
-static int balanced_layout(balanced *b, dcp_arena *a, const dcp_config *config, int32_t n, int32_t num_ranks)
+static int balanced_layout(balanced *b, dcp_arena *a, const dcp_config *config, int32_t n, int32_t num_ranks,
+                           const dcp__scheduler *candidate)
 {
     const int dependency = config->cost.step_model == DCP_STEP_MODEL_DEPENDENCY;
     const int vpp = config->microbatch_group_size_per_vp_stage;
@@ -63,11 +64,13 @@ static int balanced_layout(balanced *b, dcp_arena *a, const dcp_config *config, 
     b->cursor = DCP_ARENA_NEW(a, int32_t, 2 * un);
     /*
      * Every array from cp to cursor is rebuilt from a kept plan before it is
-     * read again once the passes are over: dynamic_cp's plan is made there
+     * read again once the passes are over: the candidate's plan is made there
      * (balanced_reference.c), in as many bytes more after them as it needs
      * beyond them.
      */
-    {
+    b->ref_region = NULL;
+    b->ref_region_size = 0;
+    if (candidate) {
         dcp_arena need;
         dcp__arena_init_measure(&need);
         dcp_plan tables;
@@ -75,7 +78,7 @@ static int balanced_layout(balanced *b, dcp_arena *a, const dcp_config *config, 
         dcp__balanced_reference_tables(&tables, &position, &need, n);
         dcp_config sized = *config;
         sized.max_sequences = n;
-        const size_t reference = dcp__assign_dynamic_cp_scratch_size(&sized);
+        const size_t reference = candidate->scratch_size(&sized);
         const size_t used = dcp__arena_mark(a) - region_start;
         if (reference > SIZE_MAX - need.used) return 0;
         const size_t more = need.used + reference > used ? need.used + reference - used : 0;
@@ -194,12 +197,13 @@ static int balanced_layout(balanced *b, dcp_arena *a, const dcp_config *config, 
            (table_n == 0 || (b->cost_table && b->cost_cheapest && b->cost_least));
 }
 
-size_t dcp__assign_balanced_scratch_size(const dcp_config *config)
+size_t dcp__assign_balanced_scratch_size(const dcp_config *config, const dcp__scheduler *candidate)
 {
     balanced b;
     dcp_arena measure;
     dcp__arena_init_measure(&measure);
-    if (!balanced_layout(&b, &measure, config, config->max_sequences, dcp_config_num_ranks(config))) return SIZE_MAX;
+    if (!balanced_layout(&b, &measure, config, config->max_sequences, dcp_config_num_ranks(config), candidate))
+        return SIZE_MAX;
     return measure.used;
 }
 
@@ -252,7 +256,7 @@ dcp_status dcp__assign_balanced_with(const dcp_schedule_input *in, dcp_plan *pla
     b.bound_merges = (shortcuts & DCP__BALANCED_BOUND_MERGES) != 0;
     b.implied_trials = (shortcuts & DCP__BALANCED_IMPLIED_TRIALS) != 0;
     b.dependency = c->cost.step_model == DCP_STEP_MODEL_DEPENDENCY;
-    if (!balanced_layout(&b, scratch, c, in->num_sequences, in->num_ranks))
+    if (!balanced_layout(&b, scratch, c, in->num_sequences, in->num_ranks, in->candidate))
         return dcp__fail(err, DCP_ERR_CAPACITY, "balanced scratch too small for %d sequences on %d ranks",
                         in->num_sequences, in->num_ranks);
     b.n = in->num_sequences;
@@ -409,13 +413,14 @@ dcp_status dcp__assign_balanced_with(const dcp_schedule_input *in, dcp_plan *pla
         dcp__balanced_descend_plan(&b, best, DESCENT_WORK_MANY * (int64_t)b.n);
     }
     /*
-     * With few sequences per rank: dynamic_cp's plan as one more candidate,
-     * so that the plan is never above it (the passes can miss what its
+     * With few sequences per rank: the candidate's plan (dynamic_cp's, as
+     * the driver offers it) as one more candidate, so that the plan is never
+     * above it (the passes can miss what its
      * construction finds).  Last, so that everything before runs as it would
      * without it; not polished (that lowered a few plans by up to 6% for 10%
      * more time over the benchmark matrix).
      */
-    if (b.dense && !best_at_bound(&b, least_makespan))
+    if (in->candidate && b.dense && !best_at_bound(&b, least_makespan))
         dcp__balanced_read_reference(&b, in, plan->max_microbatches);
     if (report) {
         report->realigned = b.num_realigned;

@@ -399,7 +399,7 @@ typedef struct balanced {
 
     /* the best plans so far, by makespan (kept[0] the best); few sequences per rank: all are polished */
     saved_plan kept[NUM_KEPT + 1]; /* the last only for dynamic_cp's plan, in pk_cost's place (balanced_reference.c) */
-    unsigned char *ref_region;     /* where dynamic_cp's plan is made: the arrays cp .. cursor and what follows them */
+    unsigned char *ref_region;     /* where the candidate's plan is made (NULL without one): the arrays cp .. cursor and what follows them */
     size_t ref_region_size;
     int num_kept;
 

@@ -1,6 +1,7 @@
 /*
  * balanced_reference.c - with few sequences per rank, the plan of the
- * dynamic_cp scheduler as one more candidate.  It is read into a kept slot of
+ * scheduler the driver offers as a candidate (dynamic_cp's:
+ * pipeline/assign/assign.c) as one more candidate.  It is read into a kept slot of
  * its own once every pass, polish and search has run (so they run as they
  * would without it): the plan emitted is never above either, under the
  * barrier model (the least makespan is emitted) and under the dependency
@@ -9,7 +10,7 @@
 #include "balanced_internal.h"
 #include "../../../core/plan.h"
 
-/* dynamic_cp's plan tables and each id's position, for n sequences, from `a` (NULL where they do not fit). */
+/* The candidate's plan tables and each id's position, for n sequences, from `a` (NULL where they do not fit). */
 void dcp__balanced_reference_tables(dcp_plan *plan, int32_t **position, dcp_arena *a, int32_t n)
 {
     const size_t un = (size_t)n;
@@ -23,10 +24,10 @@ void dcp__balanced_reference_tables(dcp_plan *plan, int32_t **position, dcp_aren
 }
 
 /*
- * Plan the batch with dynamic_cp and read its plan into kept slot
+ * Plan the batch with in->candidate and read its plan into kept slot
  * b->num_kept, counted in.  Its tables and scratch are b->ref_region, whose
  * arrays restore_plan() rebuilds right after.  Returns the slot, or -1 when
- * dynamic_cp has no plan for the batch.
+ * the candidate has no plan for the batch.
  */
 int dcp__balanced_read_reference(balanced *b, const dcp_schedule_input *in, int32_t max_microbatches)
 {
@@ -40,8 +41,10 @@ int dcp__balanced_read_reference(balanced *b, const dcp_schedule_input *in, int3
         position) {
         if (max_microbatches < plan.max_microbatches) plan.max_microbatches = max_microbatches;
         dcp__plan_clear(&plan, b->num_ranks);
-        dcp_error ignored; /* no plan from dynamic_cp (more microbatches than allowed) only means no such candidate */
-        st = dcp__assign_dynamic_cp(in, &plan, &scratch, &ignored);
+        dcp_error ignored; /* no plan from the candidate (more microbatches than allowed) only means no such candidate */
+        dcp_schedule_input alone = *in;
+        alone.candidate = NULL;
+        st = in->candidate->assign(&alone, &plan, &scratch, &ignored);
     }
     if (st != DCP_OK) {
         dcp__arena_release(&scratch);
