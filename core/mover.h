@@ -163,4 +163,21 @@ dcp_status dcp__mover_cuda_workspace_size(const dcp_mover_sizes *z, size_t *devi
 dcp_status dcp__mover_cuda_create(dcp_mover *m, const dcp_mover_sizes *z, void *device_memory, size_t device_bytes,
                                   void *host_memory, size_t host_bytes, dcp_error *err);
 
+/*
+ * A device mover backend: an ops table, as dcp_comm_ops is for collectives,
+ * so that the context (pipeline/context.c) binds a device mover without
+ * naming one.  workspace_size and create are as the CUDA mover's above.  The
+ * public entry points that choose a backend (api/attach_cuda.c) sit above
+ * both pipeline/ and gpu/.
+ */
+typedef struct dcp_mover_backend {
+    const char *name;
+    dcp_status (*workspace_size)(const dcp_mover_sizes *z, size_t *device_bytes, size_t *host_bytes);
+    dcp_status (*create)(dcp_mover *m, const dcp_mover_sizes *z, void *device_memory, size_t device_bytes,
+                         void *host_memory, size_t host_bytes, dcp_error *err);
+} dcp_mover_backend;
+
+/* The CUDA mover's backend (gpu/mover_cuda.c, or gpu/no_cuda.c). */
+extern const dcp_mover_backend dcp__mover_backend_cuda;
+
 #endif

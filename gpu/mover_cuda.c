@@ -447,3 +447,5 @@ dcp_status dcp__mover_cuda_create(dcp_mover *m, const dcp_mover_sizes *z, void *
     m->host_body = st->host_prefix;
     return DCP_OK;
 }
+
+const dcp_mover_backend dcp__mover_backend_cuda = {"cuda", dcp__mover_cuda_workspace_size, dcp__mover_cuda_create};

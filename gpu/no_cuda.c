@@ -44,3 +44,5 @@ dcp_status dcp__mover_cuda_create(dcp_mover *m, const dcp_mover_sizes *z, void *
     (void)m, (void)z, (void)device_memory, (void)device_bytes, (void)host_memory, (void)host_bytes;
     return dcp__fail(err, DCP_ERR_UNSUPPORTED, "attach_cuda: built without CUDA");
 }
+
+const dcp_mover_backend dcp__mover_backend_cuda = {"cuda", dcp__mover_cuda_workspace_size, dcp__mover_cuda_create};

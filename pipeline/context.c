@@ -258,7 +258,8 @@ void dcp_context_destroy(dcp_context *context)
 /* A device workspace                                                        */
 /* ------------------------------------------------------------------------ */
 
-dcp_status dcp_cuda_workspace_size(const dcp_config *c, size_t *device_bytes, size_t *host_bytes)
+dcp_status dcp__mover_workspace_size(const dcp_config *c, const dcp_mover_backend *backend, size_t *device_bytes,
+                                     size_t *host_bytes)
 {
     if (!c || !device_bytes || !host_bytes) return DCP_ERR_NULL_POINTER;
     dcp_status s = dcp_config_validate(c, NULL, 0);
@@ -266,11 +267,11 @@ dcp_status dcp_cuda_workspace_size(const dcp_config *c, size_t *device_bytes, si
     if (c->max_tokens_per_rank <= 0) return DCP_ERR_CAPACITY;
     dcp_mover_sizes z;
     dcp__step_mover_sizes(c, &z);
-    return dcp__mover_cuda_workspace_size(&z, device_bytes, host_bytes);
+    return backend->workspace_size(&z, device_bytes, host_bytes);
 }
 
-dcp_status dcp_context_attach_cuda(dcp_context *ctx, void *device_memory, size_t device_bytes, void *host_memory,
-                                   size_t host_bytes)
+dcp_status dcp__context_attach_mover(dcp_context *ctx, const dcp_mover_backend *backend, void *device_memory,
+                                     size_t device_bytes, void *host_memory, size_t host_bytes)
 {
     if (!ctx) return DCP_ERR_NULL_POINTER;
     dcp_error err;
@@ -282,8 +283,7 @@ dcp_status dcp_context_attach_cuda(dcp_context *ctx, void *device_memory, size_t
         return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_INVALID_ARGUMENT, "attach_cuda: already attached"), &err);
     dcp_mover_sizes z;
     dcp__step_mover_sizes(&ctx->config, &z);
-    dcp_status s = dcp__mover_cuda_create(&ctx->step->mover, &z, device_memory, device_bytes, host_memory, host_bytes,
-                                          &err);
+    dcp_status s = backend->create(&ctx->step->mover, &z, device_memory, device_bytes, host_memory, host_bytes, &err);
     return s == DCP_OK ? DCP_OK : dcp__context_fail(ctx, s, &err);
 }
 

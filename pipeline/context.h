@@ -58,6 +58,17 @@ struct dcp_context {
 /* Lay out the persistent buffers on `arena` and reserve the scratch. */
 dcp_status dcp__context_layout(dcp_context *ctx, dcp_arena *arena, const dcp_config *config);
 
+/*
+ * A device mover for a context: the device and pinned bytes `backend` needs
+ * for configuration c (dcp_cuda_workspace_size()), and binding one to a
+ * context (dcp_context_attach_cuda()); api/attach_cuda.c names the backend.
+ */
+struct dcp_mover_backend;
+dcp_status dcp__mover_workspace_size(const dcp_config *c, const struct dcp_mover_backend *backend,
+                                     size_t *device_bytes, size_t *host_bytes);
+dcp_status dcp__context_attach_mover(dcp_context *ctx, const struct dcp_mover_backend *backend, void *device_memory,
+                                     size_t device_bytes, void *host_memory, size_t host_bytes);
+
 /* A fresh scratch arena for one stage call: everything past scratch_mark is free. */
 static inline dcp_arena *dcp__context_scratch(dcp_context *ctx)
 {

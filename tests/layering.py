@@ -1,18 +1,21 @@
 #!/usr/bin/env python3
 """layering.py - check that the library keeps to its layers (docs/internals.md).
 
-    alloc/  <-  core/  <-  pipeline/ and gpu/ (side by side)
+    alloc/  <-  core/  <-  pipeline/ and gpu/ (side by side)  <-  api/
 
-Three rules, each checked on the sources and on the built objects:
+Three rules, each checked on the sources and on the built objects, and one on
+the file names:
 
   includes   a file includes headers of its own layer, of the layers it may
              use (build/layers.txt, written by CMake from the same table the
              object libraries are linked by), the public include/, or the system
   symbols    an object's undefined symbols are defined in its own layer, in a
-             layer it may use, or outside the library; a sibling layer's symbol
-             only when core/ declares it (a backend table, as the token mover's)
+             layer it may use, or outside the library (pipeline/ reaches gpu/'s
+             token mover only through core/'s backend table, which api/ fills)
   allocation only alloc/ calls malloc, calloc, realloc, free, jemalloc's or
              CUDA's allocators (in the source, and as undefined symbols)
+  names      no file name (with its extension) appears twice in the layers'
+             folders, at any depth: a name says what one file holds
 
     layering.py --source DIR --build DIR           check the tree; exit 1 on a violation
     layering.py --source DIR --build DIR --plant   plant one violation of each rule in a
@@ -26,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 
-LAYER_DIRS = {"alloc": "alloc", "core": "core", "pipeline": "pipeline", "gpu": "gpu"}
+LAYER_DIRS = {"alloc": "alloc", "core": "core", "pipeline": "pipeline", "gpu": "gpu", "api": "api"}
 SOURCE_SUFFIXES = (".c", ".h", ".cu", ".cuh")
 ALLOCATORS = ("malloc", "calloc", "realloc", "free", "aligned_alloc", "posix_memalign", "valloc", "strdup",
               "strndup", "mallocx", "rallocx", "dallocx", "sdallocx", "cudaMalloc", "cudaMallocHost",
@@ -128,19 +131,9 @@ def read_objects(build, layer):
         return [line.strip() for line in f if line.strip()]
 
 
-def core_declared_names(source):
-    names = set()
-    for path in layer_files(source, "core"):
-        if path.endswith(".h"):
-            with open(path, errors="replace") as f:
-                names.update(re.findall(r"\b(dcp_\w+)\s*\(", strip_comments_and_strings(f.read())))
-    return names
-
-
 def check_symbols(source, graph, objects):
     problems = []
     symbols = {layer: nm_symbols(objects[layer]) for layer in graph}
-    declared_in_core = core_declared_names(source)
     for layer in graph:
         allowed = {layer, *graph[layer]}
         _, undefined = symbols[layer]
@@ -149,14 +142,24 @@ def check_symbols(source, graph, objects):
             if not owners or any(o in allowed for o in owners):
                 continue  # outside the library, or provided by a layer it may use
             owner = owners[0]
-            siblings = set(graph[owner]) == set(graph[layer]) and owner != layer
-            if siblings and name in declared_in_core:
-                continue  # a backend core declares (the CUDA mover), provided by the sibling layer
             problems.append(f"layer {layer} uses {name}, defined only in layer {owner}")
         if layer != "alloc":
             for name in sorted(undefined):
                 if name in ALLOCATORS:
                     problems.append(f"layer {layer} objects call {name}; only alloc/ may")
+    return problems
+
+
+def check_file_names(source):
+    problems = []
+    seen = {}
+    for layer in LAYER_DIRS:
+        for path in layer_files(source, layer):
+            rel = os.path.relpath(path, source)
+            seen.setdefault(os.path.basename(path), []).append(rel)
+    for name, paths in sorted(seen.items()):
+        if len(paths) > 1:
+            problems.append(f"file name {name} repeats: {' and '.join(paths)}")
     return problems
 
 
@@ -167,7 +170,8 @@ def check(source, build, objects=None):
         return [f"build/layers.txt has no layer {' '.join(missing)}"]
     if objects is None:
         objects = {layer: read_objects(build, layer) for layer in graph}
-    return check_includes(source, graph) + check_allocation_calls(source, graph) + check_symbols(source, graph, objects)
+    return (check_includes(source, graph) + check_allocation_calls(source, graph) +
+            check_symbols(source, graph, objects) + check_file_names(source))
 
 
 def plant(source, build):
@@ -206,6 +210,14 @@ def plant(source, build):
         with open(victim, "w") as f:
             f.write(original)
 
+        # a pipeline/ file named as a core/ one, at another depth
+        planted_name = os.path.join(copy, "pipeline", "assign", "config.c")
+        with open(planted_name, "w") as f:
+            f.write("/* planted */\n")
+        expect("pipeline/assign/config.c beside core/config.c", check(copy, build, objects),
+               "file name config.c repeats: core/config.c and pipeline/assign/config.c")
+        os.remove(planted_name)
+
         # an object of core that calls a pipeline function, and one that calls free
         planted_c = os.path.join(tmp, "planted.c")
         with open(planted_c, "w") as f:
@@ -220,6 +232,18 @@ def plant(source, build):
         expect("core object calling dcp__step_scratch_size (pipeline)", problems,
                "layer core uses dcp__step_scratch_size, defined only in layer pipeline")
         expect("core object calling free", problems, "layer core objects call free")
+
+        # a pipeline object that names the CUDA mover's backend itself (core/ declares it; api/ alone may name it)
+        sibling_c = os.path.join(tmp, "sibling.c")
+        with open(sibling_c, "w") as f:
+            f.write("extern const int dcp__mover_backend_cuda;\n"
+                    "const void *dcp__planted_sibling(void) { return &dcp__mover_backend_cuda; }\n")
+        sibling_o = os.path.join(tmp, "sibling.o")
+        subprocess.run([os.environ.get("CC", "cc"), "-c", sibling_c, "-o", sibling_o], check=True)
+        planted_objects = dict(objects)
+        planted_objects["pipeline"] = objects["pipeline"] + [sibling_o]
+        expect("pipeline object naming dcp__mover_backend_cuda (gpu)", check(copy, build, planted_objects),
+               "layer pipeline uses dcp__mover_backend_cuda, defined only in layer gpu")
     return 1 if failures else 0
 
 
