@@ -1,7 +1,7 @@
 /*
  * thd.cu - THD metadata and element-wise kernels: the cu_seqlens scan and the
  * THD-padded cu_seqlens, the reference's padding mask, pad-slot sanitising,
- * and CP slicing (as segments, or directly per slot).  Twins: core/pack.c and
+ * and CP slicing (as segments, or directly per slot).  Twins: core/kernels_cpu.c and
  * core/thd.c.  Integer arithmetic throughout, so equality is exact.
  */
 #include "kernels.h"

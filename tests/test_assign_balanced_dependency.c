@@ -1,8 +1,8 @@
 /*
- * test_balanced_dependency.c - the balanced scheduler under the dependency step model
+ * test_assign_balanced_dependency.c - the balanced scheduler under the dependency step model
  * (config.cost.step_model = DCP_STEP_MODEL_DEPENDENCY; docs/planning.md, step models): the
  * kept plans are laid out (microbatch order, each group's rank block) for the least
- * dependency makespan D (pipeline/balanced/balanced_place.c).
+ * dependency makespan D (pipeline/assign/balanced/balanced_place.c).
  *
  *  - Hand-made batches where a layout other than the barrier model's lowers D, the plans
  *    of both models and their makespans worked out in the comments, under a cost model

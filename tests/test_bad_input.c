@@ -7,7 +7,7 @@
  * hash for a good batch, same packed tokens for a good step).
  *
  * The README's bad-input table points at these cases (and at the narrower or
- * multi-rank ones in test_config.c, test_validate.c, test_bucket.c,
+ * multi-rank ones in test_config.c, test_stage_validate.c, test_stage_bucket.c,
  * test_gather.c, test_step.c, test_comm.c, test_mtp_roll.c, test_gdn_pad.c).
  */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime */

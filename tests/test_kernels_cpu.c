@@ -1,5 +1,5 @@
 /*
- * test_pack.c - the data plane's CPU twins and THD geometry: hand-worked
+ * test_kernels_cpu.c - the data plane's CPU twins and THD geometry: hand-worked
  * cases, then the fused form (real pieces -> pack + mask) against the
  * reference's order of operations (pack, mask, sanitise, extend, slice, pad)
  * on generated microbatches.

@@ -1,4 +1,4 @@
-/* test_bucket.c - length checks, stable descending sort, minimal CP sizes. */
+/* test_stage_bucket.c - the bucket stage: length checks, stable descending sort, minimal CP sizes. */
 #include "dcp_test.h"
 #include "../pipeline/stages.h"
 

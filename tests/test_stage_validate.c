@@ -1,4 +1,4 @@
-/* test_validate.c - the plan validator catches each invariant, on hand-made plans. */
+/* test_stage_validate.c - the validate stage: the plan validator catches each invariant, on hand-made plans. */
 #include "dcp_test.h"
 #include "dcp_test_plan.h"
 

@@ -1,5 +1,5 @@
 /*
- * assign_dp_balanced.c - the reference's DpBalancedScheduler, exactly.
+ * dp_balanced.c - the reference's DpBalancedScheduler, exactly.
  *
  * Static CP size cp, DP size dp.  Walk sequences in global-id order, packing
  * while the pack's tokens stay <= M * cp (and, if capped, its count stays

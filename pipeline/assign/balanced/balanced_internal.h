@@ -79,7 +79,7 @@
  * computes the same plan.  Scratch comes from the arena, laid out by one
  * function that also gives the exact scratch size.
  *
- * The files of pipeline/balanced/, one per phase:
+ * The files of pipeline/assign/balanced/, one per phase:
  *
  *   balanced.c             entry point: scratch layout and size, which passes run
  *   balanced_sizes.c       every pass's first step: CP sizes for its target level

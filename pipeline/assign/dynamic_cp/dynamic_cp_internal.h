@@ -51,7 +51,7 @@
  * max_sequences_per_microbatch, which the reference ignores here, is honoured
  * as one more fit condition (0 = unlimited = the reference).
  *
- * The files of pipeline/dynamic_cp/, one per phase:
+ * The files of pipeline/assign/dynamic_cp/, one per phase:
  *
  *   dynamic_cp.c          entry point: scratch layout and size, the microbatch loop,
  *                         the plan emitted
