@@ -50,6 +50,7 @@ void dcp__arena_init(dcp_arena *arena, void *memory, size_t capacity)
     arena->capacity = (capacity > lost ? capacity - lost : 0) & ~(size_t)(DCP_ARENA_ALIGN - 1);
     arena->used = 0;
     arena->high_water = 0;
+    arena->failed = 0;
     if (arena->capacity) POISON(arena->base, arena->capacity);
 }
 
@@ -64,12 +65,16 @@ void dcp__arena_init_measure(dcp_arena *arena)
     arena->capacity = SIZE_MAX;
     arena->used = 0;
     arena->high_water = 0;
+    arena->failed = 0;
 }
 
 void *dcp__arena_alloc(dcp_arena *arena, size_t size, size_t count)
 {
     size_t bytes = dcp__arena_bytes(size, count);
-    if (bytes == SIZE_MAX || bytes > arena->capacity - arena->used) return NULL;
+    if (bytes == SIZE_MAX || bytes > arena->capacity - arena->used) {
+        arena->failed = 1;
+        return NULL;
+    }
     void *p = arena->base ? (void *)(arena->base + arena->used) : (void *)(uintptr_t)DCP_ARENA_ALIGN;
     if (arena->base) UNPOISON(p, size * count);
     arena->used += bytes;
@@ -88,6 +93,7 @@ size_t dcp__arena_remaining(const dcp_arena *arena) { return arena->capacity - a
 
 void dcp__arena_reset(dcp_arena *arena, size_t mark)
 {
+    arena->failed = 0;
     if (mark <= arena->used) {
         if (arena->base && arena->used > mark) POISON(arena->base + mark, arena->used - mark);
         arena->used = mark;
@@ -103,5 +109,6 @@ int dcp__arena_split(dcp_arena *parent, size_t capacity, dcp_arena *child)
     if (child->base) POISON(child->base, child->capacity);
     child->used = 0;
     child->high_water = 0;
+    child->failed = 0;
     return 0;
 }

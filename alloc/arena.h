@@ -4,8 +4,11 @@
  * Every allocation is 64-byte aligned (a cache line), so the bytes an
  * allocation sequence needs are the sum of DCP_ARENA_BYTES() of its parts:
  * that is how dcp_workspace_size() is exact.  An allocation that does not fit
- * returns NULL and leaves the arena untouched; callers turn that into
- * DCP_ERR_CAPACITY.  Scratch is released by resetting to a mark.
+ * returns NULL, leaves the arena's memory untouched and sets its sticky
+ * failure flag (as zstd's workspace does): a layout makes all its
+ * allocations, then asks dcp__arena_failed() once instead of testing each
+ * pointer, and turns a failure into DCP_ERR_CAPACITY.  Scratch is released by
+ * resetting to a mark.
  *
  * A "measuring" arena (dcp__arena_init_measure) has no memory: it only counts
  * the bytes a sequence of allocations would take, and hands back a non-NULL
@@ -32,6 +35,7 @@ typedef struct dcp_arena {
     size_t capacity;
     size_t used;
     size_t high_water;
+    int failed;          /* an allocation did not fit since init or the last reset */
 } dcp_arena;
 
 void dcp__arena_init(dcp_arena *arena, void *memory, size_t capacity);
@@ -46,10 +50,17 @@ void *dcp__arena_calloc(dcp_arena *arena, size_t size, size_t count);
 #define DCP_ARENA_NEW(arena, type, count) ((type *)dcp__arena_alloc((arena), sizeof(type), (size_t)(count)))
 #define DCP_ARENA_NEW_ZERO(arena, type, count) ((type *)dcp__arena_calloc((arena), sizeof(type), (size_t)(count)))
 
+/*
+ * Whether an allocation (or split) did not fit since dcp__arena_init*() or
+ * the last dcp__arena_reset(): sticky, so one test after a run of
+ * allocations covers them all.
+ */
+static inline int dcp__arena_failed(const dcp_arena *arena) { return arena->failed; }
+
 /* Bytes still free. */
 size_t dcp__arena_remaining(const dcp_arena *arena);
 
-/* Everything allocated after a mark is released by resetting to it. */
+/* Everything allocated after a mark is released by resetting to it; a reset clears the failure flag. */
 static inline size_t dcp__arena_mark(const dcp_arena *arena) { return arena->used; }
 void dcp__arena_reset(dcp_arena *arena, size_t mark);
 

@@ -131,8 +131,7 @@ dcp_status dcp__step_layout(dcp_context *ctx, dcp_arena *arena, const dcp_config
     st.local.start = DCP_ARENA_NEW(arena, int64_t, ns);
     unsigned char *body = DCP_ARENA_NEW(arena, unsigned char, b.used);
     st.views = DCP_ARENA_NEW(arena, dcp_microbatch, (size_t)c->virtual_pipeline_size * (size_t)mb);
-    if (!place || !st.original_lengths || !st.local.pairs || !st.local.sample || !st.local.start || !body || !st.views)
-        return DCP_ERR_WORKSPACE_TOO_SMALL;
+    if (dcp__arena_failed(arena)) return DCP_ERR_WORKSPACE_TOO_SMALL;
     dcp__mover_cpu_init(&st.mover, body, b.used);
     if (arena->base) *place = st;
     ctx->step = place;
@@ -169,8 +168,7 @@ dcp_status dcp__context_layout(dcp_context *ctx, dcp_arena *arena, const dcp_con
     ctx->rank_offsets = DCP_ARENA_NEW(arena, int32_t, (size_t)config->data_parallel_size + 1);
     ctx->sorted_ids = DCP_ARENA_NEW(arena, int32_t, max_seq);
     ctx->min_cp = DCP_ARENA_NEW(arena, int32_t, max_seq);
-    if (!ctx->global_lengths || !ctx->rank_offsets || !ctx->sorted_ids || !ctx->min_cp)
-        return DCP_ERR_WORKSPACE_TOO_SMALL;
+    if (dcp__arena_failed(arena)) return DCP_ERR_WORKSPACE_TOO_SMALL;
 
     st = dcp__step_layout(ctx, arena, config); /* data-plane buffers (none when max_tokens_per_rank is 0) */
     if (st != DCP_OK) return st;

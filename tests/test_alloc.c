@@ -47,6 +47,36 @@ DCP_TEST(arena_mark_and_reset)
     DCP_CHECK(dcp__arena_alloc(&arena, 1, 1) == NULL);
 }
 
+DCP_TEST(arena_failure_flag_is_sticky_until_reset)
+{
+    static unsigned char memory[1024];
+    dcp_arena arena;
+    dcp__arena_init(&arena, memory, sizeof memory);
+    DCP_CHECK(!dcp__arena_failed(&arena));
+    DCP_REQUIRE(dcp__arena_alloc(&arena, 1, 64) != NULL);
+    DCP_CHECK(!dcp__arena_failed(&arena)); /* a fitting allocation sets nothing */
+    DCP_CHECK(dcp__arena_alloc(&arena, 1, 4096) == NULL);
+    DCP_CHECK(dcp__arena_failed(&arena));
+    DCP_REQUIRE(dcp__arena_alloc(&arena, 1, 64) != NULL); /* a later fitting allocation does not clear it */
+    DCP_CHECK(dcp__arena_failed(&arena));
+    dcp__arena_reset(&arena, 0);
+    DCP_CHECK(!dcp__arena_failed(&arena));
+    DCP_CHECK(dcp__arena_alloc(&arena, SIZE_MAX / 2, 3) == NULL); /* size overflow counts too */
+    DCP_CHECK(dcp__arena_failed(&arena));
+    dcp__arena_reset(&arena, 0);
+    dcp_arena child;
+    DCP_CHECK(dcp__arena_split(&arena, 4096, &child) == -1); /* a split that does not fit */
+    DCP_CHECK(dcp__arena_failed(&arena));
+    dcp__arena_reset(&arena, 0);
+    DCP_REQUIRE(dcp__arena_split(&arena, 256, &child) == 0);
+    DCP_CHECK(!dcp__arena_failed(&child));
+    DCP_CHECK(dcp__arena_alloc(&child, 1, 512) == NULL);
+    DCP_CHECK(dcp__arena_failed(&child) && !dcp__arena_failed(&arena)); /* the child's failure is its own */
+    dcp_arena measure;
+    dcp__arena_init_measure(&measure);
+    DCP_CHECK(dcp__arena_alloc(&measure, 1, 1u << 30) != NULL && !dcp__arena_failed(&measure));
+}
+
 DCP_TEST(arena_measure_matches_real)
 {
     dcp_arena measure, real;

@@ -46,10 +46,7 @@ static int dyn_alloc(dyn_state *st, dcp_arena *a, int32_t n, int32_t ranks, int3
     st->mb_num_blocks = DCP_ARENA_NEW(a, int32_t, n);
     st->group_fill = DCP_ARENA_NEW(a, int32_t, (size_t)ranks + 1);
     st->tmp_sizes = DCP_ARENA_NEW(a, int32_t, ranks);
-    return st->next_unplaced && st->sorted_lengths && st->group_size && st->group_count && st->group_slot &&
-           st->group_tokens && st->group_load && st->placed_pos && st->placed_group && st->nodes && st->slot_group &&
-           st->class_bits && st->fenwick && st->ids && st->block_size && st->block_first_id && st->block_count &&
-           st->mb_first_block && st->mb_num_blocks && st->group_fill && st->tmp_sizes;
+    return !dcp__arena_failed(a);
 }
 
 size_t dcp__assign_dynamic_cp_scratch_size(const dcp_config *config)
