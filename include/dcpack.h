@@ -783,7 +783,10 @@ dcp_status dcp_mtp_roll(dcp_comm *comm, int32_t group_first_rank, int32_t cp, co
  * DCP_ERR_NULL_POINTER, DCP_ERR_INVALID_ARGUMENT (rows < 0, row_bytes 0,
  * num_cu_seqlens < 1), DCP_ERR_CAPACITY (out_capacity_rows too small),
  * DCP_ERR_OVERFLOW (the padded last entry past INT32_MAX), and for the host
- * version DCP_ERR_CORRUPT_INPUT when cu_seqlens decreases.
+ * version DCP_ERR_CORRUPT_INPUT when cu_seqlens do not describe the rows: a
+ * first entry other than 0, a decreasing entry, or a last entry other than
+ * `rows` (checked before anything is written).  dcp_gdn_padded_rows()
+ * saturates at INT64_MAX, which no output holds.
  */
 #define DCP_GDN_ALIGNMENT 4096
 int64_t dcp_gdn_padded_rows(int64_t rows, int32_t alignment);
