@@ -555,7 +555,13 @@ dcp_status dcp_plan_compute(dcp_context *context, const int32_t *lengths, int32_
 /*
  * Check every invariant of `plan` for these lengths and configuration.
  * DCP_OK, or DCP_ERR_INVALID_PLAN with the first violation found in *violation
- * (may be NULL).  Allocation-free: uses the context's scratch.
+ * (may be NULL).  Its arguments are checked first: DCP_ERR_NULL_POINTER (plan,
+ * or lengths with num_lengths > 0), DCP_ERR_CAPACITY (num_lengths outside [0,
+ * max_sequences]), DCP_ERR_BAD_LENGTH (a length below 1); these write
+ * *violation too, with invariant DCP_INVARIANT_NONE, microbatch and rank -1,
+ * id the index of the bad length (DCP_ERR_BAD_LENGTH; else -1) and the
+ * context's message.  *violation is left alone only on DCP_OK (and with a
+ * NULL context).  Allocation-free: uses the context's scratch.
  */
 dcp_status dcp_plan_validate(dcp_context *context, const dcp_plan *plan, const int32_t *lengths,
                              int32_t num_lengths, dcp_plan_violation *violation);

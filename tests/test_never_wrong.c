@@ -511,6 +511,27 @@ DCP_TEST(plan_checks_refuse_non_positive_lengths_and_null_lengths)
     DCP_CHECK_STATUS(dcp_plan_stats_compute(ctx, plan, bad, 4, &stats), DCP_ERR_BAD_LENGTH);
     bad[3] = 0;
     DCP_CHECK_STATUS(dcp_plan_validate(ctx, plan, bad, 4, NULL), DCP_ERR_BAD_LENGTH);
+    /* an argument error writes *violation too: a caller printing it never prints a stale one */
+    dcp_plan_violation v;
+    memset(&v, 0x5a, sizeof v);
+    snprintf(v.message, sizeof v.message, "stale");
+    DCP_CHECK_STATUS(dcp_plan_validate(ctx, plan, bad, 4, &v), DCP_ERR_BAD_LENGTH);
+    DCP_CHECK_EQ_INT(v.invariant, DCP_INVARIANT_NONE);
+    DCP_CHECK_EQ_INT(v.id, 3);
+    DCP_CHECK_EQ_INT(v.microbatch, -1);
+    DCP_CHECK_EQ_INT(v.rank, -1);
+    DCP_CHECK_CONTAINS(v.message, "length 3 is 0");
+    memset(&v, 0x5a, sizeof v);
+    snprintf(v.message, sizeof v.message, "stale");
+    DCP_CHECK_STATUS(dcp_plan_validate(ctx, plan, lengths, 1 << 20, &v), DCP_ERR_CAPACITY);
+    DCP_CHECK_EQ_INT(v.invariant, DCP_INVARIANT_NONE);
+    DCP_CHECK_EQ_INT(v.id, -1);
+    DCP_CHECK_CONTAINS(v.message, "1048576");
+    memset(&v, 0x5a, sizeof v);
+    snprintf(v.message, sizeof v.message, "stale");
+    DCP_CHECK_STATUS(dcp_plan_validate(ctx, NULL, lengths, 4, &v), DCP_ERR_NULL_POINTER);
+    DCP_CHECK_EQ_INT(v.invariant, DCP_INVARIANT_NONE);
+    DCP_CHECK_CONTAINS(v.message, "plan is NULL");
     /* NULL lengths are a NULL pointer, whatever the count */
     DCP_CHECK_STATUS(dcp_plan_compute(ctx, NULL, 0, &plan), DCP_ERR_NULL_POINTER);
     DCP_CHECK_STATUS(dcp_plan_compute(ctx, NULL, 4, &plan), DCP_ERR_NULL_POINTER);
