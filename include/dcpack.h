@@ -190,7 +190,9 @@ typedef struct dcp_config {
                                              it (all its microbatches, THD padding included); 0 = planning only */
     int32_t max_microbatches;             /* capacity; 0 = max_sequences */
     int32_t pad_alignment;                /* THD padding of each rank's tensors; 0 = none */
-    uint32_t fields;                      /* DCP_FIELD_* set the trainer provides */
+    uint32_t fields;                      /* DCP_FIELD_* set the trainer provides; with max_tokens_per_rank
+                                             > 0 all four (PP stage 0 takes tokens and position_ids, the
+                                             last stage labels and loss_mask: dcp_config_validate() checks) */
     /*
      * Data plane (dcp_step).  THD padding is on when pad_alignment > 0 or
      * pad_to_max_seqlen is set: each rank's tensors of a microbatch are padded
