@@ -149,6 +149,11 @@ printf 'quadratic 1\n' >noeq.txt
 printf 'hidden = 999999999999999999\n' >hidden.txt
 printf 'step_model = fast\n' >stepmodel.txt
 printf '\nstep_model = 1\n' >stepmodelnumber.txt
+# a NUL byte is no text: said so (it was "line longer than 1022 characters"), and on a last line
+# without a newline it hid the rest of the line (the value was read as 1)
+printf 'quadratic = 1\n# note\0 more\n' >nul.txt
+printf 'linear = 1\x009' >nullast.txt
+python3 -c "print('linear = ' + '1' * 1014)" >longline.txt
 expect 3 "key.txt:2: unknown key 'speed'" -- cost --profile key.txt
 expect 3 "value.txt:2: linear = 'lots'" -- cost --profile value.txt
 expect 3 "negcoef.txt:1: linear = '-4'" -- cost --profile negcoef.txt
@@ -159,6 +164,10 @@ expect 3 "hidden.txt:1: hidden = 999999999999999999: 12 \* hidden overflows" -- 
 expect 3 "cannot open cost profile nofile.txt" -- cost --profile nofile.txt
 expect 3 "stepmodel.txt:1: step_model = 'fast' is not barrier or dependency" -- cost --profile stepmodel.txt
 expect 3 "stepmodelnumber.txt:2: step_model = '1' is not barrier or dependency" -- plan --cost stepmodelnumber.txt
+expect 3 "nul.txt:2: a NUL byte at column 7: not a cost profile \(text\)" -- cost --profile nul.txt
+expect 3 "nullast.txt:1: a NUL byte at column 11: not a cost profile" -- cost --profile nullast.txt
+expect 3 "nul.txt:2: a NUL byte at column 7" -- plan --cost nul.txt
+expect 3 "longline.txt:1: line longer than 1022 characters" -- cost --profile longline.txt
 expect 3 "stepmodel.txt:1: step_model = 'fast'" -- compare --config dynamic_cp:cost=stepmodel.txt
 expect 3 "key.txt:2: unknown key 'speed'" -- plan --cost key.txt
 expect 3 "key.txt:2: unknown key 'speed'" -- compare --cost key.txt
