@@ -175,6 +175,14 @@ int dcp_cli_config_make(const dcp_cli_setup *setup, const dcp_cli_trace *const *
                         dcp_config *config, int32_t *cp_used, char *message, size_t message_size);
 
 /*
+ * What a group of `ranks` ranks of max_seqlen_per_rank `m` holds, for "length L exceeds ...":
+ * "what all 4 ranks hold together: 4 x max_seqlen_per_rank 4096 = 16384 tokens", or for one rank
+ * "what the one rank holds: max_seqlen_per_rank 4096 tokens"; with `static_cp`, "the static CP
+ * group: 2 ranks x max_seqlen_per_rank ..." ("the static CP group: one rank of ...").  Returns buffer.
+ */
+const char *dcp_cli_ranks_hold(int64_t ranks, int64_t m, int static_cp, char *buffer, size_t size);
+
+/*
  * The context capacity for traces: `requested` (--max-sequences), or when 0
  * the largest count rounded up to a multiple of 256.  DCP_EXIT_INPUT with the
  * reason in message (nothing printed) when a trace holds more.

@@ -136,6 +136,21 @@ expect 3 "dcpack step: long.txt:2: length 200000 exceeds what all 2 ranks hold t
 expect 2 "dcpack step: --trace and --generate" -- step --trace three.txt --generate mlmdefault
 expect 2 "dcpack step: --tail: 'x' is not" -- step --trace three.txt --tail x
 expect 2 "dcpack step: invalid configuration: virtual_pipeline_size 2 needs pipeline_parallel_size" -- step --trace three.txt --vpp 2
+# MTP options that would be ignored are refused: a stage past --pp, a mask without a stage or naming none of its
+# virtual stages (--mtp-stage 5 at PP 1 ran as if it were not given)
+expect 2 "dcpack step: --mtp-stage 5: the PP stages are 0 to 0 \(--pp 1\)" -- step --trace three.txt --mtp-stage 5
+expect 2 "dcpack step: --mtp-stage 4: the PP stages are 0 to 3 \(--pp 4\)" -- step --trace three.txt --pp 4 --mtp-stage 4
+expect 2 "dcpack step: --mtp-stage 0 needs --mtp-virtual-stages MASK" -- step --trace three.txt --mtp-stage 0
+expect 2 "dcpack step: --mtp-virtual-stages 1 needs --mtp-stage P" -- step --trace three.txt --mtp-virtual-stages 1
+expect 2 "dcpack step: --mtp-virtual-stages 4 names virtual stages past 1 \(--vpp 2: bits 0 to 1\)" -- \
+  step --trace three.txt --pp 2 --vpp 2 --mtp-stage 1 --mtp-virtual-stages 4
+# one rank is one rank ("exceeds what all 1 ranks hold together")
+expect 3 "dcpack step: long.txt:2: length 200000 exceeds what the one rank holds: max_seqlen_per_rank 8192 tokens$" -- step --trace long.txt
+expect 3 "dcpack plan: long.txt:2: length 200000 exceeds what the one rank holds: max_seqlen_per_rank 4096 tokens$" -- plan --trace long.txt --ranks 1
+expect 3 "dcpack plan: long.txt:2: length 200000 exceeds the static CP group: one rank of max_seqlen_per_rank 4096 tokens" -- \
+  plan --trace long.txt --ranks 2 --scheduler dp_balanced --cp 1
+expect 3 "dcpack step: long.txt:2: length 200000 exceeds the static CP group: one rank of max_seqlen_per_rank 8192 tokens" -- \
+  step --trace long.txt --dp 2 --scheduler dp_balanced
 mkdir emptydir
 expect 3 "emptydir holds no trace files" -- compare --traces emptydir
 
