@@ -1,7 +1,9 @@
 /*
  * trace_generate.c - `--generate FAMILY[:key=value,...]`: the trace families
- * of workloads.py, drawn with Python's own random.Random algorithms
- * (pyrandom.c), so each family reproduces workloads.py's traces exactly.
+ * of the reference benchmark's workloads.py (not part of this repository; its
+ * traces are copied in tests/data/workloads/), drawn with Python's own
+ * random.Random algorithms (pyrandom.c), so each family reproduces those
+ * traces exactly.
  *
  *   mlmdefault  lognormal mean 1024, sigma 1.5, in [128, 8192]   keys: n, seed
  *   longsft     lognormal mean 4096, sigma 1.2, in [256, 131072]  keys: n, seed

@@ -229,5 +229,17 @@ for opt in --trace --column --input-format --generate --dp --cp --tp --pp --vpp 
   grep -q -- "$opt" out.txt || { echo "FAIL dcpack step --help lacks $opt"; exit 1; }
 done
 grep -q "heap_allocations_per_step" out.txt || { echo "FAIL dcpack step --help: the JSON fields are not described"; exit 1; }
+# every source file a help text names is in the source tree (dcpack --help named "the workloads.py families")
+for form in "--help" "plan --help" "compare --help" "cost --help" "generate --help" "step --help"; do
+  # shellcheck disable=SC2086
+  for ref in $("$dcpack" $form | grep -Eo '[A-Za-z0-9_./-]+\.(py|md|c|h|sh)\b' | sort -u); do
+    if [ -z "$(find "$src" -path "$src/build*" -prune -o -path "*$ref" -print -quit)" ]; then
+      echo "FAIL dcpack $form names $ref, which is not in the source tree"; exit 1
+    fi
+  done
+  "$dcpack" $form | grep -q "tests/data/workloads" || [ "$form" != "generate --help" ] ||
+    { echo "FAIL dcpack generate --help does not say where the reference traces are"; exit 1; }
+done
+[ -d "$src/tests/data/workloads" ] || { echo "FAIL tests/data/workloads is not in the source tree"; exit 1; }
 "$dcpack" --version | grep -Eq '^dcpack [0-9]+\.[0-9]+\.[0-9]+$' || { echo "FAIL --version"; exit 1; }
 echo "cli_errors: ok"
