@@ -63,6 +63,12 @@ int dcp_cli_flag(const dcp_cli_args *args, const char *name);
 int dcp_cli_parse_int(const char *command, const char *name, const char *text, int64_t lo, int64_t hi, int64_t *out);
 /* Whole-string integer parse; 0 on success. */
 int dcp_cli_strtoi64(const char *text, int64_t *out);
+/*
+ * The next item of a comma-separated list, cut in place from *rest (NULL: the list is done):
+ * 1 with *item set, 0 when there are no more, -1 for an empty item (a leading, doubled or
+ * trailing comma; strtok skipped them silently).  An empty list is one empty item.
+ */
+int dcp_cli_next_item(char **rest, char **item);
 
 /* ---- traces ---- */
 

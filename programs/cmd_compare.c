@@ -101,11 +101,21 @@ static int parse_config_spec(const char *spec, const dcp_cli_setup *defaults, co
         return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--config %s: '%s' is not dp_balanced, dynamic_cp or balanced",
                             spec, buf);
     if (row->setup.scheduler != DCP_SCHEDULER_DP_BALANCED) row->setup.cp = 0;
-    for (char *kv = keys ? strtok(keys, ",") : NULL; kv; kv = strtok(NULL, ",")) {
+    /* every item is key=value: an empty one (a stray comma) and a key given twice are refused */
+    char *kv = NULL, seen[512] = ",";
+    for (int got; (got = dcp_cli_next_item(&keys, &kv)) != 0;) {
+        if (got < 0)
+            return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--config %s: an empty key=value item (a stray ',' or ':')",
+                                spec);
         char *eq = strchr(kv, '=');
         if (!eq) return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--config %s: '%s' is not key=value", spec, kv);
         *eq = '\0';
         const char *key = kv, *value = eq + 1;
+        char marked[512];
+        snprintf(marked, sizeof marked, ",%s,", key); /* the spec fits 512 bytes, so its keys do */
+        if (strstr(seen, marked))
+            return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--config %s: %s is given twice", spec, key);
+        snprintf(seen + strlen(seen), sizeof seen - strlen(seen), "%s,", key);
         if (strcmp(key, "cost") == 0) {
             dcp_cost_model_default(&row->setup.cost); /* a configuration's profile loads over the defaults */
             int st = dcp_cli_cost_profile_load("compare", value, &row->setup.cost);
@@ -318,9 +328,15 @@ int dcp_cli_compare(int argc, char **argv)
             num_rows++;
         }
     } else {
-        char list[256];
-        snprintf(list, sizeof list, "%s", scheduler_list ? scheduler_list : "dp_balanced,dynamic_cp,balanced");
-        for (char *name = strtok(list, ","); name; name = strtok(NULL, ",")) {
+        char list[256], *rest = list, *name = NULL;
+        const char *given = scheduler_list ? scheduler_list : "dp_balanced,dynamic_cp,balanced";
+        if (strlen(given) >= sizeof list)
+            return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--scheduler: the list is longer than %d characters",
+                                (int)sizeof list - 1);
+        snprintf(list, sizeof list, "%s", given);
+        for (int got; (got = dcp_cli_next_item(&rest, &name)) != 0;) {
+            if (got < 0)
+                return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--scheduler %s: an empty name (a stray ',')", given);
             if (num_rows == MAX_CONFIGS) return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "too many schedulers");
             config_row *row = &rows[num_rows];
             memset(row, 0, sizeof *row);

@@ -16,7 +16,7 @@ static const char step_usage[] =
     "on synthetic token data, and print a JSON report: per-rank exchange bytes, step times and\n"
     "heap use. Each length is rounded up to a multiple of 2 x DP x CP (so zigzag can cut it).\n"
     "\n"
-    "input (one of; required):\n"
+    "input (one of; default: the embedded default batch, mlmdefault:n=1024,seed=1, as dcpack plan):\n"
     "  --trace FILE|-          lengths from FILE ('-': standard input), read as dcpack plan reads them\n"
     "  --column NAME           the length column of a CSV file or the key of a JSON Lines file\n"
     "  --input-format F        auto (default), text (one length per line), csv, jsonl\n"
@@ -239,8 +239,6 @@ int dcp_cli_step(int argc, char **argv)
         else if (dcp_cli_flag(&args, "--tp-ranks-hold-data")) o.tp_ranks_hold_data = 1;
         else return dcp_cli_fail(DCP_EXIT_USAGE, "step", "unknown argument '%s' (see dcpack step --help)", argv[args.i]);
     }
-    if (!input.trace && !input.generate)
-        return dcp_cli_fail(DCP_EXIT_USAGE, "step", "no input: give --trace FILE or --generate SPEC (see dcpack step --help)");
     if (input.trace && input.generate)
         return dcp_cli_fail(DCP_EXIT_USAGE, "step", "--trace and --generate are two inputs: give one");
     if ((input.column || input.input_format) && !input.trace)
@@ -267,9 +265,15 @@ int dcp_cli_step(int argc, char **argv)
         o.config.microbatch_group_size_per_vp_stage = o.config.pipeline_parallel_size;
 
     dcp_cli_trace trace;
-    int st = input.trace ? dcp_cli_trace_read("step", input.trace, input.input_format, input.column, &trace)
-                         : dcp_cli_trace_generate("step", input.generate, 0, &trace);
-    if (st != DCP_EXIT_OK) return st;
+    /* without an input, the embedded default batch, as `dcpack plan` takes it */
+    int st = input.trace      ? dcp_cli_trace_read("step", input.trace, input.input_format, input.column, &trace)
+             : input.generate ? dcp_cli_trace_generate("step", input.generate, 0, &trace)
+                              : dcp_cli_trace_default(&trace);
+    if (st != DCP_EXIT_OK) {
+        if (!input.trace && !input.generate) /* the default's only failure: its two arrays */
+            return dcp_cli_fail(st, "step", "out of memory for the embedded default batch");
+        return st;
+    }
     char message[700], why[256];
     const dcp_cli_trace *traces[1] = {&trace};
     st = dcp_cli_capacity(max_sequences, traces, 1, &o.config.max_sequences, message, sizeof message);

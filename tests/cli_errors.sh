@@ -92,6 +92,22 @@ expect 2 "--max-cp: 3 is not a power of two" -- cost --max-cp 3
 expect 2 "--lengths: 'ten' is not an integer" -- cost --lengths 10,ten
 expect 2 "--format: 'yaml'" -- cost --format yaml
 expect 2 "missing SPEC" -- generate
+# lists are read item by item: an empty item (a stray comma) and a key given twice are refused, not
+# skipped or overridden (uniform:n=3,n=4 generated 4 lengths)
+expect 2 "'uniform:n=3,n=4' gives n twice" -- generate uniform:n=3,n=4
+expect 2 "'mlmdefault:seed=2,n=8,seed=3' gives seed twice" -- generate mlmdefault:seed=2,n=8,seed=3
+expect 2 "'uniform:n=3,' has an empty key=value item" -- generate uniform:n=3,
+expect 2 "'uniform:n=3,,seed=2' has an empty key=value item" -- generate uniform:n=3,,seed=2
+expect 2 "'uniform:' has an empty key=value item" -- generate uniform:
+expect 2 "dcpack plan: --generate: 'mlmdefault:n=64,' has an empty key=value item" -- plan --generate mlmdefault:n=64,
+expect 2 "dcpack step: --generate: 'uniform:n=3,n=4' gives n twice" -- step --generate uniform:n=3,n=4
+expect 2 "--config dynamic_cp:ranks=4,ranks=8: ranks is given twice" -- compare --config dynamic_cp:ranks=4,ranks=8
+expect 2 "--config dynamic_cp:ranks=4,: an empty key=value item" -- compare --config dynamic_cp:ranks=4,
+expect 2 "--scheduler dynamic_cp,: an empty name" -- compare --scheduler dynamic_cp,
+expect 2 "--lengths 10,20,: an empty length" -- cost --lengths 10,20,
+expect 2 "--lengths ,10: an empty length" -- cost --lengths ,10
+expect 2 "--lengths: no lengths given" -- cost --lengths ""
+expect 2 "--lengths: the list is longer than 1023 characters" -- cost --lengths "$(printf '1,%.0s' $(seq 600))1"
 
 # bad input: exit 3, naming file:line and the value
 expect 3 "negative.txt:2: length -5 is negative" -- plan --trace negative.txt
