@@ -2,6 +2,7 @@
 #include "dcpack.h"
 #include "cost.h"
 #include "body.h"
+#include "error.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -132,9 +133,12 @@ int32_t dcp_config_num_ranks(const dcp_config *config)
 
 static int is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
+/* The message into the caller's buffer: cut after a whole word, marked "...", when it does not fit. */
 #define REJECT(status, ...)                                                                        \
     do {                                                                                           \
-        if (message && message_size) snprintf(message, message_size, __VA_ARGS__);               \
+        if (message && message_size &&                                                             \
+            (size_t)snprintf(message, message_size, __VA_ARGS__) >= message_size)                 \
+            dcp__message_cut(message, message_size);                                               \
         return (status);                                                                           \
     } while (0)
 

@@ -274,7 +274,7 @@ int dcp_cli_step(int argc, char **argv)
             return dcp_cli_fail(st, "step", "out of memory for the embedded default batch");
         return st;
     }
-    char message[700], why[256];
+    char message[700], why[512];
     const dcp_cli_trace *traces[1] = {&trace};
     st = dcp_cli_capacity(max_sequences, traces, 1, &o.config.max_sequences, message, sizeof message);
     if (st != DCP_EXIT_OK) st = dcp_cli_fail(st, "step", "%s", message);

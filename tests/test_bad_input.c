@@ -135,6 +135,8 @@ static void expect_error(dcp_context *ctx, dcp_status got, dcp_status want, cons
     if (!strstr(dcp_context_last_error(ctx), part))
         dcp_test_fail(__FILE__, line, "%s: message \"%s\" does not name \"%s\"", what, dcp_context_last_error(ctx),
                       part);
+    if (dcp_test_message_cut(dcp_context_last_error(ctx)))
+        dcp_test_fail(__FILE__, line, "%s: message \"%s\" was cut short", what, dcp_context_last_error(ctx));
     check_usable(ctx, what, line);
 }
 
@@ -1034,4 +1036,67 @@ DCP_TEST(validate_sequence_cap)
     DCP_CHECK_STATUS(dcp_plan_stats_compute(ctx, &h.plan, good_lengths, 8, &stats), DCP_ERR_INVALID_PLAN);
     check_usable(ctx, "a plan over the sequence cap", __LINE__);
     dcp_context_destroy(ctx);
+}
+
+/* ---- messages end on a whole word ---- */
+
+/*
+ * A message longer than its buffer ends after its last whole word, marked "...": never mid-word
+ * ("they must hold the same da").  The same holds for dcp_config_validate()'s caller buffer.
+ */
+DCP_TEST(messages_longer_than_their_buffer_end_on_a_whole_word)
+{
+    dcp_error err;
+    char word[40];
+    /* words of 1 to 13 letters, far more than the buffer holds */
+    char text[2 * DCP_ERROR_MESSAGE_SIZE] = "";
+    for (int i = 0; strlen(text) + 20 < sizeof text; i++) {
+        int n = 1 + i % 13;
+        for (int k = 0; k < n; k++) word[k] = (char)('a' + (i + k) % 26);
+        word[n] = '\0';
+        strcat(text, word);
+        strcat(text, " ");
+    }
+    /* every cut point: the text shifted by 0 to 15 leading characters */
+    for (int shift = 0; shift < 16; shift++) {
+        DCP_CHECK_STATUS(dcp__fail(&err, DCP_ERR_CORRUPT_INPUT, "%.*s%s", shift, "xxxxxxxxxxxxxxxx", text),
+                         DCP_ERR_CORRUPT_INPUT);
+        size_t n = strlen(err.message);
+        DCP_REQUIRE(n >= 3 && n < DCP_ERROR_MESSAGE_SIZE);
+        DCP_CHECK(dcp_test_message_cut(err.message));
+        DCP_CHECK(err.message[n - 4] != ' ');
+        /* what comes before the mark is a prefix of the text that ends where a word ends */
+        char expected[2 * DCP_ERROR_MESSAGE_SIZE + 16];
+        snprintf(expected, sizeof expected, "%.*s%s", shift, "xxxxxxxxxxxxxxxx", text);
+        DCP_CHECK(strncmp(err.message, expected, n - 3) == 0);
+        DCP_CHECK(expected[n - 3] == ' ');
+        DCP_CHECK(n - 3 > DCP_ERROR_MESSAGE_SIZE - 24); /* little is lost: at most one word */
+    }
+    /* a message that fits is untouched, one that fills the buffer exactly too */
+    dcp__fail(&err, DCP_ERR_CORRUPT_INPUT, "they must hold the same data");
+    DCP_CHECK(strcmp(err.message, "they must hold the same data") == 0);
+    memset(text, 'a', DCP_ERROR_MESSAGE_SIZE - 1);
+    text[DCP_ERROR_MESSAGE_SIZE - 1] = '\0';
+    dcp__fail(&err, DCP_ERR_CORRUPT_INPUT, "%s", text);
+    DCP_CHECK_EQ_INT(strlen(err.message), DCP_ERROR_MESSAGE_SIZE - 1);
+    DCP_CHECK(!dcp_test_message_cut(err.message));
+    /* one word longer than the buffer is cut, still marked */
+    text[DCP_ERROR_MESSAGE_SIZE - 1] = 'a';
+    text[DCP_ERROR_MESSAGE_SIZE] = '\0';
+    dcp__fail(&err, DCP_ERR_CORRUPT_INPUT, "%s", text);
+    DCP_CHECK(dcp_test_message_cut(err.message));
+    DCP_CHECK_EQ_INT(strlen(err.message), DCP_ERROR_MESSAGE_SIZE - 1);
+
+    /* dcp_config_validate into a small caller buffer */
+    dcp_config c;
+    dcp_config_default(&c);
+    c.max_tokens_per_rank = 1;
+    c.fields = DCP_FIELD_TOKENS;
+    char small[48];
+    DCP_CHECK_STATUS(dcp_config_validate(&c, small, sizeof small), DCP_ERR_INVALID_CONFIG);
+    DCP_CHECK(dcp_test_message_cut(small));
+    DCP_CHECK(strncmp(small, "fields (tokens) lack labels, position_ids,", strlen(small) - 3) == 0);
+    char whole[DCP_ERROR_MESSAGE_SIZE];
+    DCP_CHECK_STATUS(dcp_config_validate(&c, whole, sizeof whole), DCP_ERR_INVALID_CONFIG);
+    DCP_CHECK_CONTAINS(whole, "(max_tokens_per_rank 0 only plans)");
 }

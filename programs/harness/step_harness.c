@@ -248,7 +248,7 @@ typedef struct shared {
     double *seconds;         /* [steps * world] */
     uint64_t heap_max, heap_calls_max;
     int64_t mismatches;
-    char message[256];
+    char message[768];
     int32_t microbatches;
     int out_of_memory;       /* a rank's workspace or the oracle could not be allocated (what: oom_message) */
     char oom_message[128];
@@ -619,7 +619,7 @@ static dcp_status harness_out_of_memory(dcp_harness_result *result, const char *
     __attribute__((format(printf, 2, 3)));
 static dcp_status harness_out_of_memory(dcp_harness_result *result, const char *format, ...)
 {
-    char what[200];
+    char what[400];
     va_list args;
     va_start(args, format);
     vsnprintf(what, sizeof what, format, args);
@@ -673,10 +673,10 @@ dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *res
     memset(&sh, 0, sizeof sh);
     sh.opt = o;
     sh.config = o->config;
-    char message[256];
+    char message[512];
     dcp_status st = dcp_config_validate(&sh.config, message, sizeof message);
     if (st != DCP_OK) {
-        snprintf(result->message, sizeof result->message, "config: %.200s", message);
+        snprintf(result->message, sizeof result->message, "config: %s", message);
         return st;
     }
     if (o->steps < 1 || !o->lengths || o->num_lengths < 1) return DCP_ERR_INVALID_ARGUMENT;
