@@ -102,7 +102,8 @@ static int parse_config_spec(const char *spec, const dcp_cli_setup *defaults, co
                             spec, buf);
     if (row->setup.scheduler != DCP_SCHEDULER_DP_BALANCED) row->setup.cp = 0;
     /* every item is key=value: an empty one (a stray comma) and a key given twice are refused */
-    char *kv = NULL, seen[512] = ",";
+    char *kv = NULL;
+    unsigned seen = 0; /* bit k: ints[k] given; bit 31: cost */
     for (int got; (got = dcp_cli_next_item(&keys, &kv)) != 0;) {
         if (got < 0)
             return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--config %s: an empty key=value item (a stray ',' or ':')",
@@ -111,12 +112,10 @@ static int parse_config_spec(const char *spec, const dcp_cli_setup *defaults, co
         if (!eq) return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--config %s: '%s' is not key=value", spec, kv);
         *eq = '\0';
         const char *key = kv, *value = eq + 1;
-        char marked[512];
-        snprintf(marked, sizeof marked, ",%s,", key); /* the spec fits 512 bytes, so its keys do */
-        if (strstr(seen, marked))
-            return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--config %s: %s is given twice", spec, key);
-        snprintf(seen + strlen(seen), sizeof seen - strlen(seen), "%s,", key);
         if (strcmp(key, "cost") == 0) {
+            if (seen & (1u << 31))
+                return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--config %s: %s is given twice", spec, key);
+            seen |= 1u << 31;
             dcp_cost_model_default(&row->setup.cost); /* a configuration's profile loads over the defaults */
             int st = dcp_cli_cost_profile_load("compare", value, &row->setup.cost);
             if (st != DCP_EXIT_OK) return st;
@@ -144,6 +143,8 @@ static int parse_config_spec(const char *spec, const dcp_cli_setup *defaults, co
                                 "--config %s: unknown key '%s' (cp, ranks, max_seqlen_per_rank, min_cp_size, "
                                 "vpp_group, max_sequences_per_microbatch, cost)",
                                 spec, key);
+        if (seen & (1u << k)) return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--config %s: %s is given twice", spec, key);
+        seen |= 1u << k;
         char name[96];
         snprintf(name, sizeof name, "--config %s", key);
         int64_t v = 0;
