@@ -75,7 +75,7 @@ typedef struct config_row {
     /* totals over batches */
     int32_t planned, failed;
     dcp_status first_status;
-    char first_error[512];
+    char first_error[1100]; /* a batch name (512), the library's message (512) and a status name */
     int64_t microbatches, sequences, cp_size_sum, tokens;
     double makespan, lower_bound, busy, max_rank, slots;
     double dependency_makespan, dependency_lower_bound; /* the dependency step model's */
