@@ -90,7 +90,7 @@ typedef struct sibling_test {
     int skip_check;
     int differ;       /* 1: rank 1's tokens differ; 2: rank 1's loss_mask is -0.0f where rank 0's is 0.0f */
     dcp_status status[2];
-    char message[2][256];
+    char message[2][512];
     int64_t tokens[2][TOKENS];
     int count[2];
 } sibling_test;
@@ -377,7 +377,7 @@ DCP_TEST(step_ids_catch_a_repeated_step)
 typedef struct config_test {
     dcp_inproc_world *world;
     dcp_status status[2];
-    char message[2][256];
+    char message[2][512];
 } config_test;
 
 static void config_rank(int32_t rank, void *arg)
@@ -577,7 +577,7 @@ DCP_TEST(an_odd_span_on_one_rank_is_not_cut)
 typedef struct absent_test {
     dcp_inproc_world *world;
     dcp_status status[3];
-    char message[3][256];
+    char message[3][512];
 } absent_test;
 
 static void absent_rank(int32_t rank, void *arg)
