@@ -419,7 +419,8 @@ class Plan:
         if arrays is None:
             nr, nm, ng, ni = desc[:4]
             counts = (nm + 1, ng, ng, ng + 1, ni)
-            arrays = {name: _view(desc[4 + i], counts[i], "int32", ctx) for i, name in enumerate(_PLAN_ARRAYS)}
+            memory = ctx.memory  # the arrays hold the context's memory: readable even after close()
+            arrays = {name: _view(desc[4 + i], counts[i], "int32", memory) for i, name in enumerate(_PLAN_ARRAYS)}
         self._arrays = arrays
 
     # -- lifetime -----------------------------------------------------------

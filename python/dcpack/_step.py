@@ -528,17 +528,18 @@ class Stepper:
         gen, nm, nv, nseq, ssum, sq, stats, plan_desc, mbs = raw
         state = _StepState(self._ctx, gen)
         ctx = self._ctx
+        memory = ctx.memory  # what the arrays hold: the context's memory outlives close() while they live
         microbatches = []
         for t in mbs:
             (a_tok, a_lab, a_lm, a_pos, a_pad, a_cu, a_cup, ntok, ncu, nseqs, maxs, lcp, cpr, _h1, _h2) = t
             arrays = {
-                "tokens": _view(a_tok, ntok, "int64", ctx),
-                "labels": _view(a_lab, ntok, "int64", ctx),
-                "loss_mask": _view(a_lm, ntok, "float32", ctx),
-                "position_ids": _view(a_pos, ntok, "int64", ctx),
-                "padding_mask": _view(a_pad, ntok, "bool", ctx),
-                "cu_seqlens": _view(a_cu, ncu, "int32", ctx),
-                "cu_seqlens_padded": _view(a_cup, ncu, "int32", ctx),
+                "tokens": _view(a_tok, ntok, "int64", memory),
+                "labels": _view(a_lab, ntok, "int64", memory),
+                "loss_mask": _view(a_lm, ntok, "float32", memory),
+                "position_ids": _view(a_pos, ntok, "int64", memory),
+                "padding_mask": _view(a_pad, ntok, "bool", memory),
+                "cu_seqlens": _view(a_cu, ncu, "int32", memory),
+                "cu_seqlens_padded": _view(a_cup, ncu, "int32", memory),
             }
             microbatches.append(Microbatch(state, arrays, (ntok, ncu, nseqs, maxs, lcp, cpr)))
         plan = None

@@ -323,7 +323,7 @@ class CudaStepper:
         # the workspace is used on the groups' stream; tell torch's caching allocator so (a free is then
         # ordered after that stream's work, not only the allocating stream's)
         self._device_ws.record_stream(groups.stream)
-        self._owner = _Workspace(self._ctx, self._device_ws, self._host_ws)
+        self._owner = _Workspace(self._ctx.memory, self._device_ws, self._host_ws)
         _core.cuda_set_device(self.device)
         self._ctx.attach_cuda(_aligned(self._device_ws), device_bytes, _aligned(self._host_ws), host_bytes)
 

@@ -532,9 +532,22 @@ static PyType_Spec Comm_spec = {"dcpack._core.Comm", sizeof(CommObject), 0, Py_T
 /* Context                                                                  */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * The context's memory belongs to a capsule, not to the Context object: every view of it (numpy and torch
+ * arrays of plans and step outputs) holds the capsule, so close() only drops the Context's reference and
+ * the memory is freed when the last view of it dies (docs/python.md: views keep the context alive).
+ */
+static const char MEMORY_CAPSULE[] = "dcpack._core.context_memory";
+
+static void memory_destroy(PyObject *capsule)
+{
+    dcp_context_destroy((dcp_context *)PyCapsule_GetPointer(capsule, MEMORY_CAPSULE));
+}
+
 typedef struct {
     PyObject_HEAD
-    dcp_context *ctx;
+    dcp_context *ctx;    /* NULL once closed */
+    PyObject *memory;    /* capsule owning ctx; NULL once closed */
     dcp_config config;
     int busy;
     unsigned long long generation; /* +1 at every plan or step: views of an older generation are stale */
@@ -557,13 +570,19 @@ static PyObject *Context_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     st = dcp_context_create(&config, &ctx);
     Py_END_ALLOW_THREADS
     if (st != DCP_OK) return raise_status(st, "dcp_context_create could not build the context");
-    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
-    ContextObject *self = (ContextObject *)alloc(type, 0);
-    if (!self) {
+    PyObject *memory = PyCapsule_New(ctx, MEMORY_CAPSULE, memory_destroy);
+    if (!memory) {
         dcp_context_destroy(ctx);
         return NULL;
     }
+    allocfunc alloc = (allocfunc)PyType_GetSlot(type, Py_tp_alloc);
+    ContextObject *self = (ContextObject *)alloc(type, 0);
+    if (!self) {
+        Py_DECREF(memory);
+        return NULL;
+    }
     self->ctx = ctx;
+    self->memory = memory;
     self->config = config;
     return (PyObject *)self;
 }
@@ -572,7 +591,7 @@ static void Context_dealloc(PyObject *o)
 {
     ContextObject *self = (ContextObject *)o;
     PyTypeObject *tp = Py_TYPE(o);
-    dcp_context_destroy(self->ctx);
+    Py_CLEAR(self->memory); /* frees the context unless a view still holds it */
     free(self->samples);
     freefunc f = (freefunc)PyType_GetSlot(tp, Py_tp_free);
     f(o);
@@ -986,10 +1005,19 @@ static PyObject *Context_close(PyObject *o, PyObject *unused)
     (void)unused;
     ContextObject *self = (ContextObject *)o;
     if (self->busy) return raise_invalid("the context is running a call in another thread");
-    dcp_context_destroy(self->ctx);
     self->ctx = NULL;
-    self->generation++;
+    self->generation++;     /* every view goes stale */
+    Py_CLEAR(self->memory); /* freed now, or when the last array taken from a view dies */
     Py_RETURN_NONE;
+}
+
+static PyObject *Context_get_memory(PyObject *o, void *closure)
+{
+    (void)closure;
+    ContextObject *self = (ContextObject *)o;
+    if (!self->memory) return raise_invalid("the context was closed");
+    Py_INCREF(self->memory);
+    return self->memory;
 }
 
 static PyMethodDef Context_methods[] = {
@@ -1002,11 +1030,12 @@ static PyMethodDef Context_methods[] = {
     {"resync", Context_resync, METH_O, "resync(next_call): dcp_context_resync()."},
     {"attach_cuda", Context_attach_cuda, METH_VARARGS, "attach_cuda(device, device_bytes, host, host_bytes)."},
     {"last_error", Context_last_error, METH_NOARGS, "dcp_context_last_error()."},
-    {"close", Context_close, METH_NOARGS, "Destroy the context now."},
+    {"close", Context_close, METH_NOARGS, "Close the context: views go stale, memory freed once no view holds it."},
     {NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef Context_getset[] = {
+    {"memory", Context_get_memory, NULL, "The capsule owning the context's memory: what views hold.", NULL},
     {"generation", Context_get_generation, NULL, "Plans and steps so far (views of an older one are stale).", NULL},
     {"config", Context_get_config, NULL, "The configuration as a dict.", NULL},
     {"calls", Context_get_calls, NULL, "dcp_context_calls(): multi-rank calls since creation or the last resync.", NULL},
