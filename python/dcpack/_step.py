@@ -123,6 +123,10 @@ class InprocCluster:
     """
 
     def __init__(self, config: Config, timeout_ms: int = 60000, tp_ranks_hold_data: bool = False) -> None:
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 <= timeout_ms <= _I32[1] // 4:
+            raise InvalidArgumentError(
+                f"timeout_ms = {timeout_ms!r} must be an int in [0, {_I32[1] // 4}]: the cluster's world "
+                "communicator waits up to 4 x timeout_ms, which must fit in int32 milliseconds")
         d = config.to_dict()
         _core.config_validate(d)
         self.n = d["data_parallel_size"] * d["context_parallel_size"]
@@ -504,8 +508,8 @@ class Stepper:
             if descriptors is None and samples is not None:
                 if isinstance(samples, (Sample, dict)) or not isinstance(samples, (list, tuple)):
                     raise InvalidArgumentError("samples must be a list of dcpack.Sample (or dicts), or None")
-                if fields is None:
-                    fields = _fields_of(samples)
+                if fields is None and samples:
+                    fields = _fields_of(samples)  # an empty list carries the configuration's fields (below)
                 descriptors = [_sample_descriptor(s, fields, i, keep) for i, s in enumerate(samples)]
             if fields is None:
                 fields = self._config.to_dict()["fields"]

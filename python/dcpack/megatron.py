@@ -29,7 +29,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
 
-from ._api import Config, CostModel, Planner
+from ._api import Config, CostModel, Planner, as_lengths
+from ._errors import InvalidConfigError
 
 __all__ = [
     "DcpackPackingScheduler",
@@ -47,6 +48,15 @@ __all__ = [
 ]
 
 REQUIRED_SAMPLE_KEYS = ["tokens", "labels", "loss_mask", "position_ids", "original_seq_len", "padded_seq_len"]
+
+
+def _int_arg(name: str, value: Any, optional: bool = False) -> Optional[int]:
+    """An int constructor argument as Planner and Config take it: no floats, strings or booleans."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InvalidConfigError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    return int(value)
 
 
 class DcpackPackingScheduler:
@@ -70,6 +80,13 @@ class DcpackPackingScheduler:
     def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
                  microbatch_group_size_per_vp_stage: Optional[int], max_num_seqs: Optional[int] = None,
                  min_cp_size: int = 1, cost: Optional[CostModel] = None) -> None:
+        max_seqlen_per_dp_cp_rank = _int_arg("max_seqlen_per_dp_cp_rank", max_seqlen_per_dp_cp_rank)
+        cp_size = _int_arg("cp_size", cp_size)
+        dp_size = _int_arg("dp_size", dp_size)
+        microbatch_group_size_per_vp_stage = _int_arg("microbatch_group_size_per_vp_stage",
+                                                      microbatch_group_size_per_vp_stage, optional=True)
+        max_num_seqs = _int_arg("max_num_seqs", max_num_seqs, optional=True)
+        min_cp_size = _int_arg("min_cp_size", min_cp_size)
         self.max_seqlen_per_dp_cp_rank = max_seqlen_per_dp_cp_rank
         self.cp_size = cp_size
         self.dp_size = dp_size
@@ -82,12 +99,12 @@ class DcpackPackingScheduler:
         cap = max_num_seqs if (max_num_seqs is not None and self.honours_max_num_seqs) else 0
         self.config = Config(
             scheduler=self.dcpack_scheduler,
-            data_parallel_size=int(dp_size),
-            context_parallel_size=int(cp_size),
-            max_seqlen_per_rank=int(max_seqlen_per_dp_cp_rank),
-            min_cp_size=int(min_cp_size),
-            max_sequences_per_microbatch=int(cap),
-            microbatch_group_size_per_vp_stage=int(microbatch_group_size_per_vp_stage or 0),
+            data_parallel_size=dp_size,
+            context_parallel_size=cp_size,
+            max_seqlen_per_rank=max_seqlen_per_dp_cp_rank,
+            min_cp_size=min_cp_size,
+            max_sequences_per_microbatch=cap,
+            microbatch_group_size_per_vp_stage=microbatch_group_size_per_vp_stage or 0,
             cost=cost if cost is not None else CostModel(),
         )
         self._planner: Optional[Planner] = None
@@ -113,8 +130,8 @@ class DcpackPackingScheduler:
 
     def plan(self, sample_id_seqlens: Sequence[Tuple[int, int]]):
         """The dcpack :class:`~dcpack.Plan` of a batch given as Megatron's ``(global_id, seqlen)`` pairs."""
-        lengths = np.fromiter((int(s) for _, s in sample_id_seqlens), dtype=np.int64, count=len(sample_id_seqlens))
-        return self._plan(lengths)
+        # the lengths as Planner.plan checks them: ints only (a float, string or bool raises, never truncates)
+        return self._plan(as_lengths([s for _, s in sample_id_seqlens]))
 
     def _index_to_id(self, sample_id_seqlens: Sequence[Tuple[int, int]]) -> Optional[List[int]]:
         return [int(i) for i, _ in sample_id_seqlens]
@@ -195,7 +212,7 @@ class BalancedScheduler(DcpackPackingScheduler):
                  microbatch_group_size_per_vp_stage: Optional[int], max_num_seqs: Optional[int] = None,
                  min_cp_size: int = 1, cost: Optional[CostModel] = None) -> None:
         if max_num_seqs is not None and self.max_num_seqs_offset:
-            max_num_seqs = max(1, int(max_num_seqs) - self.max_num_seqs_offset)
+            max_num_seqs = max(1, _int_arg("max_num_seqs", max_num_seqs) - self.max_num_seqs_offset)
         super().__init__(max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage,
                          max_num_seqs=max_num_seqs, min_cp_size=min_cp_size, cost=cost)
 
