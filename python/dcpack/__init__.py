@@ -135,6 +135,7 @@ from ._step import (  # noqa: E402,F401
     InprocWorld,
     Microbatch,
     Sample,
+    PackedSamples,
     StepArgs,
     StepOutput,
     Stepper,
@@ -142,5 +143,5 @@ from ._step import (  # noqa: E402,F401
 
 __all__ += [
     "FAULT_NONE", "FAULT_RETURN_ERROR", "FAULT_NEVER_ARRIVE", "FAULT_TRUNCATE", "Comm", "InprocWorld",
-    "InprocCluster", "StepArgs", "Sample", "Microbatch", "StepOutput", "Stepper",
+    "InprocCluster", "StepArgs", "Sample", "PackedSamples", "Microbatch", "StepOutput", "Stepper",
 ]

@@ -310,67 +310,125 @@ def uninstall(previous: Dict[str, Any], *, module: Any = None) -> None:
 _FIELDS = (("tokens", "int64"), ("labels", "int64"), ("loss_mask", "float32"), ("position_ids", "int64"))
 
 
-def _samples_from_megatron(items: List[Dict[str, Any]], device: Any) -> List[Any]:
-    """Megatron's dataset samples as dcpack.Samples on ``device``, one copy per field for the whole batch.
+def _first_values(ts: List[Any]) -> List[int]:
+    """The first element of each tensor (Megatron's ``t.reshape(-1)[0].item()``), with one conversion for all."""
+    import torch
+
+    shapes = {tuple(t.shape) for t in ts}
+    if len(shapes) == 1 and len({t.device for t in ts}) == 1:
+        return torch.stack(ts).reshape(len(ts), -1)[:, 0].tolist()
+    return [int(t.reshape(-1)[0].item()) for t in ts]
+
+
+def _column(ts: List[Any]) -> Tuple[Any, List[int]]:
+    """Tensors of one field, concatenated: (a 1-D tensor, tokens of each).  A leading dimension of 1 (default
+    collate, micro-batch size 1) is dropped with one concatenation along the last dimension."""
+    import torch
+
+    shapes = [tuple(t.shape) for t in ts]
+    lead = {s[:-1] for s in shapes}
+    if len(lead) == 1 and all(d == 1 for d in next(iter(lead))) and len({t.device for t in ts}) == 1:
+        counts = [s[-1] for s in shapes]
+        return torch.cat(ts, dim=-1).reshape(-1), counts
+    flat = [t.reshape(-1) for t in ts]  # other shapes: as Megatron's reshape(-1)
+    device = flat[0].device
+    flat = [t.to(device) for t in flat]
+    return torch.cat(flat), [t.numel() for t in flat]
+
+
+def _samples_from_megatron(items: List[Dict[str, Any]], device: Any) -> Any:
+    """Megatron's dataset samples as one dcpack.PackedSamples on ``device``: one copy per field for the batch.
 
     Pre-packed samples (``cu_seqlens``, e.g. SFTDataset) keep their cut; unpacked
     ones (``padded_seq_len``, ``original_seq_len``, e.g. VarlenDataset) are one
     sequence each.  A leading batch dimension of 1 (default collate) is dropped.
     Each field of all the samples is concatenated where the samples are (the
     host, for a data loader's tensors) and moved to ``device`` in one copy; the
-    samples are views of that tensor.
+    scalars of all samples are read with one conversion.  No work per sample
+    but reading its tensors from the dicts.
     """
     import torch
 
-    from ._step import Sample
-
-    def flat(t: Any) -> Any:  # [1, n] (default collate, micro-batch size 1) or [n]
-        return t.reshape(-1)
+    from ._step import PackedSamples
 
     present = [key for key, _ in _FIELDS if items and key in items[0] and items[0][key] is not None]
+    keys = frozenset(present)
     for i, item in enumerate(items):
-        if [key for key, _ in _FIELDS if key in item and item[key] is not None] != present:
+        if frozenset(k for k, _ in _FIELDS if item.get(k) is not None) != keys:
             raise ValueError(f"sample {i} carries other fields than sample 0 ({present})")
-    columns: Dict[str, List[Any]] = {key: [] for key in present}
-    counts: List[int] = []
-    for item in items:
-        n = None
-        for key in present:
-            t = flat(item[key])
-            if n is None:
-                n = t.numel()
-            elif t.numel() != n:
-                raise ValueError(f"sample fields of {n} and {t.numel()} tokens")
-            columns[key].append(t)
-        counts.append(n or 0)
-    offsets = [0]
-    for n in counts:
-        offsets.append(offsets[-1] + n)
     moved: Dict[str, Any] = {}
+    counts: Optional[List[int]] = None
     for key, dtype_name in _FIELDS:
-        if key not in columns:
+        if key not in keys:
             continue
-        dtype = getattr(torch, dtype_name)
-        ts = columns[key]
-        if not ts:
-            continue
-        if any(t.device != ts[0].device for t in ts):
-            ts = [t.to(device) for t in ts]
-        moved[key] = torch.cat(ts).to(device=device, dtype=dtype).contiguous()
-    samples = []
-    for i, item in enumerate(items):
-        fields = {key: moved[key][offsets[i]:offsets[i + 1]] for key in moved}
-        n = counts[i]
-        if "padded_seq_len" in item:
-            padded = int(item["padded_seq_len"].reshape(-1)[0].item())
-            original = int(item.get("original_seq_len", item["padded_seq_len"]).reshape(-1)[0].item())
-            if n != padded:
-                raise ValueError(f"sample has {n} tokens but padded_seq_len {padded}")
-            samples.append(Sample(original_length=original, **fields))
-        else:
-            cu = flat(item["cu_seqlens"]).to(device="cpu", dtype=torch.int32).contiguous().numpy()
-            samples.append(Sample(cu_seqlens=cu, **fields))
-    return samples
+        cat, n = _column([item[key] for item in items])
+        if counts is None:
+            counts = n
+        elif n != counts:
+            bad = next(i for i, (a, b) in enumerate(zip(counts, n)) if a != b)
+            raise ValueError(f"sample {bad}: fields of {counts[bad]} and {n[bad]} tokens")
+        moved[key] = cat.to(device=device, dtype=getattr(torch, dtype_name)).contiguous()
+    if counts is None:
+        counts = [0] * len(items)
+    prepacked = ["cu_seqlens" in item and "padded_seq_len" not in item for item in items]
+    original = None
+    cu = ncu = None
+    if not any(prepacked):
+        padded = _first_values([item["padded_seq_len"] for item in items]) if items else []
+        original = _first_values([item.get("original_seq_len", item["padded_seq_len"]) for item in items])
+        if padded != counts:
+            bad = next(i for i, (a, b) in enumerate(zip(counts, padded)) if a != b)
+            raise ValueError(f"sample has {counts[bad]} tokens but padded_seq_len {padded[bad]}")
+    else:
+        ncu_list, cus, orig = [], [], []
+        for i, item in enumerate(items):
+            if prepacked[i]:
+                c = item["cu_seqlens"].reshape(-1).to(device="cpu", dtype=torch.int32)
+                cus.append(c)
+                ncu_list.append(c.numel())
+                orig.append(counts[i])
+            else:
+                p = int(item["padded_seq_len"].reshape(-1)[0].item())
+                if counts[i] != p:
+                    raise ValueError(f"sample has {counts[i]} tokens but padded_seq_len {p}")
+                ncu_list.append(-1)
+                orig.append(int(item.get("original_seq_len", item["padded_seq_len"]).reshape(-1)[0].item()))
+        cu = torch.cat(cus).contiguous().numpy() if cus else np.empty(0, dtype=np.int32)
+        ncu, original = ncu_list, orig
+    return PackedSamples(num_tokens=np.array(counts, dtype=np.int64), original_length=original,
+                         cu_seqlens=cu, num_cu_seqlens=ncu, **moved)
+
+
+def _seq_idx_all(microbatches: List[Any], device: Any) -> List[Any]:
+    """``PackedSeqParams.seq_idx`` of every microbatch, computed for all of them at once.
+
+    Megatron's ``__post_init__`` does, per microbatch with ``total_tokens`` T and padded
+    boundaries cu: ``repeat_interleave(arange(len(cu)), clamp(diff(cu ++ [T]), min=0)).to(int32)``,
+    shape [1, n].  Here the repeat counts of all microbatches come from the host copies of
+    the boundaries, one ``repeat_interleave`` with a known output size runs on ``device`` (no
+    synchronisation), and each microbatch's seq_idx is a [1, n] slice of its result.
+    """
+    import torch
+
+    if any(mb._tensors.get("cu_seqlens_padded_host") is None for mb in microbatches):
+        return [None] * len(microbatches)  # PackedSeqParams.__post_init__ computes them, one by one
+    counts, values, sizes = [], [], []
+    for mb in microbatches:
+        cu = mb._tensors["cu_seqlens_padded_host"].numpy()
+        lengths = np.maximum(np.diff(np.append(cu.astype(np.int64), np.int64(mb.num_tokens))), 0)
+        counts.append(lengths)
+        values.append(np.arange(lengths.shape[0], dtype=np.int32))
+        sizes.append(int(lengths.sum()))
+    if not microbatches:
+        return []
+    total = sum(sizes)
+    repeats = torch.from_numpy(np.concatenate(counts)).to(device)
+    flat = torch.repeat_interleave(torch.from_numpy(np.concatenate(values)).to(device), repeats, output_size=total)
+    out, at = [], 0
+    for n in sizes:
+        out.append(flat[at:at + n].unsqueeze(0))
+        at += n
+    return out
 
 
 def _sets_total_tokens(config: Config) -> bool:
@@ -438,25 +496,28 @@ class DataPath:
             samples = _samples_from_megatron(items, device)
         out = self.stepper.step(samples, mtp_virtual_stages=self.mtp_virtual_stages)
         self.last_output = out
-        per_stage = []
-        for v in range(vpp):
-            batches = []
-            for m in range(out.num_microbatches):
-                mb = out.microbatch(m, v)
-                batches.append({
-                    "tokens": None if mb.tokens is None else mb.tokens.view(1, -1),
-                    "labels": None if mb.labels is None else mb.labels.view(1, -1),
-                    "loss_mask": None if mb.loss_mask is None else mb.loss_mask.view(1, -1),
-                    "position_ids": None if mb.position_ids is None else mb.position_ids.view(1, -1),
-                    "padding_mask": mb.padding_mask.view(1, -1),
-                    "cu_seqlens": mb.cu_seqlens,
-                    "cu_seqlens_padded": mb.cu_seqlens_padded,
-                    "max_seqlen": mb.max_seqlen,
-                    "local_cp_size": mb.local_cp_size,
-                    "cp_rank": mb.cp_rank,
-                    "total_tokens": mb.num_tokens if self._total_tokens_set else None,
-                })
-            per_stage.append(iter(batches))
+        mbs = out.microbatches  # checks the output is current, once
+        seq_idx = _seq_idx_all(mbs, self.device) if self._total_tokens_set else [None] * len(mbs)
+        batches_all = []
+        for mb, idx in zip(mbs, seq_idx):
+            t = mb._tensors
+            tok, lab, lm, pos = t["tokens"], t["labels"], t["loss_mask"], t["position_ids"]
+            batches_all.append({
+                "tokens": None if tok is None else tok.view(1, -1),
+                "labels": None if lab is None else lab.view(1, -1),
+                "loss_mask": None if lm is None else lm.view(1, -1),
+                "position_ids": None if pos is None else pos.view(1, -1),
+                "padding_mask": t["padding_mask"].view(1, -1),
+                "cu_seqlens": t["cu_seqlens"],
+                "cu_seqlens_padded": t["cu_seqlens_padded"],
+                "max_seqlen": mb.max_seqlen,
+                "local_cp_size": mb.local_cp_size,
+                "cp_rank": mb.cp_rank,
+                "total_tokens": mb.num_tokens if self._total_tokens_set else None,
+                "seq_idx": idx,
+            })
+        nm = out.num_microbatches
+        per_stage = [iter(batches_all[v * nm:(v + 1) * nm]) for v in range(vpp)]
         iterators: Any = per_stage if vpp > 1 else per_stage[0]
         return iterators, out.num_microbatches, float(out.seqlen_sum), float(out.seqlen_squared_sum)
 
@@ -479,14 +540,21 @@ class DataPath:
         local_cp_size = batch["local_cp_size"] if dynamic_cp else None
         cp_group = (parallel_state.get_dynamic_data_context_parallel_groups(group_size=local_cp_size)
                     if dynamic_cp else None)
+        total_tokens, seq_idx = batch.get("total_tokens"), batch.get("seq_idx")
+        # with seq_idx computed for the whole batch (_seq_idx_all), __post_init__ runs without total_tokens
+        # (it then computes nothing) and both fields are set after: the same object, field by field
         params = PackedSeqParams(
             qkv_format="thd",
             cu_seqlens_q=batch["cu_seqlens"], cu_seqlens_kv=batch["cu_seqlens"],
             cu_seqlens_q_padded=batch["cu_seqlens_padded"], cu_seqlens_kv_padded=batch["cu_seqlens_padded"],
             max_seqlen_q=batch["max_seqlen"], max_seqlen_kv=batch["max_seqlen"],
-            local_cp_size=local_cp_size, cp_group=cp_group, total_tokens=batch.get("total_tokens"),
+            local_cp_size=local_cp_size, cp_group=cp_group,
+            total_tokens=total_tokens if seq_idx is None else None,
             cp_partition_mode=getattr(config, "cp_partition_mode", "zigzag"), pad_between_seqs=True,
         )
+        if seq_idx is not None:
+            params.total_tokens = total_tokens
+            params.seq_idx = seq_idx
         return (batch["tokens"], batch["labels"], batch["loss_mask"], None, batch["position_ids"], params,
                 batch["padding_mask"])
 

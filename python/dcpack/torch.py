@@ -39,11 +39,26 @@ import torch.distributed as dist
 from . import _core
 from ._api import Config, _view
 from ._errors import InvalidArgumentError, NcclError, UnsupportedError
-from ._step import Sample, StepArgs, Stepper, _StepState
+from ._step import (
+    _MB,
+    _SCALARS,
+    PackedSamples,
+    Sample,
+    StepArgs,
+    Stepper,
+    _bulk_arrays,
+    _columns,
+    _span,
+    _StepState,
+    microbatch_table,
+)
 
 __all__ = ["check_single_libnccl", "nccl_comm", "NcclGroups", "CudaStepper", "TorchMicrobatch", "TorchStepOutput"]
 
 _DTYPES = {"tokens": torch.int64, "labels": torch.int64, "loss_mask": torch.float32, "position_ids": torch.int64}
+_TORCH = {"int64": torch.int64, "float32": torch.float32, "int32": torch.int32, "bool": torch.bool}
+_TYPESTR = {"int64": "<i8", "float32": "<f4", "int32": "<i4", "bool": "|b1"}
+_HOST_ARRAYS = (("cu_seqlens_host", "num_cu_seqlens", "int32"), ("cu_seqlens_padded_host", "num_cu_seqlens", "int32"))
 _BITS = {"tokens": 1, "labels": 2, "loss_mask": 4, "position_ids": 8}
 
 
@@ -278,6 +293,35 @@ def _cuda_field(x: Any, name: str, device: int) -> torch.Tensor:
     return x
 
 
+def _gathered_copies(table: np.ndarray, base: int, block: torch.Tensor, owner: Any) -> List[Dict[str, Any]]:
+    """Owned copies of every microbatch's host int32 arrays (_HOST_ARRAYS), made by one gather from ``block``
+    (the int32 view of the memory at ``base``): each array a slice of the gathered tensor."""
+    rows: List[Dict[str, Any]] = [{} for _ in range(table.shape[0])]
+    starts, counts, where = [], [], []
+    size = block.numel()
+    for name, count, _dt in _HOST_ARRAYS:
+        addr, n = table[:, _MB[name]], table[:, _MB[count]]
+        rel = addr - base
+        for i, (a, r, c) in enumerate(zip(addr.tolist(), rel.tolist(), n.tolist())):
+            if a == 0:
+                rows[i][name] = None
+            elif r % 4 or r < 0 or r // 4 + c > size:  # not in the block: copy it alone
+                rows[i][name] = torch.from_numpy(_view(a, c, "int32", owner).copy())
+            else:
+                starts.append(r // 4)
+                counts.append(c)
+                where.append((i, name))
+    if where:
+        st, ct = np.array(starts, dtype=np.int64), np.array(counts, dtype=np.int64)
+        ends = np.cumsum(ct)
+        # positions of every element: start of its array + its place in it
+        index = np.repeat(st - (ends - ct), ct) + np.arange(int(ends[-1]), dtype=np.int64)
+        flat = block[torch.from_numpy(index)]
+        for (i, name), e, c in zip(where, ends.tolist(), counts):
+            rows[i][name] = flat[e - c:e]
+    return rows
+
+
 class _Workspace:
     """What output tensors keep alive: the context and the torch tensors its CUDA workspace lives in.
 
@@ -326,6 +370,15 @@ class CudaStepper:
         self._owner = _Workspace(self._ctx.memory, self._device_ws, self._host_ws)
         _core.cuda_set_device(self.device)
         self._ctx.attach_cuda(_aligned(self._device_ws), device_bytes, _aligned(self._host_ws), host_bytes)
+        # the outputs are slices of these typed views of the device workspace (made once)
+        self._device_base = _aligned(self._device_ws)
+        self._device_bytes = device_bytes // 8 * 8
+        pad = self._device_base - self._device_ws.data_ptr()
+        block = self._device_ws[pad:pad + self._device_bytes]
+        self._device_typed = {dt: block.view(_TORCH[dt]) for dt in ("int64", "float32", "int32", "bool")}
+        self._host_base = _aligned(self._host_ws)
+        pad = self._host_base - self._host_ws.data_ptr()
+        self._host_i32 = self._host_ws[pad:pad + host_bytes // 4 * 4].view(torch.int32)
 
     @property
     def calls(self) -> int:
@@ -336,20 +389,19 @@ class CudaStepper:
         """``dcp_context_resync()``: after an OutOfStepError, on every rank with the same ``next_call``."""
         self._stepper.resync(next_call)
 
-    def step(self, samples: Optional[Sequence[Any]], *, mtp_virtual_stages: int = 0,
+    def step(self, samples: Any, *, mtp_virtual_stages: int = 0,
              fields: Optional[int] = None, step_id: int = 0) -> TorchStepOutput:
         """One step on this rank.
 
         ``samples``: list of :class:`dcpack.Sample` (or dicts) whose fields are
         CUDA tensors on this rank's device (int64 tokens/labels/position_ids,
         float32 loss_mask; 1-D, contiguous) and whose ``cu_seqlens`` is host
-        memory (int32 CPU tensor or numpy array); None on ranks that receive by
-        TP broadcast.  ``step_id``: this step's number, compared across ranks
-        (0 = none).  Collective over the world communicator.
+        memory (int32 CPU tensor or numpy array); or a :class:`dcpack.PackedSamples`
+        of such tensors (the fast form: no Python work per sample); None on ranks
+        that receive by TP broadcast.  ``step_id``: this step's number, compared
+        across ranks (0 = none).  Collective over the world communicator.
         """
-        keep: List[Any] = []
         try:
-            descriptors, fields = self._descriptors(samples, fields, keep)
             args = self.groups.args(mtp_virtual_stages, step_id)
             # inputs written on torch's current stream are ready before the step's stream reads them
             current = torch.cuda.current_stream(self.device)
@@ -358,16 +410,26 @@ class CudaStepper:
         except BaseException:
             self._stepper._count_lone_failure()
             raise
-        raw = self._stepper._step(None, args, fields, device=True, descriptors=descriptors)
-        del keep
+        raw = self._stepper._step(None, args, fields,
+                                  columns=lambda keep: self._columns(samples, fields, keep))
         return self._wrap(raw)
 
-    def _descriptors(self, samples: Optional[Sequence[Any]], fields: Optional[int], keep: List[Any]):
+    def _columns(self, samples: Any, fields: Optional[int], keep: List[Any]):
+        """The C binding's sample table of CUDA samples -> (table, fields); (None, fields) without input."""
         if samples is None:
             return None, fields
+        if isinstance(samples, PackedSamples):
+            device = self.device
+
+            def field(x: Any, name: str):
+                t = _cuda_field(x, name, device)
+                return t, (t.data_ptr() if t.numel() else 0), t.numel()
+
+            return samples._columns(fields, keep, field)
         if isinstance(samples, (Sample, dict)) or not isinstance(samples, (list, tuple)):
-            raise InvalidArgumentError("samples must be a list of dcpack.Sample (or dicts), or None")
-        descriptors = []
+            raise InvalidArgumentError("samples must be a list of dcpack.Sample (or dicts), a dcpack.PackedSamples, "
+                                       "or None")
+        rows = []
         for i, s in enumerate(samples):
             if isinstance(s, dict):
                 unknown = set(s) - {"tokens", "labels", "loss_mask", "position_ids", "cu_seqlens", "original_length"}
@@ -394,7 +456,7 @@ class CudaStepper:
                 keep.append(t)
                 addrs.append(t.data_ptr() if t.numel() else None)
             n = n or 0
-            cu_addr, ncu, padded, original = None, 0, 0, 0
+            cu_addr, ncu, original = None, -1, 0
             if s.cu_seqlens is not None:
                 cu = s.cu_seqlens
                 if isinstance(cu, torch.Tensor):
@@ -413,43 +475,40 @@ class CudaStepper:
             else:
                 if n > (1 << 31) - 1:
                     raise InvalidArgumentError(f"sample {i}: {n} tokens exceed an int32 length")
-                padded = n
                 original = n if s.original_length is None else s.original_length
                 if isinstance(original, bool) or not isinstance(original, (int, np.integer)):
                     raise InvalidArgumentError(f"sample {i}: original_length must be an int")
                 original = int(original)
-                if not 0 <= original <= padded:
-                    raise InvalidArgumentError(f"sample {i}: original_length {original} outside [0, {padded}]")
-            descriptors.append((addrs[0], addrs[1], addrs[2], addrs[3], int(n), cu_addr, int(ncu), padded,
-                                original))
-        return descriptors, fields
+                if not 0 <= original <= n:
+                    raise InvalidArgumentError(f"sample {i}: original_length {original} outside [0, {n}]")
+            rows.append((addrs[0], addrs[1], addrs[2], addrs[3], int(n), cu_addr, int(ncu), original))
+        if fields is None:
+            fields = self._stepper.config.to_dict()["fields"]
+        return _columns(rows, keep), fields
 
-    def _wrap(self, raw: tuple) -> TorchStepOutput:
-        gen, nm, nv, nseq, ssum, sq, stats, plan_desc, mbs = raw
+    def _wrap(self, raw: Dict[str, Any]) -> TorchStepOutput:
+        gen = raw["generation"]
         state = _StepState(self._ctx, gen)
         ctx, dev, owner = self._ctx, self.device, self._owner
+        table = microbatch_table(raw)
+        # device arrays: slices of typed views of the workspace tensor (they keep its storage alive)
+        tensors = _bulk_arrays(table, self._device_base, self._device_bytes,
+                               lambda dt, start, count: self._device_typed[dt][start:start + count],
+                               lambda address, count, dt: _tensor(address, count, _TORCH[dt], _TYPESTR[dt], dev,
+                                                                  owner))
+        # host copies of the boundaries (the pinned workspace is rewritten by the next step): one gather
+        # copies them all, each microbatch's are slices of it
+        host = _gathered_copies(table, self._host_base, self._host_i32, owner)
+        scalars = table[:, [_MB[k] for k in _SCALARS]].tolist()
         out = []
-        for t in mbs:
-            (a_tok, a_lab, a_lm, a_pos, a_pad, a_cu, a_cup, ntok, ncu, nseqs, maxs, lcp, cpr, h_cu, h_cup) = t
-            tensors = {
-                "tokens": _tensor(a_tok, ntok, torch.int64, "<i8", dev, owner),
-                "labels": _tensor(a_lab, ntok, torch.int64, "<i8", dev, owner),
-                "loss_mask": _tensor(a_lm, ntok, torch.float32, "<f4", dev, owner),
-                "position_ids": _tensor(a_pos, ntok, torch.int64, "<i8", dev, owner),
-                "padding_mask": _tensor(a_pad, ntok, torch.bool, "|b1", dev, owner),
-                "cu_seqlens": _tensor(a_cu, ncu, torch.int32, "<i4", dev, owner),
-                "cu_seqlens_padded": _tensor(a_cup, ncu, torch.int32, "<i4", dev, owner),
-                # host copies: these arrays live in the pinned workspace, which the next step rewrites
-                "cu_seqlens_host": (torch.from_numpy(_view(h_cu, ncu, "int32", owner).copy())
-                                    if h_cu is not None else None),
-                "cu_seqlens_padded_host": (torch.from_numpy(_view(h_cup, ncu, "int32", owner).copy())
-                                           if h_cup is not None else None),
-            }
-            out.append(TorchMicrobatch(state, tensors, (ntok, ncu, nseqs, maxs, lcp, cpr)))
+        for t, h, sc in zip(tensors, host, scalars):
+            t.update(h)
+            out.append(TorchMicrobatch(state, t, tuple(sc)))
         from ._api import Plan
 
-        plan = Plan(ctx, gen, plan_desc, np.empty(0, dtype=np.int32)) if plan_desc is not None else None
-        return TorchStepOutput(state, nm, nv, nseq, ssum, sq, stats, plan, out)
+        plan = Plan(ctx, gen, raw["plan"], np.empty(0, dtype=np.int32)) if raw["plan"] is not None else None
+        return TorchStepOutput(state, raw["num_microbatches"], raw["num_virtual_stages"], raw["num_sequences"],
+                               raw["seqlen_sum"], raw["seqlen_squared_sum"], raw["stats"], plan, out)
 
     def close(self) -> None:
         """Destroy the context now (outputs go stale; the workspace is freed once no output tensor holds it)."""
