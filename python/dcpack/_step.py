@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -623,6 +624,9 @@ class Stepper:
             raise InvalidArgumentError(f"config must be a dcpack.Config, got {type(config).__name__}")
         self._config = config
         self._ctx = _core.Context(config.to_dict())
+        self.last_step_ns = 0
+        """Wall time of the last step's call into the library (``dcp_step``, the GIL released), in ns: the rest
+        of ``step()`` is the package's own work."""
 
     @property
     def config(self) -> Config:
@@ -714,11 +718,13 @@ class Stepper:
             self._count_lone_failure()
             raise
         # from here on the C binding counts the call, whatever happens
+        t0 = time.perf_counter_ns()
         raw = self._ctx.step(world=args.world, data_context_parallel=args.data_context_parallel,
                              tensor_parallel=args.tensor_parallel, pipeline_rank=args.pipeline_rank,
                              mtp_virtual_stages=args.mtp_virtual_stages,
                              tp_ranks_hold_data=int(bool(args.tp_ranks_hold_data)), cuda_stream=args.cuda_stream,
                              fields=int(fields), samples=table, step_id=sid)
+        self.last_step_ns = time.perf_counter_ns() - t0
         del keep
         return raw
 

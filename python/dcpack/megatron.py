@@ -24,6 +24,7 @@ Megatron or torch.
 
 from __future__ import annotations
 
+import operator
 import threading
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, Union
 
@@ -314,26 +315,42 @@ def _first_values(ts: List[Any]) -> List[int]:
     """The first element of each tensor (Megatron's ``t.reshape(-1)[0].item()``), with one conversion for all."""
     import torch
 
-    shapes = {tuple(t.shape) for t in ts}
-    if len(shapes) == 1 and len({t.device for t in ts}) == 1:
+    if len(set(map(_SHAPE, ts))) == 1 and len({t.device for t in ts}) == 1:
         return torch.stack(ts).reshape(len(ts), -1)[:, 0].tolist()
     return [int(t.reshape(-1)[0].item()) for t in ts]
 
 
-def _column(ts: List[Any]) -> Tuple[Any, List[int]]:
+def _column(ts: List[Any], counts: Optional[List[int]]) -> Tuple[Any, List[int]]:
     """Tensors of one field, concatenated: (a 1-D tensor, tokens of each).  A leading dimension of 1 (default
-    collate, micro-batch size 1) is dropped with one concatenation along the last dimension."""
+    collate, micro-batch size 1) is dropped with one concatenation along the last dimension.  ``counts``: the
+    tokens of each sample in the fields before (None for the first): a sample whose field differs raises."""
     import torch
 
-    shapes = [tuple(t.shape) for t in ts]
-    lead = {s[:-1] for s in shapes}
-    if len(lead) == 1 and all(d == 1 for d in next(iter(lead))) and len({t.device for t in ts}) == 1:
-        counts = [s[-1] for s in shapes]
-        return torch.cat(ts, dim=-1).reshape(-1), counts
-    flat = [t.reshape(-1) for t in ts]  # other shapes: as Megatron's reshape(-1)
-    device = flat[0].device
-    flat = [t.to(device) for t in flat]
-    return torch.cat(flat), [t.numel() for t in flat]
+    shapes = list(map(_SHAPE, ts))
+    cat = None
+    if len({len(s) for s in shapes}) == 1 and len(shapes[0]) in (1, 2):
+        try:
+            cat = torch.cat(ts, dim=-1)
+        except (RuntimeError, TypeError):  # leading dimensions that differ, devices that differ
+            cat = None
+        # every tensor [n] or [1, n]: cat along the last dimension is their reshape(-1), back to back
+        if cat is not None and cat.dim() == 2 and cat.shape[0] != 1:
+            cat = None
+    if cat is not None:
+        n = [s[-1] for s in shapes]
+        cat = cat.reshape(-1)
+    else:
+        flat = [t.reshape(-1) for t in ts]  # other shapes: as Megatron's reshape(-1)
+        device = flat[0].device
+        n = [t.numel() for t in flat]
+        cat = torch.cat([t.to(device) for t in flat])
+    if counts is not None and n != counts:
+        bad = next(i for i, (a, b) in enumerate(zip(counts, n)) if a != b)
+        raise ValueError(f"sample {bad}: fields of {counts[bad]} and {n[bad]} tokens")
+    return cat, n
+
+
+_SHAPE = operator.attrgetter("shape")
 
 
 def _samples_from_megatron(items: List[Dict[str, Any]], device: Any) -> Any:
@@ -351,22 +368,22 @@ def _samples_from_megatron(items: List[Dict[str, Any]], device: Any) -> Any:
 
     from ._step import PackedSamples
 
-    present = [key for key, _ in _FIELDS if items and key in items[0] and items[0][key] is not None]
-    keys = frozenset(present)
-    for i, item in enumerate(items):
-        if frozenset(k for k, _ in _FIELDS if item.get(k) is not None) != keys:
-            raise ValueError(f"sample {i} carries other fields than sample 0 ({present})")
+    present = [key for key, _ in _FIELDS if items and items[0].get(key) is not None]
+    columns: Dict[str, List[Any]] = {}
+    for key, _ in _FIELDS:  # one pass per field over the dicts, no work per sample in Python
+        column = list(map(operator.methodcaller("get", key), items))
+        missing = any(t is None for t in column)  # by identity: `None in column` would compare tensors
+        if (key in present and missing) or (key not in present and any(t is not None for t in column)):
+            bad = next(i for i, t in enumerate(column) if (t is None) == (key in present))
+            raise ValueError(f"sample {bad} carries other fields than sample 0 ({present})")
+        if key in present:
+            columns[key] = column
     moved: Dict[str, Any] = {}
     counts: Optional[List[int]] = None
     for key, dtype_name in _FIELDS:
-        if key not in keys:
+        if key not in columns:
             continue
-        cat, n = _column([item[key] for item in items])
-        if counts is None:
-            counts = n
-        elif n != counts:
-            bad = next(i for i, (a, b) in enumerate(zip(counts, n)) if a != b)
-            raise ValueError(f"sample {bad}: fields of {counts[bad]} and {n[bad]} tokens")
+        cat, counts = _column(columns[key], counts)
         moved[key] = cat.to(device=device, dtype=getattr(torch, dtype_name)).contiguous()
     if counts is None:
         counts = [0] * len(items)
