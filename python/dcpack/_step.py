@@ -162,11 +162,13 @@ class InprocCluster:
             holds_data=holds,
         )
 
-    def run(self, fn: Callable[[int], Any]) -> List[Any]:
+    def run(self, fn: Callable[[int], Any], *, return_exceptions: bool = False) -> List[Any]:
         """Run ``fn(world_rank)`` on one thread per rank; return the results by rank.
 
-        An exception in a rank is returned in that rank's slot (every rank of a
-        failing step raises the same dcpack error, so all are kept).
+        When a rank raises, ``run`` raises that exception once every thread is
+        done (the lowest failing rank's: a failing step raises the same dcpack
+        error on every rank).  ``return_exceptions=True`` returns each rank's
+        exception in its slot instead.
         """
         results: List[Any] = [None] * self.size
 
@@ -181,6 +183,10 @@ class InprocCluster:
             t.start()
         for t in threads:
             t.join()
+        if not return_exceptions:
+            for r in results:
+                if isinstance(r, BaseException):
+                    raise r
         return results
 
 

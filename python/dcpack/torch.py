@@ -82,7 +82,7 @@ def check_single_libnccl() -> List[str]:
 def _require_cuda_build() -> None:
     if not (_core.HAVE_CUDA and _core.HAVE_NCCL):
         raise UnsupportedError("this dcpack was built without CUDA and NCCL: reinstall with DCPACK_CUDA=1 "
-                               "(docs/python.md, CUDA builds)")
+                               "(docs/python.md, Installing)")
 
 
 def _device_index(device: Any) -> int:

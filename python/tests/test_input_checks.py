@@ -81,3 +81,17 @@ def test_inproc_cluster_largest_timeout_works():
     config = dcpack.Config(data_parallel_size=2, max_sequences=16, max_seqlen_per_rank=1024,
                            max_tokens_per_rank=1 << 14)
     dcpack.InprocCluster(config, timeout_ms=(2**31 - 1) // 4)
+
+
+def test_cluster_run_raises_a_ranks_error():
+    config = dcpack.Config(data_parallel_size=2, context_parallel_size=2, max_sequences=16, max_seqlen_per_rank=1024,
+                           max_tokens_per_rank=1 << 14, scheduler="dp_balanced")
+    cluster = dcpack.InprocCluster(config, timeout_ms=30000)
+
+    def rank(w):  # 102 tokens at CP 2: not a multiple of 2 x 2
+        return dcpack.Stepper(config).step([_sample(102, 0)], cluster.args(w))
+
+    with pytest.raises(dcpack.BadLengthError, match="divisible"):
+        cluster.run(rank)
+    results = cluster.run(rank, return_exceptions=True)
+    assert len(results) == 4 and all(isinstance(r, dcpack.BadLengthError) for r in results)

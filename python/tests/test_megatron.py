@@ -117,12 +117,12 @@ def test_plans_identical_to_megatron(megatron, case):
     if isinstance(want, _ReferenceTimeout):
         pytest.skip(f"Megatron's scheduler ran past {REFERENCE_TIMEOUT_S} s (a reference hang; README, reference bugs)")
     if isinstance(want, Exception):
-        # where the reference asserts or crashes, dcpack reports an error (README, reference bugs)
+        # where the reference asserts or crashes, dcpack reports an error (docs/planning.md, "Reference bugs")
         with pytest.raises((dcpack.InfeasibleError, dcpack.BadLengthError)):
             ours.get_groups_and_subsamples(pairs)
         return
     if kind == "dp_balanced" and int(lengths.max()) > m * cp:
-        # the reference emits an over-full pack; dcpack rejects the sequence (README, reference bugs)
+        # the reference emits an over-full pack; dcpack rejects the sequence (docs/planning.md, "Reference bugs")
         with pytest.raises(dcpack.BadLengthError):
             ours.get_groups_and_subsamples(pairs)
         return
