@@ -95,3 +95,19 @@ def test_cluster_run_raises_a_ranks_error():
         cluster.run(rank)
     results = cluster.run(rank, return_exceptions=True)
     assert len(results) == 4 and all(isinstance(r, dcpack.BadLengthError) for r in results)
+
+
+def test_one_version_number():
+    """The wheel's version (pyproject reads it from include/dcpack.h) is the C library's, as dcpack reports it."""
+    import importlib.metadata
+    import re
+    from pathlib import Path
+
+    header = (Path(__file__).resolve().parents[2] / "include" / "dcpack.h").read_text()
+    parts = [re.search(rf"#define DCP_VERSION_{k} (\d+)", header).group(1) for k in ("MAJOR", "MINOR", "PATCH")]
+    assert dcpack.__version__ == ".".join(parts)
+    try:
+        installed = importlib.metadata.version("dcpack")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("dcpack has no installed metadata here (imported from a source tree)")
+    assert installed == dcpack.__version__
