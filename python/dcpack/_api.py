@@ -417,10 +417,11 @@ class Plan:
         self._lengths = lengths
         self._owned = arrays is not None
         if arrays is None:
-            nr, nm, ng, ni = desc[:4]
+            nm, ng, ni = desc.num_microbatches, desc.num_groups, desc.num_ids
             counts = (nm + 1, ng, ng, ng + 1, ni)
             memory = ctx.memory  # the arrays hold the context's memory: readable even after close()
-            arrays = {name: _view(desc[4 + i], counts[i], "int32", memory) for i, name in enumerate(_PLAN_ARRAYS)}
+            arrays = {name: _view(getattr(desc, name), counts[i], "int32", memory)
+                      for i, name in enumerate(_PLAN_ARRAYS)}
         self._arrays = arrays
 
     # -- lifetime -----------------------------------------------------------
@@ -443,7 +444,8 @@ class Plan:
         arrays = {k: np.array(v, dtype=np.int32, copy=True) for k, v in self._arrays.items()}
         for a in arrays.values():
             a.flags.writeable = False
-        desc = self._desc[:4] + tuple(_address(arrays[k]) for k in _PLAN_ARRAYS) + self._desc[9:]
+        desc = _core.PlanDescriptor([_address(arrays[k]) if k in arrays else getattr(self._desc, k)
+                                     for k in _core.PlanDescriptor.__match_args__])
         return Plan(self._ctx, None, desc, np.array(self._lengths, copy=True), arrays)
 
     # -- the arrays -----------------------------------------------------------
@@ -456,25 +458,25 @@ class Plan:
     def num_ranks(self) -> int:
         """DPxCP ranks of the plan."""
         self._check()
-        return self._desc[0]
+        return self._desc.num_ranks
 
     @property
     def num_microbatches(self) -> int:
         """Microbatches of the plan."""
         self._check()
-        return self._desc[1]
+        return self._desc.num_microbatches
 
     @property
     def num_groups(self) -> int:
         """CP groups over all microbatches."""
         self._check()
-        return self._desc[2]
+        return self._desc.num_groups
 
     @property
     def num_ids(self) -> int:
         """Entries of :attr:`ids` (each sequence once)."""
         self._check()
-        return self._desc[3]
+        return self._desc.num_ids
 
     @property
     def microbatch_first_group(self) -> np.ndarray:
@@ -512,7 +514,7 @@ class Plan:
     def group_of_rank(self, microbatch: int, rank: int) -> int:
         """``dcp_plan_group_of_rank()``: the group of ``rank`` in ``microbatch``, or -1."""
         self._check()
-        nm, nr = self._desc[1], self._desc[0]
+        nm, nr = self._desc.num_microbatches, self._desc.num_ranks
         if not (0 <= microbatch < nm) or not (0 <= rank < nr):
             raise InvalidArgumentError(f"microbatch {microbatch} / rank {rank} outside {nm} x {nr}")
         return _core.plan_group_of_rank(self._desc, microbatch, rank)
@@ -528,8 +530,8 @@ class Plan:
     def groups(self, microbatch: int) -> List[Tuple[int, int, np.ndarray]]:
         """The groups of one microbatch as ``(first_rank, cp_size, ids)``."""
         self._check()
-        if not 0 <= microbatch < self._desc[1]:
-            raise InvalidArgumentError(f"microbatch {microbatch} outside [0, {self._desc[1]})")
+        if not 0 <= microbatch < self._desc.num_microbatches:
+            raise InvalidArgumentError(f"microbatch {microbatch} outside [0, {self._desc.num_microbatches})")
         mfg, gfr, gcs, gfi, ids = (self._arrays[k] for k in _PLAN_ARRAYS)
         return [(int(gfr[g]), int(gcs[g]), ids[gfi[g]:gfi[g + 1]])
                 for g in range(int(mfg[microbatch]), int(mfg[microbatch + 1]))]
@@ -538,9 +540,9 @@ class Plan:
         """Megatron-LM's ``sample_id_groups``: ``[microbatch][rank] -> list of ids``."""
         self._check()
         mfg, gfr, gcs, gfi, ids = (self._arrays[k].tolist() for k in _PLAN_ARRAYS)
-        nr = self._desc[0]
+        nr = self._desc.num_ranks
         out: List[List[List[int]]] = []
-        for m in range(self._desc[1]):
+        for m in range(self._desc.num_microbatches):
             row: List[List[int]] = [[] for _ in range(nr)]
             for g in range(mfg[m], mfg[m + 1]):
                 members = ids[gfi[g]:gfi[g + 1]]
@@ -553,7 +555,7 @@ class Plan:
         """CP size of every sequence, indexed by id (int32 ``[num_ids]``)."""
         self._check()
         gcs, gfi = self._arrays["group_cp_size"], self._arrays["group_first_id"]
-        out = np.zeros(self._desc[3], dtype=np.int32)
+        out = np.zeros(self._desc.num_ids, dtype=np.int32)
         out[self._arrays["ids"]] = np.repeat(gcs, np.diff(gfi))
         return out
 
@@ -565,7 +567,7 @@ class Plan:
     def _lengths_for(self, lengths: Any) -> np.ndarray:
         if lengths is not None:
             return as_lengths(lengths)
-        if self._lengths.size == 0 and self._desc[3] > 0:
+        if self._lengths.size == 0 and self._desc.num_ids > 0:
             raise InvalidArgumentError("this plan came from a step: pass the global batch's lengths")
         return self._lengths
 
@@ -583,7 +585,7 @@ class Plan:
         self._check()
         lengths = self._lengths_for(lengths)
         v = self._ctx.validate(self._desc, _address(lengths) if lengths.size else 0, lengths.size)
-        return None if v is None else Violation(*v)
+        return None if v is None else Violation(**v)
 
     def validate(self, lengths: Any = None) -> "Plan":
         """Raise :class:`dcpack.InvalidPlanError` (with ``.violation``) if an invariant breaks; returns self."""
@@ -606,7 +608,8 @@ class Plan:
             return NotImplemented
         self._check()
         other._check()
-        return self._desc[:4] == other._desc[:4] and all(
+        counts = ("num_ranks", "num_microbatches", "num_groups", "num_ids")
+        return all(getattr(self._desc, k) == getattr(other._desc, k) for k in counts) and all(
             np.array_equal(self._arrays[k], other._arrays[k]) for k in _PLAN_ARRAYS)
 
     __hash__ = None  # type: ignore[assignment]
@@ -615,8 +618,8 @@ class Plan:
         if not self.is_valid_view:
             return "<dcpack.Plan (stale view)>"
         kind = "copy" if self._owned else "view"
-        return (f"<dcpack.Plan {kind}: {self._desc[1]} microbatches, {self._desc[2]} groups, "
-                f"{self._desc[3]} sequences on {self._desc[0]} ranks>")
+        return (f"<dcpack.Plan {kind}: {self._desc.num_microbatches} microbatches, {self._desc.num_groups} groups, "
+                f"{self._desc.num_ids} sequences on {self._desc.num_ranks} ranks>")
 
 
 class Planner:

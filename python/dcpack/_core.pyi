@@ -1,6 +1,6 @@
 """Type stubs of dcpack._core, the C binding (private: use the dcpack package)."""
 
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 VERSION_MAJOR: int
 VERSION_MINOR: int
@@ -9,8 +9,22 @@ MAX_LOG2_CP: int
 HAVE_CUDA: int
 HAVE_NCCL: int
 
-PlanDescriptor = Tuple[int, int, int, int, Optional[int], Optional[int], Optional[int], Optional[int], Optional[int],
-                       int, int, int]
+class PlanDescriptor(Tuple[int, ...]):
+    """A dcp_plan as a struct sequence (a named tuple): counts, the five arrays' addresses, capacities."""
+    __match_args__: Tuple[str, ...]
+    num_ranks: int
+    num_microbatches: int
+    num_groups: int
+    num_ids: int
+    microbatch_first_group: Optional[int]
+    group_first_rank: Optional[int]
+    group_cp_size: Optional[int]
+    group_first_id: Optional[int]
+    ids: Optional[int]
+    max_microbatches: int
+    max_groups: int
+    max_ids: int
+    def __new__(cls, values: Sequence[Optional[int]]) -> "PlanDescriptor": ...
 
 class World:
     """dcp_inproc_world: ranks as threads of this process."""
@@ -41,7 +55,7 @@ class Context:
     def __init__(self, config: Dict[str, Any]) -> None: ...
     def plan(self, lengths: int, n: int) -> PlanDescriptor: ...
     def stats(self, plan: PlanDescriptor, lengths: int, n: int) -> Dict[str, int]: ...
-    def validate(self, plan: PlanDescriptor, lengths: int, n: int) -> Optional[Tuple[int, int, int, int, str]]: ...
+    def validate(self, plan: PlanDescriptor, lengths: int, n: int) -> Optional[Dict[str, Any]]: ...
     def step(self, *, world: Comm, data_context_parallel: Optional[Comm] = ..., tensor_parallel: Optional[Comm] = ...,
              pipeline_rank: int = ..., mtp_virtual_stages: int = ..., tp_ranks_hold_data: int = ...,
              cuda_stream: Optional[int] = ..., fields: int = ..., samples: Optional[Dict[str, Any]] = ...,

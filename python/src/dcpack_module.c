@@ -228,11 +228,27 @@ static int get_addr(PyObject *o, void **out)
     return 0;
 }
 
-/* A plan handed in as (num_ranks, num_microbatches, num_groups, num_ids, 5 addresses, 3 capacities). */
+/*
+ * A plan crosses the boundary as a PlanDescriptor: a struct sequence (a named tuple) of the dcp_plan
+ * fields, the five arrays as addresses.  Python reads it by name; C by position, in this order.
+ */
+static PyStructSequence_Field plan_fields[] = {
+    {"num_ranks", NULL}, {"num_microbatches", NULL}, {"num_groups", NULL}, {"num_ids", NULL},
+    {"microbatch_first_group", "address"}, {"group_first_rank", "address"}, {"group_cp_size", "address"},
+    {"group_first_id", "address"}, {"ids", "address"},
+    {"max_microbatches", NULL}, {"max_groups", NULL}, {"max_ids", NULL},
+    {NULL, NULL},
+};
+static PyStructSequence_Desc plan_desc = {"dcpack._core.PlanDescriptor",
+                                          "A dcp_plan: counts, the addresses of its five arrays, capacities.",
+                                          plan_fields, 12};
+static PyTypeObject *PlanDescriptorType;
+
+/* A plan handed in as a PlanDescriptor (or any 12-tuple in its order). */
 static int plan_from_tuple(PyObject *t, dcp_plan *p)
 {
     if (!PyTuple_Check(t) || PyTuple_Size(t) != 12) {
-        PyErr_SetString(PyExc_TypeError, "plan descriptor must be a 12-tuple");
+        PyErr_SetString(PyExc_TypeError, "plan descriptor must be a PlanDescriptor");
         return -1;
     }
     int32_t *counts[4] = {&p->num_ranks, &p->num_microbatches, &p->num_groups, &p->num_ids};
@@ -259,9 +275,21 @@ static int plan_from_tuple(PyObject *t, dcp_plan *p)
 
 static PyObject *plan_to_tuple(const dcp_plan *p)
 {
-    return Py_BuildValue("(iiiiNNNNNiii)", p->num_ranks, p->num_microbatches, p->num_groups, p->num_ids,
-                         addr(p->microbatch_first_group), addr(p->group_first_rank), addr(p->group_cp_size),
-                         addr(p->group_first_id), addr(p->ids), p->max_microbatches, p->max_groups, p->max_ids);
+    PyObject *items[12] = {PyLong_FromLong(p->num_ranks), PyLong_FromLong(p->num_microbatches),
+                           PyLong_FromLong(p->num_groups), PyLong_FromLong(p->num_ids),
+                           addr(p->microbatch_first_group), addr(p->group_first_rank), addr(p->group_cp_size),
+                           addr(p->group_first_id), addr(p->ids), PyLong_FromLong(p->max_microbatches),
+                           PyLong_FromLong(p->max_groups), PyLong_FromLong(p->max_ids)};
+    PyObject *d = PyStructSequence_New(PlanDescriptorType);
+    for (int i = 0; i < 12; i++) {
+        if (!d || !items[i]) {
+            for (int k = i; k < 12; k++) Py_XDECREF(items[k]);
+            Py_XDECREF(d);
+            return NULL;
+        }
+        PyStructSequence_SetItem(d, i, items[i]); /* steals */
+    }
+    return d;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -680,7 +708,7 @@ static PyObject *Context_stats(PyObject *o, PyObject *args)
     return d;
 }
 
-/* -> None when valid, else (invariant, microbatch, rank, id, message). */
+/* -> None when valid, else {invariant, microbatch, rank, id, message}. */
 static PyObject *Context_validate(PyObject *o, PyObject *args)
 {
     ContextObject *self = (ContextObject *)o;
@@ -701,7 +729,8 @@ static PyObject *Context_validate(PyObject *o, PyObject *args)
     self->busy = 0;
     if (st == DCP_OK) Py_RETURN_NONE;
     if (st != DCP_ERR_INVALID_PLAN) return context_error(self, st, "dcp_plan_validate");
-    return Py_BuildValue("(iiiis)", (int)v.invariant, v.microbatch, v.rank, v.id, v.message);
+    return Py_BuildValue("{sisisisiss}", "invariant", (int)v.invariant, "microbatch", v.microbatch, "rank", v.rank,
+                         "id", v.id, "message", v.message);
 }
 
 static PyObject *Context_last_error(PyObject *o, PyObject *unused)
@@ -1398,6 +1427,10 @@ PyMODINIT_FUNC PyInit__core(void)
 
     PyObject *m = PyModule_Create(&module_def);
     if (!m) return NULL;
+    PlanDescriptorType = PyStructSequence_NewType(&plan_desc);
+    if (!PlanDescriptorType) goto fail;
+    Py_INCREF(PlanDescriptorType);
+    if (PyModule_AddObject(m, "PlanDescriptor", (PyObject *)PlanDescriptorType) < 0) goto fail;
     WorldType = (PyTypeObject *)PyType_FromSpec(&World_spec);
     CommType = (PyTypeObject *)PyType_FromSpec(&Comm_spec);
     ContextType = (PyTypeObject *)PyType_FromSpec(&Context_spec);
