@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator
 
 import numpy as np
 
@@ -92,12 +92,12 @@ class CostModel:
 
     quadratic: int = _DEFAULTS["cost"]["quadratic"]
     linear: int = _DEFAULTS["cost"]["linear"]
-    kv: Tuple[int, ...] = tuple(_DEFAULTS["cost"]["kv"])
+    kv: tuple[int, ...] = tuple(_DEFAULTS["cost"]["kv"])
     round_latency: int = _DEFAULTS["cost"]["round_latency"]
     microbatch_overhead: int = _DEFAULTS["cost"]["microbatch_overhead"]
-    step_model: Union[str, int] = _STEP_MODELS[_DEFAULTS["cost"]["step_model"]]
+    step_model: str | int = _STEP_MODELS[_DEFAULTS["cost"]["step_model"]]
 
-    def _to_dict(self) -> Dict[str, Any]:
+    def _to_dict(self) -> dict[str, Any]:
         kv = tuple(self.kv)
         if len(kv) != _core.MAX_LOG2_CP + 1:
             raise InvalidConfigError(f"cost.kv must have {_core.MAX_LOG2_CP + 1} entries, got {len(kv)}")
@@ -137,7 +137,7 @@ class Config:
     pipeline_parallel_size: int = _DEFAULTS["pipeline_parallel_size"]
     virtual_pipeline_size: int = _DEFAULTS["virtual_pipeline_size"]
     microbatch_group_size_per_vp_stage: int = _DEFAULTS["microbatch_group_size_per_vp_stage"]
-    scheduler: Union[str, int] = _SCHEDULERS[_DEFAULTS["scheduler"]]
+    scheduler: str | int = _SCHEDULERS[_DEFAULTS["scheduler"]]
     max_sequences: int = _DEFAULTS["max_sequences"]
     max_seqlen_per_rank: int = _DEFAULTS["max_seqlen_per_rank"]
     min_cp_size: int = _DEFAULTS["min_cp_size"]
@@ -146,19 +146,19 @@ class Config:
     max_microbatches: int = _DEFAULTS["max_microbatches"]
     pad_alignment: int = _DEFAULTS["pad_alignment"]
     fields: Any = _DEFAULTS["fields"]
-    pad_to_max_seqlen: Union[int, bool] = _DEFAULTS["pad_to_max_seqlen"]
-    thd_tail_policy: Union[str, int] = "append_dummy"
-    cp_partition: Union[str, int] = "zigzag"
-    skip_sibling_data_check: Union[int, bool] = _DEFAULTS["skip_sibling_data_check"]
+    pad_to_max_seqlen: int | bool = _DEFAULTS["pad_to_max_seqlen"]
+    thd_tail_policy: str | int = "append_dummy"
+    cp_partition: str | int = "zigzag"
+    skip_sibling_data_check: int | bool = _DEFAULTS["skip_sibling_data_check"]
     """0 (default): the step checks that CP siblings hold identical inputs (a digest of every byte they
     move), CorruptInputError on every rank when they differ; 1: it compares their lengths only."""
     cost: CostModel = dataclasses.field(default_factory=CostModel)
 
     # -- conversions --------------------------------------------------------
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The configuration as the flat dict the C binding reads (enums as ints)."""
-        d: Dict[str, Any] = {}
+        d: dict[str, Any] = {}
         int32_fields = (
             "world_size", "data_parallel_size", "context_parallel_size", "tensor_parallel_size",
             "pipeline_parallel_size", "virtual_pipeline_size", "microbatch_group_size_per_vp_stage",
@@ -181,7 +181,7 @@ class Config:
         return d
 
     @classmethod
-    def from_dict(cls, d: Dict[str, Any]) -> "Config":
+    def from_dict(cls, d: dict[str, Any]) -> "Config":
         """Inverse of :meth:`to_dict` (enums come back as names)."""
         d = dict(d)
         d["scheduler"] = _SCHEDULERS[d["scheduler"]] if isinstance(d["scheduler"], int) else d["scheduler"]
@@ -216,7 +216,7 @@ class Config:
         return _core.workspace_size(self.to_dict())
 
 
-def _enum(name: str, value: Any, names: Dict[str, int]) -> int:
+def _enum(name: str, value: Any, names: dict[str, int]) -> int:
     if isinstance(value, str):
         if value not in names:
             raise InvalidConfigError(f"{name} {value!r} is not one of {', '.join(names)}")
@@ -241,7 +241,7 @@ def _fields_mask(fields: Any) -> int:
     return mask
 
 
-def cost(length: int, cp: int, model: Optional[CostModel] = None) -> int:
+def cost(length: int, cp: int, model: CostModel | None = None) -> int:
     """``dcp_cost()``: per-rank cost of a sequence of ``length`` tokens on ``cp`` ranks."""
     cfg = Config(cost=model if model is not None else CostModel())
     return _core.cost(cfg.to_dict(), _check_int("length", length, *_INT64, error=InvalidArgumentError),
@@ -268,7 +268,7 @@ class _View:
         self._owner = owner
 
 
-def _view(address: Optional[int], count: int, dtype: str, owner: Any, readonly: bool = True) -> Optional[np.ndarray]:
+def _view(address: int | None, count: int, dtype: str, owner: Any, readonly: bool = True) -> np.ndarray | None:
     if address is None:
         return None
     if count == 0:
@@ -409,8 +409,8 @@ class Plan:
 
     __slots__ = ("_ctx", "_gen", "_desc", "_arrays", "_lengths", "_owned", "__weakref__")
 
-    def __init__(self, ctx: Any, generation: Optional[int], desc: tuple, lengths: np.ndarray,
-                 arrays: Optional[Dict[str, np.ndarray]] = None) -> None:
+    def __init__(self, ctx: Any, generation: int | None, desc: tuple, lengths: np.ndarray,
+                 arrays: dict[str, np.ndarray] | None = None) -> None:
         self._ctx = ctx
         self._gen = generation
         self._desc = desc
@@ -527,7 +527,7 @@ class Plan:
         gfi = self._arrays["group_first_id"]
         return self._arrays["ids"][gfi[g]:gfi[g + 1]]
 
-    def groups(self, microbatch: int) -> List[Tuple[int, int, np.ndarray]]:
+    def groups(self, microbatch: int) -> list[tuple[int, int, np.ndarray]]:
         """The groups of one microbatch as ``(first_rank, cp_size, ids)``."""
         self._check()
         if not 0 <= microbatch < self._desc.num_microbatches:
@@ -536,14 +536,14 @@ class Plan:
         return [(int(gfr[g]), int(gcs[g]), ids[gfi[g]:gfi[g + 1]])
                 for g in range(int(mfg[microbatch]), int(mfg[microbatch + 1]))]
 
-    def to_lists(self) -> List[List[List[int]]]:
+    def to_lists(self) -> list[list[list[int]]]:
         """Megatron-LM's ``sample_id_groups``: ``[microbatch][rank] -> list of ids``."""
         self._check()
         mfg, gfr, gcs, gfi, ids = (self._arrays[k].tolist() for k in _PLAN_ARRAYS)
         nr = self._desc.num_ranks
-        out: List[List[List[int]]] = []
+        out: list[list[list[int]]] = []
         for m in range(self._desc.num_microbatches):
-            row: List[List[int]] = [[] for _ in range(nr)]
+            row: list[list[int]] = [[] for _ in range(nr)]
             for g in range(mfg[m], mfg[m + 1]):
                 members = ids[gfi[g]:gfi[g + 1]]
                 for r in range(gfr[g], gfr[g] + gcs[g]):
@@ -580,7 +580,7 @@ class Plan:
         d["step_model"] = _STEP_MODELS[d["step_model"]]
         return PlanStats(**d)
 
-    def violation(self, lengths: Any = None) -> Optional[Violation]:
+    def violation(self, lengths: Any = None) -> Violation | None:
         """``dcp_plan_validate()``: None when every invariant holds, else the first violation."""
         self._check()
         lengths = self._lengths_for(lengths)
@@ -599,7 +599,7 @@ class Plan:
     def __len__(self) -> int:
         return self.num_microbatches
 
-    def __iter__(self) -> Iterator[List[Tuple[int, int, np.ndarray]]]:
+    def __iter__(self) -> Iterator[list[tuple[int, int, np.ndarray]]]:
         for m in range(self.num_microbatches):
             yield self.groups(m)
 
@@ -630,7 +630,7 @@ class Planner:
     second instead of racing.  The GIL is released while the library plans.
     """
 
-    def __init__(self, config: Optional[Config] = None, **fields: Any) -> None:
+    def __init__(self, config: Config | None = None, **fields: Any) -> None:
         if config is None:
             config = Config(**fields)
         elif fields:

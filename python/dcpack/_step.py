@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -103,12 +103,12 @@ class StepArgs:
     """
 
     world: Comm
-    data_context_parallel: Optional[Comm] = None
-    tensor_parallel: Optional[Comm] = None
+    data_context_parallel: Comm | None = None
+    tensor_parallel: Comm | None = None
     pipeline_rank: int = 0
     mtp_virtual_stages: int = 0
     tp_ranks_hold_data: bool = False
-    cuda_stream: Optional[int] = None
+    cuda_stream: int | None = None
     step_id: int = 0
     """``dcp_step_args.step_id`` (uint64; 0 = none).  ``Stepper.step(..., step_id=n)`` overrides it."""
     holds_data: bool = True
@@ -142,7 +142,7 @@ class InprocCluster:
         self._lanes = [InprocWorld(self.n, timeout_ms) for _ in range(self.pp * self.tp)]
         self._tps = [InprocWorld(self.tp, timeout_ms * 2) for _ in range(self.pp * self.n)]
 
-    def coordinates(self, world_rank: int) -> Tuple[int, int, int]:
+    def coordinates(self, world_rank: int) -> tuple[int, int, int]:
         """(dpxcp rank, tp rank, pp stage) of a world rank."""
         return world_rank % self.n, (world_rank // self.n) % self.tp, world_rank // (self.n * self.tp)
 
@@ -162,7 +162,7 @@ class InprocCluster:
             holds_data=holds,
         )
 
-    def run(self, fn: Callable[[int], Any], *, return_exceptions: bool = False) -> List[Any]:
+    def run(self, fn: Callable[[int], Any], *, return_exceptions: bool = False) -> list[Any]:
         """Run ``fn(world_rank)`` on one thread per rank; return the results by rank.
 
         When a rank raises, ``run`` raises that exception once every thread is
@@ -170,7 +170,7 @@ class InprocCluster:
         error on every rank).  ``return_exceptions=True`` returns each rank's
         exception in its slot instead.
         """
-        results: List[Any] = [None] * self.size
+        results: list[Any] = [None] * self.size
 
         def body(w: int) -> None:
             try:
@@ -231,10 +231,10 @@ class Sample:
     loss_mask: Any = None
     position_ids: Any = None
     cu_seqlens: Any = None
-    original_length: Optional[int] = None
+    original_length: int | None = None
 
 
-def _sample_descriptor(s: Any, fields: int, index: int, keep: List[Any]) -> tuple:
+def _sample_descriptor(s: Any, fields: int, index: int, keep: list[Any]) -> tuple:
     if isinstance(s, dict):
         unknown = set(s) - {"tokens", "labels", "loss_mask", "position_ids", "cu_seqlens", "original_length"}
         if unknown:
@@ -242,8 +242,8 @@ def _sample_descriptor(s: Any, fields: int, index: int, keep: List[Any]) -> tupl
         s = Sample(**s)
     if not isinstance(s, Sample):
         raise InvalidArgumentError(f"sample {index} must be a dcpack.Sample or a dict, got {type(s).__name__}")
-    addrs: List[Optional[int]] = []
-    num_tokens: Optional[int] = None
+    addrs: list[int | None] = []
+    num_tokens: int | None = None
     for name, bit in _FIELD_BITS:
         value = getattr(s, name)
         if not fields & bit:
@@ -287,9 +287,9 @@ _COLUMN_NAMES = ("tokens", "labels", "loss_mask", "position_ids", "num_tokens", 
 _COLUMN_DTYPES = (np.uint64, np.uint64, np.uint64, np.uint64, np.int64, np.uint64, np.int32, np.int32)
 
 
-def _columns(rows: Sequence[tuple], keep: List[Any]) -> Dict[str, Any]:
+def _columns(rows: Sequence[tuple], keep: list[Any]) -> dict[str, Any]:
     """The C binding's sample table from per-sample rows (_sample_descriptor's): one array per column."""
-    cols: Dict[str, Any] = {"num_samples": len(rows)}
+    cols: dict[str, Any] = {"num_samples": len(rows)}
     if not rows:
         return cols
     for name, dtype, values in zip(_COLUMN_NAMES, _COLUMN_DTYPES, zip(*rows)):
@@ -305,7 +305,7 @@ _FIELD_NAMES = ("tokens", "labels", "loss_mask", "position_ids")
 _ITEMSIZE = {"tokens": 8, "labels": 8, "loss_mask": 4, "position_ids": 8}
 
 
-def _int_column(x: Any, name: str, n: Optional[int], lo: int, hi: int, dtype: Any) -> np.ndarray:
+def _int_column(x: Any, name: str, n: int | None, lo: int, hi: int, dtype: Any) -> np.ndarray:
     """A 1-D integer array (list, numpy, CPU tensor) checked to [lo, hi], as ``dtype``."""
     if _is_torch_tensor(x):
         x = x.detach().cpu().numpy()
@@ -349,8 +349,8 @@ class PackedSamples:
     def __len__(self) -> int:
         return len(self.num_tokens)
 
-    def _columns(self, fields: Optional[int], keep: List[Any],
-                 field_array: Callable[[Any, str], Tuple[Any, int, int]]) -> Tuple[Dict[str, Any], int]:
+    def _columns(self, fields: int | None, keep: list[Any],
+                 field_array: Callable[[Any, str], tuple[Any, int, int]]) -> tuple[dict[str, Any], int]:
         """(the C binding's sample table, the step's fields); ``field_array(x, name) -> (x, address, length)``."""
         counts = _int_column(self.num_tokens, "num_tokens", None, 0, _I64_MAX, np.int64)
         n = counts.shape[0]
@@ -360,7 +360,7 @@ class PackedSamples:
         present = [name for name in _FIELD_NAMES if getattr(self, name) is not None]
         if fields is None:
             fields = sum(bit for name, bit in _FIELD_BITS if name in present)
-        cols: Dict[str, Any] = {"num_samples": n}
+        cols: dict[str, Any] = {"num_samples": n}
         keep.extend((counts, offsets))
         cols["num_tokens"] = _address(counts)
         for name, bit in _FIELD_BITS:
@@ -401,7 +401,7 @@ class PackedSamples:
 _I64_MAX = (1 << 63) - 1
 
 
-def _host_field(x: Any, name: str) -> Tuple[np.ndarray, int, int]:
+def _host_field(x: Any, name: str) -> tuple[np.ndarray, int, int]:
     arr = _host_array(x, _DTYPES[name], name)
     return arr, (_address(arr) if arr.size else 0), arr.shape[0]
 
@@ -417,12 +417,12 @@ _SCALARS = ("num_tokens", "num_cu_seqlens", "num_sequences", "max_seqlen", "loca
 _ITEMSIZES = {"int64": 8, "float32": 4, "int32": 4, "bool": 1}
 
 
-def microbatch_table(raw: Dict[str, Any]) -> np.ndarray:
+def microbatch_table(raw: dict[str, Any]) -> np.ndarray:
     """The binding's microbatch table as an int64 array [microbatches, columns] (``_core.MICROBATCH_COLUMNS``)."""
     return np.frombuffer(raw["microbatches"], dtype=np.int64).reshape(-1, len(_MB))
 
 
-def _span(table: np.ndarray, arrays: Sequence[Tuple[str, str, str]] = _OUT_ARRAYS) -> Tuple[int, int]:
+def _span(table: np.ndarray, arrays: Sequence[tuple[str, str, str]] = _OUT_ARRAYS) -> tuple[int, int]:
     """(first address aligned down to 8, bytes to the end of the last array) over the table's arrays."""
     lo, hi = None, 0
     for name, count, dt in arrays:
@@ -441,13 +441,13 @@ def _span(table: np.ndarray, arrays: Sequence[Tuple[str, str, str]] = _OUT_ARRAY
 
 def _bulk_arrays(table: np.ndarray, base: int, size: int, take: Callable[[str, int, int], Any],
                  single: Callable[[int, int, str], Any],
-                 arrays: Sequence[Tuple[str, str, str]] = _OUT_ARRAYS) -> List[Dict[str, Any]]:
+                 arrays: Sequence[tuple[str, str, str]] = _OUT_ARRAYS) -> list[dict[str, Any]]:
     """Every microbatch's arrays as slices of typed views of one memory block (``take(dtype, start, count)``).
 
     ``base``, ``size``: the block (address, bytes).  An array outside it or not aligned to its element size
     is made alone (``single(address, count, dtype)``); address 0 gives None.
     """
-    out: List[Dict[str, Any]] = [{} for _ in range(table.shape[0])]
+    out: list[dict[str, Any]] = [{} for _ in range(table.shape[0])]
     for name, count, dt in arrays:
         item = _ITEMSIZES[dt]
         addr, n = table[:, _MB[name]], table[:, _MB[count]]
@@ -491,13 +491,13 @@ class Microbatch:
     __slots__ = ("_state", "_arrays", "num_tokens", "num_cu_seqlens", "num_sequences", "max_seqlen",
                  "local_cp_size", "cp_rank")
 
-    def __init__(self, state: Optional[_StepState], arrays: Dict[str, Optional[np.ndarray]], scalars: tuple) -> None:
+    def __init__(self, state: _StepState | None, arrays: dict[str, np.ndarray | None], scalars: tuple) -> None:
         self._state = state
         self._arrays = arrays
         (self.num_tokens, self.num_cu_seqlens, self.num_sequences, self.max_seqlen, self.local_cp_size,
          self.cp_rank) = scalars
 
-    def _get(self, name: str) -> Optional[np.ndarray]:
+    def _get(self, name: str) -> np.ndarray | None:
         if self._state is not None:
             self._state.check()
         return self._arrays[name]
@@ -537,9 +537,9 @@ class StepOutput:
     :meth:`copy` gives an owning copy.
     """
 
-    def __init__(self, state: Optional[_StepState], num_microbatches: int, num_virtual_stages: int,
-                 num_sequences: int, seqlen_sum: int, seqlen_squared_sum: int, stats: Dict[str, int],
-                 plan: Optional[Plan], microbatches: List[Microbatch]) -> None:
+    def __init__(self, state: _StepState | None, num_microbatches: int, num_virtual_stages: int,
+                 num_sequences: int, seqlen_sum: int, seqlen_squared_sum: int, stats: dict[str, int],
+                 plan: Plan | None, microbatches: list[Microbatch]) -> None:
         self._state = state
         self.num_microbatches = num_microbatches
         self.num_virtual_stages = num_virtual_stages
@@ -556,14 +556,14 @@ class StepOutput:
         return self._state is None or self._state.ctx.generation == self._state.gen
 
     @property
-    def microbatches(self) -> List[Microbatch]:
+    def microbatches(self) -> list[Microbatch]:
         """All microbatches, virtual stage by virtual stage."""
         if self._state is not None:
             self._state.check()
         return self._microbatches
 
     @property
-    def plan(self) -> Optional[Plan]:
+    def plan(self) -> Plan | None:
         """The step's plan (a view with the same lifetime), or None."""
         if self._state is not None:
             self._state.check()
@@ -653,8 +653,8 @@ class Stepper:
         """
         self._ctx.resync(_check_uint64("next_call", next_call))
 
-    def step(self, samples: Optional[Sequence[Any]], args: Optional[StepArgs] = None, *,
-             fields: Optional[int] = None, step_id: Optional[int] = None, **kwargs: Any) -> StepOutput:
+    def step(self, samples: Sequence[Any] | None, args: StepArgs | None = None, *,
+             fields: int | None = None, step_id: int | None = None, **kwargs: Any) -> StepOutput:
         """One step on this rank; returns a :class:`StepOutput` view (valid until the next step).
 
         ``args`` is a :class:`StepArgs`, or give its fields as keywords
@@ -688,14 +688,14 @@ class Stepper:
         except Error:
             pass
 
-    def _step(self, samples: Any, args: StepArgs, fields: Optional[int], step_id: Optional[int] = None,
-              columns: Optional[Callable[[List[Any]], Tuple[Dict[str, Any], Optional[int]]]] = None) -> Dict[str, Any]:
+    def _step(self, samples: Any, args: StepArgs, fields: int | None, step_id: int | None = None,
+              columns: Callable[[list[Any]], tuple[dict[str, Any], int | None]] | None = None) -> dict[str, Any]:
         """Check the arguments, build the sample table, call the binding; -> its result dict.
 
         ``columns(keep)``, when given, builds the sample table instead of ``samples``
         (dcpack.torch's, for CUDA tensors): -> (table, fields).
         """
-        keep: List[Any] = []
+        keep: list[Any] = []
         try:
             if not isinstance(args, StepArgs):
                 raise InvalidArgumentError(f"args must be a dcpack.StepArgs, got {type(args).__name__}")
@@ -734,7 +734,7 @@ class Stepper:
         del keep
         return raw
 
-    def _wrap_host(self, raw: Dict[str, Any]) -> StepOutput:
+    def _wrap_host(self, raw: dict[str, Any]) -> StepOutput:
         gen = raw["generation"]
         state = _StepState(self._ctx, gen)
         ctx = self._ctx

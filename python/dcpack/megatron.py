@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import operator
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -51,7 +51,7 @@ __all__ = [
 REQUIRED_SAMPLE_KEYS = ["tokens", "labels", "loss_mask", "position_ids", "original_seq_len", "padded_seq_len"]
 
 
-def _int_arg(name: str, value: Any, optional: bool = False) -> Optional[int]:
+def _int_arg(name: str, value: Any, optional: bool = False) -> int | None:
     """An int constructor argument as Planner and Config take it: no floats, strings or booleans."""
     if value is None and optional:
         return None
@@ -79,8 +79,8 @@ class DcpackPackingScheduler:
     honours_max_num_seqs: bool = True
 
     def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
-                 microbatch_group_size_per_vp_stage: Optional[int], max_num_seqs: Optional[int] = None,
-                 min_cp_size: int = 1, cost: Optional[CostModel] = None) -> None:
+                 microbatch_group_size_per_vp_stage: int | None, max_num_seqs: int | None = None,
+                 min_cp_size: int = 1, cost: CostModel | None = None) -> None:
         max_seqlen_per_dp_cp_rank = _int_arg("max_seqlen_per_dp_cp_rank", max_seqlen_per_dp_cp_rank)
         cp_size = _int_arg("cp_size", cp_size)
         dp_size = _int_arg("dp_size", dp_size)
@@ -108,12 +108,12 @@ class DcpackPackingScheduler:
             microbatch_group_size_per_vp_stage=microbatch_group_size_per_vp_stage or 0,
             cost=cost if cost is not None else CostModel(),
         )
-        self._planner: Optional[Planner] = None
+        self._planner: Planner | None = None
         self._lock = threading.Lock()
         self.last_plan = None
         """A copy of the last plan (dcpack.Plan), for statistics."""
 
-    def get_required_sample_keys(self) -> List[str]:
+    def get_required_sample_keys(self) -> list[str]:
         """The keys every sample of the batch must carry (as Megatron's DpBalancedScheduler)."""
         return list(REQUIRED_SAMPLE_KEYS)
 
@@ -129,15 +129,15 @@ class DcpackPackingScheduler:
             self.last_plan = plan.copy()
             return self.last_plan
 
-    def plan(self, sample_id_seqlens: Sequence[Tuple[int, int]]):
+    def plan(self, sample_id_seqlens: Sequence[tuple[int, int]]):
         """The dcpack :class:`~dcpack.Plan` of a batch given as Megatron's ``(global_id, seqlen)`` pairs."""
         # the lengths as Planner.plan checks them: ints only (a float, string or bool raises, never truncates)
         return self._plan(as_lengths([s for _, s in sample_id_seqlens]))
 
-    def _index_to_id(self, sample_id_seqlens: Sequence[Tuple[int, int]]) -> Optional[List[int]]:
+    def _index_to_id(self, sample_id_seqlens: Sequence[tuple[int, int]]) -> list[int] | None:
         return [int(i) for i, _ in sample_id_seqlens]
 
-    def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[Tuple[int, int]]) -> List[List[List[int]]]:
+    def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[tuple[int, int]]) -> list[list[list[int]]]:
         """Plan the batch: ``[microbatch][dpxcp rank] -> list of sample ids`` (Megatron's ``sample_id_groups``)."""
         lists = self.plan(sample_id_seqlens).to_lists()
         ids = self._index_to_id(sample_id_seqlens)
@@ -146,7 +146,7 @@ class DcpackPackingScheduler:
         return lists
 
     def run(self, data_iterator: Any, num_microbatches: int, dp_group: Any, tp_group: Any, pp_group: Any,
-            dp_cp_group: Any, dev: Any, config: Any) -> Tuple[Any, int, float, float]:
+            dp_cp_group: Any, dev: Any, config: Any) -> tuple[Any, int, float, float]:
         """Megatron's own ``DpBalancedScheduler.run`` (fetch, reroute, pack, broadcast), planning with dcpack."""
         from megatron.core.datasets.data_schedule import DpBalancedScheduler as _MegatronDpBalanced
 
@@ -169,12 +169,12 @@ class DpBalancedScheduler(DcpackPackingScheduler):
     is_dynamic_cp = False
 
     def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
-                 microbatch_group_size_per_vp_stage: Optional[int], max_num_seqs: Optional[int] = None,
-                 cost: Optional[CostModel] = None) -> None:
+                 microbatch_group_size_per_vp_stage: int | None, max_num_seqs: int | None = None,
+                 cost: CostModel | None = None) -> None:
         super().__init__(max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage,
                          max_num_seqs=max_num_seqs, min_cp_size=1, cost=cost)
 
-    def _index_to_id(self, sample_id_seqlens: Sequence[Tuple[int, int]]) -> Optional[List[int]]:
+    def _index_to_id(self, sample_id_seqlens: Sequence[tuple[int, int]]) -> list[int] | None:
         return None  # the reference appends positions i, whatever the ids are
 
 
@@ -189,8 +189,8 @@ class DefaultDynamicCPScheduler(DcpackPackingScheduler):
     honours_max_num_seqs = False
 
     def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
-                 microbatch_group_size_per_vp_stage: Optional[int], max_num_seqs: Optional[int] = None,
-                 min_cp_size: int = 1, cost: Optional[CostModel] = None, honour_max_num_seqs: bool = False) -> None:
+                 microbatch_group_size_per_vp_stage: int | None, max_num_seqs: int | None = None,
+                 min_cp_size: int = 1, cost: CostModel | None = None, honour_max_num_seqs: bool = False) -> None:
         self.honours_max_num_seqs = bool(honour_max_num_seqs)
         super().__init__(max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage,
                          max_num_seqs=max_num_seqs, min_cp_size=min_cp_size, cost=cost)
@@ -210,15 +210,15 @@ class BalancedScheduler(DcpackPackingScheduler):
     max_num_seqs_offset = 0
 
     def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
-                 microbatch_group_size_per_vp_stage: Optional[int], max_num_seqs: Optional[int] = None,
-                 min_cp_size: int = 1, cost: Optional[CostModel] = None) -> None:
+                 microbatch_group_size_per_vp_stage: int | None, max_num_seqs: int | None = None,
+                 min_cp_size: int = 1, cost: CostModel | None = None) -> None:
         if max_num_seqs is not None and self.max_num_seqs_offset:
             max_num_seqs = max(1, _int_arg("max_num_seqs", max_num_seqs) - self.max_num_seqs_offset)
         super().__init__(max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage,
                          max_num_seqs=max_num_seqs, min_cp_size=min_cp_size, cost=cost)
 
 
-SCHEDULERS: Dict[str, Type[DcpackPackingScheduler]] = {
+SCHEDULERS: dict[str, type[DcpackPackingScheduler]] = {
     "dp_balanced": DpBalancedScheduler,
     "dynamic_cp": DefaultDynamicCPScheduler,
     "default_dynamic_cp": DefaultDynamicCPScheduler,
@@ -227,7 +227,7 @@ SCHEDULERS: Dict[str, Type[DcpackPackingScheduler]] = {
 """dcpack scheduler names (and Megatron's ``default_dynamic_cp``) -> drop-in class."""
 
 
-def make_scheduler(kind: Union[str, Type[DcpackPackingScheduler]], **defaults: Any) -> Type[DcpackPackingScheduler]:
+def make_scheduler(kind: str | type[DcpackPackingScheduler], **defaults: Any) -> type[DcpackPackingScheduler]:
     """A drop-in class whose extra keyword arguments default to ``defaults``.
 
     ``make_scheduler("balanced", cost=CostModel(linear=...))`` gives a class
@@ -240,7 +240,7 @@ def make_scheduler(kind: Union[str, Type[DcpackPackingScheduler]], **defaults: A
     offset = defaults.pop("max_num_seqs_offset", None)
     if not defaults and offset is None:
         return base
-    attrs: Dict[str, Any] = {"__doc__": base.__doc__, "__module__": __name__}
+    attrs: dict[str, Any] = {"__doc__": base.__doc__, "__module__": __name__}
     if offset is not None:
         attrs["max_num_seqs_offset"] = int(offset)
     if defaults:
@@ -264,8 +264,8 @@ def _data_schedule_module(module: Any = None) -> Any:
     return data_schedule
 
 
-def install(mapping: Optional[Dict[str, Union[str, type]]] = None, *, module: Any = None,
-            **defaults: Any) -> Dict[str, Any]:
+def install(mapping: dict[str, str | type] | None = None, *, module: Any = None,
+            **defaults: Any) -> dict[str, Any]:
     """Put dcpack's schedulers into Megatron-LM's ``scheduler_map``, at run time.
 
     ``mapping``: Megatron scheduler name (what ``--sequence-packing-scheduler``
@@ -282,7 +282,7 @@ def install(mapping: Optional[Dict[str, Union[str, type]]] = None, *, module: An
     """
     ds = _data_schedule_module(module)
     mapping = dict(_DEFAULT_MAPPING if mapping is None else mapping)
-    previous: Dict[str, Any] = {}
+    previous: dict[str, Any] = {}
     for name, target in mapping.items():
         cls = make_scheduler(target, **dict(defaults))
         previous[name] = ds.scheduler_map.get(name, _MISSING)
@@ -293,7 +293,7 @@ def install(mapping: Optional[Dict[str, Union[str, type]]] = None, *, module: An
 _MISSING = object()
 
 
-def uninstall(previous: Dict[str, Any], *, module: Any = None) -> None:
+def uninstall(previous: dict[str, Any], *, module: Any = None) -> None:
     """Restore Megatron's ``scheduler_map`` entries :func:`install` replaced."""
     ds = _data_schedule_module(module)
     for name, cls in previous.items():
@@ -311,7 +311,7 @@ def uninstall(previous: Dict[str, Any], *, module: Any = None) -> None:
 _FIELDS = (("tokens", "int64"), ("labels", "int64"), ("loss_mask", "float32"), ("position_ids", "int64"))
 
 
-def _first_values(ts: List[Any]) -> List[int]:
+def _first_values(ts: list[Any]) -> list[int]:
     """The first element of each tensor (Megatron's ``t.reshape(-1)[0].item()``), with one conversion for all."""
     import torch
 
@@ -320,7 +320,7 @@ def _first_values(ts: List[Any]) -> List[int]:
     return [int(t.reshape(-1)[0].item()) for t in ts]
 
 
-def _column(ts: List[Any], counts: Optional[List[int]]) -> Tuple[Any, List[int]]:
+def _column(ts: list[Any], counts: list[int] | None) -> tuple[Any, list[int]]:
     """Tensors of one field, concatenated: (a 1-D tensor, tokens of each).  A leading dimension of 1 (default
     collate, micro-batch size 1) is dropped with one concatenation along the last dimension.  ``counts``: the
     tokens of each sample in the fields before (None for the first): a sample whose field differs raises."""
@@ -353,7 +353,7 @@ def _column(ts: List[Any], counts: Optional[List[int]]) -> Tuple[Any, List[int]]
 _SHAPE = operator.attrgetter("shape")
 
 
-def _samples_from_megatron(items: List[Dict[str, Any]], device: Any) -> Any:
+def _samples_from_megatron(items: list[dict[str, Any]], device: Any) -> Any:
     """Megatron's dataset samples as one dcpack.PackedSamples on ``device``: one copy per field for the batch.
 
     Pre-packed samples (``cu_seqlens``, e.g. SFTDataset) keep their cut; unpacked
@@ -369,7 +369,7 @@ def _samples_from_megatron(items: List[Dict[str, Any]], device: Any) -> Any:
     from ._step import PackedSamples
 
     present = [key for key, _ in _FIELDS if items and items[0].get(key) is not None]
-    columns: Dict[str, List[Any]] = {}
+    columns: dict[str, list[Any]] = {}
     for key, _ in _FIELDS:  # one pass per field over the dicts, no work per sample in Python
         column = list(map(operator.methodcaller("get", key), items))
         missing = any(t is None for t in column)  # by identity: `None in column` would compare tensors
@@ -378,8 +378,8 @@ def _samples_from_megatron(items: List[Dict[str, Any]], device: Any) -> Any:
             raise ValueError(f"sample {bad} carries other fields than sample 0 ({present})")
         if key in present:
             columns[key] = column
-    moved: Dict[str, Any] = {}
-    counts: Optional[List[int]] = None
+    moved: dict[str, Any] = {}
+    counts: list[int] | None = None
     for key, dtype_name in _FIELDS:
         if key not in columns:
             continue
@@ -416,7 +416,7 @@ def _samples_from_megatron(items: List[Dict[str, Any]], device: Any) -> Any:
                          cu_seqlens=cu, num_cu_seqlens=ncu, **moved)
 
 
-def _seq_idx_all(microbatches: List[Any], device: Any) -> List[Any]:
+def _seq_idx_all(microbatches: list[Any], device: Any) -> list[Any]:
     """``PackedSeqParams.seq_idx`` of every microbatch, computed for all of them at once.
 
     Megatron's ``__post_init__`` does, per microbatch with ``total_tokens`` T and padded
@@ -495,7 +495,7 @@ class DataPath:
         self._total_tokens_set = _sets_total_tokens(config)
 
     def wrap_data_iterator(self, data_iterator: Any, config: Any, num_microbatches: int,
-                           pg_collection: Any = None) -> Tuple[Any, int, float, float]:
+                           pg_collection: Any = None) -> tuple[Any, int, float, float]:
         """Drop-in for Megatron's ``wrap_data_iterator``: (iterator(s), microbatches, seqlen sum, squared sum)."""
         vpp = self.config.virtual_pipeline_size
         source = data_iterator
@@ -506,7 +506,7 @@ class DataPath:
             if source is None:
                 raise ValueError("this rank holds data but its data_iterator is None")
             device = self.device
-            items: List[Dict[str, Any]] = []
+            items: list[dict[str, Any]] = []
             for _ in range(num_microbatches):
                 item = next(source)
                 items.extend(item if isinstance(item, list) else [item])
@@ -539,8 +539,8 @@ class DataPath:
         return iterators, out.num_microbatches, float(out.seqlen_sum), float(out.seqlen_squared_sum)
 
     @staticmethod
-    def get_batch(data_iterator: Any, vpp_size: Optional[int] = None, mtp_on_this_rank: bool = False,
-                  vp_stage: Optional[int] = None, dynamic_cp: bool = False, pg_collection: Any = None,
+    def get_batch(data_iterator: Any, vpp_size: int | None = None, mtp_on_this_rank: bool = False,
+                  vp_stage: int | None = None, dynamic_cp: bool = False, pg_collection: Any = None,
                   config: Any = None) -> tuple:
         """Drop-in for ``get_batch_on_this_rank_for_sequence_packing``: the microbatch dcp_step already
         padded, sliced and broadcast, as (tokens, labels, loss_mask, None, position_ids,
@@ -577,7 +577,7 @@ class DataPath:
 
 
 def config_from_megatron(args: Any, max_sequences: int, max_tokens_per_rank: int,
-                         scheduler: Optional[str] = None) -> Config:
+                         scheduler: str | None = None) -> Config:
     """A dcpack.Config from Megatron-LM's training arguments (``get_args()``).
 
     Reads the parallel sizes, ``sequence_packing_scheduler`` (dp_balanced,
@@ -623,7 +623,7 @@ def config_from_megatron(args: Any, max_sequences: int, max_tokens_per_rank: int
     )
 
 
-def install_data_path(path: DataPath, *, training_module: Any = None, gpt_module: Any = None) -> Dict[str, Any]:
+def install_data_path(path: DataPath, *, training_module: Any = None, gpt_module: Any = None) -> dict[str, Any]:
     """Route Megatron-LM's packed data path through ``path`` at run time (Level 2).
 
     Replaces ``wrap_data_iterator`` where ``megatron.training.training``
@@ -647,7 +647,7 @@ def install_data_path(path: DataPath, *, training_module: Any = None, gpt_module
     return previous
 
 
-def uninstall_data_path(previous: Dict[str, Any]) -> None:
+def uninstall_data_path(previous: dict[str, Any]) -> None:
     """Restore what :func:`install_data_path` replaced."""
     for name, (module, fn) in previous.items():
         setattr(module, name, fn)

@@ -30,7 +30,7 @@ verifies that exactly one libnccl file is mapped.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -62,7 +62,7 @@ _HOST_ARRAYS = (("cu_seqlens_host", "num_cu_seqlens", "int32"), ("cu_seqlens_pad
 _BITS = {"tokens": 1, "labels": 2, "loss_mask": 4, "position_ids": 8}
 
 
-def check_single_libnccl() -> List[str]:
+def check_single_libnccl() -> list[str]:
     """The libnccl files mapped into this process; raises NcclError when there are several."""
     paths = set()
     try:
@@ -94,7 +94,7 @@ def _device_index(device: Any) -> int:
     return d.index if d.index is not None else torch.cuda.current_device()
 
 
-def nccl_comm(group: Any = None, *, device: Any = None, stream: Optional[torch.cuda.Stream] = None,
+def nccl_comm(group: Any = None, *, device: Any = None, stream: torch.cuda.Stream | None = None,
               timeout_ms: int = 600000, staging_bytes: int = 0) -> _core.Comm:
     """A dcpack NCCL communicator over the ranks of a torch.distributed process group.
 
@@ -189,7 +189,7 @@ class _CudaView:
         self._owner = owner
 
 
-def _tensor(address: Optional[int], count: int, dtype: torch.dtype, typestr: str, device: int, owner: Any):
+def _tensor(address: int | None, count: int, dtype: torch.dtype, typestr: str, device: int, owner: Any):
     if address is None:
         return None
     if count == 0:
@@ -212,7 +212,7 @@ class TorchMicrobatch:
     _NAMES = ("tokens", "labels", "loss_mask", "position_ids", "padding_mask", "cu_seqlens", "cu_seqlens_padded",
               "cu_seqlens_host", "cu_seqlens_padded_host")
 
-    def __init__(self, state: Optional[_StepState], tensors: Dict[str, Any], scalars: tuple) -> None:
+    def __init__(self, state: _StepState | None, tensors: dict[str, Any], scalars: tuple) -> None:
         self._state = state
         self._tensors = tensors
         (self.num_tokens, self.num_cu_seqlens, self.num_sequences, self.max_seqlen, self.local_cp_size,
@@ -252,7 +252,7 @@ class TorchStepOutput:
         return self._state is None or self._state.ctx.generation == self._state.gen
 
     @property
-    def microbatches(self) -> List[TorchMicrobatch]:
+    def microbatches(self) -> list[TorchMicrobatch]:
         """All microbatches, virtual stage by virtual stage."""
         if self._state is not None:
             self._state.check()
@@ -293,10 +293,10 @@ def _cuda_field(x: Any, name: str, device: int) -> torch.Tensor:
     return x
 
 
-def _gathered_copies(table: np.ndarray, base: int, block: torch.Tensor, owner: Any) -> List[Dict[str, Any]]:
+def _gathered_copies(table: np.ndarray, base: int, block: torch.Tensor, owner: Any) -> list[dict[str, Any]]:
     """Owned copies of every microbatch's host int32 arrays (_HOST_ARRAYS), made by one gather from ``block``
     (the int32 view of the memory at ``base``): each array a slice of the gathered tensor."""
-    rows: List[Dict[str, Any]] = [{} for _ in range(table.shape[0])]
+    rows: list[dict[str, Any]] = [{} for _ in range(table.shape[0])]
     starts, counts, where = [], [], []
     size = block.numel()
     for name, count, _dt in _HOST_ARRAYS:
@@ -390,7 +390,7 @@ class CudaStepper:
         self._stepper.resync(next_call)
 
     def step(self, samples: Any, *, mtp_virtual_stages: int = 0,
-             fields: Optional[int] = None, step_id: int = 0) -> TorchStepOutput:
+             fields: int | None = None, step_id: int = 0) -> TorchStepOutput:
         """One step on this rank.
 
         ``samples``: list of :class:`dcpack.Sample` (or dicts) whose fields are
@@ -414,7 +414,7 @@ class CudaStepper:
                                   columns=lambda keep: self._columns(samples, fields, keep))
         return self._wrap(raw)
 
-    def _columns(self, samples: Any, fields: Optional[int], keep: List[Any]):
+    def _columns(self, samples: Any, fields: int | None, keep: list[Any]):
         """The C binding's sample table of CUDA samples -> (table, fields); (None, fields) without input."""
         if samples is None:
             return None, fields
@@ -486,7 +486,7 @@ class CudaStepper:
             fields = self._stepper.config.to_dict()["fields"]
         return _columns(rows, keep), fields
 
-    def _wrap(self, raw: Dict[str, Any]) -> TorchStepOutput:
+    def _wrap(self, raw: dict[str, Any]) -> TorchStepOutput:
         gen = raw["generation"]
         state = _StepState(self._ctx, gen)
         ctx, dev, owner = self._ctx, self.device, self._owner
