@@ -40,6 +40,7 @@ from ._errors import (  # noqa: F401  (re-exported)
     error_class,
 )
 
+
 def _preload_nccl() -> None:
     """Load the libnccl torch uses, before the extension asks for libnccl.so.2 (CUDA builds only).
 
@@ -134,8 +135,8 @@ from ._step import (  # noqa: E402,F401
     InprocCluster,
     InprocWorld,
     Microbatch,
-    Sample,
     PackedSamples,
+    Sample,
     StepArgs,
     StepOutput,
     Stepper,

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
 from . import _core
 from ._errors import (
     BadLengthError,
-    Error,
     InvalidArgumentError,
     InvalidConfigError,
     InvalidPlanError,
@@ -181,7 +181,7 @@ class Config:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "Config":
+    def from_dict(cls, d: dict[str, Any]) -> Config:
         """Inverse of :meth:`to_dict` (enums come back as names)."""
         d = dict(d)
         d["scheduler"] = _SCHEDULERS[d["scheduler"]] if isinstance(d["scheduler"], int) else d["scheduler"]
@@ -197,11 +197,11 @@ class Config:
             d["cost"] = CostModel(**c)
         return cls(**d)
 
-    def replace(self, **changes: Any) -> "Config":
+    def replace(self, **changes: Any) -> Config:
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
 
-    def validate(self) -> "Config":
+    def validate(self) -> Config:
         """Run ``dcp_config_validate()``; raises :class:`InvalidConfigError` (or ``DcpOverflowError``). Returns self."""
         _core.config_validate(self.to_dict())
         return self
@@ -438,7 +438,7 @@ class Plan:
         """False once a later plan or step replaced this view (always True for a copy)."""
         return self._gen is None or self._ctx.generation == self._gen
 
-    def copy(self) -> "Plan":
+    def copy(self) -> Plan:
         """An owning copy: its arrays are its own and it never goes stale."""
         self._check()
         arrays = {k: np.array(v, dtype=np.int32, copy=True) for k, v in self._arrays.items()}
@@ -587,7 +587,7 @@ class Plan:
         v = self._ctx.validate(self._desc, _address(lengths) if lengths.size else 0, lengths.size)
         return None if v is None else Violation(**v)
 
-    def validate(self, lengths: Any = None) -> "Plan":
+    def validate(self, lengths: Any = None) -> Plan:
         """Raise :class:`dcpack.InvalidPlanError` (with ``.violation``) if an invariant breaks; returns self."""
         v = self.violation(lengths)
         if v is not None:
@@ -687,7 +687,7 @@ class Planner:
         """Destroy the context now (views of it go stale; it is otherwise released when collected)."""
         self._ctx.close()
 
-    def __enter__(self) -> "Planner":
+    def __enter__(self) -> Planner:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -1,6 +1,7 @@
 """Type stubs of dcpack._core, the C binding (private: use the dcpack package)."""
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 VERSION_MAJOR: int
 VERSION_MINOR: int
@@ -24,7 +25,7 @@ class PlanDescriptor(tuple[int, ...]):
     max_microbatches: int
     max_groups: int
     max_ids: int
-    def __new__(cls, values: Sequence[int | None]) -> "PlanDescriptor": ...
+    def __new__(cls, values: Sequence[int | None]) -> PlanDescriptor: ...
 
 class World:
     """dcp_inproc_world: ranks as threads of this process."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -511,7 +512,7 @@ class Microbatch:
     cu_seqlens_padded = property(lambda self: self._get("cu_seqlens_padded"),
                                  doc="int32 [num_cu_seqlens]: padded-span boundaries (before CP slicing)")
 
-    def copy(self) -> "Microbatch":
+    def copy(self) -> Microbatch:
         """An owning copy of this microbatch."""
         arrays = {k: (None if v is None else np.array(v, copy=True)) for k, v in
                   ((k, self._get(k)) for k in self._ARRAYS)}
@@ -576,7 +577,7 @@ class StepOutput:
                 f"microbatch {m} / virtual stage {vstage} outside {self.num_microbatches} x {self.num_virtual_stages}")
         return self.microbatches[vstage * self.num_microbatches + m]
 
-    def copy(self) -> "StepOutput":
+    def copy(self) -> StepOutput:
         """An owning copy (arrays and plan)."""
         mbs = [mb.copy() for mb in self.microbatches]
         plan = self._plan.copy() if self._plan is not None else None
@@ -761,7 +762,7 @@ class Stepper:
         """Destroy the context now."""
         self._ctx.close()
 
-    def __enter__(self) -> "Stepper":
+    def __enter__(self) -> Stepper:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import operator
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -482,9 +483,9 @@ class DataPath:
     """
 
     def __init__(self, config: Config, groups: Any = None, mtp_virtual_stages: int = 0) -> None:
-        from . import torch as dt
-
         import torch
+
+        from . import torch as dt
 
         self.config = config
         self.groups = groups if groups is not None else dt.NcclGroups.from_megatron(config)

@@ -48,7 +48,6 @@ from ._step import (
     Stepper,
     _bulk_arrays,
     _columns,
-    _span,
     _StepState,
     microbatch_table,
 )
@@ -156,7 +155,7 @@ class NcclGroups:
         self.tensor_parallel = self.world.split(pp_rank * n + dp_cp_rank, tp_rank) if use_tp else None
 
     @classmethod
-    def from_megatron(cls, config: Config, **kwargs: Any) -> "NcclGroups":
+    def from_megatron(cls, config: Config, **kwargs: Any) -> NcclGroups:
         """Coordinates from megatron.core.parallel_state (initialised model parallel)."""
         from megatron.core import parallel_state as ps
 
@@ -225,7 +224,7 @@ class TorchMicrobatch:
             return self._tensors[name]
         raise AttributeError(name)
 
-    def clone(self) -> "TorchMicrobatch":
+    def clone(self) -> TorchMicrobatch:
         """An owning copy (tensors cloned, on torch's current stream)."""
         tensors = {k: (None if getattr(self, k) is None else getattr(self, k).clone()) for k in self._NAMES}
         return TorchMicrobatch(None, tensors, (self.num_tokens, self.num_cu_seqlens, self.num_sequences,
@@ -272,7 +271,7 @@ class TorchStepOutput:
                                        f"{self.num_microbatches} x {self.num_virtual_stages}")
         return self.microbatches[vstage * self.num_microbatches + m]
 
-    def clone(self) -> "TorchStepOutput":
+    def clone(self) -> TorchStepOutput:
         """An owning copy: microbatch tensors cloned, the plan copied; it never goes stale."""
         plan = self.plan.copy() if self.plan is not None else None
         return TorchStepOutput(None, self.num_microbatches, self.num_virtual_stages, self.num_sequences,

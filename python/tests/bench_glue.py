@@ -20,11 +20,10 @@ import statistics
 import time
 from pathlib import Path
 
-import numpy as np
-import torch
-
 import dcpack
 import dcpack.megatron as dm
+import numpy as np
+import torch
 
 TRACE = Path(__file__).resolve().parent.parent.parent / "tests" / "data" / "workloads" / "mlmdefault_n4096_seed1.txt"
 

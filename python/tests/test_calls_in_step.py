@@ -3,10 +3,9 @@ the context's call count, and Config.skip_sibling_data_check."""
 
 from __future__ import annotations
 
+import dcpack
 import numpy as np
 import pytest
-
-import dcpack
 from dcpack import _core
 
 TOKENS = 8

@@ -44,9 +44,8 @@ def missing(needs):
     if needs & {"torch", "cuda"} and importlib.util.find_spec("torch") is None:
         return "torch is not installed"
     if "cuda" in needs:
-        import torch
-
         import dcpack
+        import torch
 
         if not torch.cuda.is_available():
             return "no CUDA device"

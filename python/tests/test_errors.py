@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import dcpack
 import numpy as np
 import pytest
-
-import dcpack
 from dcpack import _core
 
 STATUSES = {

@@ -7,10 +7,9 @@ import importlib.util
 import os
 from pathlib import Path
 
+import dcpack
 import numpy as np
 import pytest
-
-import dcpack
 from conftest import dp_slice, make_batch
 from dcpack import _step
 

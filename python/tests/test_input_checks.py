@@ -8,11 +8,10 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-
 import dcpack
 import dcpack.megatron as dm
+import numpy as np
+import pytest
 
 
 def _sample(n, base):

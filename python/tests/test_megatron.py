@@ -14,11 +14,9 @@ import os
 import random
 import signal
 
-import numpy as np
-import pytest
-
 import dcpack
 import dcpack.megatron as dm
+import pytest
 from conftest import read_trace
 
 MEGATRON = os.environ.get("DCPACK_MEGATRON_DIR")

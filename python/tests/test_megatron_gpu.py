@@ -53,9 +53,8 @@ import time
 import traceback
 from datetime import timedelta
 
-import pytest
-
 import dcpack
+import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed: Megatron's data path not compared")
 MEGATRON = os.environ.get("DCPACK_MEGATRON_DIR")
@@ -159,9 +158,8 @@ class Env:
 
 
 def prepare(env, spec):
-    from megatron_harness import Batch, megatron_config, mtp_bits, set_stage
-
     import dcpack.megatron as dm
+    from megatron_harness import Batch, megatron_config, mtp_bits, set_stage
 
     o = spec["options"]
     L = env.layout
@@ -195,9 +193,8 @@ def run_case(env, spec):
     """Both paths on this rank; the list of differences."""
     import types
 
-    from megatron_harness import differences
-
     import dcpack.megatron as dm
+    from megatron_harness import differences
 
     cfg, batch, path = prepare(env, spec)
     ds = env.ds
@@ -230,9 +227,8 @@ def run_case(env, spec):
 
 def time_paths(env, scheduler, options):
     """Megatron's path and dcpack's on the same batch, timed in this run; also checked equal."""
-    from megatron_harness import differences
-
     import dcpack.megatron as dm
+    from megatron_harness import differences
 
     spec = dict(scheduler=scheduler, trace=BENCH_TRACE, m=BENCH_M, count=4096, pp=1, pp_rank=0, packed=0,
                 max_len=BENCH_M, options=dict(options))
@@ -326,10 +322,9 @@ def make_gpu_path(dconfig, dc_groups, mtp_bits, pp_rank):
 
 def worker(rank, world, init_file, out_dir, make_path=make_gpu_path, device="cuda", backend="nccl"):
     sys.path.insert(0, HERE)
-    import torch.distributed as dist
-
     import megatron_loader
-    from megatron_harness import Groups, Layout, layouts_for, make_mtp_on_this_rank, make_parallel_state
+    import torch.distributed as dist
+    from megatron_harness import Groups, layouts_for, make_mtp_on_this_rank, make_parallel_state
 
     if device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))

@@ -15,10 +15,9 @@ import gc
 import os
 import sys
 
+import dcpack
 import numpy as np
 import pytest
-
-import dcpack
 
 torch = pytest.importorskip("torch", reason="torch is not installed: dcpack.torch not tested")
 if not torch.cuda.is_available():
@@ -42,7 +41,6 @@ def _setup(rank: int, world: int, init_file: str, case: str):
     """This process's GPU, the process group, the case's configuration and batch, the rank's ids."""
     sys.path.insert(0, HERE)
     import torch.distributed as dist
-
     from conftest import dp_slice, make_batch, read_trace
 
     torch.cuda.set_device(rank)
