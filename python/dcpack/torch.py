@@ -15,12 +15,13 @@ the default wheel is CPU-only and raises UnsupportedError here).
   first waits for torch's current stream; the step waits for its stream before
   it returns, so outputs are ready for any stream.  ``step(..., step_id=n)``
   and ``calls`` / ``resync()`` are the calls-in-step checks of dcpack.Stepper.
-- Outputs are torch tensors that view dcpack's output block (zero copy, through
-  ``__cuda_array_interface__``), valid until the next ``step()`` on that
-  stepper: afterwards the :class:`TorchStepOutput` raises StaleViewError, and
-  tensors taken from it earlier show the next step's data (``clone()`` what
-  must outlive it).  Each output tensor keeps the context and both workspace
-  tensors alive, so its memory is never handed to anyone else while it lives.
+- Outputs are torch tensors that view dcpack's output block (zero copy: slices
+  of typed views of the device workspace tensor, made in bulk), valid until the
+  next ``step()`` on that stepper: afterwards the :class:`TorchStepOutput`
+  raises StaleViewError, and tensors taken from it earlier show the next step's
+  data (``clone()`` what must outlive it).  Each output tensor holds the
+  workspace tensor's storage, so its memory is never handed to anyone else
+  while it lives.
 
 One libnccl per process: the extension is linked against ``libnccl.so.2`` by
 its soname, so the dynamic loader reuses the libnccl torch already loaded
