@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from ._api import Config, CostModel, Planner, as_lengths
-from ._errors import InvalidConfigError
+from ._errors import InvalidArgumentError, InvalidConfigError
 
 __all__ = [
     "DcpackPackingScheduler",
@@ -347,7 +347,7 @@ def _column(ts: list[Any], counts: list[int] | None) -> tuple[Any, list[int]]:
         cat = torch.cat([t.to(device) for t in flat])
     if counts is not None and n != counts:
         bad = next(i for i, (a, b) in enumerate(zip(counts, n)) if a != b)
-        raise ValueError(f"sample {bad}: fields of {counts[bad]} and {n[bad]} tokens")
+        raise InvalidArgumentError(f"sample {bad}: fields of {counts[bad]} and {n[bad]} tokens")
     return cat, n
 
 
@@ -376,7 +376,7 @@ def _samples_from_megatron(items: list[dict[str, Any]], device: Any) -> Any:
         missing = any(t is None for t in column)  # by identity: `None in column` would compare tensors
         if (key in present and missing) or (key not in present and any(t is not None for t in column)):
             bad = next(i for i, t in enumerate(column) if (t is None) == (key in present))
-            raise ValueError(f"sample {bad} carries other fields than sample 0 ({present})")
+            raise InvalidArgumentError(f"sample {bad} carries other fields than sample 0 ({present})")
         if key in present:
             columns[key] = column
     moved: dict[str, Any] = {}
@@ -396,7 +396,7 @@ def _samples_from_megatron(items: list[dict[str, Any]], device: Any) -> Any:
         original = _first_values([item.get("original_seq_len", item["padded_seq_len"]) for item in items])
         if padded != counts:
             bad = next(i for i, (a, b) in enumerate(zip(counts, padded)) if a != b)
-            raise ValueError(f"sample has {counts[bad]} tokens but padded_seq_len {padded[bad]}")
+            raise InvalidArgumentError(f"sample {bad} has {counts[bad]} tokens but padded_seq_len {padded[bad]}")
     else:
         ncu_list, cus, orig = [], [], []
         for i, item in enumerate(items):
@@ -408,7 +408,7 @@ def _samples_from_megatron(items: list[dict[str, Any]], device: Any) -> Any:
             else:
                 p = int(item["padded_seq_len"].reshape(-1)[0].item())
                 if counts[i] != p:
-                    raise ValueError(f"sample has {counts[i]} tokens but padded_seq_len {p}")
+                    raise InvalidArgumentError(f"sample {i} has {counts[i]} tokens but padded_seq_len {p}")
                 ncu_list.append(-1)
                 orig.append(int(item.get("original_seq_len", item["padded_seq_len"]).reshape(-1)[0].item()))
         cu = torch.cat(cus).contiguous().numpy() if cus else np.empty(0, dtype=np.int32)
@@ -511,7 +511,13 @@ class DataPath:
             for _ in range(num_microbatches):
                 item = next(source)
                 items.extend(item if isinstance(item, list) else [item])
-            samples = _samples_from_megatron(items, device)
+            try:
+                samples = _samples_from_megatron(items, device)
+            except InvalidArgumentError:
+                # refused before the step: counted as this rank's failed step, as the stepper counts a
+                # refused input, so the ranks' next step is an OutOfStepError on every rank
+                self.stepper._stepper._count_lone_failure()
+                raise
         out = self.stepper.step(samples, mtp_virtual_stages=self.mtp_virtual_stages)
         self.last_output = out
         mbs = out.microbatches  # checks the output is current, once

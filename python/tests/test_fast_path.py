@@ -262,15 +262,15 @@ def test_samples_from_megatron_refuses_mismatches():
 
     items = _items(torch, [64, 96])
     items[1]["labels"] = items[1]["labels"][:, :95]
-    with pytest.raises(ValueError, match="sample 1: fields of 96 and 95 tokens"):
+    with pytest.raises(dcpack.InvalidArgumentError, match="sample 1: fields of 96 and 95 tokens"):
         _samples_from_megatron(items, torch.device("cpu"))
     items = _items(torch, [64, 96])
     items[0]["padded_seq_len"] = torch.tensor([63])
-    with pytest.raises(ValueError, match="64 tokens but padded_seq_len 63"):
+    with pytest.raises(dcpack.InvalidArgumentError, match="sample 0 has 64 tokens but padded_seq_len 63"):
         _samples_from_megatron(items, torch.device("cpu"))
     items = _items(torch, [64, 96])
     del items[1]["loss_mask"]
-    with pytest.raises(ValueError, match="sample 1 carries other fields"):
+    with pytest.raises(dcpack.InvalidArgumentError, match="sample 1 carries other fields"):
         _samples_from_megatron(items, torch.device("cpu"))
 
 
