@@ -113,7 +113,7 @@ def test_plans_identical_to_megatron(megatron, case):
     want = reference_groups(ref_cls, args, kwargs, pairs)
     ours = ours_cls(*args, **kwargs)
     if isinstance(want, _ReferenceTimeout):
-        pytest.skip(f"Megatron's scheduler ran past {REFERENCE_TIMEOUT_S} s (a reference hang; README, reference bugs)")
+        pytest.skip(f"Megatron's scheduler ran past {REFERENCE_TIMEOUT_S} s (a reference hang; docs/planning.md, 'Reference bugs')")
     if isinstance(want, Exception):
         # where the reference asserts or crashes, dcpack reports an error (docs/planning.md, "Reference bugs")
         with pytest.raises((dcpack.InfeasibleError, dcpack.BadLengthError)):
