@@ -200,7 +200,8 @@ def _host_array(x: Any, dtype: Any, name: str) -> np.ndarray:
     """A 1-D C-contiguous host array of exactly ``dtype``, without a copy, or InvalidArgumentError."""
     if _is_torch_tensor(x):
         if x.device.type != "cpu":
-            raise InvalidArgumentError(f"{name} is on {x.device}; the CPU step takes host memory (see dcpack.torch)")
+            raise InvalidArgumentError(f"{name} is on {x.device}; it must be host memory (dcpack.Stepper takes "
+                                       "host arrays; dcpack.torch.CudaStepper CUDA fields and host cu_seqlens)")
         x = x.detach().numpy()
     if not isinstance(x, np.ndarray):
         raise InvalidArgumentError(f"{name} must be a numpy array or a CPU tensor, got {type(x).__name__}")
@@ -235,7 +236,15 @@ class Sample:
     original_length: int | None = None
 
 
-def _sample_descriptor(s: Any, fields: int, index: int, keep: list[Any]) -> tuple:
+def _sample_descriptor(s: Any, fields: int, index: int, keep: list[Any],
+                       field_array: Callable[[Any, str, str], tuple[Any, int, int]] | None = None) -> tuple:
+    """One sample's row of the sample table (the columns of _COLUMN_NAMES), its arrays checked.
+
+    ``field_array(value, field, label) -> (array, address, length)`` checks one field array (default:
+    host memory, _host_field; dcpack.torch passes its CUDA check); ``keep`` collects what must live
+    until the step returns.
+    """
+    field_array = field_array or _host_field
     if isinstance(s, dict):
         unknown = set(s) - {"tokens", "labels", "loss_mask", "position_ids", "cu_seqlens", "original_length"}
         if unknown:
@@ -252,13 +261,13 @@ def _sample_descriptor(s: Any, fields: int, index: int, keep: list[Any]) -> tupl
             continue
         if value is None:
             raise InvalidArgumentError(f"sample {index} lacks {name}, which the step's fields include")
-        arr = _host_array(value, _DTYPES[name], f"sample {index} {name}")
+        arr, address, length = field_array(value, name, f"sample {index} {name}")
         if num_tokens is None:
-            num_tokens = arr.shape[0]
-        elif arr.shape[0] != num_tokens:
-            raise InvalidArgumentError(f"sample {index}: {name} has {arr.shape[0]} elements, expected {num_tokens}")
+            num_tokens = length
+        elif length != num_tokens:
+            raise InvalidArgumentError(f"sample {index}: {name} has {length} elements, expected {num_tokens}")
         keep.append(arr)
-        addrs.append(_address(arr) if arr.size else None)
+        addrs.append(address or None)
     if num_tokens is None:
         num_tokens = 0
     cu_addr, num_cu = None, 0
@@ -351,8 +360,9 @@ class PackedSamples:
         return len(self.num_tokens)
 
     def _columns(self, fields: int | None, keep: list[Any],
-                 field_array: Callable[[Any, str], tuple[Any, int, int]]) -> tuple[dict[str, Any], int]:
-        """(the C binding's sample table, the step's fields); ``field_array(x, name) -> (x, address, length)``."""
+                 field_array: Callable[[Any, str, str], tuple[Any, int, int]]) -> tuple[dict[str, Any], int]:
+        """(the C binding's sample table, the step's fields); ``field_array(x, field, label) -> (x, address,
+        length)`` checks a field array (_sample_descriptor's)."""
         counts = _int_column(self.num_tokens, "num_tokens", None, 0, _I64_MAX, np.int64)
         n = counts.shape[0]
         offsets = np.zeros(n + 1, dtype=np.int64)
@@ -369,7 +379,7 @@ class PackedSamples:
                 continue
             if name not in present:
                 raise InvalidArgumentError(f"the samples lack {name}, which the step's fields include")
-            x, address, length = field_array(getattr(self, name), name)
+            x, address, length = field_array(getattr(self, name), name, name)
             if length != total:
                 raise InvalidArgumentError(f"{name} has {length} elements, num_tokens adds up to {total}")
             keep.append(x)
@@ -402,8 +412,8 @@ class PackedSamples:
 _I64_MAX = (1 << 63) - 1
 
 
-def _host_field(x: Any, name: str) -> tuple[np.ndarray, int, int]:
-    arr = _host_array(x, _DTYPES[name], name)
+def _host_field(x: Any, field: str, label: str) -> tuple[np.ndarray, int, int]:
+    arr = _host_array(x, _DTYPES[field], label)
     return arr, (_address(arr) if arr.size else 0), arr.shape[0]
 
 

@@ -49,6 +49,8 @@ from ._step import (
     Stepper,
     _bulk_arrays,
     _columns,
+    _fields_of,
+    _sample_descriptor,
     _StepState,
     microbatch_table,
 )
@@ -59,7 +61,6 @@ _DTYPES = {"tokens": torch.int64, "labels": torch.int64, "loss_mask": torch.floa
 _TORCH = {"int64": torch.int64, "float32": torch.float32, "int32": torch.int32, "bool": torch.bool}
 _TYPESTR = {"int64": "<i8", "float32": "<f4", "int32": "<i4", "bool": "|b1"}
 _HOST_ARRAYS = (("cu_seqlens_host", "num_cu_seqlens", "int32"), ("cu_seqlens_padded_host", "num_cu_seqlens", "int32"))
-_BITS = {"tokens": 1, "labels": 2, "loss_mask": 4, "position_ids": 8}
 
 
 def check_single_libnccl() -> list[str]:
@@ -418,72 +419,20 @@ class CudaStepper:
         """The C binding's sample table of CUDA samples -> (table, fields); (None, fields) without input."""
         if samples is None:
             return None, fields
+        device = self.device
+
+        def field(x: Any, _field: str, label: str):
+            t = _cuda_field(x, label, device)
+            return t, (t.data_ptr() if t.numel() else 0), t.numel()
+
         if isinstance(samples, PackedSamples):
-            device = self.device
-
-            def field(x: Any, name: str):
-                t = _cuda_field(x, name, device)
-                return t, (t.data_ptr() if t.numel() else 0), t.numel()
-
             return samples._columns(fields, keep, field)
         if isinstance(samples, (Sample, dict)) or not isinstance(samples, (list, tuple)):
             raise InvalidArgumentError("samples must be a list of dcpack.Sample (or dicts), a dcpack.PackedSamples, "
                                        "or None")
-        rows = []
-        for i, s in enumerate(samples):
-            if isinstance(s, dict):
-                unknown = set(s) - {"tokens", "labels", "loss_mask", "position_ids", "cu_seqlens", "original_length"}
-                if unknown:
-                    raise InvalidArgumentError(f"sample {i}: unknown keys {sorted(unknown)}")
-                s = Sample(**s)
-            if not isinstance(s, Sample):
-                raise InvalidArgumentError(f"sample {i} must be a dcpack.Sample or a dict")
-            present = {k: getattr(s, k) for k in _DTYPES if getattr(s, k) is not None}
-            if fields is None:
-                fields = sum(_BITS[k] for k in present)
-            addrs, n = [], None
-            for k in ("tokens", "labels", "loss_mask", "position_ids"):
-                if not fields & _BITS[k]:
-                    addrs.append(None)
-                    continue
-                if k not in present:
-                    raise InvalidArgumentError(f"sample {i} lacks {k}, which the step's fields include")
-                t = _cuda_field(present[k], f"sample {i} {k}", self.device)
-                if n is None:
-                    n = t.numel()
-                elif t.numel() != n:
-                    raise InvalidArgumentError(f"sample {i}: {k} has {t.numel()} elements, expected {n}")
-                keep.append(t)
-                addrs.append(t.data_ptr() if t.numel() else None)
-            n = n or 0
-            cu_addr, ncu, original = None, -1, 0
-            if s.cu_seqlens is not None:
-                cu = s.cu_seqlens
-                if isinstance(cu, torch.Tensor):
-                    if cu.device.type != "cpu":
-                        raise InvalidArgumentError(f"sample {i} cu_seqlens must be host memory, got {cu.device}")
-                    cu = cu.detach().numpy()
-                if not isinstance(cu, np.ndarray):
-                    raise InvalidArgumentError(f"sample {i} cu_seqlens must be an int32 CPU tensor or numpy array")
-                if (cu.dtype != np.int32 or cu.ndim != 1 or not cu.flags.c_contiguous or not cu.flags.aligned
-                        or not cu.dtype.isnative):
-                    raise InvalidArgumentError(f"sample {i} cu_seqlens must be a contiguous 1-D int32 array")
-                if s.original_length is not None:
-                    raise InvalidArgumentError(f"sample {i}: original_length applies to one-sequence samples only")
-                keep.append(cu)
-                cu_addr, ncu = (cu.__array_interface__["data"][0] if cu.size else None), cu.size
-            else:
-                if n > (1 << 31) - 1:
-                    raise InvalidArgumentError(f"sample {i}: {n} tokens exceed an int32 length")
-                original = n if s.original_length is None else s.original_length
-                if isinstance(original, bool) or not isinstance(original, (int, np.integer)):
-                    raise InvalidArgumentError(f"sample {i}: original_length must be an int")
-                original = int(original)
-                if not 0 <= original <= n:
-                    raise InvalidArgumentError(f"sample {i}: original_length {original} outside [0, {n}]")
-            rows.append((addrs[0], addrs[1], addrs[2], addrs[3], int(n), cu_addr, int(ncu), original))
         if fields is None:
-            fields = self._stepper.config.to_dict()["fields"]
+            fields = _fields_of(samples) if samples else self._stepper.config.to_dict()["fields"]
+        rows = [_sample_descriptor(s, fields, i, keep, field) for i, s in enumerate(samples)]
         return _columns(rows, keep), fields
 
     def _wrap(self, raw: dict[str, Any]) -> TorchStepOutput:
