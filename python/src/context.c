@@ -103,22 +103,33 @@ static PyObject *Context_plan(PyObject *o, PyObject *args)
     return plan_to_tuple(plan);
 }
 
+/* The arguments (plan descriptor, lengths address, count) of a call on a plan; enters the context. */
+static int plan_call_enter(ContextObject *self, PyObject *args, dcp_plan *plan, const int32_t **lengths, int32_t *n)
+{
+    PyObject *pt, *a;
+    Py_ssize_t count;
+    void *p;
+    if (!PyArg_ParseTuple(args, "OOn", &pt, &a, &count)) return -1;
+    if (plan_from_tuple(pt, plan) < 0 || get_addr(a, &p) < 0) return -1;
+    if (count > INT32_MAX) return raise_status(DCP_ERR_CAPACITY, "more lengths than int32 can count"), -1;
+    if (context_enter(self) < 0) return -1;
+    *lengths = (const int32_t *)p;
+    *n = (int32_t)count;
+    return 0;
+}
+
 static PyObject *Context_stats(PyObject *o, PyObject *args)
 {
     ContextObject *self = (ContextObject *)o;
-    PyObject *pt, *a;
-    Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "OOn", &pt, &a, &n)) return NULL;
     dcp_plan plan;
-    void *lengths;
-    if (plan_from_tuple(pt, &plan) < 0 || get_addr(a, &lengths) < 0) return NULL;
-    if (n > INT32_MAX) return raise_status(DCP_ERR_CAPACITY, "more lengths than int32 can count");
-    if (context_enter(self) < 0) return NULL;
+    const int32_t *lengths;
+    int32_t n;
+    if (plan_call_enter(self, args, &plan, &lengths, &n) < 0) return NULL;
     dcp_plan_stats s;
     memset(&s, 0, sizeof s);
     dcp_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = dcp_plan_stats_compute(self->ctx, &plan, (const int32_t *)lengths, (int32_t)n, &s);
+    st = dcp_plan_stats_compute(self->ctx, &plan, lengths, n, &s);
     Py_END_ALLOW_THREADS
     self->busy = 0;
     if (st != DCP_OK) return context_error(self, st, "dcp_plan_stats_compute");
@@ -144,19 +155,15 @@ static PyObject *Context_stats(PyObject *o, PyObject *args)
 static PyObject *Context_validate(PyObject *o, PyObject *args)
 {
     ContextObject *self = (ContextObject *)o;
-    PyObject *pt, *a;
-    Py_ssize_t n;
-    if (!PyArg_ParseTuple(args, "OOn", &pt, &a, &n)) return NULL;
     dcp_plan plan;
-    void *lengths;
-    if (plan_from_tuple(pt, &plan) < 0 || get_addr(a, &lengths) < 0) return NULL;
-    if (n > INT32_MAX) return raise_status(DCP_ERR_CAPACITY, "more lengths than int32 can count");
-    if (context_enter(self) < 0) return NULL;
+    const int32_t *lengths;
+    int32_t n;
+    if (plan_call_enter(self, args, &plan, &lengths, &n) < 0) return NULL;
     dcp_plan_violation v;
     memset(&v, 0, sizeof v);
     dcp_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = dcp_plan_validate(self->ctx, &plan, (const int32_t *)lengths, (int32_t)n, &v);
+    st = dcp_plan_validate(self->ctx, &plan, lengths, n, &v);
     Py_END_ALLOW_THREADS
     self->busy = 0;
     if (st == DCP_OK) Py_RETURN_NONE;
