@@ -168,8 +168,8 @@ def test_step_errors_from_the_library():
     expect(dcpack.CapacityError, lambda: one_rank_step([dcpack.Sample(**fields_of(8)) for _ in range(17)]))
     # planning only (max_tokens_per_rank 0): the step refuses
     expect(dcpack.CapacityError, lambda: one_rank_step([dcpack.Sample(**fields_of(8))], max_tokens_per_rank=0))
-    # a field outside the configuration's set
-    expect(dcpack.FieldMismatchError, lambda: one_rank_step([dcpack.Sample(**fields_of(8))], fields=dcpack.FIELD_ALL, config_fields=dcpack.FIELD_TOKENS))
+    # a stepping configuration without all four fields is refused when the Stepper is made
+    expect(dcpack.InvalidConfigError, lambda: one_rank_step([dcpack.Sample(**fields_of(8))], fields=dcpack.FIELD_ALL, config_fields=dcpack.FIELD_TOKENS), match="lack labels")
     # no world communicator
     config = dcpack.Config(max_sequences=4, max_tokens_per_rank=64)
     expect(dcpack.NullPointerError, lambda: dcpack.Stepper(config).step([dcpack.Sample(**fields_of(8))], world=None))
