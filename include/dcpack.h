@@ -523,8 +523,18 @@ dcp_status dcp_inproc_inject_fault(dcp_inproc_world *world, int32_t rank, dcp_in
  * pointer is agreed too.  Only a communicator that cannot be used (NULL, no
  * operations, a size that is not data_parallel_size) fails on the calling
  * rank alone.
+ *
+ * `step_id` (the caller's step or batch number; 0 = none) is compared across
+ * ranks together with the context's call count, as dcp_step_args.step_id is:
+ * a rank that skipped or repeated a whole gather is DCP_ERR_OUT_OF_STEP on
+ * every rank (without step ids, a rank that skips a call on every rank's
+ * count alike -- it never called -- pairs with its peers' previous call).
+ * Every rank's count and a hash of its lengths travel in the agreement, and
+ * the lengths that arrive are checked against them: a communicator that
+ * returns success with zeroed, stale or garbage bytes (a peer gone) makes
+ * the call DCP_ERR_COMM, never DCP_OK with wrong lengths.
  */
-dcp_status dcp_gather(dcp_context *context, dcp_comm *comm, const int32_t *local_lengths,
+dcp_status dcp_gather(dcp_context *context, dcp_comm *comm, uint64_t step_id, const int32_t *local_lengths,
                       int32_t num_local, const int32_t **global_lengths, int32_t *num_global,
                       const int32_t **rank_offsets);
 
@@ -533,7 +543,7 @@ dcp_status dcp_gather(dcp_context *context, dcp_comm *comm, const int32_t *local
  * sample (num_cu_seqlens entries, starting at 0, non-decreasing, the last at
  * most total_tokens).  Sub-samples of length 0 are dropped.
  */
-dcp_status dcp_gather_packed(dcp_context *context, dcp_comm *comm, const int32_t *cu_seqlens,
+dcp_status dcp_gather_packed(dcp_context *context, dcp_comm *comm, uint64_t step_id, const int32_t *cu_seqlens,
                              int32_t num_cu_seqlens, int64_t total_tokens,
                              const int32_t **global_lengths, int32_t *num_global,
                              const int32_t **rank_offsets);
@@ -735,7 +745,20 @@ dcp_status dcp_step(dcp_context *context, const dcp_step_args *args, const dcp_s
  * neighbouring rank needs, so one exchange carries, for all sequences and all
  * fields at once, two values per sequence to each neighbour (the reference
  * exchanges sequence by sequence).  Slots past the last boundary (THD tail
- * padding) are rolled as one more sequence of their own.
+ * padding) are rolled as one more sequence of their own.  `partition` is the
+ * layout the microbatch was cut with (dcp_config.cp_partition): under
+ * DCP_CP_CONTIGUOUS rank r holds global slots [r * num_tokens, (r+1) *
+ * num_tokens), spans need no divisibility, and each rank sends one value per
+ * field to the previous rank.  dcp_mtp_roll_cuda rolls zigzag only
+ * (DCP_ERR_UNSUPPORTED for contiguous with cp > 1).
+ *
+ * `step_id` (the caller's step number, 0 = none) travels in the agreement
+ * with the count of rolls made over the handle (dcp_comm.calls) and the
+ * partition: ranks that differ (one skipped or repeated a roll) all return
+ * DCP_ERR_OUT_OF_STEP.  The values exchanged carry a sealed trailer (sender,
+ * roll count, hash) that dcp_mtp_roll checks: a communicator that reports
+ * success with zeroed, stale or garbage bytes (a peer gone) makes the roll
+ * DCP_ERR_COMM, never DCP_OK with a wrong boundary value.
  *
  * The group is ranks [group_first_rank, group_first_rank + cp) of `comm`
  * (consecutive, as dcp plans them): pass the DPxCP communicator with the
@@ -755,17 +778,19 @@ dcp_status dcp_step(dcp_context *context, const dcp_step_args *args, const dcp_s
  * (num_cu_seqlens, elem_size, num_fields, 0) bytes and host_scratch of
  * (0, NULL, 0, comm size) bytes.  Allocation-free.  Errors:
  * DCP_ERR_NULL_POINTER, DCP_ERR_INVALID_ARGUMENT (cp not a power of two or
- * outside comm, elem_size, num_fields outside [1, 4]), DCP_ERR_CORRUPT_INPUT
- * (cu_seqlens not starting at 0 or decreasing, a span not divisible by 2*cp, a
- * last boundary past cp * num_tokens), the communicator's errors.  With comm,
+ * outside comm, elem_size, num_fields outside [1, 4], an unknown partition),
+ * DCP_ERR_CORRUPT_INPUT (cu_seqlens not starting at 0 or decreasing, a zigzag
+ * span not divisible by 2*cp, a last boundary past cp * num_tokens),
+ * DCP_ERR_OUT_OF_STEP, DCP_ERR_COMM (exchanged values that did not arrive
+ * intact), the communicator's errors.  With comm,
  * errors are agreed over it before the exchange (one agree()): every rank of
  * comm returns the same status, the lowest-numbered failing rank's.
  */
 #define DCP_MTP_ROLL_MAX_FIELDS 4
 size_t dcp_mtp_roll_exchange_bytes(int32_t num_cu_seqlens, const size_t *elem_size, int32_t num_fields,
                                    int32_t comm_size);
-dcp_status dcp_mtp_roll(dcp_comm *comm, int32_t group_first_rank, int32_t cp, const int32_t *cu_seqlens_padded,
-                        int32_t num_cu_seqlens, int64_t num_tokens, const void *const *fields, void *const *out,
+dcp_status dcp_mtp_roll(dcp_comm *comm, uint64_t step_id, int32_t group_first_rank, int32_t cp,
+                        dcp_cp_partition partition, const int32_t *cu_seqlens_padded, int32_t num_cu_seqlens, int64_t num_tokens, const void *const *fields, void *const *out,
                         const size_t *elem_size, int32_t num_fields, void *exchange);
 
 /*
@@ -842,8 +867,8 @@ dcp_status dcp_context_attach_cuda(dcp_context *context, void *device_memory, si
  * synchronisation per call): pass the cu_seqlens_padded a step produced, or
  * check them on the host with dcp_mtp_roll first.
  */
-dcp_status dcp_mtp_roll_cuda(dcp_comm *comm, int32_t group_first_rank, int32_t cp,
-                             const int32_t *device_cu_seqlens_padded, int32_t num_cu_seqlens, int64_t num_tokens,
+dcp_status dcp_mtp_roll_cuda(dcp_comm *comm, uint64_t step_id, int32_t group_first_rank, int32_t cp,
+                             dcp_cp_partition partition, const int32_t *device_cu_seqlens_padded, int32_t num_cu_seqlens, int64_t num_tokens,
                              const void *const *device_fields, void *const *device_out, const size_t *elem_size,
                              int32_t num_fields, void *device_exchange, void *host_scratch, void *cuda_stream);
 dcp_status dcp_gdn_pad_cuda(const void *device_in, int64_t rows, size_t row_bytes, int32_t alignment,

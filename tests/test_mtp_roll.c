@@ -25,7 +25,7 @@ DCP_TEST(reference_example_without_cp)
     const void *fields[] = {in, mask_in};
     void *outs[] = {out, mask_out};
     const size_t sizes[] = {8, 4};
-    DCP_REQUIRE_OK(dcp_mtp_roll(NULL, 0, 1, cu, 3, 7, fields, outs, sizes, 2, NULL));
+    DCP_REQUIRE_OK(dcp_mtp_roll(NULL, 0, 0, 1, DCP_CP_ZIGZAG, cu, 3, 7, fields, outs, sizes, 2, NULL));
     const int64_t want[] = {2, 3, 0, 5, 0, 7, 0};
     const float want_mask[] = {1, 1, 0, 1, 0, 1, 0};
     for (int i = 0; i < 7; i++) {
@@ -46,16 +46,16 @@ DCP_TEST(bad_arguments)
     DCP_REQUIRE_OK(dcp_inproc_world_create(1, 60000, &g));
     dcp_comm comm;
     DCP_CHECK_STATUS(dcp_inproc_comm(g, 0, &comm), DCP_OK);
-    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 1, NULL, 3, 8, fields, outs, size8, 1, NULL), DCP_ERR_NULL_POINTER);
-    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 2, cu, 3, 4, fields, outs, size8, 1, NULL), DCP_ERR_NULL_POINTER);
-    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 3, cu, 3, 8, fields, outs, size8, 1, NULL), DCP_ERR_INVALID_ARGUMENT);
-    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 1, cu, 3, 8, fields, outs, size3, 1, NULL), DCP_ERR_INVALID_ARGUMENT);
-    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 1, cu, 3, 8, fields, outs, size8, 0, NULL), DCP_ERR_INVALID_ARGUMENT);
-    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 1, down, 3, 8, fields, outs, size8, 1, NULL), DCP_ERR_CORRUPT_INPUT);
-    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 1, not_zero, 2, 8, fields, outs, size8, 1, NULL), DCP_ERR_CORRUPT_INPUT);
-    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 1, cu, 3, 7, fields, outs, size8, 1, NULL), DCP_ERR_CORRUPT_INPUT);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 0, 1, DCP_CP_ZIGZAG, NULL, 3, 8, fields, outs, size8, 1, NULL), DCP_ERR_NULL_POINTER);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 0, 2, DCP_CP_ZIGZAG, cu, 3, 4, fields, outs, size8, 1, NULL), DCP_ERR_NULL_POINTER);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 0, 3, DCP_CP_ZIGZAG, cu, 3, 8, fields, outs, size8, 1, NULL), DCP_ERR_INVALID_ARGUMENT);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 0, 1, DCP_CP_ZIGZAG, cu, 3, 8, fields, outs, size3, 1, NULL), DCP_ERR_INVALID_ARGUMENT);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 0, 1, DCP_CP_ZIGZAG, cu, 3, 8, fields, outs, size8, 0, NULL), DCP_ERR_INVALID_ARGUMENT);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 0, 1, DCP_CP_ZIGZAG, down, 3, 8, fields, outs, size8, 1, NULL), DCP_ERR_CORRUPT_INPUT);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 0, 1, DCP_CP_ZIGZAG, not_zero, 2, 8, fields, outs, size8, 1, NULL), DCP_ERR_CORRUPT_INPUT);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 0, 1, DCP_CP_ZIGZAG, cu, 3, 7, fields, outs, size8, 1, NULL), DCP_ERR_CORRUPT_INPUT);
     /* a 2-rank group needs spans divisible by 4, and must hold the communicator's rank */
-    DCP_CHECK_STATUS(dcp_mtp_roll(&comm, 0, 2, odd, 2, 3, fields, outs, size8, 1, exchange), DCP_ERR_INVALID_ARGUMENT);
+    DCP_CHECK_STATUS(dcp_mtp_roll(&comm, 0, 0, 2, DCP_CP_ZIGZAG, odd, 2, 3, fields, outs, size8, 1, exchange), DCP_ERR_INVALID_ARGUMENT);
     dcp_inproc_world_destroy(g);
 }
 
@@ -162,7 +162,7 @@ static void *rank_run(void *p)
     for (int f = 0; f < NUM_FIELDS; f++) fields[f] = gc->input[r][f], outs[f] = gc->got[r][f];
     size_t bytes = dcp_mtp_roll_exchange_bytes(gc->n + 1, sizes, NUM_FIELDS, comm.size);
     void *exchange = malloc(bytes);
-    job->status = dcp_mtp_roll(&comm, gc->first, gc->cp, gc->cu, gc->n + 1, gc->local + gc->tail, fields, outs, sizes,
+    job->status = dcp_mtp_roll(&comm, 0, gc->first, gc->cp, DCP_CP_ZIGZAG, gc->cu, gc->n + 1, gc->local + gc->tail, fields, outs, sizes,
                                NUM_FIELDS, exchange);
     free(exchange);
     return NULL;
