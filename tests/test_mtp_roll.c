@@ -222,3 +222,108 @@ DCP_TEST(several_groups_share_one_communicator)
         run_layout(other, 4);
     }
 }
+
+/* ---- the contiguous layout ---------------------------------------------- */
+
+/*
+ * A microbatch cut with DCP_CP_CONTIGUOUS: rank r holds global slots [r * width, (r+1) * width).  Sequences
+ * of any length (no divisibility), the last boundary anywhere up to cp * width (the rest is the tail, rolled
+ * as one sequence).  The oracle rolls the whole packed microbatch, then cuts each rank's slice.
+ */
+typedef struct contiguous_case {
+    int32_t cp, n;
+    int32_t cu[16];
+    int64_t width;
+    int64_t in[8][64], want[8][64], got[8][64];
+    dcp_status status[8];
+    dcp_inproc_world *world;
+} contiguous_case;
+
+static void contiguous_rank(int32_t rank, void *arg)
+{
+    contiguous_case *c = arg;
+    dcp_comm comm;
+    dcp_inproc_comm(c->world, rank, &comm);
+    const void *fields[1] = {c->in[rank]};
+    void *outs[1] = {c->got[rank]};
+    const size_t size8[1] = {8};
+    unsigned char exchange[2048];
+    c->status[rank] = DCP_ERR_CAPACITY;
+    if (dcp_mtp_roll_exchange_bytes(c->n + 1, size8, 1, comm.size) > sizeof exchange) return;
+    c->status[rank] = dcp_mtp_roll(&comm, 5, 0, c->cp, DCP_CP_CONTIGUOUS, c->cu, c->n + 1, c->width, fields, outs,
+                                   size8, 1, exchange);
+}
+
+DCP_TEST(contiguous_layout_matches_the_unsliced_roll)
+{
+    static contiguous_case c;
+    for (int round = 0; round < 200; round++) {
+        memset(&c, 0, sizeof c);
+        c.cp = 1 << (rnd() % 4);
+        c.width = 1 + (int64_t)(rnd() % 8);
+        const int64_t total = c.cp * c.width;
+        c.n = (int32_t)(rnd() % 6);
+        for (int32_t k = 0; k < c.n; k++) c.cu[k + 1] = c.cu[k] + (int32_t)(rnd() % 5); /* empty ones too */
+        if (c.cu[c.n] > total) { /* keep the last boundary inside the microbatch */
+            for (int32_t k = 1; k <= c.n; k++) c.cu[k] = (int32_t)(c.cu[k] * total / c.cu[c.n]);
+        }
+        int64_t global[64], rolled[64];
+        for (int64_t g = 0; g < total; g++) global[g] = 1000 + round * 64 + g;
+        for (int64_t g = 0; g < total; g++) {
+            int64_t end = total; /* the tail, unless g is in a sequence */
+            for (int32_t k = 0; k < c.n; k++)
+                if (g >= c.cu[k] && g < c.cu[k + 1]) end = c.cu[k + 1];
+            rolled[g] = g + 1 < end ? global[g + 1] : 0;
+        }
+        for (int32_t r = 0; r < c.cp; r++)
+            for (int64_t j = 0; j < c.width; j++) {
+                c.in[r][j] = global[r * c.width + j];
+                c.want[r][j] = rolled[r * c.width + j];
+                c.got[r][j] = -1;
+            }
+        DCP_REQUIRE_OK(dcp_inproc_world_create(c.cp, 30000, &c.world));
+        DCP_REQUIRE_OK(dcp_inproc_run(c.cp, contiguous_rank, &c));
+        dcp_inproc_world_destroy(c.world);
+        for (int32_t r = 0; r < c.cp; r++) {
+            DCP_CHECK_STATUS(c.status[r], DCP_OK);
+            for (int64_t j = 0; j < c.width; j++)
+                if (c.got[r][j] != c.want[r][j]) {
+                    dcp_test_fail(__FILE__, __LINE__, "round %d, cp %d, rank %d slot %lld: %lld, want %lld", round,
+                                  c.cp, r, (long long)j, (long long)c.got[r][j], (long long)c.want[r][j]);
+                    return;
+                }
+        }
+    }
+}
+
+DCP_TEST(contiguous_spans_need_no_divisibility_but_zigzag_ones_do)
+{
+    /* one 6-token sequence over CP 2: contiguous rolls it (3 slots a rank), zigzag refuses 6 % 4 != 0 */
+    static contiguous_case c;
+    memset(&c, 0, sizeof c);
+    c.cp = 2;
+    c.width = 3;
+    c.n = 1;
+    c.cu[1] = 6;
+    for (int32_t r = 0; r < 2; r++)
+        for (int j = 0; j < 3; j++) c.in[r][j] = 10 + 3 * r + j;
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 30000, &c.world));
+    DCP_REQUIRE_OK(dcp_inproc_run(2, contiguous_rank, &c));
+    dcp_inproc_world_destroy(c.world);
+    const int64_t want[2][3] = {{11, 12, 13}, {14, 15, 0}}; /* rank 0's last slot is rank 1's first token */
+    for (int32_t r = 0; r < 2; r++) {
+        DCP_CHECK_STATUS(c.status[r], DCP_OK);
+        for (int j = 0; j < 3; j++) DCP_CHECK_EQ_INT(c.got[r][j], want[r][j]);
+    }
+    const void *fields[1] = {c.in[0]};
+    void *outs[1] = {c.got[0]};
+    const size_t size8[1] = {8};
+    unsigned char exchange[2048];
+    dcp_inproc_world *one = NULL;
+    DCP_REQUIRE_OK(dcp_inproc_world_create(1, 30000, &one));
+    dcp_comm comm;
+    DCP_REQUIRE_OK(dcp_inproc_comm(one, 0, &comm));
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 0, 2, (dcp_cp_partition)7, c.cu, 2, 3, fields, outs, size8, 1, exchange),
+                     DCP_ERR_INVALID_ARGUMENT);
+    dcp_inproc_world_destroy(one);
+}
