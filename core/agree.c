@@ -73,6 +73,9 @@ static const char *call_name(uint32_t kind)
     }
 }
 
+/* no padding bytes: every byte of a record is a field the check covers */
+_Static_assert(sizeof(dcp_call_tag) == 112, "dcp_call_tag has padding");
+
 /* FNV-1a over bytes, then a final mix. */
 static uint64_t tag_hash(const dcp_call_tag *tag)
 {

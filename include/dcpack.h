@@ -205,12 +205,19 @@ typedef struct dcp_config {
     dcp_thd_tail thd_tail_policy;         /* default append_dummy */
     dcp_cp_partition cp_partition;        /* default zigzag */
     /*
-     * CP siblings (the ranks of one DP rank) must hold identical inputs.  By
-     * default dcp_step checks it: each rank hashes every byte of the fields it
-     * moves (on the GPU with a kernel when a CUDA workspace is attached) and the
-     * siblings compare the digests with their lengths; a difference is
-     * DCP_ERR_CORRUPT_INPUT on every rank.  1 compares the lengths only (one
-     * pass over the input less; docs/step.md gives the cost).  No effect at CP 1.
+     * Ranks that must hold identical inputs: CP siblings (the ranks of one DP
+     * rank), and the ranks that hold data at the same DPxCP rank in every PP
+     * stage and (with tp_ranks_hold_data) every TP rank.  By default dcp_step
+     * checks it: each rank hashes every byte of the fields it holds (CP
+     * siblings: the fields it moves; PP stages and TP peers: every field its
+     * input carries, compared field by field where both carry it), on the GPU
+     * with a kernel when a CUDA workspace is attached, and the ranks compare
+     * the digests with their lengths (the siblings in the gather, PP stages
+     * and TP peers in the step's first agreement over the world, at no extra
+     * collective); a difference is DCP_ERR_CORRUPT_INPUT on every rank.  1
+     * compares the lengths only (one pass over the input less; docs/step.md
+     * gives the cost).  No effect at CP 1, PP 1 and TP ranks that do not
+     * hold data.
      */
     int32_t skip_sibling_data_check;
     dcp_cost_model cost;                  /* used by DCP_SCHEDULER_BALANCED and by plan statistics */
@@ -260,8 +267,9 @@ void dcp_context_destroy(dcp_context *context);
  * Calls in step.  Every multi-rank call on a context (dcp_gather,
  * dcp_gather_packed, dcp_step) counts, also one that fails on the calling
  * rank alone (a NULL argument, an unusable communicator); its first
- * collective carries that count, dcp_step_args.step_id and a digest of the
- * configuration, and ranks that meet with different ones all return
+ * collective carries that count, the caller's step id (dcp_step_args.step_id,
+ * dcp_gather's step_id) and a digest of the configuration, and ranks that
+ * meet with different ones all return
  * DCP_ERR_OUT_OF_STEP (different configurations: DCP_ERR_INVALID_CONFIG)
  * instead of pairing two different steps' data.  The context is then out of
  * step: its multi-rank calls return DCP_ERR_OUT_OF_STEP at once, with no
@@ -468,6 +476,13 @@ struct dcp_comm {
  * restarts whenever the world moves on, and if its time runs out first it
  * aborts the skipped collective itself.  timeout_ms = 0 waits forever.  Once
  * all ranks have announced, nothing times out: copies always finish.
+ *
+ * One thread per rank.  A rank's handle is used by one thread at a time: a
+ * second thread that calls a collective through a handle whose rank is
+ * already inside one (a caller bug, e.g. rank 1 took rank 0's handle) gets
+ * DCP_ERR_INVALID_ARGUMENT at once without taking part, and describe_failure
+ * says so; the first thread goes on and, missing the real rank, times out.
+ * No wait outlives timeout_ms.
  *
  * agree() follows the same rules: it returns DCP_OK with the agreed status
  * when all ranks took part, otherwise the collective's failure status, which
@@ -716,8 +731,12 @@ typedef struct dcp_step_output {
  * the failing rank with its own message and the others naming it.  Among
  * them: DCP_ERR_NULL_POINTER / DCP_ERR_INVALID_ARGUMENT (arguments),
  * DCP_ERR_CORRUPT_INPUT (cu_seqlens not starting at 0, decreasing or past the
- * buffer; a length that disagrees with its buffer; CP siblings whose inputs
- * differ), DCP_ERR_FIELD_MISMATCH (ranks present different field sets, or
+ * buffer; a length that disagrees with its buffer; CP siblings, PP stages or
+ * TP peers holding data whose inputs differ: see skip_sibling_data_check),
+ * DCP_ERR_COMM (a communicator that reported success with a result that
+ * cannot be right: an agreement record or rank header that arrived zeroed,
+ * torn, stale or garbled, lengths that do not match their sender's hash -- a
+ * peer gone; such a step is never DCP_OK, whatever the backend), DCP_ERR_FIELD_MISMATCH (ranks present different field sets, or
  * lack one this stage needs), DCP_ERR_CAPACITY (more sequences, tokens or
  * cu_seqlens entries than the configuration holds), DCP_ERR_BAD_LENGTH (a
  * span CP slicing cannot cut), the planner's errors, and the communicator's.
