@@ -392,8 +392,10 @@ static dcp_status op_agree(dcp_comm *comm, dcp_status local, dcp_status *agreed,
     nccl_impl *c = NULL;
     dcp_status s = begin(comm, &c);
     if (s != DCP_OK) return s;
-    if (!agreed || !failed_rank) return fail(c, DCP_ERR_NULL_POINTER, "agree: a NULL output");
+    const int no_output = !agreed || !failed_rank; /* still takes part, as a failure, so no peer waits in vain */
+    if (no_output) local = DCP_ERR_NULL_POINTER;
     if (comm->size == 1) {
+        if (no_output) return fail(c, DCP_ERR_NULL_POINTER, "agree: a NULL output");
         *agreed = local;
         *failed_rank = local == DCP_OK ? -1 : comm->rank;
         return DCP_OK;
@@ -433,6 +435,7 @@ static dcp_status op_agree(dcp_comm *comm, dcp_status local, dcp_status *agreed,
             }
         }
     }
+    if (no_output) return fail(c, DCP_ERR_NULL_POINTER, "agree: a NULL output");
     *agreed = outcome;
     *failed_rank = lowest;
     return DCP_OK;
