@@ -904,16 +904,21 @@ dcp_status dcp_gdn_strip_cuda(const void *device_padded, int64_t rows, size_t ro
  * ncclCommGetAsyncError meanwhile:
  *  - device buffers go to NCCL as they are: allgather = ncclAllGather,
  *    allgatherv and alltoallv = grouped ncclSend/ncclRecv (the own block by
- *    cudaMemcpyAsync), broadcast = ncclBroadcast, agree = one ncclAllReduce
- *    (min) of one int64 per rank on a device word from init;
+ *    cudaMemcpyAsync), broadcast = ncclBroadcast, agree = one ncclAllGather
+ *    of a sealed 32-byte record per rank (magic, rank, status, the
+ *    communicator's count of agreements, a check) through the staging buffer;
  *  - host buffers (plan metadata, a few KB) go through a device staging
- *    buffer of options.host_staging_bytes taken at init.
+ *    buffer of options.host_staging_bytes taken at init, zeroed before each
+ *    collective (a collective that wrote nothing hands back zeros, never the
+ *    previous call's bytes).
  * Init allocates (the backend state, the staging buffer); operations do not.
  * Errors: an NCCL call's failure and an asynchronous NCCL error are
  * DCP_ERR_NCCL, a CUDA failure DCP_ERR_CUDA, an operation still incomplete
- * after options.timeout_ms DCP_ERR_TIMEOUT (the communicator is then unusable:
- * call dcp_nccl_comm_abort()), host buffers larger than the staging buffer
- * DCP_ERR_CAPACITY.  dcp_nccl_comm_last_error() gives the NCCL message.
+ * after options.timeout_ms DCP_ERR_TIMEOUT, an agreement record that did not
+ * arrive intact (a peer gone, the communicator aborted) DCP_ERR_COMM (after
+ * any of these the communicator is unusable: call dcp_nccl_comm_abort()),
+ * host buffers larger than the staging buffer DCP_ERR_CAPACITY.
+ * dcp_nccl_comm_last_error() gives the message.
  */
 typedef struct dcp_nccl_options {
     int32_t timeout_ms;        /* 0 = wait forever; default 600000 */
