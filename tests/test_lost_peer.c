@@ -17,6 +17,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "dcp_test.h"
+#include "../core/agree.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -540,4 +541,128 @@ DCP_TEST(a_gone_peer_behind_a_lying_communicator_never_passes_an_mtp_roll)
     const drill d = {"dcp_mtp_roll, ranks", roll_once, roll_same, &run, &oracle};
     int failures = run_drill(&d, 2) + run_drill(&d, 4);
     DCP_CHECK(failures > 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The agreement functions on their own                                      */
+/* ------------------------------------------------------------------------ */
+
+/* A one-rank communicator whose agree() reports what the test sets, and whose all-gather writes what it sets. */
+typedef struct scripted {
+    dcp_comm comm;
+    dcp_status agreed;
+    int32_t failed;
+    const void *allgather_result; /* NULL: writes nothing */
+    size_t allgather_bytes;
+} scripted;
+
+static dcp_status s_allgather(dcp_comm *comm, const void *send, size_t bytes, void *recv)
+{
+    scripted *s = (scripted *)comm;
+    (void)send;
+    size_t total = bytes * (size_t)comm->size;
+    if (s->allgather_result) memcpy(recv, s->allgather_result, total < s->allgather_bytes ? total : s->allgather_bytes);
+    return DCP_OK;
+}
+
+static dcp_status s_agree(dcp_comm *comm, dcp_status local, dcp_status *agreed, int32_t *failed_rank)
+{
+    scripted *s = (scripted *)comm;
+    (void)local;
+    *agreed = s->agreed;
+    *failed_rank = s->failed;
+    return DCP_OK;
+}
+
+static dcp_status s_unused(void) { return DCP_ERR_UNSUPPORTED; }
+
+static const char *s_describe(dcp_comm *comm)
+{
+    (void)comm;
+    return "";
+}
+
+static const dcp_comm_ops scripted_ops = {s_allgather, (void *)s_unused, (void *)s_unused, (void *)s_unused, s_agree,
+                                          s_describe};
+
+DCP_TEST(an_agreement_is_never_ok_where_this_rank_failed)
+{
+    scripted s;
+    memset(&s, 0, sizeof s);
+    s.comm.ops = &scripted_ops;
+    s.comm.size = 2;
+    dcp_error err;
+    /* the backend claims every rank OK while this rank failed: not believed */
+    s.agreed = DCP_OK;
+    s.failed = -1;
+    dcp__fail(&err, DCP_ERR_BAD_LENGTH, "length 3 is -1");
+    DCP_CHECK_STATUS(dcp__agree(&s.comm, DCP_ERR_BAD_LENGTH, &err, "step", "rank"), DCP_ERR_COMM);
+    DCP_CHECK_CONTAINS(err.message, "length 3 is -1");
+    /* a value that is no status, or a failure naming no rank of the group */
+    s.agreed = (dcp_status)12345;
+    DCP_CHECK_STATUS(dcp__agree(&s.comm, DCP_OK, &err, "step", "rank"), DCP_ERR_COMM);
+    s.agreed = DCP_ERR_CAPACITY;
+    s.failed = 7;
+    DCP_CHECK_STATUS(dcp__agree(&s.comm, DCP_OK, &err, "step", "rank"), DCP_ERR_COMM);
+    /* a believable outcome passes */
+    s.failed = 1;
+    DCP_CHECK_STATUS(dcp__agree(&s.comm, DCP_OK, &err, "step", "rank"), DCP_ERR_CAPACITY);
+    s.agreed = DCP_OK;
+    s.failed = -1;
+    DCP_CHECK_STATUS(dcp__agree(&s.comm, DCP_OK, &err, "step", "rank"), DCP_OK);
+}
+
+DCP_TEST(call_records_that_do_not_check_out_fail_the_agreement)
+{
+    scripted s;
+    memset(&s, 0, sizeof s);
+    s.comm.ops = &scripted_ops;
+    s.comm.size = 2;
+    s.comm.rank = 0;
+    dcp_call_tag mine, peer, got[2], tags[2];
+    dcp_error err;
+    dcp__call_tag_init(&mine, DCP_CALL_STEP, 4, 9, 77);
+    peer = mine;
+    peer.rank = 1;
+    dcp__call_tag_seal(&peer);
+    /* what an honest backend returns: both records */
+    mine.rank = 0;
+    dcp__call_tag_seal(&mine);
+    got[0] = mine;
+    got[1] = peer;
+    s.allgather_result = got;
+    s.allgather_bytes = sizeof got;
+    DCP_CHECK_STATUS(dcp__agree_call(&s.comm, &mine, tags, &err, "step", "rank"), DCP_OK);
+    /* nothing written, zeros, a flipped bit, another rank's record in a slot, another phase's record */
+    s.allgather_result = NULL;
+    DCP_CHECK_STATUS(dcp__agree_call(&s.comm, &mine, tags, &err, "step", "rank"), DCP_ERR_COMM);
+    DCP_CHECK_CONTAINS(err.message, "cannot be trusted");
+    dcp_call_tag bad[2];
+    memcpy(bad, got, sizeof bad);
+    memset(&bad[1], 0, sizeof bad[1]);
+    s.allgather_result = bad;
+    DCP_CHECK_STATUS(dcp__agree_call(&s.comm, &mine, tags, &err, "step", "rank"), DCP_ERR_COMM);
+    memcpy(bad, got, sizeof bad);
+    bad[1].count ^= 1;
+    DCP_CHECK_STATUS(dcp__agree_call(&s.comm, &mine, tags, &err, "step", "rank"), DCP_ERR_COMM);
+    bad[1] = got[0];
+    DCP_CHECK_STATUS(dcp__agree_call(&s.comm, &mine, tags, &err, "step", "rank"), DCP_ERR_COMM);
+    memcpy(bad, got, sizeof bad);
+    bad[1].phase = 1;
+    dcp__call_tag_seal(&bad[1]);
+    DCP_CHECK_STATUS(dcp__agree_call(&s.comm, &mine, tags, &err, "step", "rank"), DCP_ERR_COMM);
+    /* this rank's own record altered on the way (its status read as OK although it had failed) */
+    dcp_call_tag failed_mine = mine;
+    failed_mine.status = DCP_ERR_BAD_LENGTH;
+    memcpy(bad, got, sizeof bad); /* slot 0 holds the OK record */
+    s.allgather_result = bad;
+    dcp__fail(&err, DCP_ERR_BAD_LENGTH, "own failure");
+    DCP_CHECK_STATUS(dcp__agree_call(&s.comm, &failed_mine, tags, &err, "step", "rank"), DCP_ERR_COMM);
+    /* honest records of a failed rank: its own status */
+    failed_mine.rank = 0;
+    dcp__call_tag_seal(&failed_mine);
+    bad[0] = failed_mine;
+    dcp__fail(&err, DCP_ERR_BAD_LENGTH, "own failure");
+    DCP_CHECK_STATUS(dcp__agree_call(&s.comm, &failed_mine, tags, &err, "step", "rank"), DCP_ERR_BAD_LENGTH);
+    DCP_CHECK_CONTAINS(err.message, "own failure");
 }
