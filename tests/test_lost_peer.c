@@ -13,7 +13,9 @@
  * dcp_step (DP 2; DP 2 x CP 2; CP 2 x TP 2 with a broadcast), dcp_gather and
  * dcp_mtp_roll, for every g and both the first and last rank as the victim,
  * no survivor may crash or return DCP_OK with anything but what a run
- * without a fault gives it.
+ * without a fault gives it.  Then the agreement functions on their own, over
+ * a scripted communicator: records that do not check out, and a backend that
+ * reports "every rank OK" to a rank that failed.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "dcp_test.h"
