@@ -739,43 +739,33 @@ static void run_peers(peers_test *t, int tp, int differ, int skip_check)
     dcp_inproc_world_destroy(t->lane[1]);
 }
 
-DCP_TEST(pp_stages_holding_other_lengths_or_tokens_fail_on_every_rank)
+/* Run one case and check both ranks: the status, and (when given) a part of the message. */
+static void expect_peers(int tp, int differ, int skip_check, dcp_status want, const char *message)
 {
     peers_test t;
-    run_peers(&t, 0, 0, 0);
-    for (int r = 0; r < 2; r++) DCP_CHECK_STATUS(t.status[r], DCP_OK);
-    run_peers(&t, 0, 1, 0);
+    run_peers(&t, tp, differ, skip_check);
     for (int r = 0; r < 2; r++) {
-        DCP_CHECK_STATUS(t.status[r], DCP_ERR_CORRUPT_INPUT);
-        DCP_CHECK_CONTAINS(t.message[r], "ranks 0 (PP stage 0) and 1 (PP stage 1) hold different sequences");
+        if (t.status[r] != want)
+            dcp_test_fail(__FILE__, __LINE__, "%s, case %d%s: rank %d got %s, expected %s", tp ? "TP 2" : "PP 2", differ,
+                          skip_check ? " (check skipped)" : "", r, dcp_status_str(t.status[r]), dcp_status_str(want));
+        if (message) DCP_CHECK_CONTAINS(t.message[r], message);
     }
-    run_peers(&t, 0, 2, 0);
-    for (int r = 0; r < 2; r++) {
-        DCP_CHECK_STATUS(t.status[r], DCP_ERR_CORRUPT_INPUT);
-        DCP_CHECK_CONTAINS(t.message[r], "hold the same lengths with different tokens");
-    }
+}
+
+DCP_TEST(pp_stages_holding_other_lengths_or_tokens_fail_on_every_rank)
+{
+    expect_peers(0, 0, 0, DCP_OK, NULL);
+    expect_peers(0, 1, 0, DCP_ERR_CORRUPT_INPUT, "ranks 0 (PP stage 0) and 1 (PP stage 1) hold different sequences");
+    expect_peers(0, 2, 0, DCP_ERR_CORRUPT_INPUT, "hold the same lengths with different tokens");
     /* with the check skipped only lengths are compared: the documented trade */
-    run_peers(&t, 0, 2, 1);
-    for (int r = 0; r < 2; r++) DCP_CHECK_STATUS(t.status[r], DCP_OK);
-    run_peers(&t, 0, 1, 1);
-    for (int r = 0; r < 2; r++) DCP_CHECK_STATUS(t.status[r], DCP_ERR_CORRUPT_INPUT);
+    expect_peers(0, 2, 1, DCP_OK, NULL);
+    expect_peers(0, 1, 1, DCP_ERR_CORRUPT_INPUT, "hold different sequences");
 }
 
 DCP_TEST(tp_peers_holding_data_with_other_tokens_fail_on_every_rank)
 {
-    peers_test t;
-    run_peers(&t, 1, 0, 0);
-    for (int r = 0; r < 2; r++) DCP_CHECK_STATUS(t.status[r], DCP_OK);
-    run_peers(&t, 1, 2, 0);
-    for (int r = 0; r < 2; r++) {
-        DCP_CHECK_STATUS(t.status[r], DCP_ERR_CORRUPT_INPUT);
-        DCP_CHECK_CONTAINS(t.message[r], "hold the same lengths with different tokens");
-    }
-    run_peers(&t, 1, 3, 0);
-    for (int r = 0; r < 2; r++) {
-        DCP_CHECK_STATUS(t.status[r], DCP_ERR_CORRUPT_INPUT);
-        DCP_CHECK_CONTAINS(t.message[r], "different loss_mask");
-    }
-    run_peers(&t, 1, 1, 0);
-    for (int r = 0; r < 2; r++) DCP_CHECK_STATUS(t.status[r], DCP_ERR_CORRUPT_INPUT);
+    expect_peers(1, 0, 0, DCP_OK, NULL);
+    expect_peers(1, 2, 0, DCP_ERR_CORRUPT_INPUT, "hold the same lengths with different tokens");
+    expect_peers(1, 3, 0, DCP_ERR_CORRUPT_INPUT, "different loss_mask");
+    expect_peers(1, 1, 0, DCP_ERR_CORRUPT_INPUT, "hold different sequences");
 }
