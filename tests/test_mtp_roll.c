@@ -327,3 +327,90 @@ DCP_TEST(contiguous_spans_need_no_divisibility_but_zigzag_ones_do)
                      DCP_ERR_INVALID_ARGUMENT);
     dcp_inproc_world_destroy(one);
 }
+
+/* ---- the contiguous layout, on what dcp_step hands out ---- */
+
+typedef struct step_roll {
+    dcp_inproc_world *world;
+    dcp_status status[2];
+    int checked[2];
+} step_roll;
+
+/* Sequence k holds tokens 1000 (k + 1) + i; its roll at token i is the next token of k, or 0 at k's end. */
+static const int32_t step_roll_lengths[3] = {5, 9, 4};
+
+static void step_roll_rank(int32_t rank, void *arg)
+{
+    step_roll *t = arg;
+    dcp_config c;
+    dcp_config_default(&c);
+    c.scheduler = DCP_SCHEDULER_DP_BALANCED;
+    c.context_parallel_size = 2;
+    c.cp_partition = DCP_CP_CONTIGUOUS;
+    c.pad_alignment = 4;
+    c.max_sequences = 8;
+    c.max_seqlen_per_rank = 64;
+    c.max_tokens_per_rank = 64;
+    dcp_context *ctx = NULL;
+    t->status[rank] = DCP_ERR_ALLOC;
+    if (dcp_context_create(&c, &ctx) != DCP_OK) return;
+    dcp_comm comm;
+    dcp_inproc_comm(t->world, rank, &comm);
+    int64_t tokens[3][16], labels[3][16], positions[3][16];
+    float mask[3][16];
+    dcp_sample samples[3];
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < step_roll_lengths[k]; i++) {
+            tokens[k][i] = 1000 * (k + 1) + i;
+            labels[k][i] = positions[k][i] = i;
+            mask[k][i] = 1.0f;
+        }
+        samples[k] = (dcp_sample){tokens[k], labels[k], mask[k], positions[k], step_roll_lengths[k], NULL, 0,
+                                  step_roll_lengths[k], step_roll_lengths[k]};
+    }
+    dcp_step_input in = {samples, 3, DCP_FIELD_ALL};
+    dcp_step_args args;
+    memset(&args, 0, sizeof args);
+    args.world = &comm;
+    args.data_context_parallel = &comm;
+    const dcp_step_output *out = NULL;
+    t->status[rank] = dcp_step(ctx, &args, &in, &out);
+    for (int32_t m = 0; t->status[rank] == DCP_OK && m < out->num_microbatches; m++) {
+        const dcp_microbatch *mb = &out->microbatches[m];
+        int64_t rolled[64];
+        const void *fields[1] = {mb->tokens};
+        void *outs[1] = {rolled};
+        const size_t size8[1] = {8};
+        unsigned char exchange[4096];
+        if (mb->num_tokens > 64 || dcp_mtp_roll_exchange_bytes(mb->num_cu_seqlens, size8, 1, 2) > sizeof exchange) {
+            t->status[rank] = DCP_ERR_CAPACITY;
+            break;
+        }
+        t->status[rank] = dcp_mtp_roll(&comm, 1, rank - mb->cp_rank, mb->local_cp_size, DCP_CP_CONTIGUOUS,
+                                       mb->cu_seqlens_padded_host, mb->num_cu_seqlens, mb->num_tokens, fields, outs,
+                                       size8, 1, exchange);
+        for (int64_t j = 0; t->status[rank] == DCP_OK && j < mb->num_tokens; j++) {
+            if (mb->padding_mask[j]) continue;
+            const int64_t v = mb->tokens[j], k = v / 1000 - 1, i = v % 1000;
+            const int64_t want = i + 1 < step_roll_lengths[k] ? v + 1 : 0;
+            if (rolled[j] != want) {
+                dcp_test_fail(__FILE__, __LINE__, "rank %d microbatch %d slot %lld (token %lld): rolled %lld, want %lld",
+                              rank, m, (long long)j, (long long)v, (long long)rolled[j], (long long)want);
+                break;
+            }
+            t->checked[rank]++;
+        }
+    }
+    dcp_context_destroy(ctx);
+}
+
+DCP_TEST(contiguous_roll_of_a_contiguous_step)
+{
+    step_roll t;
+    memset(&t, 0, sizeof t);
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 30000, &t.world));
+    DCP_REQUIRE_OK(dcp_inproc_run(2, step_roll_rank, &t));
+    dcp_inproc_world_destroy(t.world);
+    for (int r = 0; r < 2; r++) DCP_CHECK_STATUS(t.status[r], DCP_OK);
+    DCP_CHECK_EQ_INT(t.checked[0] + t.checked[1], 5 + 9 + 4); /* every real token, once */
+}
