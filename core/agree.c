@@ -2,6 +2,7 @@
 #include "agree.h"
 
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -13,29 +14,51 @@ const char *dcp__comm_why(dcp_comm *comm, char *buffer, size_t size)
     return buffer;
 }
 
+/* A status this library can return (a backend's garbage is not one). */
+static int known_status(int64_t s)
+{
+    return s <= 0 && s >= INT32_MIN && strcmp(dcp_status_str((dcp_status)s), "DCP_ERR_UNKNOWN") != 0;
+}
+
+/* This rank's own message, kept while a new one is written around it. */
+static void keep_own(const dcp_error *err, char *own, size_t size)
+{
+    memcpy(own, err->message, size);
+    own[size - 1] = '\0';
+}
+
 dcp_status dcp__agree(dcp_comm *comm, dcp_status local, dcp_error *err, const char *who, const char *rank_name)
 {
     dcp_status agreed = DCP_OK;
     int32_t failed = -1;
     dcp_status st = comm->ops->agree(comm, local, &agreed, &failed);
+    char why[128], own[DCP_ERROR_MESSAGE_SIZE];
     if (st != DCP_OK) {
         /* the agreement's own outcome is the same on every rank that took part; a local error is not */
-        char why[128];
         if (local == DCP_OK)
             return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s%s", who, rank_name, comm->rank,
                              dcp_status_str(st), dcp__comm_why(comm, why, sizeof why));
-        char own[DCP_ERROR_MESSAGE_SIZE];
-        memcpy(own, err->message, sizeof own);
-        own[sizeof own - 1] = '\0';
+        keep_own(err, own, sizeof own);
         return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s%s (this rank had failed: %.120s)", who,
                          rank_name, comm->rank, dcp_status_str(st), dcp__comm_why(comm, why, sizeof why), own);
+    }
+    /* an agreement in which this rank failed cannot be OK, and an agreed failure names a rank of the group */
+    if ((agreed == DCP_OK && local != DCP_OK) || !known_status(agreed) ||
+        (agreed != DCP_OK && (failed < 0 || failed >= comm->size))) {
+        if (local == DCP_OK)
+            return dcp__fail(err, DCP_ERR_COMM,
+                             "%s: the communicator's agreement on %s %d is not believable (status %d, rank %d)%s", who,
+                             rank_name, comm->rank, (int)agreed, failed, dcp__comm_why(comm, why, sizeof why));
+        keep_own(err, own, sizeof own);
+        return dcp__fail(err, DCP_ERR_COMM,
+                         "%s: the communicator reported %s from the agreement although %s %d failed (%.120s): its "
+                         "result cannot be trusted",
+                         who, agreed == DCP_OK ? "every rank OK" : dcp_status_str(agreed), rank_name, comm->rank, own);
     }
     if (agreed == DCP_OK || (failed == comm->rank && agreed == local)) return agreed;
     if (local == DCP_OK)
         return dcp__fail(err, agreed, "%s: %s %d failed with %s", who, rank_name, failed, dcp_status_str(agreed));
-    char own[DCP_ERROR_MESSAGE_SIZE];
-    memcpy(own, err->message, sizeof own);
-    own[sizeof own - 1] = '\0';
+    keep_own(err, own, sizeof own);
     return dcp__fail(err, agreed, "%s: %s %d failed with %s (this rank also failed: %.160s)", who, rank_name, failed,
                      dcp_status_str(agreed), own);
 }
@@ -48,6 +71,58 @@ static const char *call_name(uint32_t kind)
     case DCP_CALL_MTP_ROLL: return "dcp_mtp_roll";
     default: return "an unknown call";
     }
+}
+
+/* no padding bytes: every byte of a record is a field the check covers */
+_Static_assert(sizeof(dcp_call_tag) == 112, "dcp_call_tag has padding");
+
+/* FNV-1a over bytes, then a final mix. */
+static uint64_t tag_hash(const dcp_call_tag *tag)
+{
+    const unsigned char *p = (const unsigned char *)tag;
+    uint64_t h = 14695981039346656037ull;
+    for (size_t i = 0; i < offsetof(dcp_call_tag, check); i++) h = (h ^ p[i]) * 1099511628211ull;
+    h ^= h >> 31;
+    h *= 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 29) ^ 0x5a5a5a5a5a5a5a5aull; /* an all-zero record never checks out */
+}
+
+void dcp__call_tag_init(dcp_call_tag *tag, uint32_t kind, uint64_t call, uint64_t step_id, uint64_t config_digest)
+{
+    memset(tag, 0, sizeof *tag);
+    tag->kind = kind;
+    tag->call = call;
+    tag->step_id = step_id;
+    tag->config_digest = config_digest;
+    tag->lane_rank = -1;
+}
+
+void dcp__call_tag_seal(dcp_call_tag *tag)
+{
+    tag->magic = DCP_CALL_TAG_MAGIC;
+    tag->check = tag_hash(tag);
+}
+
+int dcp__call_tag_valid(const dcp_call_tag *tag)
+{
+    return tag->magic == DCP_CALL_TAG_MAGIC && tag->check == tag_hash(tag) && known_status(tag->status);
+}
+
+/* DCP_OK when the record rank r's slot holds can be believed; else DCP_ERR_COMM, said. */
+static dcp_status check_record(dcp_comm *comm, const dcp_call_tag *mine, const dcp_call_tag *t, int32_t r,
+                               dcp_error *err, const char *who, const char *rank_name)
+{
+    char why[128];
+    const char *what = NULL;
+    if (!dcp__call_tag_valid(t)) what = "is not a record (zeroed, torn or garbage)";
+    else if (t->rank != r) what = "holds another rank's record";
+    else if (r == comm->rank && memcmp(t, mine, sizeof *t) != 0) what = "(this rank's own) came back altered";
+    else if (t->phase != mine->phase) what = "holds a record of another agreement (a stale buffer)";
+    if (!what) return DCP_OK;
+    return dcp__fail(err, DCP_ERR_COMM,
+                     "%s: the agreement's slot of %s %d %s: the communicator returned a result that cannot be "
+                     "trusted (a peer gone?)%s",
+                     who, rank_name, r, what, dcp__comm_why(comm, why, sizeof why));
 }
 
 /* DCP_OK when `theirs` (rank r's) matches `mine`; else the mismatch, described. */
@@ -66,14 +141,33 @@ static dcp_status compare_tags(const dcp_call_tag *mine, int32_t me, const dcp_c
     return DCP_OK;
 }
 
-dcp_status dcp__agree_call(dcp_comm *comm, const dcp_call_tag *mine, dcp_call_tag *tags, dcp_error *err,
+dcp_status dcp__agree_call(dcp_comm *comm, dcp_call_tag *mine, dcp_call_tag *tags, dcp_error *err,
                            const char *who, const char *rank_name)
 {
+    char why[128], own[DCP_ERROR_MESSAGE_SIZE];
+    mine->rank = comm->rank;
+    dcp__call_tag_seal(mine);
+    memset(tags, 0, (size_t)comm->size * sizeof *tags); /* a backend that writes nothing leaves no record */
     dcp_status st = comm->ops->allgather(comm, mine, sizeof *mine, tags);
-    char why[128];
-    if (st != DCP_OK)
-        return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s%s", who, rank_name, comm->rank,
-                         dcp_status_str(st), dcp__comm_why(comm, why, sizeof why));
+    if (st != DCP_OK) {
+        if (mine->status == DCP_OK)
+            return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s%s", who, rank_name, comm->rank,
+                             dcp_status_str(st), dcp__comm_why(comm, why, sizeof why));
+        keep_own(err, own, sizeof own);
+        return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s%s (this rank had failed: %.120s)", who,
+                         rank_name, comm->rank, dcp_status_str(st), dcp__comm_why(comm, why, sizeof why), own);
+    }
+    /* every record must be intact before any is read: garbage never reads as "OK" */
+    if (mine->status != DCP_OK) keep_own(err, own, sizeof own);
+    for (int32_t r = 0; r < comm->size; r++) {
+        dcp_status c = check_record(comm, mine, &tags[r], r, err, who, rank_name);
+        if (c == DCP_OK) continue;
+        if (mine->status != DCP_OK) {
+            size_t used = strlen(err->message);
+            snprintf(err->message + used, sizeof err->message - used, " (this rank had failed: %.80s)", own);
+        }
+        return c;
+    }
     /* every rank sees the same tags: the first mismatch against rank 0's, then the lowest failing rank */
     for (int32_t r = 1; r < comm->size; r++) {
         dcp_status m = compare_tags(&tags[0], 0, &tags[r], r, err, who, rank_name);
@@ -85,27 +179,37 @@ dcp_status dcp__agree_call(dcp_comm *comm, const dcp_call_tag *mine, dcp_call_ta
         if (r == comm->rank) return s; /* this rank's own message stands */
         if (mine->status == DCP_OK)
             return dcp__fail(err, s, "%s: %s %d failed with %s", who, rank_name, r, dcp_status_str(s));
-        char own[DCP_ERROR_MESSAGE_SIZE];
-        memcpy(own, err->message, sizeof own);
-        own[sizeof own - 1] = '\0';
+        keep_own(err, own, sizeof own);
         return dcp__fail(err, s, "%s: %s %d failed with %s (this rank also failed: %.160s)", who, rank_name, r,
                          dcp_status_str(s), own);
     }
-    return DCP_OK;
+    return mine->status; /* DCP_OK: the own record, checked above, says so */
 }
 
-dcp_status dcp__agree_call_small(dcp_comm *comm, const dcp_call_tag *mine, dcp_error *err, const char *who,
+dcp_status dcp__agree_call_small(dcp_comm *comm, dcp_call_tag *mine, dcp_error *err, const char *who,
                                  const char *rank_name)
 {
+    mine->rank = comm->rank;
+    dcp__call_tag_seal(mine);
     dcp_call_tag root = *mine;
+    if (comm->rank != 0) memset(&root, 0, sizeof root); /* a backend that writes nothing leaves no record */
     dcp_status st = comm->ops->broadcast(comm, &root, sizeof root, 0);
     char why[128];
-    if (st != DCP_OK)
-        return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s%s", who, rank_name, comm->rank,
-                         dcp_status_str(st), dcp__comm_why(comm, why, sizeof why));
+    if (st != DCP_OK) {
+        if (mine->status == DCP_OK)
+            return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s%s", who, rank_name, comm->rank,
+                             dcp_status_str(st), dcp__comm_why(comm, why, sizeof why));
+        char own[DCP_ERROR_MESSAGE_SIZE];
+        keep_own(err, own, sizeof own);
+        return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s%s (this rank had failed: %.120s)", who,
+                         rank_name, comm->rank, dcp_status_str(st), dcp__comm_why(comm, why, sizeof why), own);
+    }
     dcp_status local = (dcp_status)mine->status;
-    dcp_status m = compare_tags(mine, comm->rank, &root, 0, err, who, rank_name);
-    if (m != DCP_OK) local = m;
+    if (local == DCP_OK) {
+        dcp_status m = check_record(comm, mine, &root, 0, err, who, rank_name);
+        if (m == DCP_OK) m = compare_tags(mine, comm->rank, &root, 0, err, who, rank_name);
+        if (m != DCP_OK) local = m;
+    }
     return dcp__agree(comm, local, err, who, rank_name);
 }
 

@@ -37,6 +37,14 @@ static inline const void *dcp__sample_field(const dcp_sample *s, int f)
 /* Bytes one token takes over the fields in the mask. */
 size_t dcp__bytes_per_token(uint32_t fields);
 
+/*
+ * The fields of a mask by name, for messages: "tokens, labels", "none", and
+ * bits outside DCP_FIELD_ALL as "bits 0x30".  Always terminated; returns `buffer`.
+ * 80 bytes hold every mask.
+ */
+#define DCP_FIELD_NAMES_SIZE 80
+const char *dcp__field_names(uint32_t fields, char *buffer, size_t size);
+
 /* One microbatch's row of a body's table. */
 typedef struct dcp_body_row {
     int64_t token_offset, num_tokens, cu_offset, num_cu_seqlens;

@@ -78,6 +78,7 @@ typedef struct rank_slot {
     int64_t call_ns;       /* when the rank called the collective */
     announcement a;
     char why[128];         /* why its last collective failed; "" after a success */
+    int busy;              /* a thread is inside a collective as this rank */
 } rank_slot;
 
 typedef struct abort_record {
@@ -345,6 +346,18 @@ static dcp_status collective(rank_slot *me, const announcement *a, dcp_status lo
     dcp_status status;
     int32_t failed;
     pthread_mutex_lock(&w->mutex);
+    if (me->busy) {
+        /* a second thread calling as this rank (a caller bug: it took another rank's handle): it must not take
+           part, or the slot's state would be two calls' at once and one thread could wait forever.  It fails at
+           once; the first goes on and times out waiting for the rank that never came. */
+        snprintf(me->why, sizeof me->why,
+                 "rank %d's handle is already in a collective on another thread (two threads calling as one rank)",
+                 me->rank);
+        pthread_mutex_unlock(&w->mutex);
+        if (failed_rank) *failed_rank = me->rank;
+        return DCP_ERR_INVALID_ARGUMENT;
+    }
+    me->busy = 1;
     const uint64_t k = me->seq++;
     const dcp_inproc_fault fault = me->fault;
     me->fault = DCP_FAULT_NONE;
@@ -400,6 +413,7 @@ static dcp_status collective(rank_slot *me, const announcement *a, dcp_status lo
         failed = me->failed_rank;
     }
     describe(me, k, status, failed, fault);
+    me->busy = 0;
     pthread_mutex_unlock(&w->mutex);
     if (failed_rank) *failed_rank = failed;
     return status;

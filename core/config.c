@@ -1,6 +1,8 @@
 /* config.c - configuration defaults and validation, scheduler and step-model names, the cost model. */
 #include "dcpack.h"
 #include "cost.h"
+#include "body.h"
+#include "error.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -131,9 +133,12 @@ int32_t dcp_config_num_ranks(const dcp_config *config)
 
 static int is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
+/* The message into the caller's buffer: cut after a whole word, marked "...", when it does not fit. */
 #define REJECT(status, ...)                                                                        \
     do {                                                                                           \
-        if (message && message_size) snprintf(message, message_size, __VA_ARGS__);               \
+        if (message && message_size &&                                                             \
+            (size_t)snprintf(message, message_size, __VA_ARGS__) >= message_size)                 \
+            dcp__message_cut(message, message_size);                                               \
         return (status);                                                                           \
     } while (0)
 
@@ -184,6 +189,17 @@ dcp_status dcp_config_validate(const dcp_config *c, char *message, size_t messag
     if (c->fields & ~(uint32_t)DCP_FIELD_ALL)
         REJECT(DCP_ERR_INVALID_CONFIG, "fields 0x%x has bits outside DCP_FIELD_ALL (0x%x)", c->fields,
                (unsigned)DCP_FIELD_ALL);
+    /*
+     * A context that steps serves every PP stage of the job: stage 0 takes tokens and position_ids,
+     * the last stage labels and loss_mask (at PP 1 one stage takes all four).  A set without one of
+     * them would pass here and fail every step of the stage that needs it.
+     */
+    if (c->max_tokens_per_rank > 0 && (c->fields & DCP_FIELD_ALL) != DCP_FIELD_ALL) {
+        char has[DCP_FIELD_NAMES_SIZE], lacks[DCP_FIELD_NAMES_SIZE];
+        REJECT(DCP_ERR_INVALID_CONFIG,
+               "fields (%s) lack %s: a context that steps needs all four (max_tokens_per_rank 0 only plans)",
+               dcp__field_names(c->fields, has, sizeof has), dcp__field_names(~c->fields & DCP_FIELD_ALL, lacks, sizeof lacks));
+    }
 
     if (c->pad_to_max_seqlen != 0 && c->pad_to_max_seqlen != 1)
         REJECT(DCP_ERR_INVALID_CONFIG, "pad_to_max_seqlen must be 0 or 1, got %d", c->pad_to_max_seqlen);

@@ -11,7 +11,12 @@
 
 #include "dcpack.h"
 
-#define DCP_ERROR_MESSAGE_SIZE 256
+/*
+ * Room for the longest message a call composes: an agreement's prefix, the
+ * communicator's reason and this rank's own message inside it.  A message
+ * longer than this still ends on a whole word, marked "..." (dcp__fail).
+ */
+#define DCP_ERROR_MESSAGE_SIZE 512
 
 typedef struct dcp_error {
     char message[DCP_ERROR_MESSAGE_SIZE];
@@ -23,8 +28,15 @@ typedef struct dcp_error {
 #define DCP_PRINTF(fmt, args)
 #endif
 
-/* Record a message (may be NULL err) and return `status`. */
+/*
+ * Record a message (may be NULL err) and return `status`.  A message that
+ * does not fit is cut after its last whole word and ends in "...", never
+ * in the middle of a word or a number.
+ */
 dcp_status dcp__fail(dcp_error *err, dcp_status status, const char *format, ...) DCP_PRINTF(3, 4);
+
+/* Cut `message`, which filled `size` bytes, after its last whole word and end it in "...". */
+void dcp__message_cut(char *message, size_t size);
 
 /*
  * The last-error recorder: copy a failure into a caller's last-error text

@@ -12,9 +12,10 @@
 int64_t dcp_gdn_padded_rows(int64_t rows, int32_t alignment)
 {
     if (rows <= 0 || alignment <= 0) return rows < 0 ? 0 : rows;
-    int64_t a = alignment;
-    if (rows > INT64_MAX - (a - 1)) return INT64_MAX;
-    return (rows + a - 1) / a * a;
+    const int64_t a = alignment, rest = rows % a;
+    if (rest == 0) return rows;
+    /* the next multiple of a above rows, or INT64_MAX when there is none: never a signed overflow */
+    return rows > INT64_MAX - (a - rest) ? INT64_MAX : rows + (a - rest);
 }
 
 dcp_status dcp__gdn_pad_check(const void *in, int64_t rows, size_t row_bytes, int32_t alignment, int has_cu,
@@ -46,6 +47,9 @@ dcp_status dcp_gdn_pad(const void *in, int64_t rows, size_t row_bytes, int32_t a
     if (s != DCP_OK) return s;
     int64_t pad = dcp_gdn_padded_rows(rows, alignment) - rows;
     if (cu) {
+        /* cu_seqlens describe these rows: they start at 0, never decrease and end at `rows` (else the
+           padded last entry would point past the buffer, or short of its last real rows) */
+        if (cu[0] != 0 || (int64_t)cu[num_cu - 1] != rows) return DCP_ERR_CORRUPT_INPUT;
         for (int32_t k = 1; k < num_cu; k++)
             if (cu[k] < cu[k - 1]) return DCP_ERR_CORRUPT_INPUT;
         if ((int64_t)cu[num_cu - 1] + pad > INT32_MAX) return DCP_ERR_OVERFLOW;

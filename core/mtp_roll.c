@@ -5,6 +5,7 @@
 #include "mtp_roll.h"
 #include "agree.h"
 
+#include <stddef.h>
 #include <string.h>
 
 static size_t round8(size_t v) { return (v + 7) & ~(size_t)7; }
@@ -19,7 +20,9 @@ void dcp__mtp_roll_layout_compute(int32_t n, const size_t *elem_size, int32_t nu
         l->field_offset[f] = at;
         at += round8((size_t)n * elem_size[f]);
     }
-    l->section = at;
+    l->trailer = at;
+    l->section = at + sizeof(dcp_mtp_roll_trailer);
+    at = l->section;
     l->to_prev = 0;
     l->to_next = at;
     l->from_prev = 2 * at;
@@ -27,20 +30,56 @@ void dcp__mtp_roll_layout_compute(int32_t n, const size_t *elem_size, int32_t nu
     l->data_bytes = 4 * at;
 }
 
+/* Values per field in a section: one per sequence, and at least one (the contiguous roll's first value). */
+static int32_t section_values(int32_t num_cu) { return num_cu > 2 ? num_cu - 1 : 1; }
+
+#define TRAILER_MAGIC 0x44434d52u /* "DCMR" */
+
+static uint64_t bytes_hash(const unsigned char *p, size_t n, uint64_t h)
+{
+    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
+    return h;
+}
+
+static uint64_t trailer_check(const dcp_mtp_roll_trailer *t)
+{
+    uint64_t h = bytes_hash((const unsigned char *)t, offsetof(dcp_mtp_roll_trailer, check), 0xcbf29ce484222325ull);
+    return (h ^ (h >> 29)) * 0x9E3779B97F4A7C15ull ^ 0x1234567887654321ull;
+}
+
+void dcp__mtp_roll_seal(unsigned char *section, const dcp_mtp_roll_layout *l, int32_t sender, uint64_t call)
+{
+    dcp_mtp_roll_trailer t = {TRAILER_MAGIC, sender, call, bytes_hash(section, l->trailer, 0xcbf29ce484222325ull), 0};
+    t.check = trailer_check(&t);
+    memcpy(section + l->trailer, &t, sizeof t);
+}
+
+dcp_status dcp__mtp_roll_unseal(const unsigned char *section, const dcp_mtp_roll_layout *l, int32_t sender,
+                                uint64_t call)
+{
+    dcp_mtp_roll_trailer t;
+    memcpy(&t, section + l->trailer, sizeof t);
+    if (t.magic != TRAILER_MAGIC || t.check != trailer_check(&t) || t.sender != sender || t.call != call ||
+        t.hash != bytes_hash(section, l->trailer, 0xcbf29ce484222325ull))
+        return DCP_ERR_COMM;
+    return DCP_OK;
+}
+
 size_t dcp_mtp_roll_exchange_bytes(int32_t num_cu_seqlens, const size_t *elem_size, int32_t num_fields,
                                    int32_t comm_size)
 {
     size_t bytes = 0;
-    if (num_cu_seqlens > 1 && elem_size && num_fields > 0 && num_fields <= DCP_MTP_ROLL_MAX_FIELDS) {
+    if (num_cu_seqlens > 0 && elem_size && num_fields > 0 && num_fields <= DCP_MTP_ROLL_MAX_FIELDS) {
         dcp_mtp_roll_layout l;
-        dcp__mtp_roll_layout_compute(num_cu_seqlens - 1, elem_size, num_fields, &l);
+        dcp__mtp_roll_layout_compute(section_values(num_cu_seqlens), elem_size, num_fields, &l);
         bytes = l.data_bytes;
     }
     if (comm_size > 0) bytes += 4 * (size_t)comm_size * sizeof(size_t);
     return bytes;
 }
 
-dcp_status dcp__mtp_roll_check(const dcp_comm *comm, int32_t first, int32_t cp, const int32_t *cu, int32_t num_cu,
+dcp_status dcp__mtp_roll_check(const dcp_comm *comm, int32_t first, int32_t cp, dcp_cp_partition partition,
+                              const int32_t *cu, int32_t num_cu,
                               int64_t num_tokens, const void *const *fields, void *const *out,
                               const size_t *elem_size, int32_t num_fields, dcp_error *err)
 {
@@ -51,6 +90,9 @@ dcp_status dcp__mtp_roll_check(const dcp_comm *comm, int32_t first, int32_t cp, 
                         DCP_MTP_ROLL_MAX_FIELDS);
     if (cp < 1 || (cp & (cp - 1)) != 0)
         return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "mtp_roll: CP size %d is not a power of two", cp);
+    if (partition != DCP_CP_ZIGZAG && partition != DCP_CP_CONTIGUOUS)
+        return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "mtp_roll: partition %d is not zigzag(0) or contiguous(1)",
+                         (int)partition);
     if (!comm && cp != 1)
         return dcp__fail(err, DCP_ERR_NULL_POINTER, "mtp_roll: a CP group of %d ranks needs a communicator", cp);
     if (comm && (!comm->ops || first < 0 || comm->rank < first || comm->rank >= first + cp ||
@@ -74,7 +116,7 @@ dcp_status dcp__mtp_roll_check(const dcp_comm *comm, int32_t first, int32_t cp, 
         if (span < 0)
             return dcp__fail(err, DCP_ERR_CORRUPT_INPUT, "mtp_roll: cu_seqlens_padded decreases at %d (%d -> %d)", k + 1,
                             cu[k], cu[k + 1]);
-        if (cp > 1 && span % (2 * (int64_t)cp) != 0)
+        if (cp > 1 && partition == DCP_CP_ZIGZAG && span % (2 * (int64_t)cp) != 0)
             return dcp__fail(err, DCP_ERR_CORRUPT_INPUT,
                             "mtp_roll: sequence %d spans %lld slots, not a multiple of 2 * cp = %d", k,
                             (long long)span, 2 * cp);
@@ -135,6 +177,21 @@ void dcp__mtp_roll_apply_cpu(const void *field, void *out, size_t e, const int32
     shift_span(in, o, e, cu[n] / cp, num_tokens, NULL);
 }
 
+void dcp__mtp_roll_apply_contiguous_cpu(const void *field, void *out, size_t e, const int32_t *cu, int32_t n,
+                                       int64_t num_tokens, int32_t cp, int32_t cp_rank, const void *from_next)
+{
+    const unsigned char *in = (const unsigned char *)field;
+    unsigned char *o = (unsigned char *)out;
+    const int64_t lo = (int64_t)cp_rank * num_tokens, hi = lo + num_tokens;
+    for (int32_t k = 0; k <= n; k++) { /* sequence k, then (k == n) the tail */
+        const int64_t a = cu[k], b = k < n ? cu[k + 1] : (int64_t)cp * num_tokens;
+        const int64_t from = a > lo ? a : lo, to = b < hi ? b : hi;
+        if (to <= from) continue;
+        /* the segment goes on past this rank: its last slot here takes the next rank's first value */
+        shift_span(in, o, e, from - lo, to - lo, b > hi ? from_next : NULL);
+    }
+}
+
 dcp_status dcp__mtp_roll_exchange(dcp_comm *comm, int32_t first, int32_t cp, const dcp_mtp_roll_layout *l,
                                  void *exchange, size_t *counts, dcp_error *err)
 {
@@ -161,53 +218,71 @@ dcp_status dcp__mtp_roll_exchange(dcp_comm *comm, int32_t first, int32_t cp, con
     return DCP_OK;
 }
 
-dcp_status dcp__mtp_roll_agree(dcp_comm *comm, dcp_status local)
+dcp_status dcp__mtp_roll_agree(dcp_comm *comm, uint64_t step_id, dcp_cp_partition partition, dcp_status local,
+                               uint64_t *call_out)
 {
     if (!comm) return local;
     const uint64_t call = comm->calls++; /* counts a roll that fails here alone too */
+    *call_out = call;
     if (!comm->ops) return local != DCP_OK ? local : DCP_ERR_NULL_POINTER; /* nobody to tell */
     /* the roll's tag: the count of rolls over this handle, so a rank that skipped one is caught here */
     dcp_call_tag tag;
-    memset(&tag, 0, sizeof tag);
-    tag.kind = DCP_CALL_MTP_ROLL;
+    dcp__call_tag_init(&tag, DCP_CALL_MTP_ROLL, call, step_id, 1 + (uint64_t)partition);
     tag.status = local;
-    tag.call = call;
     dcp_error err;
     dcp__error_clear(&err);
     return dcp__agree_call_small(comm, &tag, &err, "mtp_roll", "rank");
 }
 
-dcp_status dcp_mtp_roll(dcp_comm *comm, int32_t first, int32_t cp, const int32_t *cu, int32_t num_cu,
-                        int64_t num_tokens, const void *const *fields, void *const *out, const size_t *elem_size,
-                        int32_t num_fields, void *exchange)
+dcp_status dcp_mtp_roll(dcp_comm *comm, uint64_t step_id, int32_t first, int32_t cp, dcp_cp_partition partition,
+                        const int32_t *cu, int32_t num_cu, int64_t num_tokens, const void *const *fields,
+                        void *const *out, const size_t *elem_size, int32_t num_fields, void *exchange)
 {
-    dcp_status s = cu ? dcp__mtp_roll_check(comm, first, cp, cu, num_cu, num_tokens, fields, out, elem_size, num_fields,
-                                           NULL)
+    dcp_status s = cu ? dcp__mtp_roll_check(comm, first, cp, partition, cu, num_cu, num_tokens, fields, out, elem_size,
+                                           num_fields, NULL)
                       : DCP_ERR_NULL_POINTER;
     if (s == DCP_OK && comm && !exchange) s = DCP_ERR_NULL_POINTER;
     const int32_t n = num_cu - 1, r = comm ? comm->rank - first : 0;
+    const int contiguous = partition == DCP_CP_CONTIGUOUS && cp > 1;
     dcp_mtp_roll_layout l = {0};
     unsigned char *x = (unsigned char *)exchange;
-    if (s == DCP_OK) {
-        dcp__mtp_roll_layout_compute(n, elem_size, num_fields, &l);
-        for (int32_t f = 0; f < num_fields && cp > 1; f++)
-            dcp__mtp_roll_boundary_cpu(fields[f], elem_size[f], cu, n, cp, x + l.to_prev + l.field_offset[f],
-                                      x + l.to_next + l.field_offset[f]);
+    if (s == DCP_OK && comm) {
+        dcp__mtp_roll_layout_compute(section_values(num_cu), elem_size, num_fields, &l);
+        memset(x, 0, l.data_bytes);
+        for (int32_t f = 0; f < num_fields && cp > 1; f++) {
+            if (contiguous) { /* the first value, for the previous rank's last slot */
+                if (num_tokens > 0) memcpy(x + l.to_prev + l.field_offset[f], fields[f], elem_size[f]);
+            } else {
+                dcp__mtp_roll_boundary_cpu(fields[f], elem_size[f], cu, n, cp, x + l.to_prev + l.field_offset[f],
+                                          x + l.to_next + l.field_offset[f]);
+            }
+        }
     }
     const dcp_status local = s;
-    s = dcp__mtp_roll_agree(comm, local);
+    uint64_t call = 0;
+    s = dcp__mtp_roll_agree(comm, step_id, partition, local, &call);
     if (s == DCP_OK) s = local;
     if (s != DCP_OK) return s;
     if (comm) {
+        dcp__mtp_roll_seal(x + l.to_prev, &l, comm->rank, call);
+        dcp__mtp_roll_seal(x + l.to_next, &l, comm->rank, call);
         size_t *counts = (size_t *)(x + l.data_bytes);
         s = dcp__mtp_roll_exchange(comm, first, cp, &l, x, counts, NULL);
         if (s != DCP_OK) return s;
+        /* what arrived must be what the neighbours sealed: never roll a lying communicator's bytes in */
+        if (cp > 1 && ((r > 0 && dcp__mtp_roll_unseal(x + l.from_prev, &l, comm->rank - 1, call) != DCP_OK) ||
+                       (r < cp - 1 && dcp__mtp_roll_unseal(x + l.from_next, &l, comm->rank + 1, call) != DCP_OK)))
+            return DCP_ERR_COMM;
     }
     for (int32_t f = 0; f < num_fields; f++) {
         size_t o = l.field_offset[f];
-        dcp__mtp_roll_apply_cpu(fields[f], out[f], elem_size[f], cu, n, num_tokens, cp, r,
-                               x ? x + l.to_next + o : NULL, x ? x + l.from_next + o : NULL,
-                               x ? x + l.from_prev + o : NULL);
+        if (contiguous)
+            dcp__mtp_roll_apply_contiguous_cpu(fields[f], out[f], elem_size[f], cu, n, num_tokens, cp, r,
+                                              r < cp - 1 ? x + l.from_next + o : NULL);
+        else
+            dcp__mtp_roll_apply_cpu(fields[f], out[f], elem_size[f], cu, n, num_tokens, cp, r,
+                                   x ? x + l.to_next + o : NULL, x ? x + l.from_next + o : NULL,
+                                   x ? x + l.from_prev + o : NULL);
     }
     return DCP_OK;
 }

@@ -12,6 +12,19 @@
  * global chunk cp_rank, [s+c, s+2c) global chunk 2*cp-1-cp_rank.  With cp == 1
  * the span [s, s+L) is the whole sequence.  Slots at or past cu[n] / cp
  * (n = num_cu_seqlens - 1) are the tail, rolled as one more sequence.
+ *
+ * Contiguous layout (DCP_CP_CONTIGUOUS): rank r holds global slots
+ * [r * num_tokens, (r+1) * num_tokens) of the packed microbatch.  A sequence
+ * (or the tail, [cu[n], cp * num_tokens)) that runs on past this rank's last
+ * slot needs the next rank's first slot: each rank sends its first value of
+ * each field to the previous rank (to_prev[0]); nothing else travels.
+ *
+ * Every section ends with a sealed trailer (the sender's rank, the roll's
+ * call count, a hash of the section's values): a section that arrives
+ * zeroed, stale or garbled from a communicator that "succeeded" without its
+ * peer fails the roll (DCP_ERR_COMM) instead of rolling wrong values in.
+ * The host roll checks it; the device roll cannot read its sections without
+ * a synchronisation and trusts them.
  */
 #ifndef DCP_MTP_ROLL_H
 #define DCP_MTP_ROLL_H
@@ -27,7 +40,9 @@ typedef struct dcp_mtp_roll_layout {
     int32_t num_sequences;
     int32_t num_fields;
     size_t field_offset[DCP_MTP_ROLL_MAX_FIELDS]; /* within a section */
-    size_t section;                               /* bytes of one section: every field's n values, 8-aligned */
+    size_t section;                               /* bytes of one section: every field's n values, 8-aligned,
+                                                     then the trailer */
+    size_t trailer;                               /* where the trailer sits within a section */
     size_t to_prev, to_next, from_prev, from_next;  /* section starts */
     size_t data_bytes;                            /* 4 sections */
 } dcp_mtp_roll_layout;
@@ -35,8 +50,28 @@ typedef struct dcp_mtp_roll_layout {
 void dcp__mtp_roll_layout_compute(int32_t num_sequences, const size_t *elem_size, int32_t num_fields,
                                  dcp_mtp_roll_layout *layout);
 
+/* A section's trailer (see above). */
+typedef struct dcp_mtp_roll_trailer {
+    uint32_t magic;
+    int32_t sender;
+    uint64_t call;
+    uint64_t hash;
+    uint64_t check;
+} dcp_mtp_roll_trailer;
+
+/* Seal the section at `section` (host memory) as sent by `sender` in roll `call`. */
+void dcp__mtp_roll_seal(unsigned char *section, const dcp_mtp_roll_layout *layout, int32_t sender, uint64_t call);
+/* DCP_OK when the section at `section` was sealed by `sender` in roll `call` and arrived whole; else DCP_ERR_COMM. */
+dcp_status dcp__mtp_roll_unseal(const unsigned char *section, const dcp_mtp_roll_layout *layout, int32_t sender,
+                                uint64_t call);
+
+/* The contiguous roll (host): see the layout above.  from_next: the next rank's first value (NULL on the last). */
+void dcp__mtp_roll_apply_contiguous_cpu(const void *field, void *out, size_t elem_size, const int32_t *cu, int32_t n,
+                                       int64_t num_tokens, int32_t cp, int32_t cp_rank, const void *from_next);
+
 /* Host-side checks of the arguments and of cu_seqlens_padded (when not NULL). */
-dcp_status dcp__mtp_roll_check(const dcp_comm *comm, int32_t group_first_rank, int32_t cp, const int32_t *cu,
+dcp_status dcp__mtp_roll_check(const dcp_comm *comm, int32_t group_first_rank, int32_t cp,
+                              dcp_cp_partition partition, const int32_t *cu,
                               int32_t num_cu_seqlens, int64_t num_tokens, const void *const *fields,
                               void *const *out, const size_t *elem_size, int32_t num_fields, dcp_error *err);
 
@@ -74,9 +109,12 @@ dcp_status dcp__mtp_roll_exchange(dcp_comm *comm, int32_t group_first_rank, int3
  * rank's status, or the communicator's failure.  A rank that cannot take part
  * in the exchange thus never leaves its peers pairing their exchange with its
  * next call.  The agreement carries the count of rolls made over this handle
- * (dcp_comm.calls), so ranks whose counts differ (one skipped a roll) all
- * return DCP_ERR_OUT_OF_STEP.  Without comm (cp 1): the local status.
+ * (dcp_comm.calls), the caller's step id and the partition, so ranks whose
+ * counts or step ids differ (one skipped a roll) all return
+ * DCP_ERR_OUT_OF_STEP.  Without comm (cp 1): the local status.  *call is the
+ * roll's count (for the trailers).
  */
-dcp_status dcp__mtp_roll_agree(dcp_comm *comm, dcp_status local);
+dcp_status dcp__mtp_roll_agree(dcp_comm *comm, uint64_t step_id, dcp_cp_partition partition, dcp_status local,
+                               uint64_t *call);
 
 #endif

@@ -31,13 +31,27 @@ const char *dcp_status_str(dcp_status status)
     return "DCP_ERR_UNKNOWN";
 }
 
+void dcp__message_cut(char *message, size_t size)
+{
+    static const char mark[] = "...";
+    if (size < sizeof mark + 1) return;
+    /* room for the mark, then back to the end of the last whole word before it */
+    size_t end = size - sizeof mark;
+    if (message[end] != ' ')
+        while (end > 0 && message[end - 1] != ' ') end--;
+    while (end > 0 && message[end - 1] == ' ') end--;
+    if (end == 0) end = size - sizeof mark; /* one word longer than the buffer: cut it */
+    memcpy(message + end, mark, sizeof mark);
+}
+
 dcp_status dcp__fail(dcp_error *err, dcp_status status, const char *format, ...)
 {
     if (err) {
         va_list args;
         va_start(args, format);
-        vsnprintf(err->message, sizeof err->message, format, args);
+        int n = vsnprintf(err->message, sizeof err->message, format, args);
         va_end(args);
+        if (n >= (int)sizeof err->message) dcp__message_cut(err->message, sizeof err->message);
     }
     return status;
 }

@@ -31,7 +31,7 @@ static void gather_good_input(dcp_context *ctx, dcp_comm *comm)
     const int32_t cu[4] = {0, 5, 5, 12};
     const int32_t *lengths, *offsets;
     int32_t count = -1;
-    dcp_status st = dcp_gather_packed(ctx, comm, cu, 4, 12, &lengths, &count, &offsets);
+    dcp_status st = dcp_gather_packed(ctx, comm, 0, cu, 4, 12, &lengths, &count, &offsets);
     DCP_FUZZ_ASSERT(st == DCP_OK, "good input after a failure: %s: %s", dcp_status_str(st),
                     dcp_context_last_error(ctx));
     DCP_FUZZ_ASSERT(count == 2 && lengths[0] == 5 && lengths[1] == 7 && offsets[0] == 0 && offsets[1] == 2,
@@ -74,7 +74,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const int32_t *lengths = NULL, *offsets = NULL;
     int32_t num = -1;
     dcp_status st =
-        dcp_gather_packed(ctx, &comm, null_pointer ? NULL : cu, passed, total_tokens, &lengths, &num, &offsets);
+        dcp_gather_packed(ctx, &comm, 0, null_pointer ? NULL : cu, passed, total_tokens, &lengths, &num, &offsets);
     if (well_formed && count <= config.max_sequences) {
         DCP_FUZZ_ASSERT(st == DCP_OK, "well-formed input refused: %s: %s", dcp_status_str(st),
                         dcp_context_last_error(ctx));

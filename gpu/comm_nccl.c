@@ -12,6 +12,17 @@
  * cudaMemcpyAsync.  A communicator of one rank makes no NCCL call at all (see
  * copy_own).  Nothing here allocates after init; what init takes comes from
  * alloc/.  Builds without NCCL compile no_nccl.c instead.
+ *
+ * A lost peer.  Once a peer is gone (its process died, the communicator was
+ * aborted, NCCL reported an asynchronous error) what a collective leaves in
+ * its output is not data: a kernel that returns early writes nothing, or
+ * part.  Every such path fails the call and marks the communicator broken
+ * (only abort/destroy are allowed then); host outputs are staged through a
+ * buffer zeroed before each collective, so a collective that wrote nothing
+ * hands back zeros, never the previous call's bytes; and the agreement reads
+ * no reduced value at all: every rank contributes a sealed record (magic,
+ * its rank, its status, the communicator's count of agreements, a check)
+ * and a record that does not check out fails the call with DCP_ERR_COMM.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "dcpack.h"
@@ -35,8 +46,8 @@ typedef struct nccl_impl {
     int broken; /* timed out or failed asynchronously: only abort/destroy are allowed */
     int32_t timeout_ms;
     size_t staging_bytes;
-    unsigned char *staging; /* device: [staging_bytes][agree word] */
-    int64_t *agree_word;
+    unsigned char *staging; /* device: [staging_bytes][256 spare bytes] */
+    uint64_t agreements;    /* op_agree calls that reached NCCL: every rank's count is the same */
     dcp_nccl_options options;
     char message[256];
 } nccl_impl;
@@ -200,6 +211,7 @@ static dcp_status op_allgather(dcp_comm *comm, const void *send, size_t bytes, v
         return fail(c, DCP_ERR_CAPACITY, "all-gather of %zu host bytes exceeds the %zu-byte staging buffer", total,
                     c->staging_bytes);
     unsigned char *mine = c->staging + (size_t)comm->rank * bytes;
+    CUDA_TRY(c, cudaMemsetAsync(c->staging, 0, total, c->stream)); /* what no peer writes reads as zeros */
     CUDA_TRY(c, cudaMemcpyAsync(mine, send, bytes, cudaMemcpyHostToDevice, c->stream));
     NCCL_TRY(c, ncclAllGather(mine, c->staging, bytes, ncclUint8, c->comm, c->stream));
     if ((s = wait_stream(c)) != DCP_OK) return s;
@@ -232,6 +244,7 @@ static dcp_status op_allgatherv(dcp_comm *comm, const void *send, size_t send_by
             return fail(c, DCP_ERR_CAPACITY, "all-gather-v of %zu host bytes exceeds the %zu-byte staging buffer",
                         extent, c->staging_bytes);
         base = c->staging;
+        CUDA_TRY(c, cudaMemsetAsync(base, 0, extent, c->stream)); /* what no peer writes reads as zeros */
         if (send_bytes)
             CUDA_TRY(c, cudaMemcpyAsync(base + recv_offsets[me], send, send_bytes, cudaMemcpyHostToDevice, c->stream));
         from = base + recv_offsets[me];
@@ -294,6 +307,7 @@ static dcp_status op_alltoallv(dcp_comm *comm, const void *send, const size_t *s
             return fail(c, DCP_ERR_CAPACITY, "all-to-all-v of %zu + %zu host bytes exceeds the %zu-byte staging buffer",
                         send_extent, recv_extent, c->staging_bytes);
         if (send_extent) CUDA_TRY(c, cudaMemcpyAsync(c->staging, send, send_extent, cudaMemcpyHostToDevice, c->stream));
+        if (recv_extent) CUDA_TRY(c, cudaMemsetAsync(c->staging + in_at, 0, recv_extent, c->stream));
         out = c->staging;
         in = c->staging + in_at;
     }
@@ -338,34 +352,92 @@ static dcp_status op_broadcast(dcp_comm *comm, void *buffer, size_t bytes, int32
         return fail(c, DCP_ERR_CAPACITY, "broadcast of %zu host bytes exceeds the %zu-byte staging buffer", bytes,
                     c->staging_bytes);
     if (comm->rank == root) CUDA_TRY(c, cudaMemcpyAsync(c->staging, buffer, bytes, cudaMemcpyHostToDevice, c->stream));
+    else CUDA_TRY(c, cudaMemsetAsync(c->staging, 0, bytes, c->stream)); /* a broadcast that wrote nothing: zeros */
     NCCL_TRY(c, ncclBroadcast(c->staging, c->staging, bytes, ncclUint8, root, c->comm, c->stream));
     if ((s = wait_stream(c)) != DCP_OK) return s;
     return comm->rank != root ? to_host(c, buffer, c->staging, bytes) : DCP_OK;
 }
 
-/* key = OK ? INT64_MAX : rank << 16 | -status; the minimum over ranks names the lowest failing rank. */
+/* One rank's record in an agreement (see the file's comment). */
+typedef struct agree_record {
+    uint32_t magic;
+    int32_t rank;
+    int32_t status;
+    uint32_t zero;
+    uint64_t agreement; /* the communicator's count of agreements */
+    uint64_t check;
+} agree_record;
+
+#define AGREE_MAGIC 0x44434147u /* "DCAG" */
+
+static uint64_t record_check(const agree_record *r)
+{
+    uint64_t v[3] = {(uint64_t)r->magic << 32 | (uint32_t)r->rank, (uint64_t)(uint32_t)r->status << 32 | r->zero,
+                     r->agreement};
+    uint64_t x = 0x452821E638D01377ull;
+    for (int i = 0; i < 3; i++) {
+        x = (x ^ v[i]) * 0x9E3779B97F4A7C15ull;
+        x ^= x >> 31;
+    }
+    return x;
+}
+
+/*
+ * Every rank's sealed record, all-gathered through the zeroed staging buffer and read back a block at a
+ * time; the lowest failing rank is the agreed outcome.  A record that does not check out (zeros where a
+ * peer wrote nothing, another agreement's, garbage) fails the call: DCP_ERR_COMM, the communicator broken.
+ */
 static dcp_status op_agree(dcp_comm *comm, dcp_status local, dcp_status *agreed, int32_t *failed_rank)
 {
     nccl_impl *c = NULL;
     dcp_status s = begin(comm, &c);
     if (s != DCP_OK) return s;
+    const int no_output = !agreed || !failed_rank; /* still takes part, as a failure, so no peer waits in vain */
+    if (no_output) local = DCP_ERR_NULL_POINTER;
     if (comm->size == 1) {
+        if (no_output) return fail(c, DCP_ERR_NULL_POINTER, "agree: a NULL output");
         *agreed = local;
         *failed_rank = local == DCP_OK ? -1 : comm->rank;
         return DCP_OK;
     }
-    int64_t key = local == DCP_OK ? INT64_MAX : ((int64_t)comm->rank << 16) | (int64_t)(-(int)local & 0xFFFF);
-    CUDA_TRY(c, cudaMemcpyAsync(c->agree_word, &key, sizeof key, cudaMemcpyHostToDevice, c->stream));
-    NCCL_TRY(c, ncclAllReduce(c->agree_word, c->agree_word, 1, ncclInt64, ncclMin, c->comm, c->stream));
+    const size_t n = (size_t)comm->size, total = n * sizeof(agree_record);
+    if (total > c->staging_bytes)
+        return fail(c, DCP_ERR_CAPACITY, "agreement of %zu ranks exceeds the %zu-byte staging buffer", n,
+                    c->staging_bytes);
+    agree_record mine = {AGREE_MAGIC, comm->rank, (int32_t)local, 0, ++c->agreements, 0};
+    mine.check = record_check(&mine);
+    unsigned char *slot = c->staging + (size_t)comm->rank * sizeof mine;
+    CUDA_TRY(c, cudaMemsetAsync(c->staging, 0, total, c->stream));
+    CUDA_TRY(c, cudaMemcpyAsync(slot, &mine, sizeof mine, cudaMemcpyHostToDevice, c->stream));
+    NCCL_TRY(c, ncclAllGather(slot, c->staging, sizeof mine, ncclUint8, c->comm, c->stream));
     if ((s = wait_stream(c)) != DCP_OK) return s;
-    if ((s = to_host(c, &key, c->agree_word, sizeof key)) != DCP_OK) return s;
-    if (key == INT64_MAX) {
-        *agreed = DCP_OK;
-        *failed_rank = -1;
-    } else {
-        *agreed = (dcp_status)(-(int)(key & 0xFFFF));
-        *failed_rank = (int32_t)(key >> 16);
+    dcp_status outcome = DCP_OK;
+    int32_t lowest = -1;
+    agree_record block[64];
+    for (size_t first = 0; first < n; first += 64) {
+        size_t count = n - first < 64 ? n - first : 64;
+        if ((s = to_host(c, block, c->staging + first * sizeof mine, count * sizeof mine)) != DCP_OK) return s;
+        for (size_t i = 0; i < count; i++) {
+            const agree_record *r = &block[i];
+            const int32_t p = (int32_t)(first + i);
+            if (r->magic != AGREE_MAGIC || r->rank != p || r->zero != 0 || r->agreement != mine.agreement ||
+                r->check != record_check(r) || r->status > 0 ||
+                (p == comm->rank && memcmp(r, &mine, sizeof mine) != 0)) {
+                c->broken = 1;
+                return fail(c, DCP_ERR_COMM,
+                            "agreement %llu: rank %d's record did not arrive intact (a peer gone, or the "
+                            "communicator aborted): its result is not a status",
+                            (unsigned long long)mine.agreement, p);
+            }
+            if (r->status != DCP_OK && lowest < 0) {
+                lowest = p;
+                outcome = (dcp_status)r->status;
+            }
+        }
     }
+    if (no_output) return fail(c, DCP_ERR_NULL_POINTER, "agree: a NULL output");
+    *agreed = outcome;
+    *failed_rank = lowest;
     return DCP_OK;
 }
 
@@ -431,7 +503,6 @@ dcp_status dcp_nccl_comm_init(dcp_comm *comm, void *nccl_comm, void *cuda_stream
         return DCP_ERR_CUDA;
     }
     cudaSetDevice(current);
-    c->agree_word = (int64_t *)(c->staging + c->staging_bytes);
     comm->ops = &nccl_ops;
     comm->rank = rank;
     comm->size = size;

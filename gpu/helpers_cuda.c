@@ -22,13 +22,16 @@ int32_t dcp_cuda_device_count(void)
     return (int32_t)count;
 }
 
-dcp_status dcp_mtp_roll_cuda(dcp_comm *comm, int32_t first, int32_t cp, const int32_t *cu, int32_t num_cu,
+dcp_status dcp_mtp_roll_cuda(dcp_comm *comm, uint64_t step_id, int32_t first, int32_t cp, dcp_cp_partition partition,
+                             const int32_t *cu, int32_t num_cu,
                              int64_t num_tokens, const void *const *fields, void *const *out, const size_t *elem_size,
                              int32_t num_fields, void *exchange, void *host_scratch, void *stream)
 {
-    dcp_status s = cu ? dcp__mtp_roll_check(comm, first, cp, NULL, num_cu, num_tokens, fields, out, elem_size,
-                                           num_fields, NULL)
+    dcp_status s = cu ? dcp__mtp_roll_check(comm, first, cp, partition, NULL, num_cu, num_tokens, fields, out,
+                                           elem_size, num_fields, NULL)
                       : DCP_ERR_NULL_POINTER;
+    if (s == DCP_OK && partition == DCP_CP_CONTIGUOUS && cp > 1)
+        s = DCP_ERR_UNSUPPORTED; /* the device kernels roll the zigzag layout only: roll on the host */
     if (s == DCP_OK && comm && (!exchange || !host_scratch)) s = DCP_ERR_NULL_POINTER;
     const int32_t n = num_cu - 1, r = comm ? comm->rank - first : 0;
     dcp_mtp_roll_layout l = {0};
@@ -43,7 +46,8 @@ dcp_status dcp_mtp_roll_cuda(dcp_comm *comm, int32_t first, int32_t cp, const in
         if (s == DCP_OK && comm && cudaStreamSynchronize((cudaStream_t)stream) != cudaSuccess) s = DCP_ERR_CUDA;
     }
     const dcp_status local = s;
-    s = dcp__mtp_roll_agree(comm, local);
+    uint64_t call = 0;
+    s = dcp__mtp_roll_agree(comm, step_id, partition, local, &call);
     if (s == DCP_OK) s = local;
     if (s != DCP_OK) return s;
     if (comm) {

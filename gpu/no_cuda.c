@@ -9,11 +9,12 @@
 
 int32_t dcp_cuda_device_count(void) { return 0; }
 
-dcp_status dcp_mtp_roll_cuda(dcp_comm *comm, int32_t first, int32_t cp, const int32_t *cu, int32_t num_cu,
+dcp_status dcp_mtp_roll_cuda(dcp_comm *comm, uint64_t step_id, int32_t first, int32_t cp, dcp_cp_partition partition,
+                             const int32_t *cu, int32_t num_cu,
                              int64_t num_tokens, const void *const *fields, void *const *out, const size_t *elem_size,
                              int32_t num_fields, void *exchange, void *host_scratch, void *stream)
 {
-    (void)comm, (void)first, (void)cp, (void)cu, (void)num_cu, (void)num_tokens, (void)fields, (void)out;
+    (void)comm, (void)step_id, (void)partition, (void)first, (void)cp, (void)cu, (void)num_cu, (void)num_tokens, (void)fields, (void)out;
     (void)elem_size, (void)num_fields, (void)exchange, (void)host_scratch, (void)stream;
     return DCP_ERR_UNSUPPORTED;
 }

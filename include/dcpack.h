@@ -190,7 +190,9 @@ typedef struct dcp_config {
                                              it (all its microbatches, THD padding included); 0 = planning only */
     int32_t max_microbatches;             /* capacity; 0 = max_sequences */
     int32_t pad_alignment;                /* THD padding of each rank's tensors; 0 = none */
-    uint32_t fields;                      /* DCP_FIELD_* set the trainer provides */
+    uint32_t fields;                      /* DCP_FIELD_* set the trainer provides; with max_tokens_per_rank
+                                             > 0 all four (PP stage 0 takes tokens and position_ids, the
+                                             last stage labels and loss_mask: dcp_config_validate() checks) */
     /*
      * Data plane (dcp_step).  THD padding is on when pad_alignment > 0 or
      * pad_to_max_seqlen is set: each rank's tensors of a microbatch are padded
@@ -205,12 +207,19 @@ typedef struct dcp_config {
     dcp_thd_tail thd_tail_policy;         /* default append_dummy */
     dcp_cp_partition cp_partition;        /* default zigzag */
     /*
-     * CP siblings (the ranks of one DP rank) must hold identical inputs.  By
-     * default dcp_step checks it: each rank hashes every byte of the fields it
-     * moves (on the GPU with a kernel when a CUDA workspace is attached) and the
-     * siblings compare the digests with their lengths; a difference is
-     * DCP_ERR_CORRUPT_INPUT on every rank.  1 compares the lengths only (one
-     * pass over the input less; docs/step.md gives the cost).  No effect at CP 1.
+     * Ranks that must hold identical inputs: CP siblings (the ranks of one DP
+     * rank), and the ranks that hold data at the same DPxCP rank in every PP
+     * stage and (with tp_ranks_hold_data) every TP rank.  By default dcp_step
+     * checks it: each rank hashes every byte of the fields it holds (CP
+     * siblings: the fields it moves; PP stages and TP peers: every field its
+     * input carries, compared field by field where both carry it), on the GPU
+     * with a kernel when a CUDA workspace is attached, and the ranks compare
+     * the digests with their lengths (the siblings in the gather, PP stages
+     * and TP peers in the step's first agreement over the world, at no extra
+     * collective); a difference is DCP_ERR_CORRUPT_INPUT on every rank.  1
+     * compares the lengths only (one pass over the input less; docs/step.md
+     * gives the cost).  No effect at CP 1, PP 1 and TP ranks that do not
+     * hold data.
      */
     int32_t skip_sibling_data_check;
     dcp_cost_model cost;                  /* used by DCP_SCHEDULER_BALANCED and by plan statistics */
@@ -260,8 +269,9 @@ void dcp_context_destroy(dcp_context *context);
  * Calls in step.  Every multi-rank call on a context (dcp_gather,
  * dcp_gather_packed, dcp_step) counts, also one that fails on the calling
  * rank alone (a NULL argument, an unusable communicator); its first
- * collective carries that count, dcp_step_args.step_id and a digest of the
- * configuration, and ranks that meet with different ones all return
+ * collective carries that count, the caller's step id (dcp_step_args.step_id,
+ * dcp_gather's step_id) and a digest of the configuration, and ranks that
+ * meet with different ones all return
  * DCP_ERR_OUT_OF_STEP (different configurations: DCP_ERR_INVALID_CONFIG)
  * instead of pairing two different steps' data.  The context is then out of
  * step: its multi-rank calls return DCP_ERR_OUT_OF_STEP at once, with no
@@ -469,6 +479,13 @@ struct dcp_comm {
  * aborts the skipped collective itself.  timeout_ms = 0 waits forever.  Once
  * all ranks have announced, nothing times out: copies always finish.
  *
+ * One thread per rank.  A rank's handle is used by one thread at a time: a
+ * second thread that calls a collective through a handle whose rank is
+ * already inside one (a caller bug, e.g. rank 1 took rank 0's handle) gets
+ * DCP_ERR_INVALID_ARGUMENT at once without taking part, and describe_failure
+ * says so; the first thread goes on and, missing the real rank, times out.
+ * No wait outlives timeout_ms.
+ *
  * agree() follows the same rules: it returns DCP_OK with the agreed status
  * when all ranks took part, otherwise the collective's failure status, which
  * it also writes to *agreed, with the rank that caused it in *failed_rank
@@ -523,8 +540,18 @@ dcp_status dcp_inproc_inject_fault(dcp_inproc_world *world, int32_t rank, dcp_in
  * pointer is agreed too.  Only a communicator that cannot be used (NULL, no
  * operations, a size that is not data_parallel_size) fails on the calling
  * rank alone.
+ *
+ * `step_id` (the caller's step or batch number; 0 = none) is compared across
+ * ranks together with the context's call count, as dcp_step_args.step_id is:
+ * a rank that skipped or repeated a whole gather is DCP_ERR_OUT_OF_STEP on
+ * every rank (without step ids, a rank that skips a call on every rank's
+ * count alike -- it never called -- pairs with its peers' previous call).
+ * Every rank's count and a hash of its lengths travel in the agreement, and
+ * the lengths that arrive are checked against them: a communicator that
+ * returns success with zeroed, stale or garbage bytes (a peer gone) makes
+ * the call DCP_ERR_COMM, never DCP_OK with wrong lengths.
  */
-dcp_status dcp_gather(dcp_context *context, dcp_comm *comm, const int32_t *local_lengths,
+dcp_status dcp_gather(dcp_context *context, dcp_comm *comm, uint64_t step_id, const int32_t *local_lengths,
                       int32_t num_local, const int32_t **global_lengths, int32_t *num_global,
                       const int32_t **rank_offsets);
 
@@ -533,7 +560,7 @@ dcp_status dcp_gather(dcp_context *context, dcp_comm *comm, const int32_t *local
  * sample (num_cu_seqlens entries, starting at 0, non-decreasing, the last at
  * most total_tokens).  Sub-samples of length 0 are dropped.
  */
-dcp_status dcp_gather_packed(dcp_context *context, dcp_comm *comm, const int32_t *cu_seqlens,
+dcp_status dcp_gather_packed(dcp_context *context, dcp_comm *comm, uint64_t step_id, const int32_t *cu_seqlens,
                              int32_t num_cu_seqlens, int64_t total_tokens,
                              const int32_t **global_lengths, int32_t *num_global,
                              const int32_t **rank_offsets);
@@ -555,7 +582,13 @@ dcp_status dcp_plan_compute(dcp_context *context, const int32_t *lengths, int32_
 /*
  * Check every invariant of `plan` for these lengths and configuration.
  * DCP_OK, or DCP_ERR_INVALID_PLAN with the first violation found in *violation
- * (may be NULL).  Allocation-free: uses the context's scratch.
+ * (may be NULL).  Its arguments are checked first: DCP_ERR_NULL_POINTER (plan,
+ * or lengths with num_lengths > 0), DCP_ERR_CAPACITY (num_lengths outside [0,
+ * max_sequences]), DCP_ERR_BAD_LENGTH (a length below 1); these write
+ * *violation too, with invariant DCP_INVARIANT_NONE, microbatch and rank -1,
+ * id the index of the bad length (DCP_ERR_BAD_LENGTH; else -1) and the
+ * context's message.  *violation is left alone only on DCP_OK (and with a
+ * NULL context).  Allocation-free: uses the context's scratch.
  */
 dcp_status dcp_plan_validate(dcp_context *context, const dcp_plan *plan, const int32_t *lengths,
                              int32_t num_lengths, dcp_plan_violation *violation);
@@ -706,8 +739,12 @@ typedef struct dcp_step_output {
  * the failing rank with its own message and the others naming it.  Among
  * them: DCP_ERR_NULL_POINTER / DCP_ERR_INVALID_ARGUMENT (arguments),
  * DCP_ERR_CORRUPT_INPUT (cu_seqlens not starting at 0, decreasing or past the
- * buffer; a length that disagrees with its buffer; CP siblings whose inputs
- * differ), DCP_ERR_FIELD_MISMATCH (ranks present different field sets, or
+ * buffer; a length that disagrees with its buffer; CP siblings, PP stages or
+ * TP peers holding data whose inputs differ: see skip_sibling_data_check),
+ * DCP_ERR_COMM (a communicator that reported success with a result that
+ * cannot be right: an agreement record or rank header that arrived zeroed,
+ * torn, stale or garbled, lengths that do not match their sender's hash -- a
+ * peer gone; such a step is never DCP_OK, whatever the backend), DCP_ERR_FIELD_MISMATCH (ranks present different field sets, or
  * lack one this stage needs), DCP_ERR_CAPACITY (more sequences, tokens or
  * cu_seqlens entries than the configuration holds), DCP_ERR_BAD_LENGTH (a
  * span CP slicing cannot cut), the planner's errors, and the communicator's.
@@ -735,7 +772,20 @@ dcp_status dcp_step(dcp_context *context, const dcp_step_args *args, const dcp_s
  * neighbouring rank needs, so one exchange carries, for all sequences and all
  * fields at once, two values per sequence to each neighbour (the reference
  * exchanges sequence by sequence).  Slots past the last boundary (THD tail
- * padding) are rolled as one more sequence of their own.
+ * padding) are rolled as one more sequence of their own.  `partition` is the
+ * layout the microbatch was cut with (dcp_config.cp_partition): under
+ * DCP_CP_CONTIGUOUS rank r holds global slots [r * num_tokens, (r+1) *
+ * num_tokens), spans need no divisibility, and each rank sends one value per
+ * field to the previous rank.  dcp_mtp_roll_cuda rolls zigzag only
+ * (DCP_ERR_UNSUPPORTED for contiguous with cp > 1).
+ *
+ * `step_id` (the caller's step number, 0 = none) travels in the agreement
+ * with the count of rolls made over the handle (dcp_comm.calls) and the
+ * partition: ranks that differ (one skipped or repeated a roll) all return
+ * DCP_ERR_OUT_OF_STEP.  The values exchanged carry a sealed trailer (sender,
+ * roll count, hash) that dcp_mtp_roll checks: a communicator that reports
+ * success with zeroed, stale or garbage bytes (a peer gone) makes the roll
+ * DCP_ERR_COMM, never DCP_OK with a wrong boundary value.
  *
  * The group is ranks [group_first_rank, group_first_rank + cp) of `comm`
  * (consecutive, as dcp plans them): pass the DPxCP communicator with the
@@ -755,17 +805,19 @@ dcp_status dcp_step(dcp_context *context, const dcp_step_args *args, const dcp_s
  * (num_cu_seqlens, elem_size, num_fields, 0) bytes and host_scratch of
  * (0, NULL, 0, comm size) bytes.  Allocation-free.  Errors:
  * DCP_ERR_NULL_POINTER, DCP_ERR_INVALID_ARGUMENT (cp not a power of two or
- * outside comm, elem_size, num_fields outside [1, 4]), DCP_ERR_CORRUPT_INPUT
- * (cu_seqlens not starting at 0 or decreasing, a span not divisible by 2*cp, a
- * last boundary past cp * num_tokens), the communicator's errors.  With comm,
+ * outside comm, elem_size, num_fields outside [1, 4], an unknown partition),
+ * DCP_ERR_CORRUPT_INPUT (cu_seqlens not starting at 0 or decreasing, a zigzag
+ * span not divisible by 2*cp, a last boundary past cp * num_tokens),
+ * DCP_ERR_OUT_OF_STEP, DCP_ERR_COMM (exchanged values that did not arrive
+ * intact), the communicator's errors.  With comm,
  * errors are agreed over it before the exchange (one agree()): every rank of
  * comm returns the same status, the lowest-numbered failing rank's.
  */
 #define DCP_MTP_ROLL_MAX_FIELDS 4
 size_t dcp_mtp_roll_exchange_bytes(int32_t num_cu_seqlens, const size_t *elem_size, int32_t num_fields,
                                    int32_t comm_size);
-dcp_status dcp_mtp_roll(dcp_comm *comm, int32_t group_first_rank, int32_t cp, const int32_t *cu_seqlens_padded,
-                        int32_t num_cu_seqlens, int64_t num_tokens, const void *const *fields, void *const *out,
+dcp_status dcp_mtp_roll(dcp_comm *comm, uint64_t step_id, int32_t group_first_rank, int32_t cp,
+                        dcp_cp_partition partition, const int32_t *cu_seqlens_padded, int32_t num_cu_seqlens, int64_t num_tokens, const void *const *fields, void *const *out,
                         const size_t *elem_size, int32_t num_fields, void *exchange);
 
 /*
@@ -783,7 +835,10 @@ dcp_status dcp_mtp_roll(dcp_comm *comm, int32_t group_first_rank, int32_t cp, co
  * DCP_ERR_NULL_POINTER, DCP_ERR_INVALID_ARGUMENT (rows < 0, row_bytes 0,
  * num_cu_seqlens < 1), DCP_ERR_CAPACITY (out_capacity_rows too small),
  * DCP_ERR_OVERFLOW (the padded last entry past INT32_MAX), and for the host
- * version DCP_ERR_CORRUPT_INPUT when cu_seqlens decreases.
+ * version DCP_ERR_CORRUPT_INPUT when cu_seqlens do not describe the rows: a
+ * first entry other than 0, a decreasing entry, or a last entry other than
+ * `rows` (checked before anything is written).  dcp_gdn_padded_rows()
+ * saturates at INT64_MAX, which no output holds.
  */
 #define DCP_GDN_ALIGNMENT 4096
 int64_t dcp_gdn_padded_rows(int64_t rows, int32_t alignment);
@@ -842,8 +897,8 @@ dcp_status dcp_context_attach_cuda(dcp_context *context, void *device_memory, si
  * synchronisation per call): pass the cu_seqlens_padded a step produced, or
  * check them on the host with dcp_mtp_roll first.
  */
-dcp_status dcp_mtp_roll_cuda(dcp_comm *comm, int32_t group_first_rank, int32_t cp,
-                             const int32_t *device_cu_seqlens_padded, int32_t num_cu_seqlens, int64_t num_tokens,
+dcp_status dcp_mtp_roll_cuda(dcp_comm *comm, uint64_t step_id, int32_t group_first_rank, int32_t cp,
+                             dcp_cp_partition partition, const int32_t *device_cu_seqlens_padded, int32_t num_cu_seqlens, int64_t num_tokens,
                              const void *const *device_fields, void *const *device_out, const size_t *elem_size,
                              int32_t num_fields, void *device_exchange, void *host_scratch, void *cuda_stream);
 dcp_status dcp_gdn_pad_cuda(const void *device_in, int64_t rows, size_t row_bytes, int32_t alignment,
@@ -860,16 +915,21 @@ dcp_status dcp_gdn_strip_cuda(const void *device_padded, int64_t rows, size_t ro
  * ncclCommGetAsyncError meanwhile:
  *  - device buffers go to NCCL as they are: allgather = ncclAllGather,
  *    allgatherv and alltoallv = grouped ncclSend/ncclRecv (the own block by
- *    cudaMemcpyAsync), broadcast = ncclBroadcast, agree = one ncclAllReduce
- *    (min) of one int64 per rank on a device word from init;
+ *    cudaMemcpyAsync), broadcast = ncclBroadcast, agree = one ncclAllGather
+ *    of a sealed 32-byte record per rank (magic, rank, status, the
+ *    communicator's count of agreements, a check) through the staging buffer;
  *  - host buffers (plan metadata, a few KB) go through a device staging
- *    buffer of options.host_staging_bytes taken at init.
+ *    buffer of options.host_staging_bytes taken at init, zeroed before each
+ *    collective (a collective that wrote nothing hands back zeros, never the
+ *    previous call's bytes).
  * Init allocates (the backend state, the staging buffer); operations do not.
  * Errors: an NCCL call's failure and an asynchronous NCCL error are
  * DCP_ERR_NCCL, a CUDA failure DCP_ERR_CUDA, an operation still incomplete
- * after options.timeout_ms DCP_ERR_TIMEOUT (the communicator is then unusable:
- * call dcp_nccl_comm_abort()), host buffers larger than the staging buffer
- * DCP_ERR_CAPACITY.  dcp_nccl_comm_last_error() gives the NCCL message.
+ * after options.timeout_ms DCP_ERR_TIMEOUT, an agreement record that did not
+ * arrive intact (a peer gone, the communicator aborted) DCP_ERR_COMM (after
+ * any of these the communicator is unusable: call dcp_nccl_comm_abort()),
+ * host buffers larger than the staging buffer DCP_ERR_CAPACITY.
+ * dcp_nccl_comm_last_error() gives the message.
  */
 typedef struct dcp_nccl_options {
     int32_t timeout_ms;        /* 0 = wait forever; default 600000 */

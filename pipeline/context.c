@@ -292,11 +292,7 @@ dcp_status dcp__context_attach_mover(dcp_context *ctx, const dcp_mover_backend *
 dcp_status dcp__context_call_begin(dcp_context *ctx, uint32_t kind, uint64_t step_id, dcp_call_tag *tag,
                                    dcp_error *err)
 {
-    memset(tag, 0, sizeof *tag);
-    tag->kind = kind;
-    tag->call = ctx->calls++;
-    tag->step_id = step_id;
-    tag->config_digest = ctx->config_digest;
+    dcp__call_tag_init(tag, kind, ctx->calls++, step_id, ctx->config_digest);
     if (ctx->out_of_step)
         return dcp__fail(err, DCP_ERR_OUT_OF_STEP,
                          "a previous call found the ranks out of step; call dcp_context_resync() on every rank "

@@ -136,15 +136,32 @@ dcp_status dcp__gather_local(const dcp_step_input *in, uint32_t needed, const dc
 
 /* What each DPxCP rank tells the others before anything moves. */
 typedef struct rank_header {
+    uint32_t magic;  /* HEADER_MAGIC */
     uint32_t fields;
     int32_t count;   /* kept sequences */
+    uint32_t zero;   /* 0 (no padding bytes in a header) */
     uint64_t hash;   /* of its (padded, original) pairs: CP siblings must agree */
     uint64_t data;   /* digest of the bytes it moves (core/digest.h), or 0 unchecked: CP siblings must agree */
     int64_t tokens;  /* sum of padded lengths */
+    uint64_t check;  /* a hash of the fields above: a zeroed, torn or garbage header never reads as one */
 } rank_header;
 
-/* A hash of the (padded, original) pairs, one 64-bit step per pair (CP siblings compare it). */
-static uint64_t pairs_hash(const int32_t *pairs, int32_t count)
+#define HEADER_MAGIC 0x44435048u /* "DCPH" */
+
+static uint64_t header_check(const rank_header *h)
+{
+    uint64_t v[5] = {(uint64_t)h->magic << 32 | h->fields, (uint64_t)(uint32_t)h->count, h->hash, h->data,
+                     (uint64_t)h->tokens};
+    uint64_t x = 0x243F6A8885A308D3ull;
+    for (int i = 0; i < 5; i++) {
+        x = (x ^ v[i]) * 0x9E3779B97F4A7C15ull;
+        x ^= x >> 31;
+    }
+    return x;
+}
+
+/* A hash of the (padded, original) pairs, one 64-bit step per pair (see stages.h). */
+uint64_t dcp__pairs_hash(const int32_t *pairs, int32_t count)
 {
     uint64_t h = 14695981039346656037ull ^ (uint64_t)(uint32_t)count;
     for (int32_t k = 0; k < count; k++) {
@@ -168,9 +185,10 @@ dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp_local_seq
                             dcp_error *err)
 {
     const int32_t n = lane->size, cp = c->context_parallel_size, dp = c->data_parallel_size;
-    rank_header mine = {fields, local->count, 0, data_digest, local->tokens};
+    rank_header mine = {HEADER_MAGIC, fields, local->count, 0, dcp__pairs_hash(local->pairs, local->count),
+                        data_digest, local->tokens, 0};
+    mine.check = header_check(&mine);
     char why[128];
-    if (cp > 1) mine.hash = pairs_hash(local->pairs, local->count); /* without siblings nothing compares it */
 
     rank_header *headers = DCP_ARENA_NEW(scratch, rank_header, n);
     size_t *bytes = DCP_ARENA_NEW(scratch, size_t, n), *offsets = DCP_ARENA_NEW(scratch, size_t, n);
@@ -178,9 +196,19 @@ dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp_local_seq
     if (!headers || !bytes || !offsets || !pairs)
         return dcp__fail(err, DCP_ERR_CAPACITY, "step: gather scratch too small for %d ranks", n);
     stats->collectives++;
+    memset(headers, 0, (size_t)n * sizeof *headers); /* a backend that writes nothing leaves no header */
     dcp_status s = lane->ops->allgather(lane, &mine, sizeof mine, headers);
     if (s != DCP_OK) return dcp__fail(err, s, "step: all-gather of rank headers failed: %s%s", dcp_status_str(s),
                                         dcp__comm_why(lane, why, sizeof why));
+    /* a header that is no header, or one out of range, is the communicator's failure: never read it */
+    for (int32_t q = 0; q < n; q++)
+        if (headers[q].magic != HEADER_MAGIC || headers[q].check != header_check(&headers[q]) ||
+            headers[q].count < 0 || headers[q].count > c->max_sequences || headers[q].tokens < 0 ||
+            (q == lane->rank && memcmp(&headers[q], &mine, sizeof mine) != 0))
+            return dcp__fail(err, DCP_ERR_COMM,
+                             "step: the header that arrived from DPxCP rank %d is not one it can have sent: the "
+                             "communicator returned a result that cannot be trusted (a peer gone?)%s",
+                             q, dcp__comm_why(lane, why, sizeof why));
     stats->metadata_bytes_received += (int64_t)((n - 1) * sizeof mine);
 
     /* every rank sees the same headers, so every rank takes the same branch below */
@@ -223,6 +251,12 @@ dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp_local_seq
     if (s != DCP_OK) return dcp__fail(err, s, "step: all-gather of lengths failed: %s%s", dcp_status_str(s),
                                         dcp__comm_why(lane, why, sizeof why));
     stats->metadata_bytes_received += (int64_t)(total * 2 * (int64_t)sizeof(int32_t)) - (int64_t)bytes[lane->rank];
+    for (int32_t p = 0; p < dp; p++)
+        if (dcp__pairs_hash(pairs + 2 * (size_t)out->rank_offsets[p], headers[p * cp].count) != headers[p * cp].hash)
+            return dcp__fail(err, DCP_ERR_COMM,
+                             "step: the lengths that arrived from DPxCP rank %d are not the ones it sent: the "
+                             "communicator returned a result that cannot be trusted (a peer gone?)%s",
+                             p * cp, dcp__comm_why(lane, why, sizeof why));
     int64_t sum = 0;
     __int128 squared = 0;
     for (int64_t i = 0; i < total; i++) {

@@ -11,6 +11,12 @@
  * the failed rank's next call.  Only a communicator that cannot be used (NULL,
  * no operations, not data_parallel_size ranks) fails on the calling rank alone.  Nothing after the agreement can fail on one
  * rank alone: every later decision is taken on data all ranks share.
+ *
+ * The call's tag carries this rank's count of lengths and a hash of them, so
+ * the agreement's one all-gather also gathers the counts, and the lengths
+ * that arrive are checked against their sender's hash: a communicator that
+ * "succeeds" with zeros, garbage or another call's buffer after a peer is
+ * gone fails the call (DCP_ERR_COMM) instead of handing out wrong lengths.
  */
 #include "context.h"
 #include "stages.h"
@@ -22,21 +28,21 @@ size_t dcp__gather_scratch_size(const dcp_config *config)
 {
     size_t dp = (size_t)config->data_parallel_size;
     size_t s = DCP_ARENA_BYTES(int32_t, config->max_sequences); /* compacted local lengths */
-    s = dcp__size_add(s, DCP_ARENA_BYTES(dcp_call_tag, dp));     /* call tags */
-    s = dcp__size_add(s, DCP_ARENA_BYTES(int32_t, dp));           /* counts */
+    s = dcp__size_add(s, DCP_ARENA_BYTES(dcp_call_tag, dp));     /* call tags (with the counts) */
     s = dcp__size_add(s, DCP_ARENA_BYTES(size_t, dp));            /* byte counts */
     s = dcp__size_add(s, DCP_ARENA_BYTES(size_t, dp));            /* byte offsets */
     return s;
 }
 
-/* Agree on this call and on every rank's local status, in one all-gather of call tags. */
-static dcp_status agree(dcp_context *ctx, dcp_comm *comm, dcp_call_tag *tag, dcp_status local, dcp_call_tag *tags,
-                        dcp_error *err)
+/* A hash of `count` lengths (each rank sends one for its own; every rank checks what arrives). */
+static uint64_t lengths_hash(const int32_t *lengths, int64_t count)
 {
-    tag->status = local;
-    dcp_status st = tags ? dcp__agree_call(comm, tag, tags, err, "gather", "DP rank")
-                         : dcp__agree_call_small(comm, tag, err, "gather", "DP rank");
-    return dcp__context_call_end(ctx, st);
+    uint64_t h = 14695981039346656037ull ^ (uint64_t)count;
+    for (int64_t k = 0; k < count; k++) {
+        h = (h ^ (uint32_t)lengths[k]) * 0x9E3779B97F4A7C15ull;
+        h ^= h >> 29;
+    }
+    return h;
 }
 
 /*
@@ -49,28 +55,29 @@ static dcp_status gather_lengths(dcp_context *ctx, dcp_comm *comm, dcp_call_tag 
 {
     const int32_t dp = comm->size;
     dcp_call_tag *tags = DCP_ARENA_NEW(scratch, dcp_call_tag, dp);
-    int32_t *counts = DCP_ARENA_NEW(scratch, int32_t, dp);
     size_t *bytes = DCP_ARENA_NEW(scratch, size_t, dp);
     size_t *offsets = DCP_ARENA_NEW(scratch, size_t, dp);
-    if (local_status == DCP_OK && (!local || !counts || !bytes || !offsets))
+    if (local_status == DCP_OK && (!local || !tags || !bytes || !offsets))
         local_status = dcp__fail(err, DCP_ERR_CAPACITY, "gather: scratch too small for %d DP ranks", dp);
-    dcp_status st = agree(ctx, comm, tag, local_status, tags, err);
+    tag->status = local_status;
+    tag->count = local_status == DCP_OK ? count : 0;
+    tag->hash = local_status == DCP_OK ? lengths_hash(local, count) : 0;
+    dcp_status st = tags ? dcp__agree_call(comm, tag, tags, err, "gather", "DP rank")
+                         : dcp__agree_call_small(comm, tag, err, "gather", "DP rank");
+    st = dcp__context_call_end(ctx, st);
     if (st != DCP_OK) return st;
     char why[128];
 
-    st = comm->ops->allgather(comm, &count, sizeof count, counts);
-    if (st != DCP_OK) return dcp__fail(err, st, "gather: all-gather of counts failed: %s%s", dcp_status_str(st),
-                                         dcp__comm_why(comm, why, sizeof why));
-
-    /* every rank sees the same counts, so every rank takes the same branch below */
+    /* every rank sees the same (checked) tags, so every rank takes the same branch below */
     int64_t total = 0;
     for (int32_t r = 0; r < dp; r++) {
-        if (counts[r] < 0)
-            return dcp__fail(err, DCP_ERR_CORRUPT_INPUT, "gather: DP rank %d reported %d sequences", r, counts[r]);
+        if (tags[r].count < 0 || tags[r].count > ctx->config.max_sequences)
+            return dcp__fail(err, DCP_ERR_CORRUPT_INPUT, "gather: DP rank %d reported %lld sequences", r,
+                             (long long)tags[r].count);
         ctx->rank_offsets[r] = (int32_t)(total < INT32_MAX ? total : INT32_MAX);
         offsets[r] = (size_t)total * sizeof(int32_t);
-        bytes[r] = (size_t)counts[r] * sizeof(int32_t);
-        total += counts[r];
+        bytes[r] = (size_t)tags[r].count * sizeof(int32_t);
+        total += tags[r].count;
     }
     if (total > ctx->config.max_sequences)
         return dcp__fail(err, DCP_ERR_CAPACITY, "gather: %lld sequences over the DP group exceed max_sequences = %d",
@@ -79,6 +86,12 @@ static dcp_status gather_lengths(dcp_context *ctx, dcp_comm *comm, dcp_call_tag 
     st = comm->ops->allgatherv(comm, local, (size_t)count * sizeof(int32_t), ctx->global_lengths, bytes, offsets);
     if (st != DCP_OK) return dcp__fail(err, st, "gather: all-gather of lengths failed: %s%s", dcp_status_str(st),
                                          dcp__comm_why(comm, why, sizeof why));
+    for (int32_t r = 0; r < dp; r++)
+        if (lengths_hash(ctx->global_lengths + ctx->rank_offsets[r], tags[r].count) != tags[r].hash)
+            return dcp__fail(err, DCP_ERR_COMM,
+                             "gather: the lengths that arrived from DP rank %d are not the ones it sent: the "
+                             "communicator returned a result that cannot be trusted (a peer gone?)%s",
+                             r, dcp__comm_why(comm, why, sizeof why));
     ctx->num_global = (int32_t)total;
     return DCP_OK;
 }
@@ -116,14 +129,14 @@ static dcp_status finish(dcp_context *ctx, dcp_status st, dcp_error *err, const 
     return DCP_OK;
 }
 
-dcp_status dcp_gather(dcp_context *ctx, dcp_comm *comm, const int32_t *local_lengths, int32_t num_local,
+dcp_status dcp_gather(dcp_context *ctx, dcp_comm *comm, uint64_t step_id, const int32_t *local_lengths, int32_t num_local,
                       const int32_t **global_lengths, int32_t *num_global, const int32_t **rank_offsets)
 {
     if (!ctx) return DCP_ERR_NULL_POINTER;
     dcp_error err;
     dcp__error_clear(&err);
     dcp_call_tag tag;
-    dcp_status st = dcp__context_call_begin(ctx, DCP_CALL_GATHER, 0, &tag, &err);
+    dcp_status st = dcp__context_call_begin(ctx, DCP_CALL_GATHER, step_id, &tag, &err);
     if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* out of step: no collective */
     st = check_comm(ctx, comm, &err);
     if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* no peer can be told */
@@ -153,7 +166,7 @@ dcp_status dcp_gather(dcp_context *ctx, dcp_comm *comm, const int32_t *local_len
     return finish(ctx, st, &err, global_lengths, num_global, rank_offsets);
 }
 
-dcp_status dcp_gather_packed(dcp_context *ctx, dcp_comm *comm, const int32_t *cu_seqlens, int32_t num_cu_seqlens,
+dcp_status dcp_gather_packed(dcp_context *ctx, dcp_comm *comm, uint64_t step_id, const int32_t *cu_seqlens, int32_t num_cu_seqlens,
                              int64_t total_tokens, const int32_t **global_lengths, int32_t *num_global,
                              const int32_t **rank_offsets)
 {
@@ -161,7 +174,7 @@ dcp_status dcp_gather_packed(dcp_context *ctx, dcp_comm *comm, const int32_t *cu
     dcp_error err;
     dcp__error_clear(&err);
     dcp_call_tag tag;
-    dcp_status st = dcp__context_call_begin(ctx, DCP_CALL_GATHER, 0, &tag, &err);
+    dcp_status st = dcp__context_call_begin(ctx, DCP_CALL_GATHER, step_id, &tag, &err);
     if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* out of step: no collective */
     st = check_comm(ctx, comm, &err);
     if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* no peer can be told */

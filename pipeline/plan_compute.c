@@ -8,6 +8,8 @@
 #include "stages.h"
 #include "../core/plan.h"
 
+#include <stdio.h>
+
 dcp_status dcp_plan_compute(dcp_context *ctx, const int32_t *lengths, int32_t num_lengths, const dcp_plan **plan)
 {
     if (!ctx) return DCP_ERR_NULL_POINTER;
@@ -55,12 +57,30 @@ done:
     return DCP_OK;
 }
 
-/* A plan is checked against lengths a plan could have been made of: every one at least 1. */
-static dcp_status check_lengths(const int32_t *lengths, int32_t n, dcp_error *err)
+/* A plan is checked against lengths a plan could have been made of: every one at least 1 (*bad: the index). */
+static dcp_status check_lengths(const int32_t *lengths, int32_t n, int32_t *bad, dcp_error *err)
 {
     for (int32_t i = 0; i < n; i++)
-        if (lengths[i] < 1) return dcp__fail(err, DCP_ERR_BAD_LENGTH, "length %d is %d; lengths are at least 1", i, lengths[i]);
+        if (lengths[i] < 1) {
+            *bad = i;
+            return dcp__fail(err, DCP_ERR_BAD_LENGTH, "length %d is %d; lengths are at least 1", i, lengths[i]);
+        }
     return DCP_OK;
+}
+
+/*
+ * An argument error of dcp_plan_validate, in *violation too (when given), so a caller that prints
+ * the violation never prints a stale one: no invariant, `id` the offending length's index or -1.
+ */
+static dcp_status argument_error(dcp_context *ctx, dcp_status st, int32_t id, dcp_plan_violation *v, dcp_error *err)
+{
+    if (v) {
+        v->invariant = DCP_INVARIANT_NONE;
+        v->microbatch = v->rank = -1;
+        v->id = id;
+        snprintf(v->message, sizeof v->message, "%.*s", (int)sizeof v->message - 1, err->message);
+    }
+    return dcp__context_fail(ctx, st, err);
 }
 
 dcp_status dcp_plan_validate(dcp_context *ctx, const dcp_plan *plan, const int32_t *lengths, int32_t num_lengths,
@@ -69,13 +89,14 @@ dcp_status dcp_plan_validate(dcp_context *ctx, const dcp_plan *plan, const int32
     if (!ctx) return DCP_ERR_NULL_POINTER;
     dcp_error err;
     if (!plan || (!lengths && num_lengths > 0))
-        return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_NULL_POINTER, "dcp_plan_validate: %s is NULL",
-                                              plan ? "lengths" : "plan"), &err);
+        return argument_error(ctx, dcp__fail(&err, DCP_ERR_NULL_POINTER, "dcp_plan_validate: %s is NULL",
+                                             plan ? "lengths" : "plan"), -1, violation, &err);
     if (num_lengths < 0 || num_lengths > ctx->config.max_sequences)
-        return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_CAPACITY, "num_lengths %d outside [0, max_sequences %d]",
-                                              num_lengths, ctx->config.max_sequences), &err);
-    dcp_status bad = check_lengths(lengths, num_lengths, &err);
-    if (bad != DCP_OK) return dcp__context_fail(ctx, bad, &err);
+        return argument_error(ctx, dcp__fail(&err, DCP_ERR_CAPACITY, "num_lengths %d outside [0, max_sequences %d]",
+                                             num_lengths, ctx->config.max_sequences), -1, violation, &err);
+    int32_t at = -1;
+    dcp_status bad = check_lengths(lengths, num_lengths, &at, &err);
+    if (bad != DCP_OK) return argument_error(ctx, bad, at, violation, &err);
     dcp_plan_violation local;
     dcp_plan_violation *v = violation ? violation : &local;
     dcp_status st = dcp__plan_check(plan, &ctx->config, lengths, num_lengths, dcp__context_scratch(ctx), v);
@@ -98,7 +119,8 @@ dcp_status dcp_plan_stats_compute(dcp_context *context, const dcp_plan *plan, co
         return dcp__context_fail(context, dcp__fail(&err, DCP_ERR_CAPACITY,
                                                     "plan stats: num_lengths %d outside [0, max_sequences %d]",
                                                     num_lengths, config->max_sequences), &err);
-    dcp_status bad = check_lengths(lengths, num_lengths, &err);
+    int32_t at = -1;
+    dcp_status bad = check_lengths(lengths, num_lengths, &at, &err);
     if (bad != DCP_OK) return dcp__context_fail(context, bad, &err);
     dcp_plan_violation v;
     dcp_status checked = dcp__plan_check(plan, config, lengths, num_lengths, dcp__context_scratch(context), &v);

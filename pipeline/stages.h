@@ -188,6 +188,9 @@ typedef struct dcp_step_lengths {
  * siblings hold the same sequences (lengths and, where digested, contents).
  */
 size_t dcp__gather_step_scratch_size(const dcp_config *config);
+
+/* A hash of `count` (padded, original) pairs: CP siblings, PP stages and TP peers that hold data compare it. */
+uint64_t dcp__pairs_hash(const int32_t *pairs, int32_t count);
 dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp_local_sequences *local,
                             uint64_t data_digest, const dcp_config *config, dcp_step_lengths *out,
                             dcp_arena *scratch, dcp_step_stats *stats, dcp_error *err);

@@ -3,7 +3,10 @@
  *
  *   check     the arguments and this rank's input (gather_local)  -> agree over world,
  *             with the call's tag (count, step id, configuration), so ranks
- *             that skipped or repeated a call never pair their data
+ *             that skipped or repeated a call never pair their data; the tag
+ *             also carries a hash of the rank's lengths and digests of its
+ *             data, so PP stages and TP peers that hold data are compared
+ *             (check_same_batch)
  *   gather    per-rank headers + (padded, original) lengths over DPxCP
  *   plan      dcp_plan_compute on the gathered padded lengths
  *   reroute   this rank's THD geometry                             -> agree over world
@@ -18,7 +21,9 @@
  * errors.  Local errors are agreed before any data moves, capacity and
  * geometry errors before the exchange, and communicator failures at the end,
  * so every rank of the step returns the same status and caller memory is
- * never written.
+ * never written.  Every agreement is an all-gather of sealed records (see
+ * core/agree.h): a communicator that "succeeds" with a zeroed, stale or
+ * garbage result after a peer is gone fails the step, never passes it.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "context.h"
@@ -36,10 +41,54 @@ static int64_t now_ns(void)
     return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-static dcp_status agree(dcp_comm *world, dcp_status local, dcp_error *err, dcp_step_stats *stats)
+/*
+ * An agreement after the first (phase 1: before the exchange; 2: at the end), through `tags` (world->size
+ * records taken once, above what the step holds in the arena), or without scratch when there is none.
+ */
+static dcp_status agree(dcp_context *ctx, dcp_comm *world, dcp_call_tag *tag, dcp_call_tag *tags, uint32_t phase,
+                        dcp_status local, dcp_error *err, dcp_step_stats *stats)
 {
-    stats->collectives++;
-    return dcp__agree(world, local, err, "step", "rank");
+    tag->phase = phase;
+    tag->status = local;
+    stats->collectives += tags ? 1 : 2;
+    dcp_status st = tags ? dcp__agree_call(world, tag, tags, err, "step", "rank")
+                         : dcp__agree_call_small(world, tag, err, "step", "rank");
+    return dcp__context_call_end(ctx, st);
+}
+
+/*
+ * Ranks that hold data at the same DPxCP rank -- one per PP stage, and per TP rank when every TP rank holds
+ * data -- must hold the same batch: the same (padded, original) lengths, and (unless
+ * skip_sibling_data_check) the same bytes in every field both digested.  Every rank reads the same tags, so
+ * every rank returns the same verdict.
+ */
+static dcp_status check_same_batch(const dcp_call_tag *tags, int32_t n, dcp_error *err)
+{
+    for (int32_t q = 1; q < n; q++) {
+        const dcp_call_tag *b = &tags[q];
+        if (b->lane_rank < 0) continue;
+        for (int32_t p = 0; p < q; p++) {
+            const dcp_call_tag *a = &tags[p];
+            if (a->lane_rank != b->lane_rank) continue;
+            if (a->count != b->count || a->hash != b->hash)
+                return dcp__fail(err, DCP_ERR_CORRUPT_INPUT,
+                                 "step: ranks %d (PP stage %d) and %d (PP stage %d) hold different sequences as DPxCP "
+                                 "rank %d (%lld vs %lld); every PP stage and every TP rank that holds data must hold "
+                                 "the same batch",
+                                 p, a->stage, q, b->stage, a->lane_rank, (long long)a->count, (long long)b->count);
+            for (int f = 0; f < DCP_NUM_FIELDS; f++) {
+                const uint32_t bit = dcp__field_bit[f];
+                if ((a->field_mask & bit) && (b->field_mask & bit) && a->field_digest[f] != b->field_digest[f])
+                    return dcp__fail(err, DCP_ERR_CORRUPT_INPUT,
+                                     "step: ranks %d (PP stage %d) and %d (PP stage %d) hold the same lengths with "
+                                     "different %s as DPxCP rank %d; every PP stage and every TP rank that holds "
+                                     "data must hold the same batch",
+                                     p, a->stage, q, b->stage, dcp__field_name[f], a->lane_rank);
+            }
+            break; /* the lowest such rank was compared with all lower ones */
+        }
+    }
+    return DCP_OK;
 }
 
 /* The first agreement of a step: the call's tag and every rank's local status, over the world. */
@@ -51,6 +100,7 @@ static dcp_status agree_call(dcp_context *ctx, dcp_comm *world, dcp_call_tag *ta
     stats->collectives += tags ? 1 : 2;
     dcp_status st = tags ? dcp__agree_call(world, tag, tags, err, "step", "rank")
                          : dcp__agree_call_small(world, tag, err, "step", "rank");
+    if (st == DCP_OK && tags) st = check_same_batch(tags, world->size, err);
     return dcp__context_call_end(ctx, st);
 }
 
@@ -280,12 +330,29 @@ dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_
         s = dcp__gather_local(input, r.kept, &ctx->config, st->token_capacity, &st->local, &err);
     }
     if (s == DCP_OK && holds_data) r.kept &= input->fields;
-    /* CP siblings compare what they hold, not only its lengths (dcp_config.skip_sibling_data_check); a
-       digest that fails (a device error) is a local error, agreed before any data collective */
-    if (s == DCP_OK && holds_data && ctx->config.context_parallel_size > 1 && !ctx->config.skip_sibling_data_check) {
+    /* what this rank holds, for the ranks that must hold the same: its lengths always; unless
+       skip_sibling_data_check, a digest of each field -- the kept ones for its CP siblings, every one it
+       carries for its PP stages and TP peers (a digest that fails, a device error, is a local error) */
+    const dcp_config *c = &ctx->config;
+    const int peers_hold = c->pipeline_parallel_size > 1 || (args->tp_ranks_hold_data && c->tensor_parallel_size > 1);
+    if (s == DCP_OK && holds_data && !c->skip_sibling_data_check && (c->context_parallel_size > 1 || peers_hold)) {
         dcp_input_spans spans = {st->local.count, st->local.sample, st->local.start, st->local.pairs};
-        s = st->mover.ops->digest(&st->mover, args->cuda_stream, input, r.kept, &spans, &r.data_digest, &err);
+        const uint32_t fields = peers_hold ? (input->fields & c->fields) : r.kept;
+        for (int f = 0; f < DCP_NUM_FIELDS && s == DCP_OK; f++) {
+            if (!(fields & dcp__field_bit[f])) continue;
+            s = st->mover.ops->digest(&st->mover, args->cuda_stream, input, dcp__field_bit[f], &spans,
+                                      &tag.field_digest[f], &err);
+            tag.field_mask |= dcp__field_bit[f];
+            if (r.kept & dcp__field_bit[f]) r.data_digest += tag.field_digest[f]; /* the digest is a sum over fields */
+        }
+        if (c->context_parallel_size == 1) r.data_digest = 0;
     }
+    if (s == DCP_OK && holds_data) {
+        tag.lane_rank = r.lane->rank;
+        tag.count = st->local.count;
+        tag.hash = dcp__pairs_hash(st->local.pairs, st->local.count);
+    }
+    tag.stage = args->pipeline_rank;
     s = agree_call(ctx, args->world, &tag, s, &err, &r.stats);
     if (s != DCP_OK) return finish(ctx, s, &err, output);
 
@@ -296,8 +363,15 @@ dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_
         s = gather_and_plan(&r, &err);
     }
     r.stats.time_plan_ns = now_ns() - t_plan;
-    s = agree(args->world, s, &err, &r.stats);
+    /* the later agreements' records, above the plan's geometry in the arena (the workspace reserves them) */
+    dcp_call_tag *tags = DCP_ARENA_NEW(&ctx->arena, dcp_call_tag, args->world->size);
+    if (s == DCP_OK && holds_data && !r.plan) /* cannot happen: gather_and_plan succeeded */
+        s = dcp__fail(&err, DCP_ERR_INVALID_PLAN, "step: planning succeeded without a plan");
+    s = agree(ctx, args->world, &tag, tags, 1, s, &err, &r.stats);
     if (s != DCP_OK) return finish(ctx, s, &err, output);
+    if (holds_data && !r.plan) /* an agreement that passed a rank without a plan: never read it */
+        return finish(ctx, dcp__fail(&err, DCP_ERR_COMM, "step: the agreement passed a rank that has no plan"), &err,
+                      output);
 
     /* exchange and pack, then the broadcast to the TP group */
     dcp_broadcast_header header;
@@ -325,7 +399,7 @@ dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_
             st->output.seqlen_squared_sum = header.squared_sum;
         }
     }
-    s = agree(args->world, s, &err, &r.stats);
+    s = agree(ctx, args->world, &tag, tags, 2, s, &err, &r.stats);
     if (s != DCP_OK) return finish(ctx, s, &err, output);
 
     dcp_body_layout b;

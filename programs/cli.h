@@ -63,6 +63,12 @@ int dcp_cli_flag(const dcp_cli_args *args, const char *name);
 int dcp_cli_parse_int(const char *command, const char *name, const char *text, int64_t lo, int64_t hi, int64_t *out);
 /* Whole-string integer parse; 0 on success. */
 int dcp_cli_strtoi64(const char *text, int64_t *out);
+/*
+ * The next item of a comma-separated list, cut in place from *rest (NULL: the list is done):
+ * 1 with *item set, 0 when there are no more, -1 for an empty item (a leading, doubled or
+ * trailing comma; strtok skipped them silently).  An empty list is one empty item.
+ */
+int dcp_cli_next_item(char **rest, char **item);
 
 /* ---- traces ---- */
 
@@ -173,6 +179,14 @@ void dcp_cli_json_string(FILE *out, const char *s);
  */
 int dcp_cli_config_make(const dcp_cli_setup *setup, const dcp_cli_trace *const *traces, int num_traces,
                         dcp_config *config, int32_t *cp_used, char *message, size_t message_size);
+
+/*
+ * What a group of `ranks` ranks of max_seqlen_per_rank `m` holds, for "length L exceeds ...":
+ * "what all 4 ranks hold together: 4 x max_seqlen_per_rank 4096 = 16384 tokens", or for one rank
+ * "what the one rank holds: max_seqlen_per_rank 4096 tokens"; with `static_cp`, "the static CP
+ * group: 2 ranks x max_seqlen_per_rank ..." ("the static CP group: one rank of ...").  Returns buffer.
+ */
+const char *dcp_cli_ranks_hold(int64_t ranks, int64_t m, int static_cp, char *buffer, size_t size);
 
 /*
  * The context capacity for traces: `requested` (--max-sequences), or when 0

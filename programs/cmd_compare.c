@@ -75,7 +75,7 @@ typedef struct config_row {
     /* totals over batches */
     int32_t planned, failed;
     dcp_status first_status;
-    char first_error[512];
+    char first_error[1100]; /* a batch name (512), the library's message (512) and a status name */
     int64_t microbatches, sequences, cp_size_sum, tokens;
     double makespan, lower_bound, busy, max_rank, slots;
     double dependency_makespan, dependency_lower_bound; /* the dependency step model's */
@@ -101,12 +101,21 @@ static int parse_config_spec(const char *spec, const dcp_cli_setup *defaults, co
         return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--config %s: '%s' is not dp_balanced, dynamic_cp or balanced",
                             spec, buf);
     if (row->setup.scheduler != DCP_SCHEDULER_DP_BALANCED) row->setup.cp = 0;
-    for (char *kv = keys ? strtok(keys, ",") : NULL; kv; kv = strtok(NULL, ",")) {
+    /* every item is key=value: an empty one (a stray comma) and a key given twice are refused */
+    char *kv = NULL;
+    unsigned seen = 0; /* bit k: ints[k] given; bit 31: cost */
+    for (int got; (got = dcp_cli_next_item(&keys, &kv)) != 0;) {
+        if (got < 0)
+            return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--config %s: an empty key=value item (a stray ',' or ':')",
+                                spec);
         char *eq = strchr(kv, '=');
         if (!eq) return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--config %s: '%s' is not key=value", spec, kv);
         *eq = '\0';
         const char *key = kv, *value = eq + 1;
         if (strcmp(key, "cost") == 0) {
+            if (seen & (1u << 31))
+                return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--config %s: %s is given twice", spec, key);
+            seen |= 1u << 31;
             dcp_cost_model_default(&row->setup.cost); /* a configuration's profile loads over the defaults */
             int st = dcp_cli_cost_profile_load("compare", value, &row->setup.cost);
             if (st != DCP_EXIT_OK) return st;
@@ -134,6 +143,8 @@ static int parse_config_spec(const char *spec, const dcp_cli_setup *defaults, co
                                 "--config %s: unknown key '%s' (cp, ranks, max_seqlen_per_rank, min_cp_size, "
                                 "vpp_group, max_sequences_per_microbatch, cost)",
                                 spec, key);
+        if (seen & (1u << k)) return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--config %s: %s is given twice", spec, key);
+        seen |= 1u << k;
         char name[96];
         snprintf(name, sizeof name, "--config %s", key);
         int64_t v = 0;
@@ -318,9 +329,15 @@ int dcp_cli_compare(int argc, char **argv)
             num_rows++;
         }
     } else {
-        char list[256];
-        snprintf(list, sizeof list, "%s", scheduler_list ? scheduler_list : "dp_balanced,dynamic_cp,balanced");
-        for (char *name = strtok(list, ","); name; name = strtok(NULL, ",")) {
+        char list[256], *rest = list, *name = NULL;
+        const char *given = scheduler_list ? scheduler_list : "dp_balanced,dynamic_cp,balanced";
+        if (strlen(given) >= sizeof list)
+            return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--scheduler: the list is longer than %d characters",
+                                (int)sizeof list - 1);
+        snprintf(list, sizeof list, "%s", given);
+        for (int got; (got = dcp_cli_next_item(&rest, &name)) != 0;) {
+            if (got < 0)
+                return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--scheduler %s: an empty name (a stray ',')", given);
             if (num_rows == MAX_CONFIGS) return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "too many schedulers");
             config_row *row = &rows[num_rows];
             memset(row, 0, sizeof *row);

@@ -122,10 +122,16 @@ int dcp_cli_cost(int argc, char **argv)
         }
         if ((got = dcp_cli_option(&args, "--lengths", &v)) != 0) {
             if (got < 0) return DCP_EXIT_USAGE;
-            char list[1024];
+            char list[1024], *rest = list, *item = NULL;
+            if (!*v) return dcp_cli_fail(DCP_EXIT_USAGE, "cost", "--lengths: no lengths given");
+            if (strlen(v) >= sizeof list) /* cut short, its last length would be read as another */
+                return dcp_cli_fail(DCP_EXIT_USAGE, "cost", "--lengths: the list is longer than %d characters",
+                                    (int)sizeof list - 1);
             snprintf(list, sizeof list, "%s", v);
             num_lengths = 0;
-            for (char *item = strtok(list, ","); item; item = strtok(NULL, ",")) {
+            for (int next; (next = dcp_cli_next_item(&rest, &item)) != 0;) {
+                if (next < 0)
+                    return dcp_cli_fail(DCP_EXIT_USAGE, "cost", "--lengths %s: an empty length (a stray ',')", v);
                 if (num_lengths == MAX_SAMPLES)
                     return dcp_cli_fail(DCP_EXIT_USAGE, "cost", "--lengths: at most %d lengths", MAX_SAMPLES);
                 if (dcp_cli_parse_int("cost", "--lengths", item, 1, INT32_MAX, &lengths[num_lengths]) != DCP_EXIT_OK)

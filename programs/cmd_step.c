@@ -16,7 +16,7 @@ static const char step_usage[] =
     "on synthetic token data, and print a JSON report: per-rank exchange bytes, step times and\n"
     "heap use. Each length is rounded up to a multiple of 2 x DP x CP (so zigzag can cut it).\n"
     "\n"
-    "input (one of; required):\n"
+    "input (one of; default: the embedded default batch, mlmdefault:n=1024,seed=1, as dcpack plan):\n"
     "  --trace FILE|-          lengths from FILE ('-': standard input), read as dcpack plan reads them\n"
     "  --column NAME           the length column of a CSV file or the key of a JSON Lines file\n"
     "  --input-format F        auto (default), text (one length per line), csv, jsonl\n"
@@ -40,8 +40,9 @@ static const char step_usage[] =
     "  --tail T                where the padding goes: append_dummy (default: one more, dummy,\n"
     "                          sequence) or extend_last (the last real sequence's padded end)\n"
     "  --cp-partition P        how a sequence is cut over its CP group: zigzag (default) or contiguous\n"
-    "  --mtp-stage P           the PP stage that holds MTP layers (default -1: none)\n"
-    "  --mtp-virtual-stages MASK   on that stage, bit v: virtual stage v holds them (default 0)\n"
+    "  --mtp-stage P           the PP stage that holds MTP layers, 0 to --pp minus 1 (default -1: none)\n"
+    "  --mtp-virtual-stages MASK   on that stage, bit v: virtual stage v holds them, v below --vpp\n"
+    "                          (needed with --mtp-stage; 1 with --vpp 1)\n"
     "  --prepacked             samples arrive pre-packed (4 sequences each, with cu_seqlens)\n"
     "  --tp-ranks-hold-data    every TP rank brings the batch and runs the step (default: TP rank 0\n"
     "                          does and broadcasts the outputs)\n"
@@ -81,20 +82,15 @@ static int check_lengths(const dcp_harness_options *o, const dcp_cli_trace *trac
     const int64_t ranks = (int64_t)c->data_parallel_size * c->context_parallel_size;
     const int64_t group = c->scheduler == DCP_SCHEDULER_DP_BALANCED ? c->context_parallel_size : ranks;
     const int64_t m = c->max_seqlen_per_rank;
-    char where[600];
+    char where[600], hold[160];
     for (int32_t i = 0; i < trace->count; i++) {
         if (trace->lengths[i] <= group * m) continue;
         dcp_cli_trace_where(trace, i, where, sizeof where);
         if (c->scheduler == DCP_SCHEDULER_DP_BALANCED)
-            return dcp_cli_fail(DCP_EXIT_INPUT, "step",
-                                "%s: length %d exceeds the static CP group: %lld ranks x max_seqlen_per_rank %lld = "
-                                "%lld tokens (raise --cp or --max-seqlen)",
-                                where, trace->lengths[i], (long long)group, (long long)m, (long long)(group * m));
-        return dcp_cli_fail(DCP_EXIT_INPUT, "step",
-                            "%s: length %d exceeds what all %lld ranks hold together: %lld x max_seqlen_per_rank %lld "
-                            "= %lld tokens",
-                            where, trace->lengths[i], (long long)ranks, (long long)ranks, (long long)m,
-                            (long long)(ranks * m));
+            return dcp_cli_fail(DCP_EXIT_INPUT, "step", "%s: length %d exceeds %s (raise --cp or --max-seqlen)", where,
+                                trace->lengths[i], dcp_cli_ranks_hold(group, m, 1, hold, sizeof hold));
+        return dcp_cli_fail(DCP_EXIT_INPUT, "step", "%s: length %d exceeds %s", where, trace->lengths[i],
+                            dcp_cli_ranks_hold(ranks, m, 0, hold, sizeof hold));
     }
     return DCP_EXIT_OK;
 }
@@ -243,21 +239,42 @@ int dcp_cli_step(int argc, char **argv)
         else if (dcp_cli_flag(&args, "--tp-ranks-hold-data")) o.tp_ranks_hold_data = 1;
         else return dcp_cli_fail(DCP_EXIT_USAGE, "step", "unknown argument '%s' (see dcpack step --help)", argv[args.i]);
     }
-    if (!input.trace && !input.generate)
-        return dcp_cli_fail(DCP_EXIT_USAGE, "step", "no input: give --trace FILE or --generate SPEC (see dcpack step --help)");
     if (input.trace && input.generate)
         return dcp_cli_fail(DCP_EXIT_USAGE, "step", "--trace and --generate are two inputs: give one");
     if ((input.column || input.input_format) && !input.trace)
         return dcp_cli_fail(DCP_EXIT_USAGE, "step", "--column and --input-format describe a --trace file");
+    /* MTP options that would be ignored are refused: a stage past --pp, a mask without a stage or naming none of its
+       virtual stages */
+    const int32_t pp = o.config.pipeline_parallel_size, vpp = o.config.virtual_pipeline_size;
+    if (o.mtp_pipeline_rank >= pp)
+        return dcp_cli_fail(DCP_EXIT_USAGE, "step", "--mtp-stage %d: the PP stages are 0 to %d (--pp %d)",
+                            o.mtp_pipeline_rank, pp - 1, pp);
+    if (mtp_virtual_stages != 0 && o.mtp_pipeline_rank < 0)
+        return dcp_cli_fail(DCP_EXIT_USAGE, "step", "--mtp-virtual-stages %d needs --mtp-stage P", mtp_virtual_stages);
+    if (o.mtp_pipeline_rank >= 0 && mtp_virtual_stages == 0)
+        return dcp_cli_fail(DCP_EXIT_USAGE, "step",
+                            "--mtp-stage %d needs --mtp-virtual-stages MASK (bit v: virtual stage v holds MTP layers; "
+                            "1 with --vpp 1)",
+                            o.mtp_pipeline_rank);
+    if (vpp < 31 && mtp_virtual_stages >= (1 << vpp))
+        return dcp_cli_fail(DCP_EXIT_USAGE, "step",
+                            "--mtp-virtual-stages %d names virtual stages past %d (--vpp %d: bits 0 to %d)",
+                            mtp_virtual_stages, vpp - 1, vpp, vpp - 1);
     o.mtp_virtual_stages = (uint32_t)mtp_virtual_stages;
     if (o.config.virtual_pipeline_size > 1 && !group_set)
         o.config.microbatch_group_size_per_vp_stage = o.config.pipeline_parallel_size;
 
     dcp_cli_trace trace;
-    int st = input.trace ? dcp_cli_trace_read("step", input.trace, input.input_format, input.column, &trace)
-                         : dcp_cli_trace_generate("step", input.generate, 0, &trace);
-    if (st != DCP_EXIT_OK) return st;
-    char message[700], why[256];
+    /* without an input, the embedded default batch, as `dcpack plan` takes it */
+    int st = input.trace      ? dcp_cli_trace_read("step", input.trace, input.input_format, input.column, &trace)
+             : input.generate ? dcp_cli_trace_generate("step", input.generate, 0, &trace)
+                              : dcp_cli_trace_default(&trace);
+    if (st != DCP_EXIT_OK) {
+        if (!input.trace && !input.generate) /* the default's only failure: its two arrays */
+            return dcp_cli_fail(st, "step", "out of memory for the embedded default batch");
+        return st;
+    }
+    char message[700], why[512];
     const dcp_cli_trace *traces[1] = {&trace};
     st = dcp_cli_capacity(max_sequences, traces, 1, &o.config.max_sequences, message, sizeof message);
     if (st != DCP_EXIT_OK) st = dcp_cli_fail(st, "step", "%s", message);

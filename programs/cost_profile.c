@@ -58,6 +58,27 @@ static int cp_log2(const char *text)
     return k;
 }
 
+/*
+ * One line into `line` (without its '\n'): 1, or 0 at the end of the file, -1 for a line longer than
+ * size - 2 characters, -2 for a NUL byte (no text holds one; fgets would end the line there), its
+ * 1-based column in *column.
+ */
+static int read_line(FILE *f, char *line, size_t size, size_t *column)
+{
+    size_t n = 0;
+    int c = EOF;
+    while ((c = getc(f)) != EOF && c != '\n') {
+        if (c == '\0') {
+            *column = n + 1;
+            return -2;
+        }
+        if (n + 2 >= size) return -1;
+        line[n++] = (char)c;
+    }
+    line[n] = '\0';
+    return c == EOF && n == 0 ? 0 : 1;
+}
+
 int dcp_cli_cost_profile_load(const char *command, const char *path, dcp_cost_model *model)
 {
     FILE *f = fopen(path, "r");
@@ -67,9 +88,16 @@ int dcp_cli_cost_profile_load(const char *command, const char *path, dcp_cost_mo
     dcp_cost_model m = *model;
     char line[1024];
     int number = 0, status = DCP_EXIT_OK;
-    while (status == DCP_EXIT_OK && fgets(line, sizeof line, f)) {
+    int got;
+    size_t column = 0;
+    while (status == DCP_EXIT_OK && (got = read_line(f, line, sizeof line, &column)) != 0) {
         number++;
-        if (!strchr(line, '\n') && !feof(f)) {
+        if (got == -2) {
+            status = dcp_cli_fail(DCP_EXIT_INPUT, command, "%s:%d: a NUL byte at column %zu: not a cost profile (text)",
+                                  path, number, column);
+            break;
+        }
+        if (got < 0) {
             status = dcp_cli_fail(DCP_EXIT_INPUT, command, "%s:%d: line longer than %d characters", path, number,
                                   (int)sizeof line - 2);
             break;

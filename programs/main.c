@@ -29,7 +29,7 @@ static const struct {
     {"plan", dcp_cli_plan, "plan one global batch; with no arguments, compare every scheduler on the default trace"},
     {"compare", dcp_cli_compare, "compare schedulers or configurations over many global batches"},
     {"cost", dcp_cli_cost, "show the cost model (defaults or a --profile file) and sample costs per CP size"},
-    {"generate", dcp_cli_generate, "print a generated trace (the workloads.py families), one length per line"},
+    {"generate", dcp_cli_generate, "print a generated trace (lognormal, uniform, mlmdefault, ...), one length per line"},
     {"step", dcp_cli_step, "run data-plane steps over in-process ranks on a trace, optionally checked (--check)"},
 };
 enum { COMMAND_COUNT = sizeof commands / sizeof commands[0] };

@@ -68,3 +68,13 @@ int dcp_cli_parse_int(const char *command, const char *name, const char *text, i
     *out = v;
     return DCP_EXIT_OK;
 }
+
+int dcp_cli_next_item(char **rest, char **item)
+{
+    if (!*rest) return 0;
+    char *at = *rest, *comma = strchr(at, ',');
+    if (comma) *comma = '\0';
+    *rest = comma ? comma + 1 : NULL;
+    *item = at;
+    return *at ? 1 : -1;
+}

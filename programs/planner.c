@@ -36,6 +36,21 @@ int dcp_cli_capacity(int32_t requested, const dcp_cli_trace *const *traces, int 
     return DCP_EXIT_OK;
 }
 
+const char *dcp_cli_ranks_hold(int64_t ranks, int64_t m, int static_cp, char *buffer, size_t size)
+{
+    if (static_cp && ranks == 1)
+        snprintf(buffer, size, "the static CP group: one rank of max_seqlen_per_rank %lld tokens", (long long)m);
+    else if (static_cp)
+        snprintf(buffer, size, "the static CP group: %lld ranks x max_seqlen_per_rank %lld = %lld tokens",
+                 (long long)ranks, (long long)m, (long long)(ranks * m));
+    else if (ranks == 1)
+        snprintf(buffer, size, "what the one rank holds: max_seqlen_per_rank %lld tokens", (long long)m);
+    else
+        snprintf(buffer, size, "what all %lld ranks hold together: %lld x max_seqlen_per_rank %lld = %lld tokens",
+                 (long long)ranks, (long long)ranks, (long long)m, (long long)(ranks * m));
+    return buffer;
+}
+
 int dcp_cli_config_make(const dcp_cli_setup *s, const dcp_cli_trace *const *traces, int num_traces, dcp_config *config,
                         int32_t *cp_used, char *message, size_t message_size)
 {
@@ -51,7 +66,7 @@ int dcp_cli_config_make(const dcp_cli_setup *s, const dcp_cli_trace *const *trac
                 longest_id = i;
             }
     }
-    char where[600];
+    char where[600], hold[160];
 
     int64_t dp = n, cp = 1;
     if (s->scheduler == DCP_SCHEDULER_DP_BALANCED) {
@@ -60,11 +75,9 @@ int dcp_cli_config_make(const dcp_cli_setup *s, const dcp_cli_trace *const *trac
             for (int64_t c = 1; c <= n && cp == 0; c++)
                 if (n % c == 0 && c * m >= longest) cp = c;
             if (cp == 0 && longest_trace)
-                return REFUSE(DCP_EXIT_INPUT,
-                              "%s: length %d exceeds what all %lld ranks hold together: %lld x max_seqlen_per_rank "
-                              "%lld = %lld tokens",
+                return REFUSE(DCP_EXIT_INPUT, "%s: length %d exceeds %s",
                               dcp_cli_trace_where(longest_trace, longest_id, where, sizeof where), longest,
-                              (long long)n, (long long)n, (long long)m, (long long)(n * m));
+                              dcp_cli_ranks_hold(n, m, 0, hold, sizeof hold));
         }
         if (n % cp != 0)
             return REFUSE(DCP_EXIT_USAGE, "--cp %lld does not divide --ranks %lld (dp = ranks / cp)",
@@ -83,16 +96,12 @@ int dcp_cli_config_make(const dcp_cli_setup *s, const dcp_cli_trace *const *trac
         for (int32_t i = 0; i < traces[t]->count; i++)
             if (traces[t]->lengths[i] > group * m) {
                 if (s->scheduler == DCP_SCHEDULER_DP_BALANCED)
-                    return REFUSE(DCP_EXIT_INPUT,
-                                        "%s: length %d exceeds the static CP group: %lld ranks x max_seqlen_per_rank "
-                                        "%lld = %lld tokens (raise --cp or --max-seqlen-per-rank)",
-                                        dcp_cli_trace_where(traces[t], i, where, sizeof where), traces[t]->lengths[i],
-                                        (long long)cp, (long long)m, (long long)(cp * m));
-                return REFUSE(DCP_EXIT_INPUT,
-                                    "%s: length %d exceeds what all %lld ranks hold together: %lld x "
-                                    "max_seqlen_per_rank %lld = %lld tokens",
-                                    dcp_cli_trace_where(traces[t], i, where, sizeof where), traces[t]->lengths[i],
-                                    (long long)n, (long long)n, (long long)m, (long long)(n * m));
+                    return REFUSE(DCP_EXIT_INPUT, "%s: length %d exceeds %s (raise --cp or --max-seqlen-per-rank)",
+                                  dcp_cli_trace_where(traces[t], i, where, sizeof where), traces[t]->lengths[i],
+                                  dcp_cli_ranks_hold(cp, m, 1, hold, sizeof hold));
+                return REFUSE(DCP_EXIT_INPUT, "%s: length %d exceeds %s",
+                              dcp_cli_trace_where(traces[t], i, where, sizeof where), traces[t]->lengths[i],
+                              dcp_cli_ranks_hold(n, m, 0, hold, sizeof hold));
             }
 
     int32_t capacity = 0;
@@ -109,7 +118,7 @@ int dcp_cli_config_make(const dcp_cli_setup *s, const dcp_cli_trace *const *trac
     config->max_sequences_per_microbatch = s->max_sequences_per_microbatch;
     config->max_sequences = capacity;
     config->cost = s->cost;
-    char why[256];
+    char why[512];
     if (dcp_config_validate(config, why, sizeof why) != DCP_OK)
         return REFUSE(DCP_EXIT_USAGE, "invalid configuration: %s", why);
     return DCP_EXIT_OK;

@@ -1,7 +1,9 @@
 /*
  * trace_generate.c - `--generate FAMILY[:key=value,...]`: the trace families
- * of workloads.py, drawn with Python's own random.Random algorithms
- * (pyrandom.c), so each family reproduces workloads.py's traces exactly.
+ * of the reference benchmark's workloads.py (not part of this repository; its
+ * traces are copied in tests/data/workloads/), drawn with Python's own
+ * random.Random algorithms (pyrandom.c), so each family reproduces those
+ * traces exactly.
  *
  *   mlmdefault  lognormal mean 1024, sigma 1.5, in [128, 8192]   keys: n, seed
  *   longsft     lognormal mean 4096, sigma 1.2, in [256, 131072]  keys: n, seed
@@ -75,11 +77,24 @@ int dcp_cli_trace_generate(const char *command, const char *spec, int32_t step, 
     params p = {1024, 1.5, 128, 8192, 1024, 1};
     if (fam == FAMILY_UNIFORM) p.min = 1, p.max = 32768;
     int generic = fam == FAMILY_LOGNORMAL || fam == FAMILY_UNIFORM;
-    for (char *kv = keys ? strtok(keys, ",") : NULL; kv; kv = strtok(NULL, ",")) {
+    /* every item is key=value: an empty one (a trailing or doubled comma) and a key given twice are refused */
+    static const char *const key_names[] = {"n", "seed", "min", "max", "mean", "sigma"};
+    unsigned seen = 0;
+    char *kv = NULL;
+    for (int got; (got = dcp_cli_next_item(&keys, &kv)) != 0;) {
+        if (got < 0)
+            return dcp_cli_fail(DCP_EXIT_USAGE, command,
+                                "--generate: '%s' has an empty key=value item (a stray ',' or ':')", spec);
         char *eq = strchr(kv, '=');
         if (!eq) return dcp_cli_fail(DCP_EXIT_USAGE, command, "--generate: '%s' is not key=value", kv);
         *eq = '\0';
         const char *key = kv, *value = eq + 1;
+        for (unsigned k = 0; k < sizeof key_names / sizeof key_names[0]; k++)
+            if (strcmp(key, key_names[k]) == 0) {
+                if (seen & (1u << k))
+                    return dcp_cli_fail(DCP_EXIT_USAGE, command, "--generate: '%s' gives %s twice", spec, key);
+                seen |= 1u << k;
+            }
         int st = DCP_EXIT_OK, known = 1;
         if (strcmp(key, "n") == 0) st = dcp_cli_parse_int(command, "--generate n", value, 1, DCP_CLI_MAX_SEQUENCES, &p.n);
         else if (strcmp(key, "seed") == 0)

@@ -92,6 +92,22 @@ expect 2 "--max-cp: 3 is not a power of two" -- cost --max-cp 3
 expect 2 "--lengths: 'ten' is not an integer" -- cost --lengths 10,ten
 expect 2 "--format: 'yaml'" -- cost --format yaml
 expect 2 "missing SPEC" -- generate
+# lists are read item by item: an empty item (a stray comma) and a key given twice are refused, not
+# skipped or overridden (uniform:n=3,n=4 generated 4 lengths)
+expect 2 "'uniform:n=3,n=4' gives n twice" -- generate uniform:n=3,n=4
+expect 2 "'mlmdefault:seed=2,n=8,seed=3' gives seed twice" -- generate mlmdefault:seed=2,n=8,seed=3
+expect 2 "'uniform:n=3,' has an empty key=value item" -- generate uniform:n=3,
+expect 2 "'uniform:n=3,,seed=2' has an empty key=value item" -- generate uniform:n=3,,seed=2
+expect 2 "'uniform:' has an empty key=value item" -- generate uniform:
+expect 2 "dcpack plan: --generate: 'mlmdefault:n=64,' has an empty key=value item" -- plan --generate mlmdefault:n=64,
+expect 2 "dcpack step: --generate: 'uniform:n=3,n=4' gives n twice" -- step --generate uniform:n=3,n=4
+expect 2 "--config dynamic_cp:ranks=4,ranks=8: ranks is given twice" -- compare --config dynamic_cp:ranks=4,ranks=8
+expect 2 "--config dynamic_cp:ranks=4,: an empty key=value item" -- compare --config dynamic_cp:ranks=4,
+expect 2 "--scheduler dynamic_cp,: an empty name" -- compare --scheduler dynamic_cp,
+expect 2 "--lengths 10,20,: an empty length" -- cost --lengths 10,20,
+expect 2 "--lengths ,10: an empty length" -- cost --lengths ,10
+expect 2 "--lengths: no lengths given" -- cost --lengths ""
+expect 2 "--lengths: the list is longer than 1023 characters" -- cost --lengths "$(printf '1,%.0s' $(seq 600))1"
 
 # bad input: exit 3, naming file:line and the value
 expect 3 "negative.txt:2: length -5 is negative" -- plan --trace negative.txt
@@ -136,6 +152,21 @@ expect 3 "dcpack step: long.txt:2: length 200000 exceeds what all 2 ranks hold t
 expect 2 "dcpack step: --trace and --generate" -- step --trace three.txt --generate mlmdefault
 expect 2 "dcpack step: --tail: 'x' is not" -- step --trace three.txt --tail x
 expect 2 "dcpack step: invalid configuration: virtual_pipeline_size 2 needs pipeline_parallel_size" -- step --trace three.txt --vpp 2
+# MTP options that would be ignored are refused: a stage past --pp, a mask without a stage or naming none of its
+# virtual stages (--mtp-stage 5 at PP 1 ran as if it were not given)
+expect 2 "dcpack step: --mtp-stage 5: the PP stages are 0 to 0 \(--pp 1\)" -- step --trace three.txt --mtp-stage 5
+expect 2 "dcpack step: --mtp-stage 4: the PP stages are 0 to 3 \(--pp 4\)" -- step --trace three.txt --pp 4 --mtp-stage 4
+expect 2 "dcpack step: --mtp-stage 0 needs --mtp-virtual-stages MASK" -- step --trace three.txt --mtp-stage 0
+expect 2 "dcpack step: --mtp-virtual-stages 1 needs --mtp-stage P" -- step --trace three.txt --mtp-virtual-stages 1
+expect 2 "dcpack step: --mtp-virtual-stages 4 names virtual stages past 1 \(--vpp 2: bits 0 to 1\)" -- \
+  step --trace three.txt --pp 2 --vpp 2 --mtp-stage 1 --mtp-virtual-stages 4
+# one rank is one rank ("exceeds what all 1 ranks hold together")
+expect 3 "dcpack step: long.txt:2: length 200000 exceeds what the one rank holds: max_seqlen_per_rank 8192 tokens$" -- step --trace long.txt
+expect 3 "dcpack plan: long.txt:2: length 200000 exceeds what the one rank holds: max_seqlen_per_rank 4096 tokens$" -- plan --trace long.txt --ranks 1
+expect 3 "dcpack plan: long.txt:2: length 200000 exceeds the static CP group: one rank of max_seqlen_per_rank 4096 tokens" -- \
+  plan --trace long.txt --ranks 2 --scheduler dp_balanced --cp 1
+expect 3 "dcpack step: long.txt:2: length 200000 exceeds the static CP group: one rank of max_seqlen_per_rank 8192 tokens" -- \
+  step --trace long.txt --dp 2 --scheduler dp_balanced
 mkdir emptydir
 expect 3 "emptydir holds no trace files" -- compare --traces emptydir
 
@@ -149,6 +180,11 @@ printf 'quadratic 1\n' >noeq.txt
 printf 'hidden = 999999999999999999\n' >hidden.txt
 printf 'step_model = fast\n' >stepmodel.txt
 printf '\nstep_model = 1\n' >stepmodelnumber.txt
+# a NUL byte is no text: said so (it was "line longer than 1022 characters"), and on a last line
+# without a newline it hid the rest of the line (the value was read as 1)
+printf 'quadratic = 1\n# note\0 more\n' >nul.txt
+printf 'linear = 1\x009' >nullast.txt
+python3 -c "print('linear = ' + '1' * 1014)" >longline.txt
 expect 3 "key.txt:2: unknown key 'speed'" -- cost --profile key.txt
 expect 3 "value.txt:2: linear = 'lots'" -- cost --profile value.txt
 expect 3 "negcoef.txt:1: linear = '-4'" -- cost --profile negcoef.txt
@@ -159,6 +195,10 @@ expect 3 "hidden.txt:1: hidden = 999999999999999999: 12 \* hidden overflows" -- 
 expect 3 "cannot open cost profile nofile.txt" -- cost --profile nofile.txt
 expect 3 "stepmodel.txt:1: step_model = 'fast' is not barrier or dependency" -- cost --profile stepmodel.txt
 expect 3 "stepmodelnumber.txt:2: step_model = '1' is not barrier or dependency" -- plan --cost stepmodelnumber.txt
+expect 3 "nul.txt:2: a NUL byte at column 7: not a cost profile \(text\)" -- cost --profile nul.txt
+expect 3 "nullast.txt:1: a NUL byte at column 11: not a cost profile" -- cost --profile nullast.txt
+expect 3 "nul.txt:2: a NUL byte at column 7" -- plan --cost nul.txt
+expect 3 "longline.txt:1: line longer than 1022 characters" -- cost --profile longline.txt
 expect 3 "stepmodel.txt:1: step_model = 'fast'" -- compare --config dynamic_cp:cost=stepmodel.txt
 expect 3 "key.txt:2: unknown key 'speed'" -- plan --cost key.txt
 expect 3 "key.txt:2: unknown key 'speed'" -- compare --cost key.txt
@@ -205,5 +245,17 @@ for opt in --trace --column --input-format --generate --dp --cp --tp --pp --vpp 
   grep -q -- "$opt" out.txt || { echo "FAIL dcpack step --help lacks $opt"; exit 1; }
 done
 grep -q "heap_allocations_per_step" out.txt || { echo "FAIL dcpack step --help: the JSON fields are not described"; exit 1; }
+# every source file a help text names is in the source tree (dcpack --help named "the workloads.py families")
+for form in "--help" "plan --help" "compare --help" "cost --help" "generate --help" "step --help"; do
+  # shellcheck disable=SC2086
+  for ref in $("$dcpack" $form | grep -Eo '[A-Za-z0-9_./-]+\.(py|md|c|h|sh)\b' | sort -u); do
+    if [ -z "$(find "$src" -path "$src/build*" -prune -o -path "*$ref" -print -quit)" ]; then
+      echo "FAIL dcpack $form names $ref, which is not in the source tree"; exit 1
+    fi
+  done
+  "$dcpack" $form | grep -q "tests/data/workloads" || [ "$form" != "generate --help" ] ||
+    { echo "FAIL dcpack generate --help does not say where the reference traces are"; exit 1; }
+done
+[ -d "$src/tests/data/workloads" ] || { echo "FAIL tests/data/workloads is not in the source tree"; exit 1; }
 "$dcpack" --version | grep -Eq '^dcpack [0-9]+\.[0-9]+\.[0-9]+$' || { echo "FAIL --version"; exit 1; }
 echo "cli_errors: ok"

@@ -60,6 +60,15 @@ ended 2000000 1 "cannot start 512 rank threads" step --generate uniform:n=64,max
 # the same with --check, and with ranks over TP and PP
 ended 2000000 1 "cannot start 512 rank threads" step --generate uniform:n=64,max=64 --dp 128 --tp 2 --pp 2 --check
 
+# the workspace is sized from the batch, not from --max-seqlen x microbatches: an accepted
+# --max-seqlen of 2^30 costs no more than the 41,192 tokens the batch holds (each rank's workspace
+# was 91 GB, and the kernel killed the program)
+ended 2000000 0 "" step --dp 2 --cp 2 --max-seqlen 1073741824 --generate mlmdefault:n=64 --check
+# where the batch does need it (padded to --max-seqlen on 64 ranks: terabytes), refused before
+# any rank allocates, with the sizes
+ended 2000000 1 "64 ranks x [0-9]+ bytes of workspace = [0-9]+ bytes, more than this machine's [0-9]+ bytes" \
+  step --dp 64 --max-seqlen 1073741824 --generate mlmdefault:n=64 --pad-to-max
+
 # from too little memory for anything to enough for everything: wherever it runs out, it says so
 oom="out of memory|cannot start [0-9]+ rank threads|cannot create"
 for kb in 150000 250000 350000 400000 450000 500000 550000 600000 650000 700000 800000 1000000; do

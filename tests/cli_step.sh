@@ -39,10 +39,22 @@ run --dp 2 --cp 2 --tp 1 --pp 4 --vpp 2 --scheduler dynamic_cp --mtp-stage 2 --m
 run --dp 4 --cp 2 --tp 2 --pp 1 --scheduler dynamic_cp --cp-partition contiguous --pad-to-max --prepacked
 run --dp 2 --cp 1 --tp 2 --pp 1 --scheduler dp_balanced --max-seqlen 8192 --tp-ranks-hold-data
 
+# without an input, step takes the embedded default batch, as plan does (it was a usage error):
+# the same 1024 sequences as --generate mlmdefault:n=1024,seed=1, verified on every rank
+"$dcpack" step --dp 2 --check --steps 1 >"$out" || { echo "step without an input failed"; cat "$out"; exit 1; }
+"$dcpack" step --dp 2 --check --steps 1 --generate mlmdefault:n=1024,seed=1 >"$tmp/generated.json"
+python3 - "$out" "$tmp/generated.json" <<'PY' || { echo "the default batch"; exit 1; }
+import json, sys
+d, g = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert d["trace"].startswith("embedded default"), d["trace"]
+assert d["verified"] is True and d["status"] == "DCP_OK", d
+for key in ("sequences", "tokens", "microbatches", "tokens_computed_total", "bytes_received_total"):
+    assert d[key] == g[key], (key, d[key], g[key])
+assert d["sequences"] == 1024
+PY
+
 # bad usage is exit status 2
 set +e
-"$dcpack" step --dp 2 >/dev/null 2>&1
-[ $? -eq 2 ] || { echo "missing --trace was not a usage error"; exit 1; }
 "$dcpack" step --trace "$trace" --scheduler nonsense >/dev/null 2>&1
 [ $? -eq 2 ] || { echo "an unknown scheduler was not a usage error"; exit 1; }
 

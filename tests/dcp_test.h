@@ -74,12 +74,21 @@ int dcp_test_failed(void);
             return;                                                                                        \
         }                                                                                                  \
     } while (0)
+/* ... and a message is whole: one cut short for its buffer ends in "..." (dcp__fail) */
 #define DCP_CHECK_CONTAINS(haystack, needle)                                                               \
     do {                                                                                                   \
         const char *h_ = (haystack);                                                                       \
         if (!h_ || !strstr(h_, (needle)))                                                                  \
             dcp_test_fail(__FILE__, __LINE__, "\"%s\" does not contain \"%s\"", h_ ? h_ : "(null)", needle); \
+        else if (dcp_test_message_cut(h_))                                                                 \
+            dcp_test_fail(__FILE__, __LINE__, "\"%s\" was cut short", h_);                                 \
     } while (0)
+/* 1 when a message ends in the "..." of a message cut for its buffer. */
+static inline int dcp_test_message_cut(const char *message)
+{
+    size_t n = strlen(message);
+    return n >= 3 && strcmp(message + n - 3, "...") == 0;
+}
 #define DCP_SKIP(reason)                                                                                   \
     do {                                                                                                   \
         dcp_test_skip(reason);                                                                             \

@@ -135,6 +135,8 @@ static void expect_error(dcp_context *ctx, dcp_status got, dcp_status want, cons
     if (!strstr(dcp_context_last_error(ctx), part))
         dcp_test_fail(__FILE__, line, "%s: message \"%s\" does not name \"%s\"", what, dcp_context_last_error(ctx),
                       part);
+    if (dcp_test_message_cut(dcp_context_last_error(ctx)))
+        dcp_test_fail(__FILE__, line, "%s: message \"%s\" was cut short", what, dcp_context_last_error(ctx));
     check_usable(ctx, what, line);
 }
 
@@ -313,7 +315,7 @@ static void check_gather_usable(dcp_context *ctx, dcp_comm *comm, int line)
 {
     const int32_t *lengths = NULL, *offsets = NULL;
     int32_t n = -1;
-    dcp_status st = dcp_gather(ctx, comm, good_lengths, 8, &lengths, &n, &offsets);
+    dcp_status st = dcp_gather(ctx, comm, 0, good_lengths, 8, &lengths, &n, &offsets);
     if (st != DCP_OK || n != 8 || memcmp(lengths, good_lengths, sizeof good_lengths) != 0 || offsets[1] != 8)
         dcp_test_fail(__FILE__, line, "good gather after a failure: %s, %d sequences", dcp_status_str(st), n);
     check_usable(ctx, "gather", line);
@@ -339,56 +341,56 @@ DCP_TEST(gather_bad_inputs)
         check_gather_usable(ctx, &comm, __LINE__);                                                             \
     } while (0)
 
-    DCP_CHECK_STATUS(dcp_gather(NULL, &comm, good_lengths, 8, &lengths, &n, &offsets), DCP_ERR_NULL_POINTER);
-    GATHER_FAILS(dcp_gather(ctx, NULL, good_lengths, 8, &lengths, &n, &offsets), DCP_ERR_NULL_POINTER, "NULL");
+    DCP_CHECK_STATUS(dcp_gather(NULL, &comm, 0, good_lengths, 8, &lengths, &n, &offsets), DCP_ERR_NULL_POINTER);
+    GATHER_FAILS(dcp_gather(ctx, NULL, 0, good_lengths, 8, &lengths, &n, &offsets), DCP_ERR_NULL_POINTER, "NULL");
     dcp_comm no_ops = comm;
     no_ops.ops = NULL;
-    GATHER_FAILS(dcp_gather(ctx, &no_ops, good_lengths, 8, &lengths, &n, &offsets), DCP_ERR_NULL_POINTER, "NULL");
-    GATHER_FAILS(dcp_gather(ctx, &comm, NULL, 8, &lengths, &n, &offsets), DCP_ERR_NULL_POINTER, "NULL");
-    GATHER_FAILS(dcp_gather(ctx, &comm, good_lengths, 8, NULL, &n, &offsets), DCP_ERR_NULL_POINTER, "NULL");
-    GATHER_FAILS(dcp_gather(ctx, &comm, good_lengths, 8, &lengths, NULL, &offsets), DCP_ERR_NULL_POINTER, "NULL");
-    GATHER_FAILS(dcp_gather(ctx, &comm, good_lengths, 8, &lengths, &n, NULL), DCP_ERR_NULL_POINTER, "NULL");
+    GATHER_FAILS(dcp_gather(ctx, &no_ops, 0, good_lengths, 8, &lengths, &n, &offsets), DCP_ERR_NULL_POINTER, "NULL");
+    GATHER_FAILS(dcp_gather(ctx, &comm, 0, NULL, 8, &lengths, &n, &offsets), DCP_ERR_NULL_POINTER, "NULL");
+    GATHER_FAILS(dcp_gather(ctx, &comm, 0, good_lengths, 8, NULL, &n, &offsets), DCP_ERR_NULL_POINTER, "NULL");
+    GATHER_FAILS(dcp_gather(ctx, &comm, 0, good_lengths, 8, &lengths, NULL, &offsets), DCP_ERR_NULL_POINTER, "NULL");
+    GATHER_FAILS(dcp_gather(ctx, &comm, 0, good_lengths, 8, &lengths, &n, NULL), DCP_ERR_NULL_POINTER, "NULL");
     dcp_comm two = comm;
     two.size = 2;
-    GATHER_FAILS(dcp_gather(ctx, &two, good_lengths, 8, &lengths, &n, &offsets), DCP_ERR_INVALID_ARGUMENT,
+    GATHER_FAILS(dcp_gather(ctx, &two, 0, good_lengths, 8, &lengths, &n, &offsets), DCP_ERR_INVALID_ARGUMENT,
                  "communicator has 2 ranks, data_parallel_size is 1");
-    GATHER_FAILS(dcp_gather(ctx, &comm, good_lengths, -1, &lengths, &n, &offsets), DCP_ERR_INVALID_ARGUMENT,
+    GATHER_FAILS(dcp_gather(ctx, &comm, 0, good_lengths, -1, &lengths, &n, &offsets), DCP_ERR_INVALID_ARGUMENT,
                  "num_local -1");
     const int32_t negative[3] = {4, -9, 4};
-    GATHER_FAILS(dcp_gather(ctx, &comm, negative, 3, &lengths, &n, &offsets), DCP_ERR_BAD_LENGTH, "length -9");
+    GATHER_FAILS(dcp_gather(ctx, &comm, 0, negative, 3, &lengths, &n, &offsets), DCP_ERR_BAD_LENGTH, "length -9");
     const int32_t nine[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
-    GATHER_FAILS(dcp_gather(ctx, &comm, nine, 9, &lengths, &n, &offsets), DCP_ERR_CAPACITY, "max_sequences = 8");
+    GATHER_FAILS(dcp_gather(ctx, &comm, 0, nine, 9, &lengths, &n, &offsets), DCP_ERR_CAPACITY, "max_sequences = 8");
     /* zero-length samples are dropped, so nine with one empty fit */
     const int32_t nine_one_empty[9] = {1, 1, 1, 0, 1, 1, 1, 1, 1};
-    DCP_CHECK_STATUS(dcp_gather(ctx, &comm, nine_one_empty, 9, &lengths, &n, &offsets), DCP_OK);
+    DCP_CHECK_STATUS(dcp_gather(ctx, &comm, 0, nine_one_empty, 9, &lengths, &n, &offsets), DCP_OK);
     DCP_CHECK_EQ_INT(n, 8);
 
     /* pre-packed: cu_seqlens must start at 0, never decrease, and stay within total_tokens */
     const int32_t cu_good[4] = {0, 7, 7, 12};
     const int32_t cu_start[3] = {1, 7, 12}, cu_down[4] = {0, 7, 5, 12}, cu_wrap[3] = {0, INT32_MAX, INT32_MIN};
-    GATHER_FAILS(dcp_gather_packed(ctx, &comm, NULL, 4, 12, &lengths, &n, &offsets), DCP_ERR_NULL_POINTER, "NULL");
-    GATHER_FAILS(dcp_gather_packed(ctx, &comm, cu_good, 0, 12, &lengths, &n, &offsets), DCP_ERR_CORRUPT_INPUT,
+    GATHER_FAILS(dcp_gather_packed(ctx, &comm, 0, NULL, 4, 12, &lengths, &n, &offsets), DCP_ERR_NULL_POINTER, "NULL");
+    GATHER_FAILS(dcp_gather_packed(ctx, &comm, 0, cu_good, 0, 12, &lengths, &n, &offsets), DCP_ERR_CORRUPT_INPUT,
                  "0 cu_seqlens entries");
-    GATHER_FAILS(dcp_gather_packed(ctx, &comm, cu_good, -3, 12, &lengths, &n, &offsets), DCP_ERR_CORRUPT_INPUT,
+    GATHER_FAILS(dcp_gather_packed(ctx, &comm, 0, cu_good, -3, 12, &lengths, &n, &offsets), DCP_ERR_CORRUPT_INPUT,
                  "-3 cu_seqlens entries");
-    GATHER_FAILS(dcp_gather_packed(ctx, &comm, cu_good, 4, -1, &lengths, &n, &offsets), DCP_ERR_CORRUPT_INPUT,
+    GATHER_FAILS(dcp_gather_packed(ctx, &comm, 0, cu_good, 4, -1, &lengths, &n, &offsets), DCP_ERR_CORRUPT_INPUT,
                  "-1 tokens");
-    GATHER_FAILS(dcp_gather_packed(ctx, &comm, cu_start, 3, 12, &lengths, &n, &offsets), DCP_ERR_CORRUPT_INPUT,
+    GATHER_FAILS(dcp_gather_packed(ctx, &comm, 0, cu_start, 3, 12, &lengths, &n, &offsets), DCP_ERR_CORRUPT_INPUT,
                  "cu_seqlens[0] is 1");
-    GATHER_FAILS(dcp_gather_packed(ctx, &comm, cu_down, 4, 12, &lengths, &n, &offsets), DCP_ERR_CORRUPT_INPUT,
+    GATHER_FAILS(dcp_gather_packed(ctx, &comm, 0, cu_down, 4, 12, &lengths, &n, &offsets), DCP_ERR_CORRUPT_INPUT,
                  "decreases at 2");
-    GATHER_FAILS(dcp_gather_packed(ctx, &comm, cu_good, 4, 11, &lengths, &n, &offsets), DCP_ERR_CORRUPT_INPUT,
+    GATHER_FAILS(dcp_gather_packed(ctx, &comm, 0, cu_good, 4, 11, &lengths, &n, &offsets), DCP_ERR_CORRUPT_INPUT,
                  "cu_seqlens[3] = 12 is past the 11 tokens");
-    GATHER_FAILS(dcp_gather_packed(ctx, &comm, cu_wrap, 3, INT64_MAX, &lengths, &n, &offsets),
+    GATHER_FAILS(dcp_gather_packed(ctx, &comm, 0, cu_wrap, 3, INT64_MAX, &lengths, &n, &offsets),
                  DCP_ERR_CORRUPT_INPUT, "decreases at 2");
     int32_t cu_many[11];
     for (int i = 0; i < 11; i++) cu_many[i] = 3 * i;
-    GATHER_FAILS(dcp_gather_packed(ctx, &comm, cu_many, 11, 30, &lengths, &n, &offsets), DCP_ERR_CAPACITY,
+    GATHER_FAILS(dcp_gather_packed(ctx, &comm, 0, cu_many, 11, 30, &lengths, &n, &offsets), DCP_ERR_CAPACITY,
                  "max_sequences = 8");
     /* a lone 0 is a packed sample with no sub-samples: nothing to gather, not an error */
-    DCP_CHECK_STATUS(dcp_gather_packed(ctx, &comm, cu_good, 1, 0, &lengths, &n, &offsets), DCP_OK);
+    DCP_CHECK_STATUS(dcp_gather_packed(ctx, &comm, 0, cu_good, 1, 0, &lengths, &n, &offsets), DCP_OK);
     DCP_CHECK_EQ_INT(n, 0);
-    DCP_CHECK_STATUS(dcp_gather_packed(ctx, &comm, cu_good, 4, 12, &lengths, &n, &offsets), DCP_OK);
+    DCP_CHECK_STATUS(dcp_gather_packed(ctx, &comm, 0, cu_good, 4, 12, &lengths, &n, &offsets), DCP_OK);
     DCP_CHECK_EQ_INT(n, 2);
     DCP_CHECK(lengths[0] == 7 && lengths[1] == 5);
 #undef GATHER_FAILS
@@ -845,7 +847,7 @@ DCP_TEST(cuda_and_nccl_entry_points_refuse_cleanly)
         unsigned char rows[8] = {0};
         DCP_CHECK_STATUS(dcp_gdn_pad_cuda(rows, 1, 1, 4, NULL, 0, rows, 8, NULL, NULL), DCP_ERR_UNSUPPORTED);
         DCP_CHECK_STATUS(dcp_gdn_strip_cuda(rows, 1, 1, rows, NULL), DCP_ERR_UNSUPPORTED);
-        DCP_CHECK_STATUS(dcp_mtp_roll_cuda(NULL, 0, 1, NULL, 0, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL),
+        DCP_CHECK_STATUS(dcp_mtp_roll_cuda(NULL, 0, 0, 1, DCP_CP_ZIGZAG, NULL, 0, 0, NULL, NULL, NULL, 0, NULL, NULL, NULL),
                          DCP_ERR_UNSUPPORTED);
     } else {
         /* built with CUDA: sizes and caller memory are checked before any CUDA call */
@@ -932,7 +934,7 @@ static void roll_rank(int32_t rank, void *arg)
         const int32_t *cu = t->bad && round == 0 && rank == 1 ? down : good;
         void *x = t->bad && round == 1 && rank == 0 ? NULL : exchange;
         double start = monotonic_ms();
-        t->status[rank][k] = dcp_mtp_roll(&comm, 0, 2, cu, 3, 8, fields, outs, sizes, 1, x);
+        t->status[rank][k] = dcp_mtp_roll(&comm, 0, 0, 2, DCP_CP_ZIGZAG, cu, 3, 8, fields, outs, sizes, 1, x);
         t->elapsed_ms[rank][k] = monotonic_ms() - start;
     }
 }
@@ -987,7 +989,7 @@ static void gather_null_rank(int32_t rank, void *arg)
         const int32_t *global = NULL, *offsets = NULL;
         int32_t n = 0;
         /* call 0: rank 1 passes no global_lengths pointer */
-        t->status[rank][k] = dcp_gather(ctx, &comm, lengths, 2, k == 0 && rank == 1 ? NULL : &global, &n, &offsets);
+        t->status[rank][k] = dcp_gather(ctx, &comm, 0, lengths, 2, k == 0 && rank == 1 ? NULL : &global, &n, &offsets);
         if (k == 1 && t->status[rank][k] == DCP_OK) {
             t->count[rank] = n;
             t->second_rank_first[rank] = global[offsets[1]];
@@ -1034,4 +1036,67 @@ DCP_TEST(validate_sequence_cap)
     DCP_CHECK_STATUS(dcp_plan_stats_compute(ctx, &h.plan, good_lengths, 8, &stats), DCP_ERR_INVALID_PLAN);
     check_usable(ctx, "a plan over the sequence cap", __LINE__);
     dcp_context_destroy(ctx);
+}
+
+/* ---- messages end on a whole word ---- */
+
+/*
+ * A message longer than its buffer ends after its last whole word, marked "...": never mid-word
+ * ("they must hold the same da").  The same holds for dcp_config_validate()'s caller buffer.
+ */
+DCP_TEST(messages_longer_than_their_buffer_end_on_a_whole_word)
+{
+    dcp_error err;
+    char word[40];
+    /* words of 1 to 13 letters, far more than the buffer holds */
+    char text[2 * DCP_ERROR_MESSAGE_SIZE] = "";
+    for (int i = 0; strlen(text) + 20 < sizeof text; i++) {
+        int n = 1 + i % 13;
+        for (int k = 0; k < n; k++) word[k] = (char)('a' + (i + k) % 26);
+        word[n] = '\0';
+        strcat(text, word);
+        strcat(text, " ");
+    }
+    /* every cut point: the text shifted by 0 to 15 leading characters */
+    for (int shift = 0; shift < 16; shift++) {
+        DCP_CHECK_STATUS(dcp__fail(&err, DCP_ERR_CORRUPT_INPUT, "%.*s%s", shift, "xxxxxxxxxxxxxxxx", text),
+                         DCP_ERR_CORRUPT_INPUT);
+        size_t n = strlen(err.message);
+        DCP_REQUIRE(n >= 3 && n < DCP_ERROR_MESSAGE_SIZE);
+        DCP_CHECK(dcp_test_message_cut(err.message));
+        DCP_CHECK(err.message[n - 4] != ' ');
+        /* what comes before the mark is a prefix of the text that ends where a word ends */
+        char expected[2 * DCP_ERROR_MESSAGE_SIZE + 16];
+        snprintf(expected, sizeof expected, "%.*s%s", shift, "xxxxxxxxxxxxxxxx", text);
+        DCP_CHECK(strncmp(err.message, expected, n - 3) == 0);
+        DCP_CHECK(expected[n - 3] == ' ');
+        DCP_CHECK(n - 3 > DCP_ERROR_MESSAGE_SIZE - 24); /* little is lost: at most one word */
+    }
+    /* a message that fits is untouched, one that fills the buffer exactly too */
+    dcp__fail(&err, DCP_ERR_CORRUPT_INPUT, "they must hold the same data");
+    DCP_CHECK(strcmp(err.message, "they must hold the same data") == 0);
+    memset(text, 'a', DCP_ERROR_MESSAGE_SIZE - 1);
+    text[DCP_ERROR_MESSAGE_SIZE - 1] = '\0';
+    dcp__fail(&err, DCP_ERR_CORRUPT_INPUT, "%s", text);
+    DCP_CHECK_EQ_INT(strlen(err.message), DCP_ERROR_MESSAGE_SIZE - 1);
+    DCP_CHECK(!dcp_test_message_cut(err.message));
+    /* one word longer than the buffer is cut, still marked */
+    text[DCP_ERROR_MESSAGE_SIZE - 1] = 'a';
+    text[DCP_ERROR_MESSAGE_SIZE] = '\0';
+    dcp__fail(&err, DCP_ERR_CORRUPT_INPUT, "%s", text);
+    DCP_CHECK(dcp_test_message_cut(err.message));
+    DCP_CHECK_EQ_INT(strlen(err.message), DCP_ERROR_MESSAGE_SIZE - 1);
+
+    /* dcp_config_validate into a small caller buffer */
+    dcp_config c;
+    dcp_config_default(&c);
+    c.max_tokens_per_rank = 1;
+    c.fields = DCP_FIELD_TOKENS;
+    char small[48];
+    DCP_CHECK_STATUS(dcp_config_validate(&c, small, sizeof small), DCP_ERR_INVALID_CONFIG);
+    DCP_CHECK(dcp_test_message_cut(small));
+    DCP_CHECK(strncmp(small, "fields (tokens) lack labels, position_ids,", strlen(small) - 3) == 0);
+    char whole[DCP_ERROR_MESSAGE_SIZE];
+    DCP_CHECK_STATUS(dcp_config_validate(&c, whole, sizeof whole), DCP_ERR_INVALID_CONFIG);
+    DCP_CHECK_CONTAINS(whole, "(max_tokens_per_rank 0 only plans)");
 }

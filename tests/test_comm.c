@@ -830,3 +830,81 @@ DCP_TEST(mixed_collectives_many_rounds)
         free(t);
     }
 }
+
+/* ---- two threads calling as one rank (a caller bug): both fail within the timeout ---- */
+
+typedef struct same_rank_test {
+    dcp_inproc_world *world;
+    int use_step;
+    dcp_status status[2];
+    char why[2][160];
+    int64_t elapsed_ns[2];
+} same_rank_test;
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void same_rank_thread(int32_t thread, void *arg)
+{
+    same_rank_test *t = arg;
+    dcp_comm comm;
+    dcp_inproc_comm(t->world, 0, &comm); /* both threads take rank 0's handle; rank 1 never calls */
+    const int64_t start = mono_ns();
+    if (t->use_step) {
+        dcp_config c;
+        dcp_config_default(&c);
+        c.data_parallel_size = 2;
+        c.max_sequences = 8;
+        c.max_seqlen_per_rank = 64;
+        c.max_tokens_per_rank = 64;
+        dcp_context *ctx = NULL;
+        t->status[thread] = DCP_ERR_ALLOC;
+        if (dcp_context_create(&c, &ctx) != DCP_OK) return;
+        int64_t tokens[8] = {1, 2, 3, 4, 5, 6, 7, 8}, labels[8] = {0}, positions[8] = {0};
+        float mask[8] = {0};
+        dcp_sample s = {tokens, labels, mask, positions, 8, NULL, 0, 8, 8};
+        dcp_step_input in = {&s, 1, DCP_FIELD_ALL};
+        dcp_step_args args;
+        memset(&args, 0, sizeof args);
+        args.world = &comm;
+        args.data_context_parallel = &comm;
+        const dcp_step_output *out = NULL;
+        t->status[thread] = dcp_step(ctx, &args, &in, &out);
+        snprintf(t->why[thread], sizeof t->why[thread], "%s", dcp_context_last_error(ctx));
+        dcp_context_destroy(ctx);
+    } else {
+        int64_t send = 7 + thread, recv[2];
+        t->status[thread] = comm.ops->allgather(&comm, &send, sizeof send, recv);
+        snprintf(t->why[thread], sizeof t->why[thread], "%s", comm.ops->describe_failure(&comm));
+    }
+    t->elapsed_ns[thread] = mono_ns() - start;
+}
+
+DCP_TEST(two_threads_calling_as_one_rank_both_fail_within_the_timeout)
+{
+    for (int use_step = 0; use_step < 2; use_step++)
+        for (int round = 0; round < 5; round++) {
+            same_rank_test t;
+            memset(&t, 0, sizeof t);
+            t.use_step = use_step;
+            DCP_REQUIRE_OK(dcp_inproc_world_create(2, SHORT_TIMEOUT_MS, &t.world));
+            DCP_REQUIRE_OK(dcp_inproc_run(2, same_rank_thread, &t));
+            dcp_inproc_world_destroy(t.world);
+            int timeouts = 0;
+            for (int th = 0; th < 2; th++) {
+                DCP_CHECK(t.status[th] != DCP_OK);
+                DCP_CHECK(t.elapsed_ns[th] < 4 * (int64_t)SHORT_TIMEOUT_MS * 1000000);
+                timeouts += t.status[th] == DCP_ERR_TIMEOUT;
+            }
+            DCP_CHECK(timeouts >= 1); /* the thread that got in waits for rank 1, bounded by the timeout */
+            /* the other is refused at once and told why (unless it came after the first had given up) */
+            if (timeouts == 1) {
+                int told = strstr(t.why[0], "another thread") || strstr(t.why[1], "another thread");
+                DCP_CHECK(told);
+            }
+        }
+}

@@ -41,6 +41,15 @@ static void tokens_overflow(dcp_config *c)
 static void world_overflow(dcp_config *c) { c->tensor_parallel_size = 1 << 20; c->pipeline_parallel_size = 1 << 10; }
 static void bad_scheduler(dcp_config *c) { c->scheduler = (dcp_scheduler)7; }
 static void bad_fields(dcp_config *c) { c->fields = 0x30; }
+static void stepping_tokens_only(dcp_config *c) { c->fields = DCP_FIELD_TOKENS; c->max_tokens_per_rank = 4096; }
+static void stepping_no_fields(dcp_config *c) { c->fields = 0; c->max_tokens_per_rank = 1; }
+static void stepping_without_position_ids(dcp_config *c)
+{
+    c->fields = DCP_FIELD_ALL & ~(uint32_t)DCP_FIELD_POSITION_IDS;
+    c->max_tokens_per_rank = 4096;
+    c->pipeline_parallel_size = 2; /* PP stage 0 needs position_ids however many stages there are */
+}
+static void planning_tokens_only(dcp_config *c) { c->fields = DCP_FIELD_TOKENS; c->max_tokens_per_rank = 0; }
 static void negative_cost(dcp_config *c) { c->cost.kv[3] = -1; }
 static void negative_overhead(dcp_config *c) { c->cost.microbatch_overhead = -5; }
 static void vpp_without_pp(dcp_config *c) { c->virtual_pipeline_size = 2; }
@@ -65,6 +74,13 @@ DCP_TEST(config_validation_table)
         {"world", world_overflow, DCP_ERR_OVERFLOW, "overflows int32"},
         {"scheduler 7", bad_scheduler, DCP_ERR_INVALID_CONFIG, "scheduler 7"},
         {"fields", bad_fields, DCP_ERR_INVALID_CONFIG, "fields 0x30"},
+        {"stepping on tokens only", stepping_tokens_only, DCP_ERR_INVALID_CONFIG,
+         "fields (tokens) lack labels, position_ids, loss_mask: a context that steps needs all four"},
+        {"stepping on no fields", stepping_no_fields, DCP_ERR_INVALID_CONFIG,
+         "fields (none) lack tokens, labels, position_ids, loss_mask"},
+        {"stepping without position_ids", stepping_without_position_ids, DCP_ERR_INVALID_CONFIG,
+         "fields (tokens, labels, loss_mask) lack position_ids"},
+        {"planning on tokens only", planning_tokens_only, DCP_OK, ""},
         {"kv -1", negative_cost, DCP_ERR_INVALID_CONFIG, "cost.kv[3] must be >= 0, got -1"},
         {"overhead", negative_overhead, DCP_ERR_INVALID_CONFIG, "cost.microbatch_overhead"},
         {"vpp without pp", vpp_without_pp, DCP_ERR_INVALID_CONFIG, "needs pipeline_parallel_size >= 2"},

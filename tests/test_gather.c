@@ -39,8 +39,8 @@ static dcp_status gather_one(gather_test *t, int32_t rank, dcp_comm *comm, const
 {
     const rank_input *in = &t->in[rank];
     if (in->packed)
-        return dcp_gather_packed(t->ctx[rank], comm, in->data, in->count, in->total_tokens, lengths, n, offsets);
-    return dcp_gather(t->ctx[rank], comm, in->data, in->count, lengths, n, offsets);
+        return dcp_gather_packed(t->ctx[rank], comm, 0, in->data, in->count, in->total_tokens, lengths, n, offsets);
+    return dcp_gather(t->ctx[rank], comm, 0, in->data, in->count, lengths, n, offsets);
 }
 
 static void gather_rank(int32_t rank, void *arg)

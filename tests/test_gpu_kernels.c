@@ -393,7 +393,8 @@ static void run_gdn_pad(void)
         int32_t alignment = rnd() % 4 == 0 ? DCP_GDN_ALIGNMENT : (int32_t)rnd_range(0, 300);
         int64_t padded = dcp_gdn_padded_rows(rows, alignment);
         int with_cu = rnd() % 3 != 0, in_place = rnd() % 2;
-        int32_t num_cu = (int32_t)rnd_range(1, 9);
+        /* cu_seqlens describe the rows: from 0 to rows (a lone 0 entry only for no rows) */
+        int32_t num_cu = (int32_t)rnd_range(rows > 0 ? 2 : 1, 9);
         int32_t *cu = malloc((size_t)num_cu * 4), *out_cu = malloc((size_t)num_cu * 4);
         cu[0] = 0;
         for (int32_t k = 1; k < num_cu; k++) cu[k] = (int32_t)(rows * k / (num_cu - 1 > 0 ? num_cu - 1 : 1));

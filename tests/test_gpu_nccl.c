@@ -442,7 +442,7 @@ static void *host_roll(void *p)
     const void *in[ROLL_FIELDS] = {rc->labels[a->rank], rc->mask[a->rank]};
     void *out[ROLL_FIELDS] = {rc->want_labels[a->rank], rc->want_mask[a->rank]};
     void *x = malloc(dcp_mtp_roll_exchange_bytes(rc->num_cu, roll_sizes, ROLL_FIELDS, comm.size));
-    dcp_status s = dcp_mtp_roll(&comm, 0, rc->cp, rc->cu, rc->num_cu, rc->tokens, in, out, roll_sizes, ROLL_FIELDS, x);
+    dcp_status s = dcp_mtp_roll(&comm, 0, 0, rc->cp, DCP_CP_ZIGZAG, rc->cu, rc->num_cu, rc->tokens, in, out, roll_sizes, ROLL_FIELDS, x);
     if (s != DCP_OK) dcp_test_fail(__FILE__, __LINE__, "host roll: %s", dcp_status_str(s));
     free(x);
     return NULL;
@@ -458,7 +458,7 @@ static void device_roll(world *w, int32_t me, dcp_comm *comm, void *arg)
     int32_t *cu = to_device(rc->cu, (size_t)rc->num_cu * 4);
     void *x = to_device(NULL, dcp_mtp_roll_exchange_bytes(rc->num_cu, roll_sizes, ROLL_FIELDS, 0));
     void *host_scratch = malloc(dcp_mtp_roll_exchange_bytes(0, NULL, 0, comm->size));
-    DCP_CHECK_STATUS(dcp_mtp_roll_cuda(comm, 0, rc->cp, cu, rc->num_cu, rc->tokens, (const void *const *)in, out,
+    DCP_CHECK_STATUS(dcp_mtp_roll_cuda(comm, 0, 0, rc->cp, DCP_CP_ZIGZAG, cu, rc->num_cu, rc->tokens, (const void *const *)in, out,
                                        roll_sizes, ROLL_FIELDS, x, host_scratch, NULL),
                      DCP_OK);
     CUDA_CHECK(cudaDeviceSynchronize());

@@ -25,7 +25,7 @@ DCP_TEST(reference_example_without_cp)
     const void *fields[] = {in, mask_in};
     void *outs[] = {out, mask_out};
     const size_t sizes[] = {8, 4};
-    DCP_REQUIRE_OK(dcp_mtp_roll(NULL, 0, 1, cu, 3, 7, fields, outs, sizes, 2, NULL));
+    DCP_REQUIRE_OK(dcp_mtp_roll(NULL, 0, 0, 1, DCP_CP_ZIGZAG, cu, 3, 7, fields, outs, sizes, 2, NULL));
     const int64_t want[] = {2, 3, 0, 5, 0, 7, 0};
     const float want_mask[] = {1, 1, 0, 1, 0, 1, 0};
     for (int i = 0; i < 7; i++) {
@@ -46,16 +46,16 @@ DCP_TEST(bad_arguments)
     DCP_REQUIRE_OK(dcp_inproc_world_create(1, 60000, &g));
     dcp_comm comm;
     DCP_CHECK_STATUS(dcp_inproc_comm(g, 0, &comm), DCP_OK);
-    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 1, NULL, 3, 8, fields, outs, size8, 1, NULL), DCP_ERR_NULL_POINTER);
-    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 2, cu, 3, 4, fields, outs, size8, 1, NULL), DCP_ERR_NULL_POINTER);
-    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 3, cu, 3, 8, fields, outs, size8, 1, NULL), DCP_ERR_INVALID_ARGUMENT);
-    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 1, cu, 3, 8, fields, outs, size3, 1, NULL), DCP_ERR_INVALID_ARGUMENT);
-    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 1, cu, 3, 8, fields, outs, size8, 0, NULL), DCP_ERR_INVALID_ARGUMENT);
-    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 1, down, 3, 8, fields, outs, size8, 1, NULL), DCP_ERR_CORRUPT_INPUT);
-    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 1, not_zero, 2, 8, fields, outs, size8, 1, NULL), DCP_ERR_CORRUPT_INPUT);
-    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 1, cu, 3, 7, fields, outs, size8, 1, NULL), DCP_ERR_CORRUPT_INPUT);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 0, 1, DCP_CP_ZIGZAG, NULL, 3, 8, fields, outs, size8, 1, NULL), DCP_ERR_NULL_POINTER);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 0, 2, DCP_CP_ZIGZAG, cu, 3, 4, fields, outs, size8, 1, NULL), DCP_ERR_NULL_POINTER);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 0, 3, DCP_CP_ZIGZAG, cu, 3, 8, fields, outs, size8, 1, NULL), DCP_ERR_INVALID_ARGUMENT);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 0, 1, DCP_CP_ZIGZAG, cu, 3, 8, fields, outs, size3, 1, NULL), DCP_ERR_INVALID_ARGUMENT);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 0, 1, DCP_CP_ZIGZAG, cu, 3, 8, fields, outs, size8, 0, NULL), DCP_ERR_INVALID_ARGUMENT);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 0, 1, DCP_CP_ZIGZAG, down, 3, 8, fields, outs, size8, 1, NULL), DCP_ERR_CORRUPT_INPUT);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 0, 1, DCP_CP_ZIGZAG, not_zero, 2, 8, fields, outs, size8, 1, NULL), DCP_ERR_CORRUPT_INPUT);
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 0, 1, DCP_CP_ZIGZAG, cu, 3, 7, fields, outs, size8, 1, NULL), DCP_ERR_CORRUPT_INPUT);
     /* a 2-rank group needs spans divisible by 4, and must hold the communicator's rank */
-    DCP_CHECK_STATUS(dcp_mtp_roll(&comm, 0, 2, odd, 2, 3, fields, outs, size8, 1, exchange), DCP_ERR_INVALID_ARGUMENT);
+    DCP_CHECK_STATUS(dcp_mtp_roll(&comm, 0, 0, 2, DCP_CP_ZIGZAG, odd, 2, 3, fields, outs, size8, 1, exchange), DCP_ERR_INVALID_ARGUMENT);
     dcp_inproc_world_destroy(g);
 }
 
@@ -162,7 +162,7 @@ static void *rank_run(void *p)
     for (int f = 0; f < NUM_FIELDS; f++) fields[f] = gc->input[r][f], outs[f] = gc->got[r][f];
     size_t bytes = dcp_mtp_roll_exchange_bytes(gc->n + 1, sizes, NUM_FIELDS, comm.size);
     void *exchange = malloc(bytes);
-    job->status = dcp_mtp_roll(&comm, gc->first, gc->cp, gc->cu, gc->n + 1, gc->local + gc->tail, fields, outs, sizes,
+    job->status = dcp_mtp_roll(&comm, 0, gc->first, gc->cp, DCP_CP_ZIGZAG, gc->cu, gc->n + 1, gc->local + gc->tail, fields, outs, sizes,
                                NUM_FIELDS, exchange);
     free(exchange);
     return NULL;
@@ -221,4 +221,196 @@ DCP_TEST(several_groups_share_one_communicator)
         run_layout(layout, 4);
         run_layout(other, 4);
     }
+}
+
+/* ---- the contiguous layout ---------------------------------------------- */
+
+/*
+ * A microbatch cut with DCP_CP_CONTIGUOUS: rank r holds global slots [r * width, (r+1) * width).  Sequences
+ * of any length (no divisibility), the last boundary anywhere up to cp * width (the rest is the tail, rolled
+ * as one sequence).  The oracle rolls the whole packed microbatch, then cuts each rank's slice.
+ */
+typedef struct contiguous_case {
+    int32_t cp, n;
+    int32_t cu[16];
+    int64_t width;
+    int64_t in[8][64], want[8][64], got[8][64];
+    dcp_status status[8];
+    dcp_inproc_world *world;
+} contiguous_case;
+
+static void contiguous_rank(int32_t rank, void *arg)
+{
+    contiguous_case *c = arg;
+    dcp_comm comm;
+    dcp_inproc_comm(c->world, rank, &comm);
+    const void *fields[1] = {c->in[rank]};
+    void *outs[1] = {c->got[rank]};
+    const size_t size8[1] = {8};
+    unsigned char exchange[2048];
+    c->status[rank] = DCP_ERR_CAPACITY;
+    if (dcp_mtp_roll_exchange_bytes(c->n + 1, size8, 1, comm.size) > sizeof exchange) return;
+    c->status[rank] = dcp_mtp_roll(&comm, 5, 0, c->cp, DCP_CP_CONTIGUOUS, c->cu, c->n + 1, c->width, fields, outs,
+                                   size8, 1, exchange);
+}
+
+DCP_TEST(contiguous_layout_matches_the_unsliced_roll)
+{
+    static contiguous_case c;
+    for (int round = 0; round < 200; round++) {
+        memset(&c, 0, sizeof c);
+        c.cp = 1 << (rnd() % 4);
+        c.width = 1 + (int64_t)(rnd() % 8);
+        const int64_t total = c.cp * c.width;
+        c.n = (int32_t)(rnd() % 6);
+        for (int32_t k = 0; k < c.n; k++) c.cu[k + 1] = c.cu[k] + (int32_t)(rnd() % 5); /* empty ones too */
+        if (c.cu[c.n] > total) { /* keep the last boundary inside the microbatch */
+            for (int32_t k = 1; k <= c.n; k++) c.cu[k] = (int32_t)(c.cu[k] * total / c.cu[c.n]);
+        }
+        int64_t global[64], rolled[64];
+        for (int64_t g = 0; g < total; g++) global[g] = 1000 + round * 64 + g;
+        for (int64_t g = 0; g < total; g++) {
+            int64_t end = total; /* the tail, unless g is in a sequence */
+            for (int32_t k = 0; k < c.n; k++)
+                if (g >= c.cu[k] && g < c.cu[k + 1]) end = c.cu[k + 1];
+            rolled[g] = g + 1 < end ? global[g + 1] : 0;
+        }
+        for (int32_t r = 0; r < c.cp; r++)
+            for (int64_t j = 0; j < c.width; j++) {
+                c.in[r][j] = global[r * c.width + j];
+                c.want[r][j] = rolled[r * c.width + j];
+                c.got[r][j] = -1;
+            }
+        DCP_REQUIRE_OK(dcp_inproc_world_create(c.cp, 30000, &c.world));
+        DCP_REQUIRE_OK(dcp_inproc_run(c.cp, contiguous_rank, &c));
+        dcp_inproc_world_destroy(c.world);
+        for (int32_t r = 0; r < c.cp; r++) {
+            DCP_CHECK_STATUS(c.status[r], DCP_OK);
+            for (int64_t j = 0; j < c.width; j++)
+                if (c.got[r][j] != c.want[r][j]) {
+                    dcp_test_fail(__FILE__, __LINE__, "round %d, cp %d, rank %d slot %lld: %lld, want %lld", round,
+                                  c.cp, r, (long long)j, (long long)c.got[r][j], (long long)c.want[r][j]);
+                    return;
+                }
+        }
+    }
+}
+
+DCP_TEST(contiguous_spans_need_no_divisibility_but_zigzag_ones_do)
+{
+    /* one 6-token sequence over CP 2: contiguous rolls it (3 slots a rank), zigzag refuses 6 % 4 != 0 */
+    static contiguous_case c;
+    memset(&c, 0, sizeof c);
+    c.cp = 2;
+    c.width = 3;
+    c.n = 1;
+    c.cu[1] = 6;
+    for (int32_t r = 0; r < 2; r++)
+        for (int j = 0; j < 3; j++) c.in[r][j] = 10 + 3 * r + j;
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 30000, &c.world));
+    DCP_REQUIRE_OK(dcp_inproc_run(2, contiguous_rank, &c));
+    dcp_inproc_world_destroy(c.world);
+    const int64_t want[2][3] = {{11, 12, 13}, {14, 15, 0}}; /* rank 0's last slot is rank 1's first token */
+    for (int32_t r = 0; r < 2; r++) {
+        DCP_CHECK_STATUS(c.status[r], DCP_OK);
+        for (int j = 0; j < 3; j++) DCP_CHECK_EQ_INT(c.got[r][j], want[r][j]);
+    }
+    const void *fields[1] = {c.in[0]};
+    void *outs[1] = {c.got[0]};
+    const size_t size8[1] = {8};
+    unsigned char exchange[2048];
+    dcp_inproc_world *one = NULL;
+    DCP_REQUIRE_OK(dcp_inproc_world_create(1, 30000, &one));
+    dcp_comm comm;
+    DCP_REQUIRE_OK(dcp_inproc_comm(one, 0, &comm));
+    DCP_CHECK_STATUS(dcp_mtp_roll(NULL, 0, 0, 2, (dcp_cp_partition)7, c.cu, 2, 3, fields, outs, size8, 1, exchange),
+                     DCP_ERR_INVALID_ARGUMENT);
+    dcp_inproc_world_destroy(one);
+}
+
+/* ---- the contiguous layout, on what dcp_step hands out ---- */
+
+typedef struct step_roll {
+    dcp_inproc_world *world;
+    dcp_status status[2];
+    int checked[2];
+} step_roll;
+
+/* Sequence k holds tokens 1000 (k + 1) + i; its roll at token i is the next token of k, or 0 at k's end. */
+static const int32_t step_roll_lengths[3] = {5, 9, 4};
+
+static void step_roll_rank(int32_t rank, void *arg)
+{
+    step_roll *t = arg;
+    dcp_config c;
+    dcp_config_default(&c);
+    c.scheduler = DCP_SCHEDULER_DP_BALANCED;
+    c.context_parallel_size = 2;
+    c.cp_partition = DCP_CP_CONTIGUOUS;
+    c.pad_alignment = 4;
+    c.max_sequences = 8;
+    c.max_seqlen_per_rank = 64;
+    c.max_tokens_per_rank = 64;
+    dcp_context *ctx = NULL;
+    t->status[rank] = DCP_ERR_ALLOC;
+    if (dcp_context_create(&c, &ctx) != DCP_OK) return;
+    dcp_comm comm;
+    dcp_inproc_comm(t->world, rank, &comm);
+    int64_t tokens[3][16], labels[3][16], positions[3][16];
+    float mask[3][16];
+    dcp_sample samples[3];
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < step_roll_lengths[k]; i++) {
+            tokens[k][i] = 1000 * (k + 1) + i;
+            labels[k][i] = positions[k][i] = i;
+            mask[k][i] = 1.0f;
+        }
+        samples[k] = (dcp_sample){tokens[k], labels[k], mask[k], positions[k], step_roll_lengths[k], NULL, 0,
+                                  step_roll_lengths[k], step_roll_lengths[k]};
+    }
+    dcp_step_input in = {samples, 3, DCP_FIELD_ALL};
+    dcp_step_args args;
+    memset(&args, 0, sizeof args);
+    args.world = &comm;
+    args.data_context_parallel = &comm;
+    const dcp_step_output *out = NULL;
+    t->status[rank] = dcp_step(ctx, &args, &in, &out);
+    for (int32_t m = 0; t->status[rank] == DCP_OK && m < out->num_microbatches; m++) {
+        const dcp_microbatch *mb = &out->microbatches[m];
+        int64_t rolled[64];
+        const void *fields[1] = {mb->tokens};
+        void *outs[1] = {rolled};
+        const size_t size8[1] = {8};
+        unsigned char exchange[4096];
+        if (mb->num_tokens > 64 || dcp_mtp_roll_exchange_bytes(mb->num_cu_seqlens, size8, 1, 2) > sizeof exchange) {
+            t->status[rank] = DCP_ERR_CAPACITY;
+            break;
+        }
+        t->status[rank] = dcp_mtp_roll(&comm, 1, rank - mb->cp_rank, mb->local_cp_size, DCP_CP_CONTIGUOUS,
+                                       mb->cu_seqlens_padded_host, mb->num_cu_seqlens, mb->num_tokens, fields, outs,
+                                       size8, 1, exchange);
+        for (int64_t j = 0; t->status[rank] == DCP_OK && j < mb->num_tokens; j++) {
+            if (mb->padding_mask[j]) continue;
+            const int64_t v = mb->tokens[j], k = v / 1000 - 1, i = v % 1000;
+            const int64_t want = i + 1 < step_roll_lengths[k] ? v + 1 : 0;
+            if (rolled[j] != want) {
+                dcp_test_fail(__FILE__, __LINE__, "rank %d microbatch %d slot %lld (token %lld): rolled %lld, want %lld",
+                              rank, m, (long long)j, (long long)v, (long long)rolled[j], (long long)want);
+                break;
+            }
+            t->checked[rank]++;
+        }
+    }
+    dcp_context_destroy(ctx);
+}
+
+DCP_TEST(contiguous_roll_of_a_contiguous_step)
+{
+    step_roll t;
+    memset(&t, 0, sizeof t);
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 30000, &t.world));
+    DCP_REQUIRE_OK(dcp_inproc_run(2, step_roll_rank, &t));
+    dcp_inproc_world_destroy(t.world);
+    for (int r = 0; r < 2; r++) DCP_CHECK_STATUS(t.status[r], DCP_OK);
+    DCP_CHECK_EQ_INT(t.checked[0] + t.checked[1], 5 + 9 + 4); /* every real token, once */
 }

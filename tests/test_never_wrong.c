@@ -90,7 +90,7 @@ typedef struct sibling_test {
     int skip_check;
     int differ;       /* 1: rank 1's tokens differ; 2: rank 1's loss_mask is -0.0f where rank 0's is 0.0f */
     dcp_status status[2];
-    char message[2][256];
+    char message[2][512];
     int64_t tokens[2][TOKENS];
     int count[2];
 } sibling_test;
@@ -383,7 +383,7 @@ DCP_TEST(step_ids_catch_a_repeated_step)
 typedef struct config_test {
     dcp_inproc_world *world;
     dcp_status status[2];
-    char message[2][256];
+    char message[2][512];
 } config_test;
 
 static void config_rank(int32_t rank, void *arg)
@@ -433,7 +433,7 @@ static void gather_skip_rank(int32_t rank, void *arg)
     int32_t num = 0;
     for (int k = 0; k < 3; k++) {
         dcp_comm *use = rank == 1 && k == 0 ? NULL : &comm; /* rank 1 fails alone in its first call */
-        t->status[rank][k] = dcp_gather(ctx, use, lengths, 2, &global, &num, &offsets);
+        t->status[rank][k] = dcp_gather(ctx, use, 0, lengths, 2, &global, &num, &offsets);
     }
     dcp_context_destroy(ctx);
 }
@@ -477,7 +477,7 @@ static void roll_skip_rank(int32_t rank, void *arg)
     for (int k = 0; k < (rank == 0 ? 2 : 3); k++) {
         dcp_comm use = comm;
         if (rank == 1 && k == 0) use.ops = NULL; /* a handle without operations: fails here alone */
-        t->status[rank][k] = dcp_mtp_roll(&use, 0, 2, cu, 2, 4, fields, outs, sizes, 1, exchange);
+        t->status[rank][k] = dcp_mtp_roll(&use, 0, 0, 2, DCP_CP_ZIGZAG, cu, 2, 4, fields, outs, sizes, 1, exchange);
         comm.calls = use.calls;
     }
 }
@@ -519,6 +519,27 @@ DCP_TEST(plan_checks_refuse_non_positive_lengths_and_null_lengths)
     DCP_CHECK_STATUS(dcp_plan_stats_compute(ctx, plan, bad, 4, &stats), DCP_ERR_BAD_LENGTH);
     bad[3] = 0;
     DCP_CHECK_STATUS(dcp_plan_validate(ctx, plan, bad, 4, NULL), DCP_ERR_BAD_LENGTH);
+    /* an argument error writes *violation too: a caller printing it never prints a stale one */
+    dcp_plan_violation v;
+    memset(&v, 0x5a, sizeof v);
+    snprintf(v.message, sizeof v.message, "stale");
+    DCP_CHECK_STATUS(dcp_plan_validate(ctx, plan, bad, 4, &v), DCP_ERR_BAD_LENGTH);
+    DCP_CHECK_EQ_INT(v.invariant, DCP_INVARIANT_NONE);
+    DCP_CHECK_EQ_INT(v.id, 3);
+    DCP_CHECK_EQ_INT(v.microbatch, -1);
+    DCP_CHECK_EQ_INT(v.rank, -1);
+    DCP_CHECK_CONTAINS(v.message, "length 3 is 0");
+    memset(&v, 0x5a, sizeof v);
+    snprintf(v.message, sizeof v.message, "stale");
+    DCP_CHECK_STATUS(dcp_plan_validate(ctx, plan, lengths, 1 << 20, &v), DCP_ERR_CAPACITY);
+    DCP_CHECK_EQ_INT(v.invariant, DCP_INVARIANT_NONE);
+    DCP_CHECK_EQ_INT(v.id, -1);
+    DCP_CHECK_CONTAINS(v.message, "1048576");
+    memset(&v, 0x5a, sizeof v);
+    snprintf(v.message, sizeof v.message, "stale");
+    DCP_CHECK_STATUS(dcp_plan_validate(ctx, NULL, lengths, 4, &v), DCP_ERR_NULL_POINTER);
+    DCP_CHECK_EQ_INT(v.invariant, DCP_INVARIANT_NONE);
+    DCP_CHECK_CONTAINS(v.message, "plan is NULL");
     /* NULL lengths are a NULL pointer, whatever the count */
     DCP_CHECK_STATUS(dcp_plan_compute(ctx, NULL, 0, &plan), DCP_ERR_NULL_POINTER);
     DCP_CHECK_STATUS(dcp_plan_compute(ctx, NULL, 4, &plan), DCP_ERR_NULL_POINTER);
@@ -564,7 +585,7 @@ DCP_TEST(an_odd_span_on_one_rank_is_not_cut)
 typedef struct absent_test {
     dcp_inproc_world *world;
     dcp_status status[3];
-    char message[3][256];
+    char message[3][512];
 } absent_test;
 
 static void absent_rank(int32_t rank, void *arg)
@@ -592,4 +613,188 @@ DCP_TEST(after_a_timeout_every_waiting_rank_names_the_absent_rank)
         DCP_CHECK_STATUS(t.status[r], DCP_ERR_TIMEOUT);
         DCP_CHECK_CONTAINS(t.message[r], "rank 2 did not arrive at collective 1 within 200 ms");
     }
+}
+
+/* ---- gathers and MTP rolls: a rank that skips a whole call, caught by step ids ---- */
+
+typedef struct whole_skip_test {
+    dcp_inproc_world *world;
+    int use_ids;
+    dcp_status status[2][3];
+    int32_t num[2][3], lengths[2][3][8];
+    int calls[2];
+} whole_skip_test;
+
+/* Batch k's lengths on DP rank r: {10k + r + 1, 10k + r + 5}.  Rank 1 never makes batch 0's gather (rank 0 makes
+   batches 0 and 1, rank 1 batches 1 and 2: two calls each, so nobody waits for a call that never comes). */
+static void whole_skip_gather_rank(int32_t rank, void *arg)
+{
+    whole_skip_test *t = arg;
+    dcp_config c = small_config(2, 1);
+    dcp_context *ctx = NULL;
+    if (dcp_context_create(&c, &ctx) != DCP_OK) return;
+    dcp_comm comm;
+    dcp_inproc_comm(t->world, rank, &comm);
+    for (int k = rank == 1 ? 1 : 0; k < (rank == 1 ? 3 : 2); k++) {
+        const int32_t lengths[2] = {10 * k + rank + 1, 10 * k + rank + 5};
+        const int32_t *global = NULL, *offsets = NULL;
+        int32_t num = 0;
+        int i = t->calls[rank]++;
+        t->status[rank][i] = dcp_gather(ctx, &comm, t->use_ids ? (uint64_t)k + 1 : 0, lengths, 2, &global, &num,
+                                        &offsets);
+        if (t->status[rank][i] == DCP_OK) {
+            t->num[rank][i] = num;
+            memcpy(t->lengths[rank][i], global, sizeof(int32_t) * (size_t)(num < 8 ? num : 8));
+        }
+    }
+    dcp_context_destroy(ctx);
+}
+
+DCP_TEST(a_gather_a_rank_never_made_is_out_of_step_with_step_ids)
+{
+    whole_skip_test t;
+    memset(&t, 0, sizeof t);
+    t.use_ids = 1;
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 30000, &t.world));
+    DCP_REQUIRE_OK(dcp_inproc_run(2, whole_skip_gather_rank, &t));
+    dcp_inproc_world_destroy(t.world);
+    /* rank 0's batch 0 meets rank 1's batch 1: both see it; then every call refuses until a resync */
+    DCP_CHECK_STATUS(t.status[0][0], DCP_ERR_OUT_OF_STEP);
+    DCP_CHECK_STATUS(t.status[1][0], DCP_ERR_OUT_OF_STEP);
+    for (int r = 0; r < 2; r++)
+        for (int i = 1; i < t.calls[r]; i++) DCP_CHECK_STATUS(t.status[r][i], DCP_ERR_OUT_OF_STEP);
+    /* without step ids the same skip pairs two batches: the documented limit of call counts alone */
+    memset(&t, 0, sizeof t);
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 30000, &t.world));
+    DCP_REQUIRE_OK(dcp_inproc_run(2, whole_skip_gather_rank, &t));
+    dcp_inproc_world_destroy(t.world);
+    DCP_CHECK_STATUS(t.status[0][0], DCP_OK);
+    DCP_CHECK_EQ_INT(t.lengths[0][0][0], 1);  /* rank 0's batch 0 */
+    DCP_CHECK_EQ_INT(t.lengths[0][0][2], 12); /* beside rank 1's batch 1 */
+}
+
+typedef struct whole_skip_roll_test {
+    dcp_inproc_world *world;
+    dcp_status status[2][3];
+    int calls[2];
+} whole_skip_roll_test;
+
+static void whole_skip_roll_rank(int32_t rank, void *arg)
+{
+    whole_skip_roll_test *t = arg;
+    dcp_comm comm;
+    dcp_inproc_comm(t->world, rank, &comm);
+    const int32_t cu[2] = {0, 8};
+    int64_t field[4] = {1, 2, 3, 4}, out[4];
+    const void *fields[1] = {field};
+    void *outs[1] = {out};
+    const size_t sizes[1] = {8};
+    unsigned char exchange[4096];
+    if (dcp_mtp_roll_exchange_bytes(2, sizes, 1, comm.size) > sizeof exchange) return;
+    for (int k = rank == 1 ? 1 : 0; k < (rank == 1 ? 3 : 2); k++) /* rank 1 never makes roll 0; rank 0 stops at 1 */
+        t->status[rank][t->calls[rank]++] =
+            dcp_mtp_roll(&comm, (uint64_t)k + 1, 0, 2, DCP_CP_ZIGZAG, cu, 2, 4, fields, outs, sizes, 1, exchange);
+}
+
+DCP_TEST(an_mtp_roll_a_rank_never_made_is_out_of_step_with_step_ids)
+{
+    whole_skip_roll_test t;
+    memset(&t, 0, sizeof t);
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 30000, &t.world));
+    DCP_REQUIRE_OK(dcp_inproc_run(2, whole_skip_roll_rank, &t));
+    dcp_inproc_world_destroy(t.world);
+    /* rank 0's rolls 0 and 1 meet rank 1's rolls 1 and 2: every pair meets a different step id, so every roll is
+       out of step, never a boundary value from another roll */
+    for (int r = 0; r < 2; r++) {
+        DCP_CHECK_EQ_INT(t.calls[r], 2);
+        for (int i = 0; i < 2; i++) DCP_CHECK_STATUS(t.status[r][i], DCP_ERR_OUT_OF_STEP);
+    }
+}
+
+/* ---- PP stages and TP peers that hold data must hold the same batch ---- */
+
+typedef struct peers_test {
+    int tp;              /* 0: PP 2 (rank = stage); 1: TP 2 with every TP rank holding data */
+    int differ;          /* 0 same batch; 1 rank 1 other lengths; 2 rank 1 other tokens; 3 rank 1 other loss_mask */
+    int skip_check;
+    dcp_inproc_world *world, *lane[2];
+    dcp_status status[2];
+    char message[2][256];
+} peers_test;
+
+static void peers_rank(int32_t rank, void *arg)
+{
+    peers_test *t = arg;
+    dcp_config c = small_config(1, 1);
+    if (t->tp) c.tensor_parallel_size = 2;
+    else c.pipeline_parallel_size = 2;
+    c.skip_sibling_data_check = t->skip_check;
+    dcp_context *ctx = NULL;
+    t->status[rank] = DCP_ERR_ALLOC;
+    if (dcp_context_create(&c, &ctx) != DCP_OK) return;
+    dcp_comm world, lane;
+    dcp_inproc_comm(t->world, rank, &world);
+    dcp_inproc_comm(t->lane[rank], 0, &lane);
+    sample_buffers b;
+    fill(&b, t->differ == 2 && rank == 1 ? 700 : 100);
+    if (t->differ == 3 && rank == 1) b.mask[5] = 0.0f;
+    dcp_sample s = sample_of(&b);
+    if (t->differ == 1 && rank == 1) s.num_tokens = s.padded_length = s.original_length = TOKENS - 2;
+    dcp_step_input in = {&s, 1, DCP_FIELD_ALL};
+    dcp_step_args args;
+    memset(&args, 0, sizeof args);
+    args.world = &world;
+    args.data_context_parallel = &lane;
+    args.pipeline_rank = t->tp ? 0 : rank;
+    args.tp_ranks_hold_data = t->tp;
+    const dcp_step_output *out = NULL;
+    t->status[rank] = dcp_step(ctx, &args, &in, &out);
+    snprintf(t->message[rank], sizeof t->message[rank], "%s", dcp_context_last_error(ctx));
+    dcp_context_destroy(ctx);
+}
+
+static void run_peers(peers_test *t, int tp, int differ, int skip_check)
+{
+    memset(t, 0, sizeof *t);
+    t->tp = tp;
+    t->differ = differ;
+    t->skip_check = skip_check;
+    DCP_REQUIRE_OK(dcp_inproc_world_create(2, 30000, &t->world));
+    DCP_REQUIRE_OK(dcp_inproc_world_create(1, 30000, &t->lane[0]));
+    DCP_REQUIRE_OK(dcp_inproc_world_create(1, 30000, &t->lane[1]));
+    DCP_REQUIRE_OK(dcp_inproc_run(2, peers_rank, t));
+    dcp_inproc_world_destroy(t->world);
+    dcp_inproc_world_destroy(t->lane[0]);
+    dcp_inproc_world_destroy(t->lane[1]);
+}
+
+/* Run one case and check both ranks: the status, and (when given) a part of the message. */
+static void expect_peers(int tp, int differ, int skip_check, dcp_status want, const char *message)
+{
+    peers_test t;
+    run_peers(&t, tp, differ, skip_check);
+    for (int r = 0; r < 2; r++) {
+        if (t.status[r] != want)
+            dcp_test_fail(__FILE__, __LINE__, "%s, case %d%s: rank %d got %s, expected %s", tp ? "TP 2" : "PP 2", differ,
+                          skip_check ? " (check skipped)" : "", r, dcp_status_str(t.status[r]), dcp_status_str(want));
+        if (message) DCP_CHECK_CONTAINS(t.message[r], message);
+    }
+}
+
+DCP_TEST(pp_stages_holding_other_lengths_or_tokens_fail_on_every_rank)
+{
+    expect_peers(0, 0, 0, DCP_OK, NULL);
+    expect_peers(0, 1, 0, DCP_ERR_CORRUPT_INPUT, "ranks 0 (PP stage 0) and 1 (PP stage 1) hold different sequences");
+    expect_peers(0, 2, 0, DCP_ERR_CORRUPT_INPUT, "hold the same lengths with different tokens");
+    /* with the check skipped only lengths are compared: the documented trade */
+    expect_peers(0, 2, 1, DCP_OK, NULL);
+    expect_peers(0, 1, 1, DCP_ERR_CORRUPT_INPUT, "hold different sequences");
+}
+
+DCP_TEST(tp_peers_holding_data_with_other_tokens_fail_on_every_rank)
+{
+    expect_peers(1, 0, 0, DCP_OK, NULL);
+    expect_peers(1, 2, 0, DCP_ERR_CORRUPT_INPUT, "hold the same lengths with different tokens");
+    expect_peers(1, 3, 0, DCP_ERR_CORRUPT_INPUT, "different loss_mask");
+    expect_peers(1, 1, 0, DCP_ERR_CORRUPT_INPUT, "hold different sequences");
 }

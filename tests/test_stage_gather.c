@@ -383,12 +383,13 @@ DCP_TEST(step_gather_dp2_cp2_siblings_agree)
     /*
      * ids 0, 1 from DP 0, id 2 from DP 1: padded {8,4,6}, original {8,3,6}, offsets {0,2,3};
      * sum 8+4+6 = 18, squares 64+16+36 = 116; DP 0 brings 12 tokens in 2 sequences.
-     * Metadata: 3 peers' 32-byte headers (fields 4 + count 4 + hash 8 + data digest 8 + tokens 8) = 96,
-     * plus the pairs of the other DP ranks' leaders: 24 bytes in all, less what this rank sent itself:
-     *   rank 0 sent 16 -> 96 + 8 = 104; rank 2 sent 8 -> 96 + 16 = 112; non-leaders sent 0 -> 120.
+     * Metadata: 3 peers' 48-byte headers (magic 4 + fields 4 + count 4 + zero 4 + hash 8 + data digest 8 +
+     * tokens 8 + check 8) = 144, plus the pairs of the other DP ranks' leaders: 24 bytes in all, less what
+     * this rank sent itself: rank 0 sent 16 -> 144 + 8 = 152; rank 2 sent 8 -> 144 + 16 = 160; non-leaders
+     * sent 0 -> 168.
      */
     const int32_t want_padded[3] = {8, 4, 6}, want_original[3] = {8, 3, 6}, want_offsets[3] = {0, 2, 3};
-    const int64_t want_metadata[4] = {104, 120, 112, 120};
+    const int64_t want_metadata[4] = {152, 168, 160, 168};
     for (int32_t r = 0; r < 4; r++) {
         DCP_CHECK_STATUS(g->status[r], DCP_OK);
         DCP_CHECK_EQ_INT(g->lengths[r].num_sequences, 3);
@@ -415,8 +416,8 @@ DCP_TEST(step_gather_dp2_empty_rank)
     const int32_t dp1[4] = {5, 2, 7, 7};
     set_pairs(g, 1, dp1, 2);
     DCP_REQUIRE(run_ranks(g));
-    /* offsets {0,0,2}; sum 12, squares 25+49 = 74; metadata 32 + (16 - own): rank 0 48, rank 1 32 */
-    const int64_t want_metadata[2] = {48, 32};
+    /* offsets {0,0,2}; sum 12, squares 25+49 = 74; metadata 48 + (16 - own): rank 0 64, rank 1 48 */
+    const int64_t want_metadata[2] = {64, 48};
     for (int32_t r = 0; r < 2; r++) {
         DCP_CHECK_STATUS(g->status[r], DCP_OK);
         DCP_CHECK_EQ_INT(g->lengths[r].num_sequences, 2);

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #ifdef DCP_HAVE_JEMALLOC
 #include <jemalloc/jemalloc.h>
@@ -247,7 +248,7 @@ typedef struct shared {
     double *seconds;         /* [steps * world] */
     uint64_t heap_max, heap_calls_max;
     int64_t mismatches;
-    char message[256];
+    char message[768];
     int32_t microbatches;
     int out_of_memory;       /* a rank's workspace or the oracle could not be allocated (what: oom_message) */
     char oom_message[128];
@@ -618,13 +619,45 @@ static dcp_status harness_out_of_memory(dcp_harness_result *result, const char *
     __attribute__((format(printf, 2, 3)));
 static dcp_status harness_out_of_memory(dcp_harness_result *result, const char *format, ...)
 {
-    char what[200];
+    char what[400];
     va_list args;
     va_start(args, format);
     vsnprintf(what, sizeof what, format, args);
     va_end(args);
     snprintf(result->message, sizeof result->message, "out of memory: %s", what);
     return DCP_ERR_ALLOC;
+}
+
+/*
+ * The most output slots one DPxCP rank holds over all of the plan's
+ * microbatches: per microbatch its group's packed spans over cp (rounded up),
+ * padded as the THD settings pad them (to max_seqlen_per_rank exactly, or up
+ * to pad_alignment).  Sized from the batch, not from max_seqlen_per_rank x
+ * microbatches, which for a large --max-seqlen is far more than any rank
+ * holds.  0, or -1 when out of memory.
+ */
+static int plan_output_bound(const dcp_config *c, const dcp_plan *plan, const int32_t *padded, int32_t ranks,
+                             int64_t *bound)
+{
+    int64_t *held = calloc((size_t)ranks, sizeof *held);
+    if (!held) return -1;
+    const int64_t a = c->pad_alignment;
+    for (int32_t m = 0; m < plan->num_microbatches; m++)
+        for (int32_t g = plan->microbatch_first_group[m]; g < plan->microbatch_first_group[m + 1]; g++) {
+            int64_t packed = 0;
+            for (int32_t k = plan->group_first_id[g]; k < plan->group_first_id[g + 1]; k++) packed += padded[plan->ids[k]];
+            const int64_t cp = plan->group_cp_size[g];
+            int64_t slots = (packed + cp - 1) / cp;
+            if (c->pad_to_max_seqlen) slots = c->max_seqlen_per_rank;
+            else if (a > 0) slots = (slots + a - 1) / a * a;
+            for (int64_t r = plan->group_first_rank[g]; r < plan->group_first_rank[g] + cp && r < ranks; r++)
+                held[r] += slots;
+        }
+    *bound = 0;
+    for (int32_t r = 0; r < ranks; r++)
+        if (held[r] > *bound) *bound = held[r];
+    free(held);
+    return 0;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -640,10 +673,10 @@ dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *res
     memset(&sh, 0, sizeof sh);
     sh.opt = o;
     sh.config = o->config;
-    char message[256];
+    char message[512];
     dcp_status st = dcp_config_validate(&sh.config, message, sizeof message);
     if (st != DCP_OK) {
-        snprintf(result->message, sizeof result->message, "config: %.200s", message);
+        snprintf(result->message, sizeof result->message, "config: %s", message);
         return st;
     }
     if (o->steps < 1 || !o->lengths || o->num_lengths < 1) return DCP_ERR_INVALID_ARGUMENT;
@@ -690,10 +723,29 @@ dcp_status dcp_harness_run(const dcp_harness_options *o, dcp_harness_result *res
     }
     sh.plan = (dcp_plan *)plan;
     if (sh.config.max_tokens_per_rank == 0) {
-        int64_t per_mb = c->max_seqlen_per_rank;
-        if (!c->pad_to_max_seqlen && c->pad_alignment > 0) per_mb = (per_mb + c->pad_alignment - 1) / c->pad_alignment * c->pad_alignment;
-        int64_t out_bound = per_mb * plan->num_microbatches;
+        int64_t out_bound = 0;
+        if (plan_output_bound(c, plan, sh.data.padded, sh.n, &out_bound) != 0) {
+            st = harness_out_of_memory(result, "the output sizes of %d ranks", sh.n);
+            goto cleanup;
+        }
         sh.config.max_tokens_per_rank = (max_input > out_bound ? max_input : out_bound) + 64;
+    }
+
+    /*
+     * Every rank of this process takes its own workspace and writes all of it: refuse up front what
+     * the machine cannot hold, rather than be killed by the kernel half-way through.
+     */
+    size_t workspace = 0;
+    const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+    if (dcp_workspace_size(&sh.config, &workspace) == DCP_OK && pages > 0 && page_size > 0) {
+        const double physical = (double)pages * (double)page_size, total = (double)workspace * sh.world;
+        if (total > physical) {
+            st = harness_out_of_memory(result,
+                                       "%d ranks x %zu bytes of workspace = %.0f bytes, more than this machine's "
+                                       "%.0f bytes of memory",
+                                       sh.world, workspace, total, physical);
+            goto cleanup;
+        }
     }
 
     if (o->fault != DCP_HARNESS_FAULT_NONE && o->fault_world_rank >= 0 &&

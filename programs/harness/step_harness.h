@@ -48,7 +48,7 @@ typedef struct dcp_harness_result {
     int64_t total_tokens;           /* padded tokens of the global batch */
     dcp_status step_status[8];      /* per step (first 8): the status rank 0 returned */
     int statuses_agree;             /* every rank returned the same status in every step */
-    char message[256];              /* first failure or mismatch */
+    char message[768];              /* first failure or mismatch (a library message and its context) */
     int verified;                   /* check was on, every successful step matched */
     int64_t mismatches;
     uint64_t heap_bytes_max;        /* most bytes one rank allocated inside one dcp_step() */

@@ -40,6 +40,7 @@ from ._errors import (  # noqa: F401  (re-exported)
     error_class,
 )
 
+
 def _preload_nccl() -> None:
     """Load the libnccl torch uses, before the extension asks for libnccl.so.2 (CUDA builds only).
 
@@ -134,6 +135,7 @@ from ._step import (  # noqa: E402,F401
     InprocCluster,
     InprocWorld,
     Microbatch,
+    PackedSamples,
     Sample,
     StepArgs,
     StepOutput,
@@ -142,5 +144,5 @@ from ._step import (  # noqa: E402,F401
 
 __all__ += [
     "FAULT_NONE", "FAULT_RETURN_ERROR", "FAULT_NEVER_ARRIVE", "FAULT_TRUNCATE", "Comm", "InprocWorld",
-    "InprocCluster", "StepArgs", "Sample", "Microbatch", "StepOutput", "Stepper",
+    "InprocCluster", "StepArgs", "Sample", "PackedSamples", "Microbatch", "StepOutput", "Stepper",
 ]

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
 from . import _core
 from ._errors import (
     BadLengthError,
-    Error,
     InvalidArgumentError,
     InvalidConfigError,
     InvalidPlanError,
@@ -92,12 +92,12 @@ class CostModel:
 
     quadratic: int = _DEFAULTS["cost"]["quadratic"]
     linear: int = _DEFAULTS["cost"]["linear"]
-    kv: Tuple[int, ...] = tuple(_DEFAULTS["cost"]["kv"])
+    kv: tuple[int, ...] = tuple(_DEFAULTS["cost"]["kv"])
     round_latency: int = _DEFAULTS["cost"]["round_latency"]
     microbatch_overhead: int = _DEFAULTS["cost"]["microbatch_overhead"]
-    step_model: Union[str, int] = _STEP_MODELS[_DEFAULTS["cost"]["step_model"]]
+    step_model: str | int = _STEP_MODELS[_DEFAULTS["cost"]["step_model"]]
 
-    def _to_dict(self) -> Dict[str, Any]:
+    def _to_dict(self) -> dict[str, Any]:
         kv = tuple(self.kv)
         if len(kv) != _core.MAX_LOG2_CP + 1:
             raise InvalidConfigError(f"cost.kv must have {_core.MAX_LOG2_CP + 1} entries, got {len(kv)}")
@@ -137,7 +137,7 @@ class Config:
     pipeline_parallel_size: int = _DEFAULTS["pipeline_parallel_size"]
     virtual_pipeline_size: int = _DEFAULTS["virtual_pipeline_size"]
     microbatch_group_size_per_vp_stage: int = _DEFAULTS["microbatch_group_size_per_vp_stage"]
-    scheduler: Union[str, int] = _SCHEDULERS[_DEFAULTS["scheduler"]]
+    scheduler: str | int = _SCHEDULERS[_DEFAULTS["scheduler"]]
     max_sequences: int = _DEFAULTS["max_sequences"]
     max_seqlen_per_rank: int = _DEFAULTS["max_seqlen_per_rank"]
     min_cp_size: int = _DEFAULTS["min_cp_size"]
@@ -146,19 +146,19 @@ class Config:
     max_microbatches: int = _DEFAULTS["max_microbatches"]
     pad_alignment: int = _DEFAULTS["pad_alignment"]
     fields: Any = _DEFAULTS["fields"]
-    pad_to_max_seqlen: Union[int, bool] = _DEFAULTS["pad_to_max_seqlen"]
-    thd_tail_policy: Union[str, int] = "append_dummy"
-    cp_partition: Union[str, int] = "zigzag"
-    skip_sibling_data_check: Union[int, bool] = _DEFAULTS["skip_sibling_data_check"]
+    pad_to_max_seqlen: int | bool = _DEFAULTS["pad_to_max_seqlen"]
+    thd_tail_policy: str | int = "append_dummy"
+    cp_partition: str | int = "zigzag"
+    skip_sibling_data_check: int | bool = _DEFAULTS["skip_sibling_data_check"]
     """0 (default): the step checks that CP siblings hold identical inputs (a digest of every byte they
     move), CorruptInputError on every rank when they differ; 1: it compares their lengths only."""
     cost: CostModel = dataclasses.field(default_factory=CostModel)
 
     # -- conversions --------------------------------------------------------
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The configuration as the flat dict the C binding reads (enums as ints)."""
-        d: Dict[str, Any] = {}
+        d: dict[str, Any] = {}
         int32_fields = (
             "world_size", "data_parallel_size", "context_parallel_size", "tensor_parallel_size",
             "pipeline_parallel_size", "virtual_pipeline_size", "microbatch_group_size_per_vp_stage",
@@ -181,7 +181,7 @@ class Config:
         return d
 
     @classmethod
-    def from_dict(cls, d: Dict[str, Any]) -> "Config":
+    def from_dict(cls, d: dict[str, Any]) -> Config:
         """Inverse of :meth:`to_dict` (enums come back as names)."""
         d = dict(d)
         d["scheduler"] = _SCHEDULERS[d["scheduler"]] if isinstance(d["scheduler"], int) else d["scheduler"]
@@ -197,11 +197,11 @@ class Config:
             d["cost"] = CostModel(**c)
         return cls(**d)
 
-    def replace(self, **changes: Any) -> "Config":
+    def replace(self, **changes: Any) -> Config:
         """A copy with some fields changed."""
         return dataclasses.replace(self, **changes)
 
-    def validate(self) -> "Config":
+    def validate(self) -> Config:
         """Run ``dcp_config_validate()``; raises :class:`InvalidConfigError` (or ``DcpOverflowError``). Returns self."""
         _core.config_validate(self.to_dict())
         return self
@@ -216,7 +216,7 @@ class Config:
         return _core.workspace_size(self.to_dict())
 
 
-def _enum(name: str, value: Any, names: Dict[str, int]) -> int:
+def _enum(name: str, value: Any, names: dict[str, int]) -> int:
     if isinstance(value, str):
         if value not in names:
             raise InvalidConfigError(f"{name} {value!r} is not one of {', '.join(names)}")
@@ -241,7 +241,7 @@ def _fields_mask(fields: Any) -> int:
     return mask
 
 
-def cost(length: int, cp: int, model: Optional[CostModel] = None) -> int:
+def cost(length: int, cp: int, model: CostModel | None = None) -> int:
     """``dcp_cost()``: per-rank cost of a sequence of ``length`` tokens on ``cp`` ranks."""
     cfg = Config(cost=model if model is not None else CostModel())
     return _core.cost(cfg.to_dict(), _check_int("length", length, *_INT64, error=InvalidArgumentError),
@@ -268,7 +268,7 @@ class _View:
         self._owner = owner
 
 
-def _view(address: Optional[int], count: int, dtype: str, owner: Any, readonly: bool = True) -> Optional[np.ndarray]:
+def _view(address: int | None, count: int, dtype: str, owner: Any, readonly: bool = True) -> np.ndarray | None:
     if address is None:
         return None
     if count == 0:
@@ -409,17 +409,19 @@ class Plan:
 
     __slots__ = ("_ctx", "_gen", "_desc", "_arrays", "_lengths", "_owned", "__weakref__")
 
-    def __init__(self, ctx: Any, generation: Optional[int], desc: tuple, lengths: np.ndarray,
-                 arrays: Optional[Dict[str, np.ndarray]] = None) -> None:
+    def __init__(self, ctx: Any, generation: int | None, desc: tuple, lengths: np.ndarray,
+                 arrays: dict[str, np.ndarray] | None = None) -> None:
         self._ctx = ctx
         self._gen = generation
         self._desc = desc
         self._lengths = lengths
         self._owned = arrays is not None
         if arrays is None:
-            nr, nm, ng, ni = desc[:4]
+            nm, ng, ni = desc.num_microbatches, desc.num_groups, desc.num_ids
             counts = (nm + 1, ng, ng, ng + 1, ni)
-            arrays = {name: _view(desc[4 + i], counts[i], "int32", ctx) for i, name in enumerate(_PLAN_ARRAYS)}
+            memory = ctx.memory  # the arrays hold the context's memory: readable even after close()
+            arrays = {name: _view(getattr(desc, name), counts[i], "int32", memory)
+                      for i, name in enumerate(_PLAN_ARRAYS)}
         self._arrays = arrays
 
     # -- lifetime -----------------------------------------------------------
@@ -436,13 +438,14 @@ class Plan:
         """False once a later plan or step replaced this view (always True for a copy)."""
         return self._gen is None or self._ctx.generation == self._gen
 
-    def copy(self) -> "Plan":
+    def copy(self) -> Plan:
         """An owning copy: its arrays are its own and it never goes stale."""
         self._check()
         arrays = {k: np.array(v, dtype=np.int32, copy=True) for k, v in self._arrays.items()}
         for a in arrays.values():
             a.flags.writeable = False
-        desc = self._desc[:4] + tuple(_address(arrays[k]) for k in _PLAN_ARRAYS) + self._desc[9:]
+        desc = _core.PlanDescriptor([_address(arrays[k]) if k in arrays else getattr(self._desc, k)
+                                     for k in _core.PlanDescriptor.__match_args__])
         return Plan(self._ctx, None, desc, np.array(self._lengths, copy=True), arrays)
 
     # -- the arrays -----------------------------------------------------------
@@ -455,25 +458,25 @@ class Plan:
     def num_ranks(self) -> int:
         """DPxCP ranks of the plan."""
         self._check()
-        return self._desc[0]
+        return self._desc.num_ranks
 
     @property
     def num_microbatches(self) -> int:
         """Microbatches of the plan."""
         self._check()
-        return self._desc[1]
+        return self._desc.num_microbatches
 
     @property
     def num_groups(self) -> int:
         """CP groups over all microbatches."""
         self._check()
-        return self._desc[2]
+        return self._desc.num_groups
 
     @property
     def num_ids(self) -> int:
         """Entries of :attr:`ids` (each sequence once)."""
         self._check()
-        return self._desc[3]
+        return self._desc.num_ids
 
     @property
     def microbatch_first_group(self) -> np.ndarray:
@@ -511,7 +514,7 @@ class Plan:
     def group_of_rank(self, microbatch: int, rank: int) -> int:
         """``dcp_plan_group_of_rank()``: the group of ``rank`` in ``microbatch``, or -1."""
         self._check()
-        nm, nr = self._desc[1], self._desc[0]
+        nm, nr = self._desc.num_microbatches, self._desc.num_ranks
         if not (0 <= microbatch < nm) or not (0 <= rank < nr):
             raise InvalidArgumentError(f"microbatch {microbatch} / rank {rank} outside {nm} x {nr}")
         return _core.plan_group_of_rank(self._desc, microbatch, rank)
@@ -524,23 +527,23 @@ class Plan:
         gfi = self._arrays["group_first_id"]
         return self._arrays["ids"][gfi[g]:gfi[g + 1]]
 
-    def groups(self, microbatch: int) -> List[Tuple[int, int, np.ndarray]]:
+    def groups(self, microbatch: int) -> list[tuple[int, int, np.ndarray]]:
         """The groups of one microbatch as ``(first_rank, cp_size, ids)``."""
         self._check()
-        if not 0 <= microbatch < self._desc[1]:
-            raise InvalidArgumentError(f"microbatch {microbatch} outside [0, {self._desc[1]})")
+        if not 0 <= microbatch < self._desc.num_microbatches:
+            raise InvalidArgumentError(f"microbatch {microbatch} outside [0, {self._desc.num_microbatches})")
         mfg, gfr, gcs, gfi, ids = (self._arrays[k] for k in _PLAN_ARRAYS)
         return [(int(gfr[g]), int(gcs[g]), ids[gfi[g]:gfi[g + 1]])
                 for g in range(int(mfg[microbatch]), int(mfg[microbatch + 1]))]
 
-    def to_lists(self) -> List[List[List[int]]]:
+    def to_lists(self) -> list[list[list[int]]]:
         """Megatron-LM's ``sample_id_groups``: ``[microbatch][rank] -> list of ids``."""
         self._check()
         mfg, gfr, gcs, gfi, ids = (self._arrays[k].tolist() for k in _PLAN_ARRAYS)
-        nr = self._desc[0]
-        out: List[List[List[int]]] = []
-        for m in range(self._desc[1]):
-            row: List[List[int]] = [[] for _ in range(nr)]
+        nr = self._desc.num_ranks
+        out: list[list[list[int]]] = []
+        for m in range(self._desc.num_microbatches):
+            row: list[list[int]] = [[] for _ in range(nr)]
             for g in range(mfg[m], mfg[m + 1]):
                 members = ids[gfi[g]:gfi[g + 1]]
                 for r in range(gfr[g], gfr[g] + gcs[g]):
@@ -552,7 +555,7 @@ class Plan:
         """CP size of every sequence, indexed by id (int32 ``[num_ids]``)."""
         self._check()
         gcs, gfi = self._arrays["group_cp_size"], self._arrays["group_first_id"]
-        out = np.zeros(self._desc[3], dtype=np.int32)
+        out = np.zeros(self._desc.num_ids, dtype=np.int32)
         out[self._arrays["ids"]] = np.repeat(gcs, np.diff(gfi))
         return out
 
@@ -564,7 +567,7 @@ class Plan:
     def _lengths_for(self, lengths: Any) -> np.ndarray:
         if lengths is not None:
             return as_lengths(lengths)
-        if self._lengths.size == 0 and self._desc[3] > 0:
+        if self._lengths.size == 0 and self._desc.num_ids > 0:
             raise InvalidArgumentError("this plan came from a step: pass the global batch's lengths")
         return self._lengths
 
@@ -577,14 +580,14 @@ class Plan:
         d["step_model"] = _STEP_MODELS[d["step_model"]]
         return PlanStats(**d)
 
-    def violation(self, lengths: Any = None) -> Optional[Violation]:
+    def violation(self, lengths: Any = None) -> Violation | None:
         """``dcp_plan_validate()``: None when every invariant holds, else the first violation."""
         self._check()
         lengths = self._lengths_for(lengths)
         v = self._ctx.validate(self._desc, _address(lengths) if lengths.size else 0, lengths.size)
-        return None if v is None else Violation(*v)
+        return None if v is None else Violation(**v)
 
-    def validate(self, lengths: Any = None) -> "Plan":
+    def validate(self, lengths: Any = None) -> Plan:
         """Raise :class:`dcpack.InvalidPlanError` (with ``.violation``) if an invariant breaks; returns self."""
         v = self.violation(lengths)
         if v is not None:
@@ -596,7 +599,7 @@ class Plan:
     def __len__(self) -> int:
         return self.num_microbatches
 
-    def __iter__(self) -> Iterator[List[Tuple[int, int, np.ndarray]]]:
+    def __iter__(self) -> Iterator[list[tuple[int, int, np.ndarray]]]:
         for m in range(self.num_microbatches):
             yield self.groups(m)
 
@@ -605,7 +608,8 @@ class Plan:
             return NotImplemented
         self._check()
         other._check()
-        return self._desc[:4] == other._desc[:4] and all(
+        counts = ("num_ranks", "num_microbatches", "num_groups", "num_ids")
+        return all(getattr(self._desc, k) == getattr(other._desc, k) for k in counts) and all(
             np.array_equal(self._arrays[k], other._arrays[k]) for k in _PLAN_ARRAYS)
 
     __hash__ = None  # type: ignore[assignment]
@@ -614,8 +618,8 @@ class Plan:
         if not self.is_valid_view:
             return "<dcpack.Plan (stale view)>"
         kind = "copy" if self._owned else "view"
-        return (f"<dcpack.Plan {kind}: {self._desc[1]} microbatches, {self._desc[2]} groups, "
-                f"{self._desc[3]} sequences on {self._desc[0]} ranks>")
+        return (f"<dcpack.Plan {kind}: {self._desc.num_microbatches} microbatches, {self._desc.num_groups} groups, "
+                f"{self._desc.num_ids} sequences on {self._desc.num_ranks} ranks>")
 
 
 class Planner:
@@ -626,7 +630,7 @@ class Planner:
     second instead of racing.  The GIL is released while the library plans.
     """
 
-    def __init__(self, config: Optional[Config] = None, **fields: Any) -> None:
+    def __init__(self, config: Config | None = None, **fields: Any) -> None:
         if config is None:
             config = Config(**fields)
         elif fields:
@@ -683,7 +687,7 @@ class Planner:
         """Destroy the context now (views of it go stale; it is otherwise released when collected)."""
         self._ctx.close()
 
-    def __enter__(self) -> "Planner":
+    def __enter__(self) -> Planner:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -9,8 +9,6 @@ classes (``InvalidArgumentError``, ``CapacityError``, ``BadLengthError``, ...).
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Type
-
 __all__ = [
     "Error",
     "NullPointerError",
@@ -48,7 +46,7 @@ class Error(Exception):
     status: str = "DCP_ERR"
     code: int = 0
 
-    def __init__(self, message: str = "", status: Optional[str] = None) -> None:
+    def __init__(self, message: str = "", status: str | None = None) -> None:
         if status is not None and status != type(self).status:
             # only reached for a status the package does not know yet
             self.status = status
@@ -62,7 +60,7 @@ class Error(Exception):
         return (type(self), (self.message, self.status))
 
 
-def _make(name: str, status: str, code: int, doc: str, *extra_bases: type) -> Type[Error]:
+def _make(name: str, status: str, code: int, doc: str, *extra_bases: type) -> type[Error]:
     cls = type(name, (Error,) + extra_bases, {"status": status, "code": code, "__doc__": doc, "__module__": "dcpack"})
     return cls  # type: ignore[return-value]
 
@@ -103,7 +101,7 @@ class StaleViewError(InvalidArgumentError):
     """
 
 
-_BY_CODE: Dict[int, Type[Error]] = {
+_BY_CODE: dict[int, type[Error]] = {
     cls.code: cls
     for cls in (
         NullPointerError, InvalidArgumentError, InvalidConfigError, DcpOverflowError, WorkspaceTooSmallError,
@@ -111,10 +109,10 @@ _BY_CODE: Dict[int, Type[Error]] = {
         CommError, DcpTimeoutError, AllocError, CudaError, NcclError, UnsupportedError, OutOfStepError,
     )
 }
-_BY_NAME: Dict[str, Type[Error]] = {cls.status: cls for cls in _BY_CODE.values()}
+_BY_NAME: dict[str, type[Error]] = {cls.status: cls for cls in _BY_CODE.values()}
 
 
-def error_class(status) -> Type[Error]:
+def error_class(status) -> type[Error]:
     """The exception class of a status, given as its name (``"DCP_ERR_CAPACITY"``) or its value (-6)."""
     if isinstance(status, str):
         return _BY_NAME.get(status, Error)

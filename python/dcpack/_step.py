@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +20,7 @@ from ._api import (
     Plan,
     _address,
     _is_torch_tensor,
+    _View,
     _view,
 )
 from ._errors import Error, InvalidArgumentError, StaleViewError
@@ -32,6 +35,7 @@ __all__ = [
     "InprocCluster",
     "StepArgs",
     "Sample",
+    "PackedSamples",
     "Microbatch",
     "StepOutput",
     "Stepper",
@@ -100,12 +104,12 @@ class StepArgs:
     """
 
     world: Comm
-    data_context_parallel: Optional[Comm] = None
-    tensor_parallel: Optional[Comm] = None
+    data_context_parallel: Comm | None = None
+    tensor_parallel: Comm | None = None
     pipeline_rank: int = 0
     mtp_virtual_stages: int = 0
     tp_ranks_hold_data: bool = False
-    cuda_stream: Optional[int] = None
+    cuda_stream: int | None = None
     step_id: int = 0
     """``dcp_step_args.step_id`` (uint64; 0 = none).  ``Stepper.step(..., step_id=n)`` overrides it."""
     holds_data: bool = True
@@ -123,6 +127,10 @@ class InprocCluster:
     """
 
     def __init__(self, config: Config, timeout_ms: int = 60000, tp_ranks_hold_data: bool = False) -> None:
+        if isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or not 0 <= timeout_ms <= _I32[1] // 4:
+            raise InvalidArgumentError(
+                f"timeout_ms = {timeout_ms!r} must be an int in [0, {_I32[1] // 4}]: the cluster's world "
+                "communicator waits up to 4 x timeout_ms, which must fit in int32 milliseconds")
         d = config.to_dict()
         _core.config_validate(d)
         self.n = d["data_parallel_size"] * d["context_parallel_size"]
@@ -135,7 +143,7 @@ class InprocCluster:
         self._lanes = [InprocWorld(self.n, timeout_ms) for _ in range(self.pp * self.tp)]
         self._tps = [InprocWorld(self.tp, timeout_ms * 2) for _ in range(self.pp * self.n)]
 
-    def coordinates(self, world_rank: int) -> Tuple[int, int, int]:
+    def coordinates(self, world_rank: int) -> tuple[int, int, int]:
         """(dpxcp rank, tp rank, pp stage) of a world rank."""
         return world_rank % self.n, (world_rank // self.n) % self.tp, world_rank // (self.n * self.tp)
 
@@ -155,13 +163,15 @@ class InprocCluster:
             holds_data=holds,
         )
 
-    def run(self, fn: Callable[[int], Any]) -> List[Any]:
+    def run(self, fn: Callable[[int], Any], *, return_exceptions: bool = False) -> list[Any]:
         """Run ``fn(world_rank)`` on one thread per rank; return the results by rank.
 
-        An exception in a rank is returned in that rank's slot (every rank of a
-        failing step raises the same dcpack error, so all are kept).
+        When a rank raises, ``run`` raises that exception once every thread is
+        done (the lowest failing rank's: a failing step raises the same dcpack
+        error on every rank).  ``return_exceptions=True`` returns each rank's
+        exception in its slot instead.
         """
-        results: List[Any] = [None] * self.size
+        results: list[Any] = [None] * self.size
 
         def body(w: int) -> None:
             try:
@@ -174,6 +184,10 @@ class InprocCluster:
             t.start()
         for t in threads:
             t.join()
+        if not return_exceptions:
+            for r in results:
+                if isinstance(r, BaseException):
+                    raise r
         return results
 
 
@@ -186,7 +200,8 @@ def _host_array(x: Any, dtype: Any, name: str) -> np.ndarray:
     """A 1-D C-contiguous host array of exactly ``dtype``, without a copy, or InvalidArgumentError."""
     if _is_torch_tensor(x):
         if x.device.type != "cpu":
-            raise InvalidArgumentError(f"{name} is on {x.device}; the CPU step takes host memory (see dcpack.torch)")
+            raise InvalidArgumentError(f"{name} is on {x.device}; it must be host memory (dcpack.Stepper takes "
+                                       "host arrays; dcpack.torch.CudaStepper CUDA fields and host cu_seqlens)")
         x = x.detach().numpy()
     if not isinstance(x, np.ndarray):
         raise InvalidArgumentError(f"{name} must be a numpy array or a CPU tensor, got {type(x).__name__}")
@@ -218,10 +233,18 @@ class Sample:
     loss_mask: Any = None
     position_ids: Any = None
     cu_seqlens: Any = None
-    original_length: Optional[int] = None
+    original_length: int | None = None
 
 
-def _sample_descriptor(s: Any, fields: int, index: int, keep: List[Any]) -> tuple:
+def _sample_descriptor(s: Any, fields: int, index: int, keep: list[Any],
+                       field_array: Callable[[Any, str, str], tuple[Any, int, int]] | None = None) -> tuple:
+    """One sample's row of the sample table (the columns of _COLUMN_NAMES), its arrays checked.
+
+    ``field_array(value, field, label) -> (array, address, length)`` checks one field array (default:
+    host memory, _host_field; dcpack.torch passes its CUDA check); ``keep`` collects what must live
+    until the step returns.
+    """
+    field_array = field_array or _host_field
     if isinstance(s, dict):
         unknown = set(s) - {"tokens", "labels", "loss_mask", "position_ids", "cu_seqlens", "original_length"}
         if unknown:
@@ -229,8 +252,8 @@ def _sample_descriptor(s: Any, fields: int, index: int, keep: List[Any]) -> tupl
         s = Sample(**s)
     if not isinstance(s, Sample):
         raise InvalidArgumentError(f"sample {index} must be a dcpack.Sample or a dict, got {type(s).__name__}")
-    addrs: List[Optional[int]] = []
-    num_tokens: Optional[int] = None
+    addrs: list[int | None] = []
+    num_tokens: int | None = None
     for name, bit in _FIELD_BITS:
         value = getattr(s, name)
         if not fields & bit:
@@ -238,23 +261,23 @@ def _sample_descriptor(s: Any, fields: int, index: int, keep: List[Any]) -> tupl
             continue
         if value is None:
             raise InvalidArgumentError(f"sample {index} lacks {name}, which the step's fields include")
-        arr = _host_array(value, _DTYPES[name], f"sample {index} {name}")
+        arr, address, length = field_array(value, name, f"sample {index} {name}")
         if num_tokens is None:
-            num_tokens = arr.shape[0]
-        elif arr.shape[0] != num_tokens:
-            raise InvalidArgumentError(f"sample {index}: {name} has {arr.shape[0]} elements, expected {num_tokens}")
+            num_tokens = length
+        elif length != num_tokens:
+            raise InvalidArgumentError(f"sample {index}: {name} has {length} elements, expected {num_tokens}")
         keep.append(arr)
-        addrs.append(_address(arr) if arr.size else None)
+        addrs.append(address or None)
     if num_tokens is None:
         num_tokens = 0
     cu_addr, num_cu = None, 0
-    padded = original = 0
     if s.cu_seqlens is not None:
         cu = _host_array(s.cu_seqlens, np.int32, f"sample {index} cu_seqlens")
         keep.append(cu)
         cu_addr, num_cu = (_address(cu) if cu.size else None), cu.shape[0]
         if s.original_length is not None:
             raise InvalidArgumentError(f"sample {index}: original_length applies to one-sequence samples only")
+        original = 0
     else:
         if num_tokens > _I32[1]:
             raise InvalidArgumentError(f"sample {index}: {num_tokens} tokens exceed an int32 length")
@@ -265,7 +288,185 @@ def _sample_descriptor(s: Any, fields: int, index: int, keep: List[Any]) -> tupl
         original = int(original)
         if not 0 <= original <= padded:
             raise InvalidArgumentError(f"sample {index}: original_length {original} outside [0, {padded}]")
-    return (addrs[0], addrs[1], addrs[2], addrs[3], int(num_tokens), cu_addr, int(num_cu), padded, original)
+    return (addrs[0], addrs[1], addrs[2], addrs[3], int(num_tokens), cu_addr, int(num_cu) if s.cu_seqlens is not None
+            else -1, original)
+
+
+_COLUMN_NAMES = ("tokens", "labels", "loss_mask", "position_ids", "num_tokens", "cu_seqlens", "num_cu_seqlens",
+                 "original_length")
+_COLUMN_DTYPES = (np.uint64, np.uint64, np.uint64, np.uint64, np.int64, np.uint64, np.int32, np.int32)
+
+
+def _columns(rows: Sequence[tuple], keep: list[Any]) -> dict[str, Any]:
+    """The C binding's sample table from per-sample rows (_sample_descriptor's): one array per column."""
+    cols: dict[str, Any] = {"num_samples": len(rows)}
+    if not rows:
+        return cols
+    for name, dtype, values in zip(_COLUMN_NAMES, _COLUMN_DTYPES, zip(*rows)):
+        if name in _FIELD_NAMES and all(v is None for v in values):
+            continue  # a field the step does not move
+        arr = np.array([0 if v is None else v for v in values], dtype=dtype)
+        keep.append(arr)
+        cols[name] = _address(arr)
+    return cols
+
+
+_FIELD_NAMES = ("tokens", "labels", "loss_mask", "position_ids")
+_ITEMSIZE = {"tokens": 8, "labels": 8, "loss_mask": 4, "position_ids": 8}
+
+
+def _int_column(x: Any, name: str, n: int | None, lo: int, hi: int, dtype: Any) -> np.ndarray:
+    """A 1-D integer array (list, numpy, CPU tensor) checked to [lo, hi], as ``dtype``."""
+    if _is_torch_tensor(x):
+        x = x.detach().cpu().numpy()
+    arr = np.asarray(x)
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise InvalidArgumentError(f"{name} must be a one-dimensional integer array, got {arr.dtype} {arr.shape}")
+    if n is not None and arr.shape[0] != n:
+        raise InvalidArgumentError(f"{name} has {arr.shape[0]} entries for {n} samples")
+    if arr.size and (int(arr.min()) < lo or int(arr.max()) > hi):
+        bad = int(arr.min()) if int(arr.min()) < lo else int(arr.max())
+        raise InvalidArgumentError(f"{name} holds {bad}, outside [{lo}, {hi}]")
+    return np.ascontiguousarray(arr, dtype=dtype)
+
+
+@dataclasses.dataclass
+class PackedSamples:
+    """A rank's samples back to back: one array per field instead of one object per sample.
+
+    The fast input of ``step()``: the table of samples is built with a few
+    array operations and in C, with no Python work per sample.  Sample ``i``
+    holds ``num_tokens[i]`` consecutive elements of every field array (1-D,
+    contiguous: int64 ``tokens``, ``labels``, ``position_ids``, float32
+    ``loss_mask``; numpy arrays or CPU tensors for :class:`Stepper`, CUDA
+    tensors for ``dcpack.torch.CudaStepper``), read in place.
+    ``original_length[i]`` (default: all) counts the real tokens at the start
+    of a one-sequence sample.  Pre-packed samples: ``num_cu_seqlens[i]`` (>= 0)
+    entries of ``cu_seqlens`` (int32, host memory, every pre-packed sample's
+    cut back to back) belong to sample ``i``; -1 marks a one-sequence sample.
+    Equal to the list of :class:`Sample` it stands for, step for step.
+    """
+
+    num_tokens: Any
+    tokens: Any = None
+    labels: Any = None
+    loss_mask: Any = None
+    position_ids: Any = None
+    original_length: Any = None
+    cu_seqlens: Any = None
+    num_cu_seqlens: Any = None
+
+    def __len__(self) -> int:
+        return len(self.num_tokens)
+
+    def _columns(self, fields: int | None, keep: list[Any],
+                 field_array: Callable[[Any, str, str], tuple[Any, int, int]]) -> tuple[dict[str, Any], int]:
+        """(the C binding's sample table, the step's fields); ``field_array(x, field, label) -> (x, address,
+        length)`` checks a field array (_sample_descriptor's)."""
+        counts = _int_column(self.num_tokens, "num_tokens", None, 0, _I64_MAX, np.int64)
+        n = counts.shape[0]
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        total = int(offsets[-1])
+        present = [name for name in _FIELD_NAMES if getattr(self, name) is not None]
+        if fields is None:
+            fields = sum(bit for name, bit in _FIELD_BITS if name in present)
+        cols: dict[str, Any] = {"num_samples": n}
+        keep.extend((counts, offsets))
+        cols["num_tokens"] = _address(counts)
+        for name, bit in _FIELD_BITS:
+            if not fields & bit:
+                continue
+            if name not in present:
+                raise InvalidArgumentError(f"the samples lack {name}, which the step's fields include")
+            x, address, length = field_array(getattr(self, name), name, name)
+            if length != total:
+                raise InvalidArgumentError(f"{name} has {length} elements, num_tokens adds up to {total}")
+            keep.append(x)
+            col = (offsets[:-1] * _ITEMSIZE[name]).astype(np.uint64) + np.uint64(address)
+            keep.append(col)
+            cols[name] = _address(col)
+        if self.original_length is not None:
+            orig = _int_column(self.original_length, "original_length", n, _I32[0], _I32[1], np.int32)
+            keep.append(orig)
+            cols["original_length"] = _address(orig)
+        if self.num_cu_seqlens is not None or self.cu_seqlens is not None:
+            if self.num_cu_seqlens is None or self.cu_seqlens is None:
+                raise InvalidArgumentError("pre-packed samples need both cu_seqlens and num_cu_seqlens")
+            ncu = _int_column(self.num_cu_seqlens, "num_cu_seqlens", n, -1, _I32[1], np.int32)
+            cu = _host_array(self.cu_seqlens, np.int32, "cu_seqlens")
+            cu_off = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(np.maximum(ncu, 0), out=cu_off[1:])
+            if int(cu_off[-1]) != cu.shape[0]:
+                raise InvalidArgumentError(f"cu_seqlens has {cu.shape[0]} entries, num_cu_seqlens adds up to "
+                                           f"{int(cu_off[-1])}")
+            if self.original_length is not None and bool(np.any((ncu >= 0) & (orig != counts))):
+                raise InvalidArgumentError("original_length applies to one-sequence samples only")
+            cu_addr = (cu_off[:-1] * 4).astype(np.uint64) + np.uint64(_address(cu) if cu.size else 0)
+            keep.extend((ncu, cu, cu_addr))
+            cols["cu_seqlens"] = _address(cu_addr)
+            cols["num_cu_seqlens"] = _address(ncu)
+        return cols, fields
+
+
+_I64_MAX = (1 << 63) - 1
+
+
+def _host_field(x: Any, field: str, label: str) -> tuple[np.ndarray, int, int]:
+    arr = _host_array(x, _DTYPES[field], label)
+    return arr, (_address(arr) if arr.size else 0), arr.shape[0]
+
+
+# -- the microbatch table the binding returns: one int64 row per microbatch, columns by name ---------------
+
+_MB = {name: i for i, name in enumerate(_core.MICROBATCH_COLUMNS)}
+_OUT_ARRAYS = (("tokens", "num_tokens", "int64"), ("labels", "num_tokens", "int64"),
+               ("loss_mask", "num_tokens", "float32"), ("position_ids", "num_tokens", "int64"),
+               ("padding_mask", "num_tokens", "bool"), ("cu_seqlens", "num_cu_seqlens", "int32"),
+               ("cu_seqlens_padded", "num_cu_seqlens", "int32"))
+_SCALARS = ("num_tokens", "num_cu_seqlens", "num_sequences", "max_seqlen", "local_cp_size", "cp_rank")
+_ITEMSIZES = {"int64": 8, "float32": 4, "int32": 4, "bool": 1}
+
+
+def microbatch_table(raw: dict[str, Any]) -> np.ndarray:
+    """The binding's microbatch table as an int64 array [microbatches, columns] (``_core.MICROBATCH_COLUMNS``)."""
+    return np.frombuffer(raw["microbatches"], dtype=np.int64).reshape(-1, len(_MB))
+
+
+def _span(table: np.ndarray, arrays: Sequence[tuple[str, str, str]] = _OUT_ARRAYS) -> tuple[int, int]:
+    """(first address aligned down to 8, bytes to the end of the last array) over the table's arrays."""
+    lo, hi = None, 0
+    for name, count, dt in arrays:
+        addr = table[:, _MB[name]]
+        used = addr != 0
+        if not used.any():
+            continue
+        a = int(addr[used].min())
+        lo = a if lo is None else min(lo, a)
+        hi = max(hi, int((addr[used] + table[used, _MB[count]] * _ITEMSIZES[dt]).max()))
+    if lo is None:
+        return 0, 0
+    lo &= ~7
+    return lo, hi - lo
+
+
+def _bulk_arrays(table: np.ndarray, base: int, size: int, take: Callable[[str, int, int], Any],
+                 single: Callable[[int, int, str], Any],
+                 arrays: Sequence[tuple[str, str, str]] = _OUT_ARRAYS) -> list[dict[str, Any]]:
+    """Every microbatch's arrays as slices of typed views of one memory block (``take(dtype, start, count)``).
+
+    ``base``, ``size``: the block (address, bytes).  An array outside it or not aligned to its element size
+    is made alone (``single(address, count, dtype)``); address 0 gives None.
+    """
+    out: list[dict[str, Any]] = [{} for _ in range(table.shape[0])]
+    for name, count, dt in arrays:
+        item = _ITEMSIZES[dt]
+        addr, n = table[:, _MB[name]], table[:, _MB[count]]
+        rel = addr - base
+        inside = (addr != 0) & (rel >= 0) & (rel % item == 0) & (rel + n * item <= size)
+        for row, a, r, c, ok in zip(out, addr.tolist(), (rel // item).tolist(), n.tolist(), inside.tolist()):
+            row[name] = None if a == 0 else (take(dt, r, c) if ok else single(a, c, dt))
+    return out
 
 
 class _StepState:
@@ -301,13 +502,13 @@ class Microbatch:
     __slots__ = ("_state", "_arrays", "num_tokens", "num_cu_seqlens", "num_sequences", "max_seqlen",
                  "local_cp_size", "cp_rank")
 
-    def __init__(self, state: Optional[_StepState], arrays: Dict[str, Optional[np.ndarray]], scalars: tuple) -> None:
+    def __init__(self, state: _StepState | None, arrays: dict[str, np.ndarray | None], scalars: tuple) -> None:
         self._state = state
         self._arrays = arrays
         (self.num_tokens, self.num_cu_seqlens, self.num_sequences, self.max_seqlen, self.local_cp_size,
          self.cp_rank) = scalars
 
-    def _get(self, name: str) -> Optional[np.ndarray]:
+    def _get(self, name: str) -> np.ndarray | None:
         if self._state is not None:
             self._state.check()
         return self._arrays[name]
@@ -321,7 +522,7 @@ class Microbatch:
     cu_seqlens_padded = property(lambda self: self._get("cu_seqlens_padded"),
                                  doc="int32 [num_cu_seqlens]: padded-span boundaries (before CP slicing)")
 
-    def copy(self) -> "Microbatch":
+    def copy(self) -> Microbatch:
         """An owning copy of this microbatch."""
         arrays = {k: (None if v is None else np.array(v, copy=True)) for k, v in
                   ((k, self._get(k)) for k in self._ARRAYS)}
@@ -347,9 +548,9 @@ class StepOutput:
     :meth:`copy` gives an owning copy.
     """
 
-    def __init__(self, state: Optional[_StepState], num_microbatches: int, num_virtual_stages: int,
-                 num_sequences: int, seqlen_sum: int, seqlen_squared_sum: int, stats: Dict[str, int],
-                 plan: Optional[Plan], microbatches: List[Microbatch]) -> None:
+    def __init__(self, state: _StepState | None, num_microbatches: int, num_virtual_stages: int,
+                 num_sequences: int, seqlen_sum: int, seqlen_squared_sum: int, stats: dict[str, int],
+                 plan: Plan | None, microbatches: list[Microbatch]) -> None:
         self._state = state
         self.num_microbatches = num_microbatches
         self.num_virtual_stages = num_virtual_stages
@@ -366,14 +567,14 @@ class StepOutput:
         return self._state is None or self._state.ctx.generation == self._state.gen
 
     @property
-    def microbatches(self) -> List[Microbatch]:
+    def microbatches(self) -> list[Microbatch]:
         """All microbatches, virtual stage by virtual stage."""
         if self._state is not None:
             self._state.check()
         return self._microbatches
 
     @property
-    def plan(self) -> Optional[Plan]:
+    def plan(self) -> Plan | None:
         """The step's plan (a view with the same lifetime), or None."""
         if self._state is not None:
             self._state.check()
@@ -386,7 +587,7 @@ class StepOutput:
                 f"microbatch {m} / virtual stage {vstage} outside {self.num_microbatches} x {self.num_virtual_stages}")
         return self.microbatches[vstage * self.num_microbatches + m]
 
-    def copy(self) -> "StepOutput":
+    def copy(self) -> StepOutput:
         """An owning copy (arrays and plan)."""
         mbs = [mb.copy() for mb in self.microbatches]
         plan = self._plan.copy() if self._plan is not None else None
@@ -440,6 +641,9 @@ class Stepper:
             raise InvalidArgumentError(f"config must be a dcpack.Config, got {type(config).__name__}")
         self._config = config
         self._ctx = _core.Context(config.to_dict())
+        self.last_step_ns = 0
+        """Wall time of the last step's call into the library (``dcp_step``, the GIL released), in ns: the rest
+        of ``step()`` is the package's own work."""
 
     @property
     def config(self) -> Config:
@@ -460,8 +664,8 @@ class Stepper:
         """
         self._ctx.resync(_check_uint64("next_call", next_call))
 
-    def step(self, samples: Optional[Sequence[Any]], args: Optional[StepArgs] = None, *,
-             fields: Optional[int] = None, step_id: Optional[int] = None, **kwargs: Any) -> StepOutput:
+    def step(self, samples: Sequence[Any] | None, args: StepArgs | None = None, *,
+             fields: int | None = None, step_id: int | None = None, **kwargs: Any) -> StepOutput:
         """One step on this rank; returns a :class:`StepOutput` view (valid until the next step).
 
         ``args`` is a :class:`StepArgs`, or give its fields as keywords
@@ -480,7 +684,7 @@ class Stepper:
         except BaseException:
             self._count_lone_failure()
             raise
-        return self._wrap_host(self._step(samples, args, fields, device=False, step_id=step_id))
+        return self._wrap_host(self._step(samples, args, fields, step_id=step_id))
 
     def _count_lone_failure(self) -> None:
         """Count a step refused in Python, before the library saw it, on the context.
@@ -495,18 +699,31 @@ class Stepper:
         except Error:
             pass
 
-    def _step(self, samples: Optional[Sequence[Any]], args: StepArgs, fields: Optional[int], device: bool,
-              descriptors: Optional[list] = None, step_id: Optional[int] = None) -> Any:
-        keep: List[Any] = []
+    def _step(self, samples: Any, args: StepArgs, fields: int | None, step_id: int | None = None,
+              columns: Callable[[list[Any]], tuple[dict[str, Any], int | None]] | None = None) -> dict[str, Any]:
+        """Check the arguments, build the sample table, call the binding; -> its result dict.
+
+        ``columns(keep)``, when given, builds the sample table instead of ``samples``
+        (dcpack.torch's, for CUDA tensors): -> (table, fields).
+        """
+        keep: list[Any] = []
         try:
             if not isinstance(args, StepArgs):
                 raise InvalidArgumentError(f"args must be a dcpack.StepArgs, got {type(args).__name__}")
-            if descriptors is None and samples is not None:
+            table = None
+            if columns is not None:
+                table, fields = columns(keep)
+            elif isinstance(samples, PackedSamples):
+                table, fields = samples._columns(fields, keep, _host_field)
+            elif samples is not None:
                 if isinstance(samples, (Sample, dict)) or not isinstance(samples, (list, tuple)):
-                    raise InvalidArgumentError("samples must be a list of dcpack.Sample (or dicts), or None")
+                    raise InvalidArgumentError(
+                        "samples must be a list of dcpack.Sample (or dicts), a dcpack.PackedSamples, or None")
+                if fields is None and samples:
+                    fields = _fields_of(samples)  # an empty list carries the configuration's fields (below)
                 if fields is None:
-                    fields = _fields_of(samples)
-                descriptors = [_sample_descriptor(s, fields, i, keep) for i, s in enumerate(samples)]
+                    fields = self._config.to_dict()["fields"]
+                table = _columns([_sample_descriptor(s, fields, i, keep) for i, s in enumerate(samples)], keep)
             if fields is None:
                 fields = self._config.to_dict()["fields"]
             for name in ("pipeline_rank", "mtp_virtual_stages"):
@@ -518,39 +735,44 @@ class Stepper:
             self._count_lone_failure()
             raise
         # from here on the C binding counts the call, whatever happens
-        raw = self._ctx.step(args.world, args.data_context_parallel, args.tensor_parallel, args.pipeline_rank,
-                             args.mtp_virtual_stages, int(bool(args.tp_ranks_hold_data)), args.cuda_stream,
-                             int(fields), descriptors, sid)
+        t0 = time.perf_counter_ns()
+        raw = self._ctx.step(world=args.world, data_context_parallel=args.data_context_parallel,
+                             tensor_parallel=args.tensor_parallel, pipeline_rank=args.pipeline_rank,
+                             mtp_virtual_stages=args.mtp_virtual_stages,
+                             tp_ranks_hold_data=int(bool(args.tp_ranks_hold_data)), cuda_stream=args.cuda_stream,
+                             fields=int(fields), samples=table, step_id=sid)
+        self.last_step_ns = time.perf_counter_ns() - t0
         del keep
         return raw
 
-    def _wrap_host(self, raw: tuple) -> StepOutput:
-        gen, nm, nv, nseq, ssum, sq, stats, plan_desc, mbs = raw
+    def _wrap_host(self, raw: dict[str, Any]) -> StepOutput:
+        gen = raw["generation"]
         state = _StepState(self._ctx, gen)
         ctx = self._ctx
-        microbatches = []
-        for t in mbs:
-            (a_tok, a_lab, a_lm, a_pos, a_pad, a_cu, a_cup, ntok, ncu, nseqs, maxs, lcp, cpr, _h1, _h2) = t
-            arrays = {
-                "tokens": _view(a_tok, ntok, "int64", ctx),
-                "labels": _view(a_lab, ntok, "int64", ctx),
-                "loss_mask": _view(a_lm, ntok, "float32", ctx),
-                "position_ids": _view(a_pos, ntok, "int64", ctx),
-                "padding_mask": _view(a_pad, ntok, "bool", ctx),
-                "cu_seqlens": _view(a_cu, ncu, "int32", ctx),
-                "cu_seqlens_padded": _view(a_cup, ncu, "int32", ctx),
-            }
-            microbatches.append(Microbatch(state, arrays, (ntok, ncu, nseqs, maxs, lcp, cpr)))
+        memory = ctx.memory  # what the arrays hold: the context's memory outlives close() while they live
+        table = microbatch_table(raw)
+        lo, size = _span(table)
+        if size:
+            region = np.asarray(_View(lo, size, "|u1", memory))
+            typed = {dt: region[:size // np.dtype(dt).itemsize * np.dtype(dt).itemsize].view(dt)
+                     for dt in ("int64", "float32", "int32", "bool")}
+        else:
+            typed = {}
+        arrays = _bulk_arrays(table, lo, size, lambda dt, start, count: typed[dt][start:start + count],
+                              lambda address, count, dt: _view(address, count, dt, memory))
+        scalars = table[:, [_MB[k] for k in _SCALARS]].tolist()
+        microbatches = [Microbatch(state, a, tuple(sc)) for a, sc in zip(arrays, scalars)]
         plan = None
-        if plan_desc is not None:
-            plan = Plan(ctx, gen, plan_desc, np.empty(0, dtype=np.int32))
-        return StepOutput(state, nm, nv, nseq, ssum, sq, stats, plan, microbatches)
+        if raw["plan"] is not None:
+            plan = Plan(ctx, gen, raw["plan"], np.empty(0, dtype=np.int32))
+        return StepOutput(state, raw["num_microbatches"], raw["num_virtual_stages"], raw["num_sequences"],
+                          raw["seqlen_sum"], raw["seqlen_squared_sum"], raw["stats"], plan, microbatches)
 
     def close(self) -> None:
         """Destroy the context now."""
         self._ctx.close()
 
-    def __enter__(self) -> "Stepper":
+    def __enter__(self) -> Stepper:
         return self
 
     def __exit__(self, *exc: Any) -> None:

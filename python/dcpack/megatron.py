@@ -24,12 +24,15 @@ Megatron or torch.
 
 from __future__ import annotations
 
+import operator
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Type, Union
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from ._api import Config, CostModel, Planner
+from ._api import Config, CostModel, Planner, as_lengths
+from ._errors import InvalidArgumentError, InvalidConfigError
 
 __all__ = [
     "DcpackPackingScheduler",
@@ -47,6 +50,15 @@ __all__ = [
 ]
 
 REQUIRED_SAMPLE_KEYS = ["tokens", "labels", "loss_mask", "position_ids", "original_seq_len", "padded_seq_len"]
+
+
+def _int_arg(name: str, value: Any, optional: bool = False) -> int | None:
+    """An int constructor argument as Planner and Config take it: no floats, strings or booleans."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InvalidConfigError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    return int(value)
 
 
 class DcpackPackingScheduler:
@@ -68,8 +80,15 @@ class DcpackPackingScheduler:
     honours_max_num_seqs: bool = True
 
     def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
-                 microbatch_group_size_per_vp_stage: Optional[int], max_num_seqs: Optional[int] = None,
-                 min_cp_size: int = 1, cost: Optional[CostModel] = None) -> None:
+                 microbatch_group_size_per_vp_stage: int | None, max_num_seqs: int | None = None,
+                 min_cp_size: int = 1, cost: CostModel | None = None) -> None:
+        max_seqlen_per_dp_cp_rank = _int_arg("max_seqlen_per_dp_cp_rank", max_seqlen_per_dp_cp_rank)
+        cp_size = _int_arg("cp_size", cp_size)
+        dp_size = _int_arg("dp_size", dp_size)
+        microbatch_group_size_per_vp_stage = _int_arg("microbatch_group_size_per_vp_stage",
+                                                      microbatch_group_size_per_vp_stage, optional=True)
+        max_num_seqs = _int_arg("max_num_seqs", max_num_seqs, optional=True)
+        min_cp_size = _int_arg("min_cp_size", min_cp_size)
         self.max_seqlen_per_dp_cp_rank = max_seqlen_per_dp_cp_rank
         self.cp_size = cp_size
         self.dp_size = dp_size
@@ -82,20 +101,20 @@ class DcpackPackingScheduler:
         cap = max_num_seqs if (max_num_seqs is not None and self.honours_max_num_seqs) else 0
         self.config = Config(
             scheduler=self.dcpack_scheduler,
-            data_parallel_size=int(dp_size),
-            context_parallel_size=int(cp_size),
-            max_seqlen_per_rank=int(max_seqlen_per_dp_cp_rank),
-            min_cp_size=int(min_cp_size),
-            max_sequences_per_microbatch=int(cap),
-            microbatch_group_size_per_vp_stage=int(microbatch_group_size_per_vp_stage or 0),
+            data_parallel_size=dp_size,
+            context_parallel_size=cp_size,
+            max_seqlen_per_rank=max_seqlen_per_dp_cp_rank,
+            min_cp_size=min_cp_size,
+            max_sequences_per_microbatch=cap,
+            microbatch_group_size_per_vp_stage=microbatch_group_size_per_vp_stage or 0,
             cost=cost if cost is not None else CostModel(),
         )
-        self._planner: Optional[Planner] = None
+        self._planner: Planner | None = None
         self._lock = threading.Lock()
         self.last_plan = None
         """A copy of the last plan (dcpack.Plan), for statistics."""
 
-    def get_required_sample_keys(self) -> List[str]:
+    def get_required_sample_keys(self) -> list[str]:
         """The keys every sample of the batch must carry (as Megatron's DpBalancedScheduler)."""
         return list(REQUIRED_SAMPLE_KEYS)
 
@@ -111,15 +130,15 @@ class DcpackPackingScheduler:
             self.last_plan = plan.copy()
             return self.last_plan
 
-    def plan(self, sample_id_seqlens: Sequence[Tuple[int, int]]):
+    def plan(self, sample_id_seqlens: Sequence[tuple[int, int]]):
         """The dcpack :class:`~dcpack.Plan` of a batch given as Megatron's ``(global_id, seqlen)`` pairs."""
-        lengths = np.fromiter((int(s) for _, s in sample_id_seqlens), dtype=np.int64, count=len(sample_id_seqlens))
-        return self._plan(lengths)
+        # the lengths as Planner.plan checks them: ints only (a float, string or bool raises, never truncates)
+        return self._plan(as_lengths([s for _, s in sample_id_seqlens]))
 
-    def _index_to_id(self, sample_id_seqlens: Sequence[Tuple[int, int]]) -> Optional[List[int]]:
+    def _index_to_id(self, sample_id_seqlens: Sequence[tuple[int, int]]) -> list[int] | None:
         return [int(i) for i, _ in sample_id_seqlens]
 
-    def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[Tuple[int, int]]) -> List[List[List[int]]]:
+    def get_groups_and_subsamples(self, sample_id_seqlens: Sequence[tuple[int, int]]) -> list[list[list[int]]]:
         """Plan the batch: ``[microbatch][dpxcp rank] -> list of sample ids`` (Megatron's ``sample_id_groups``)."""
         lists = self.plan(sample_id_seqlens).to_lists()
         ids = self._index_to_id(sample_id_seqlens)
@@ -128,7 +147,7 @@ class DcpackPackingScheduler:
         return lists
 
     def run(self, data_iterator: Any, num_microbatches: int, dp_group: Any, tp_group: Any, pp_group: Any,
-            dp_cp_group: Any, dev: Any, config: Any) -> Tuple[Any, int, float, float]:
+            dp_cp_group: Any, dev: Any, config: Any) -> tuple[Any, int, float, float]:
         """Megatron's own ``DpBalancedScheduler.run`` (fetch, reroute, pack, broadcast), planning with dcpack."""
         from megatron.core.datasets.data_schedule import DpBalancedScheduler as _MegatronDpBalanced
 
@@ -151,12 +170,12 @@ class DpBalancedScheduler(DcpackPackingScheduler):
     is_dynamic_cp = False
 
     def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
-                 microbatch_group_size_per_vp_stage: Optional[int], max_num_seqs: Optional[int] = None,
-                 cost: Optional[CostModel] = None) -> None:
+                 microbatch_group_size_per_vp_stage: int | None, max_num_seqs: int | None = None,
+                 cost: CostModel | None = None) -> None:
         super().__init__(max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage,
                          max_num_seqs=max_num_seqs, min_cp_size=1, cost=cost)
 
-    def _index_to_id(self, sample_id_seqlens: Sequence[Tuple[int, int]]) -> Optional[List[int]]:
+    def _index_to_id(self, sample_id_seqlens: Sequence[tuple[int, int]]) -> list[int] | None:
         return None  # the reference appends positions i, whatever the ids are
 
 
@@ -171,8 +190,8 @@ class DefaultDynamicCPScheduler(DcpackPackingScheduler):
     honours_max_num_seqs = False
 
     def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
-                 microbatch_group_size_per_vp_stage: Optional[int], max_num_seqs: Optional[int] = None,
-                 min_cp_size: int = 1, cost: Optional[CostModel] = None, honour_max_num_seqs: bool = False) -> None:
+                 microbatch_group_size_per_vp_stage: int | None, max_num_seqs: int | None = None,
+                 min_cp_size: int = 1, cost: CostModel | None = None, honour_max_num_seqs: bool = False) -> None:
         self.honours_max_num_seqs = bool(honour_max_num_seqs)
         super().__init__(max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage,
                          max_num_seqs=max_num_seqs, min_cp_size=min_cp_size, cost=cost)
@@ -192,15 +211,15 @@ class BalancedScheduler(DcpackPackingScheduler):
     max_num_seqs_offset = 0
 
     def __init__(self, max_seqlen_per_dp_cp_rank: int, cp_size: int, dp_size: int,
-                 microbatch_group_size_per_vp_stage: Optional[int], max_num_seqs: Optional[int] = None,
-                 min_cp_size: int = 1, cost: Optional[CostModel] = None) -> None:
+                 microbatch_group_size_per_vp_stage: int | None, max_num_seqs: int | None = None,
+                 min_cp_size: int = 1, cost: CostModel | None = None) -> None:
         if max_num_seqs is not None and self.max_num_seqs_offset:
-            max_num_seqs = max(1, int(max_num_seqs) - self.max_num_seqs_offset)
+            max_num_seqs = max(1, _int_arg("max_num_seqs", max_num_seqs) - self.max_num_seqs_offset)
         super().__init__(max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage,
                          max_num_seqs=max_num_seqs, min_cp_size=min_cp_size, cost=cost)
 
 
-SCHEDULERS: Dict[str, Type[DcpackPackingScheduler]] = {
+SCHEDULERS: dict[str, type[DcpackPackingScheduler]] = {
     "dp_balanced": DpBalancedScheduler,
     "dynamic_cp": DefaultDynamicCPScheduler,
     "default_dynamic_cp": DefaultDynamicCPScheduler,
@@ -209,7 +228,7 @@ SCHEDULERS: Dict[str, Type[DcpackPackingScheduler]] = {
 """dcpack scheduler names (and Megatron's ``default_dynamic_cp``) -> drop-in class."""
 
 
-def make_scheduler(kind: Union[str, Type[DcpackPackingScheduler]], **defaults: Any) -> Type[DcpackPackingScheduler]:
+def make_scheduler(kind: str | type[DcpackPackingScheduler], **defaults: Any) -> type[DcpackPackingScheduler]:
     """A drop-in class whose extra keyword arguments default to ``defaults``.
 
     ``make_scheduler("balanced", cost=CostModel(linear=...))`` gives a class
@@ -222,7 +241,7 @@ def make_scheduler(kind: Union[str, Type[DcpackPackingScheduler]], **defaults: A
     offset = defaults.pop("max_num_seqs_offset", None)
     if not defaults and offset is None:
         return base
-    attrs: Dict[str, Any] = {"__doc__": base.__doc__, "__module__": __name__}
+    attrs: dict[str, Any] = {"__doc__": base.__doc__, "__module__": __name__}
     if offset is not None:
         attrs["max_num_seqs_offset"] = int(offset)
     if defaults:
@@ -246,8 +265,8 @@ def _data_schedule_module(module: Any = None) -> Any:
     return data_schedule
 
 
-def install(mapping: Optional[Dict[str, Union[str, type]]] = None, *, module: Any = None,
-            **defaults: Any) -> Dict[str, Any]:
+def install(mapping: dict[str, str | type] | None = None, *, module: Any = None,
+            **defaults: Any) -> dict[str, Any]:
     """Put dcpack's schedulers into Megatron-LM's ``scheduler_map``, at run time.
 
     ``mapping``: Megatron scheduler name (what ``--sequence-packing-scheduler``
@@ -264,7 +283,7 @@ def install(mapping: Optional[Dict[str, Union[str, type]]] = None, *, module: An
     """
     ds = _data_schedule_module(module)
     mapping = dict(_DEFAULT_MAPPING if mapping is None else mapping)
-    previous: Dict[str, Any] = {}
+    previous: dict[str, Any] = {}
     for name, target in mapping.items():
         cls = make_scheduler(target, **dict(defaults))
         previous[name] = ds.scheduler_map.get(name, _MISSING)
@@ -275,7 +294,7 @@ def install(mapping: Optional[Dict[str, Union[str, type]]] = None, *, module: An
 _MISSING = object()
 
 
-def uninstall(previous: Dict[str, Any], *, module: Any = None) -> None:
+def uninstall(previous: dict[str, Any], *, module: Any = None) -> None:
     """Restore Megatron's ``scheduler_map`` entries :func:`install` replaced."""
     ds = _data_schedule_module(module)
     for name, cls in previous.items():
@@ -293,67 +312,141 @@ def uninstall(previous: Dict[str, Any], *, module: Any = None) -> None:
 _FIELDS = (("tokens", "int64"), ("labels", "int64"), ("loss_mask", "float32"), ("position_ids", "int64"))
 
 
-def _samples_from_megatron(items: List[Dict[str, Any]], device: Any) -> List[Any]:
-    """Megatron's dataset samples as dcpack.Samples on ``device``, one copy per field for the whole batch.
+def _first_values(ts: list[Any]) -> list[int]:
+    """The first element of each tensor (Megatron's ``t.reshape(-1)[0].item()``), with one conversion for all."""
+    import torch
+
+    if len(set(map(_SHAPE, ts))) == 1 and len({t.device for t in ts}) == 1:
+        return torch.stack(ts).reshape(len(ts), -1)[:, 0].tolist()
+    return [int(t.reshape(-1)[0].item()) for t in ts]
+
+
+def _column(ts: list[Any], counts: list[int] | None) -> tuple[Any, list[int]]:
+    """Tensors of one field, concatenated: (a 1-D tensor, tokens of each).  A leading dimension of 1 (default
+    collate, micro-batch size 1) is dropped with one concatenation along the last dimension.  ``counts``: the
+    tokens of each sample in the fields before (None for the first): a sample whose field differs raises."""
+    import torch
+
+    shapes = list(map(_SHAPE, ts))
+    cat = None
+    if len({len(s) for s in shapes}) == 1 and len(shapes[0]) in (1, 2):
+        try:
+            cat = torch.cat(ts, dim=-1)
+        except (RuntimeError, TypeError):  # leading dimensions that differ, devices that differ
+            cat = None
+        # every tensor [n] or [1, n]: cat along the last dimension is their reshape(-1), back to back
+        if cat is not None and cat.dim() == 2 and cat.shape[0] != 1:
+            cat = None
+    if cat is not None:
+        n = [s[-1] for s in shapes]
+        cat = cat.reshape(-1)
+    else:
+        flat = [t.reshape(-1) for t in ts]  # other shapes: as Megatron's reshape(-1)
+        device = flat[0].device
+        n = [t.numel() for t in flat]
+        cat = torch.cat([t.to(device) for t in flat])
+    if counts is not None and n != counts:
+        bad = next(i for i, (a, b) in enumerate(zip(counts, n)) if a != b)
+        raise InvalidArgumentError(f"sample {bad}: fields of {counts[bad]} and {n[bad]} tokens")
+    return cat, n
+
+
+_SHAPE = operator.attrgetter("shape")
+
+
+def _samples_from_megatron(items: list[dict[str, Any]], device: Any) -> Any:
+    """Megatron's dataset samples as one dcpack.PackedSamples on ``device``: one copy per field for the batch.
 
     Pre-packed samples (``cu_seqlens``, e.g. SFTDataset) keep their cut; unpacked
     ones (``padded_seq_len``, ``original_seq_len``, e.g. VarlenDataset) are one
     sequence each.  A leading batch dimension of 1 (default collate) is dropped.
     Each field of all the samples is concatenated where the samples are (the
     host, for a data loader's tensors) and moved to ``device`` in one copy; the
-    samples are views of that tensor.
+    scalars of all samples are read with one conversion.  No work per sample
+    but reading its tensors from the dicts.
     """
     import torch
 
-    from ._step import Sample
+    from ._step import PackedSamples
 
-    def flat(t: Any) -> Any:  # [1, n] (default collate, micro-batch size 1) or [n]
-        return t.reshape(-1)
-
-    present = [key for key, _ in _FIELDS if items and key in items[0] and items[0][key] is not None]
-    for i, item in enumerate(items):
-        if [key for key, _ in _FIELDS if key in item and item[key] is not None] != present:
-            raise ValueError(f"sample {i} carries other fields than sample 0 ({present})")
-    columns: Dict[str, List[Any]] = {key: [] for key in present}
-    counts: List[int] = []
-    for item in items:
-        n = None
-        for key in present:
-            t = flat(item[key])
-            if n is None:
-                n = t.numel()
-            elif t.numel() != n:
-                raise ValueError(f"sample fields of {n} and {t.numel()} tokens")
-            columns[key].append(t)
-        counts.append(n or 0)
-    offsets = [0]
-    for n in counts:
-        offsets.append(offsets[-1] + n)
-    moved: Dict[str, Any] = {}
+    present = [key for key, _ in _FIELDS if items and items[0].get(key) is not None]
+    columns: dict[str, list[Any]] = {}
+    for key, _ in _FIELDS:  # one pass per field over the dicts, no work per sample in Python
+        column = list(map(operator.methodcaller("get", key), items))
+        missing = any(t is None for t in column)  # by identity: `None in column` would compare tensors
+        if (key in present and missing) or (key not in present and any(t is not None for t in column)):
+            bad = next(i for i, t in enumerate(column) if (t is None) == (key in present))
+            raise InvalidArgumentError(f"sample {bad} carries other fields than sample 0 ({present})")
+        if key in present:
+            columns[key] = column
+    moved: dict[str, Any] = {}
+    counts: list[int] | None = None
     for key, dtype_name in _FIELDS:
         if key not in columns:
             continue
-        dtype = getattr(torch, dtype_name)
-        ts = columns[key]
-        if not ts:
-            continue
-        if any(t.device != ts[0].device for t in ts):
-            ts = [t.to(device) for t in ts]
-        moved[key] = torch.cat(ts).to(device=device, dtype=dtype).contiguous()
-    samples = []
-    for i, item in enumerate(items):
-        fields = {key: moved[key][offsets[i]:offsets[i + 1]] for key in moved}
-        n = counts[i]
-        if "padded_seq_len" in item:
-            padded = int(item["padded_seq_len"].reshape(-1)[0].item())
-            original = int(item.get("original_seq_len", item["padded_seq_len"]).reshape(-1)[0].item())
-            if n != padded:
-                raise ValueError(f"sample has {n} tokens but padded_seq_len {padded}")
-            samples.append(Sample(original_length=original, **fields))
-        else:
-            cu = flat(item["cu_seqlens"]).to(device="cpu", dtype=torch.int32).contiguous().numpy()
-            samples.append(Sample(cu_seqlens=cu, **fields))
-    return samples
+        cat, counts = _column(columns[key], counts)
+        moved[key] = cat.to(device=device, dtype=getattr(torch, dtype_name)).contiguous()
+    if counts is None:
+        counts = [0] * len(items)
+    prepacked = ["cu_seqlens" in item and "padded_seq_len" not in item for item in items]
+    original = None
+    cu = ncu = None
+    if not any(prepacked):
+        padded = _first_values([item["padded_seq_len"] for item in items]) if items else []
+        original = _first_values([item.get("original_seq_len", item["padded_seq_len"]) for item in items])
+        if padded != counts:
+            bad = next(i for i, (a, b) in enumerate(zip(counts, padded)) if a != b)
+            raise InvalidArgumentError(f"sample {bad} has {counts[bad]} tokens but padded_seq_len {padded[bad]}")
+    else:
+        ncu_list, cus, orig = [], [], []
+        for i, item in enumerate(items):
+            if prepacked[i]:
+                c = item["cu_seqlens"].reshape(-1).to(device="cpu", dtype=torch.int32)
+                cus.append(c)
+                ncu_list.append(c.numel())
+                orig.append(counts[i])
+            else:
+                p = int(item["padded_seq_len"].reshape(-1)[0].item())
+                if counts[i] != p:
+                    raise InvalidArgumentError(f"sample {i} has {counts[i]} tokens but padded_seq_len {p}")
+                ncu_list.append(-1)
+                orig.append(int(item.get("original_seq_len", item["padded_seq_len"]).reshape(-1)[0].item()))
+        cu = torch.cat(cus).contiguous().numpy() if cus else np.empty(0, dtype=np.int32)
+        ncu, original = ncu_list, orig
+    return PackedSamples(num_tokens=np.array(counts, dtype=np.int64), original_length=original,
+                         cu_seqlens=cu, num_cu_seqlens=ncu, **moved)
+
+
+def _seq_idx_all(microbatches: list[Any], device: Any) -> list[Any]:
+    """``PackedSeqParams.seq_idx`` of every microbatch, computed for all of them at once.
+
+    Megatron's ``__post_init__`` does, per microbatch with ``total_tokens`` T and padded
+    boundaries cu: ``repeat_interleave(arange(len(cu)), clamp(diff(cu ++ [T]), min=0)).to(int32)``,
+    shape [1, n].  Here the repeat counts of all microbatches come from the host copies of
+    the boundaries, one ``repeat_interleave`` with a known output size runs on ``device`` (no
+    synchronisation), and each microbatch's seq_idx is a [1, n] slice of its result.
+    """
+    import torch
+
+    if any(mb._tensors.get("cu_seqlens_padded_host") is None for mb in microbatches):
+        return [None] * len(microbatches)  # PackedSeqParams.__post_init__ computes them, one by one
+    counts, values, sizes = [], [], []
+    for mb in microbatches:
+        cu = mb._tensors["cu_seqlens_padded_host"].numpy()
+        lengths = np.maximum(np.diff(np.append(cu.astype(np.int64), np.int64(mb.num_tokens))), 0)
+        counts.append(lengths)
+        values.append(np.arange(lengths.shape[0], dtype=np.int32))
+        sizes.append(int(lengths.sum()))
+    if not microbatches:
+        return []
+    total = sum(sizes)
+    repeats = torch.from_numpy(np.concatenate(counts)).to(device)
+    flat = torch.repeat_interleave(torch.from_numpy(np.concatenate(values)).to(device), repeats, output_size=total)
+    out, at = [], 0
+    for n in sizes:
+        out.append(flat[at:at + n].unsqueeze(0))
+        at += n
+    return out
 
 
 def _sets_total_tokens(config: Config) -> bool:
@@ -390,9 +483,9 @@ class DataPath:
     """
 
     def __init__(self, config: Config, groups: Any = None, mtp_virtual_stages: int = 0) -> None:
-        from . import torch as dt
-
         import torch
+
+        from . import torch as dt
 
         self.config = config
         self.groups = groups if groups is not None else dt.NcclGroups.from_megatron(config)
@@ -403,7 +496,7 @@ class DataPath:
         self._total_tokens_set = _sets_total_tokens(config)
 
     def wrap_data_iterator(self, data_iterator: Any, config: Any, num_microbatches: int,
-                           pg_collection: Any = None) -> Tuple[Any, int, float, float]:
+                           pg_collection: Any = None) -> tuple[Any, int, float, float]:
         """Drop-in for Megatron's ``wrap_data_iterator``: (iterator(s), microbatches, seqlen sum, squared sum)."""
         vpp = self.config.virtual_pipeline_size
         source = data_iterator
@@ -414,38 +507,47 @@ class DataPath:
             if source is None:
                 raise ValueError("this rank holds data but its data_iterator is None")
             device = self.device
-            items: List[Dict[str, Any]] = []
+            items: list[dict[str, Any]] = []
             for _ in range(num_microbatches):
                 item = next(source)
                 items.extend(item if isinstance(item, list) else [item])
-            samples = _samples_from_megatron(items, device)
+            try:
+                samples = _samples_from_megatron(items, device)
+            except InvalidArgumentError:
+                # refused before the step: counted as this rank's failed step, as the stepper counts a
+                # refused input, so the ranks' next step is an OutOfStepError on every rank
+                self.stepper._stepper._count_lone_failure()
+                raise
         out = self.stepper.step(samples, mtp_virtual_stages=self.mtp_virtual_stages)
         self.last_output = out
-        per_stage = []
-        for v in range(vpp):
-            batches = []
-            for m in range(out.num_microbatches):
-                mb = out.microbatch(m, v)
-                batches.append({
-                    "tokens": None if mb.tokens is None else mb.tokens.view(1, -1),
-                    "labels": None if mb.labels is None else mb.labels.view(1, -1),
-                    "loss_mask": None if mb.loss_mask is None else mb.loss_mask.view(1, -1),
-                    "position_ids": None if mb.position_ids is None else mb.position_ids.view(1, -1),
-                    "padding_mask": mb.padding_mask.view(1, -1),
-                    "cu_seqlens": mb.cu_seqlens,
-                    "cu_seqlens_padded": mb.cu_seqlens_padded,
-                    "max_seqlen": mb.max_seqlen,
-                    "local_cp_size": mb.local_cp_size,
-                    "cp_rank": mb.cp_rank,
-                    "total_tokens": mb.num_tokens if self._total_tokens_set else None,
-                })
-            per_stage.append(iter(batches))
+        mbs = out.microbatches  # checks the output is current, once
+        seq_idx = _seq_idx_all(mbs, self.device) if self._total_tokens_set else [None] * len(mbs)
+        batches_all = []
+        for mb, idx in zip(mbs, seq_idx):
+            t = mb._tensors
+            tok, lab, lm, pos = t["tokens"], t["labels"], t["loss_mask"], t["position_ids"]
+            batches_all.append({
+                "tokens": None if tok is None else tok.view(1, -1),
+                "labels": None if lab is None else lab.view(1, -1),
+                "loss_mask": None if lm is None else lm.view(1, -1),
+                "position_ids": None if pos is None else pos.view(1, -1),
+                "padding_mask": t["padding_mask"].view(1, -1),
+                "cu_seqlens": t["cu_seqlens"],
+                "cu_seqlens_padded": t["cu_seqlens_padded"],
+                "max_seqlen": mb.max_seqlen,
+                "local_cp_size": mb.local_cp_size,
+                "cp_rank": mb.cp_rank,
+                "total_tokens": mb.num_tokens if self._total_tokens_set else None,
+                "seq_idx": idx,
+            })
+        nm = out.num_microbatches
+        per_stage = [iter(batches_all[v * nm:(v + 1) * nm]) for v in range(vpp)]
         iterators: Any = per_stage if vpp > 1 else per_stage[0]
         return iterators, out.num_microbatches, float(out.seqlen_sum), float(out.seqlen_squared_sum)
 
     @staticmethod
-    def get_batch(data_iterator: Any, vpp_size: Optional[int] = None, mtp_on_this_rank: bool = False,
-                  vp_stage: Optional[int] = None, dynamic_cp: bool = False, pg_collection: Any = None,
+    def get_batch(data_iterator: Any, vpp_size: int | None = None, mtp_on_this_rank: bool = False,
+                  vp_stage: int | None = None, dynamic_cp: bool = False, pg_collection: Any = None,
                   config: Any = None) -> tuple:
         """Drop-in for ``get_batch_on_this_rank_for_sequence_packing``: the microbatch dcp_step already
         padded, sliced and broadcast, as (tokens, labels, loss_mask, None, position_ids,
@@ -462,20 +564,27 @@ class DataPath:
         local_cp_size = batch["local_cp_size"] if dynamic_cp else None
         cp_group = (parallel_state.get_dynamic_data_context_parallel_groups(group_size=local_cp_size)
                     if dynamic_cp else None)
+        total_tokens, seq_idx = batch.get("total_tokens"), batch.get("seq_idx")
+        # with seq_idx computed for the whole batch (_seq_idx_all), __post_init__ runs without total_tokens
+        # (it then computes nothing) and both fields are set after: the same object, field by field
         params = PackedSeqParams(
             qkv_format="thd",
             cu_seqlens_q=batch["cu_seqlens"], cu_seqlens_kv=batch["cu_seqlens"],
             cu_seqlens_q_padded=batch["cu_seqlens_padded"], cu_seqlens_kv_padded=batch["cu_seqlens_padded"],
             max_seqlen_q=batch["max_seqlen"], max_seqlen_kv=batch["max_seqlen"],
-            local_cp_size=local_cp_size, cp_group=cp_group, total_tokens=batch.get("total_tokens"),
+            local_cp_size=local_cp_size, cp_group=cp_group,
+            total_tokens=total_tokens if seq_idx is None else None,
             cp_partition_mode=getattr(config, "cp_partition_mode", "zigzag"), pad_between_seqs=True,
         )
+        if seq_idx is not None:
+            params.total_tokens = total_tokens
+            params.seq_idx = seq_idx
         return (batch["tokens"], batch["labels"], batch["loss_mask"], None, batch["position_ids"], params,
                 batch["padding_mask"])
 
 
 def config_from_megatron(args: Any, max_sequences: int, max_tokens_per_rank: int,
-                         scheduler: Optional[str] = None) -> Config:
+                         scheduler: str | None = None) -> Config:
     """A dcpack.Config from Megatron-LM's training arguments (``get_args()``).
 
     Reads the parallel sizes, ``sequence_packing_scheduler`` (dp_balanced,
@@ -521,7 +630,7 @@ def config_from_megatron(args: Any, max_sequences: int, max_tokens_per_rank: int
     )
 
 
-def install_data_path(path: DataPath, *, training_module: Any = None, gpt_module: Any = None) -> Dict[str, Any]:
+def install_data_path(path: DataPath, *, training_module: Any = None, gpt_module: Any = None) -> dict[str, Any]:
     """Route Megatron-LM's packed data path through ``path`` at run time (Level 2).
 
     Replaces ``wrap_data_iterator`` where ``megatron.training.training``
@@ -545,7 +654,7 @@ def install_data_path(path: DataPath, *, training_module: Any = None, gpt_module
     return previous
 
 
-def uninstall_data_path(previous: Dict[str, Any]) -> None:
+def uninstall_data_path(previous: dict[str, Any]) -> None:
     """Restore what :func:`install_data_path` replaced."""
     for name, (module, fn) in previous.items():
         setattr(module, name, fn)

@@ -15,12 +15,13 @@ the default wheel is CPU-only and raises UnsupportedError here).
   first waits for torch's current stream; the step waits for its stream before
   it returns, so outputs are ready for any stream.  ``step(..., step_id=n)``
   and ``calls`` / ``resync()`` are the calls-in-step checks of dcpack.Stepper.
-- Outputs are torch tensors that view dcpack's output block (zero copy, through
-  ``__cuda_array_interface__``), valid until the next ``step()`` on that
-  stepper: afterwards the :class:`TorchStepOutput` raises StaleViewError, and
-  tensors taken from it earlier show the next step's data (``clone()`` what
-  must outlive it).  Each output tensor keeps the context and both workspace
-  tensors alive, so its memory is never handed to anyone else while it lives.
+- Outputs are torch tensors that view dcpack's output block (zero copy: slices
+  of typed views of the device workspace tensor, made in bulk), valid until the
+  next ``step()`` on that stepper: afterwards the :class:`TorchStepOutput`
+  raises StaleViewError, and tensors taken from it earlier show the next step's
+  data (``clone()`` what must outlive it).  Each output tensor holds the
+  workspace tensor's storage, so its memory is never handed to anyone else
+  while it lives.
 
 One libnccl per process: the extension is linked against ``libnccl.so.2`` by
 its soname, so the dynamic loader reuses the libnccl torch already loaded
@@ -30,7 +31,7 @@ verifies that exactly one libnccl file is mapped.
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -39,15 +40,30 @@ import torch.distributed as dist
 from . import _core
 from ._api import Config, _view
 from ._errors import InvalidArgumentError, NcclError, UnsupportedError
-from ._step import Sample, StepArgs, Stepper, _StepState
+from ._step import (
+    _MB,
+    _SCALARS,
+    PackedSamples,
+    Sample,
+    StepArgs,
+    Stepper,
+    _bulk_arrays,
+    _columns,
+    _fields_of,
+    _sample_descriptor,
+    _StepState,
+    microbatch_table,
+)
 
 __all__ = ["check_single_libnccl", "nccl_comm", "NcclGroups", "CudaStepper", "TorchMicrobatch", "TorchStepOutput"]
 
 _DTYPES = {"tokens": torch.int64, "labels": torch.int64, "loss_mask": torch.float32, "position_ids": torch.int64}
-_BITS = {"tokens": 1, "labels": 2, "loss_mask": 4, "position_ids": 8}
+_TORCH = {"int64": torch.int64, "float32": torch.float32, "int32": torch.int32, "bool": torch.bool}
+_TYPESTR = {"int64": "<i8", "float32": "<f4", "int32": "<i4", "bool": "|b1"}
+_HOST_ARRAYS = (("cu_seqlens_host", "num_cu_seqlens", "int32"), ("cu_seqlens_padded_host", "num_cu_seqlens", "int32"))
 
 
-def check_single_libnccl() -> List[str]:
+def check_single_libnccl() -> list[str]:
     """The libnccl files mapped into this process; raises NcclError when there are several."""
     paths = set()
     try:
@@ -67,7 +83,7 @@ def check_single_libnccl() -> List[str]:
 def _require_cuda_build() -> None:
     if not (_core.HAVE_CUDA and _core.HAVE_NCCL):
         raise UnsupportedError("this dcpack was built without CUDA and NCCL: reinstall with DCPACK_CUDA=1 "
-                               "(docs/python.md, CUDA builds)")
+                               "(docs/python.md, Installing)")
 
 
 def _device_index(device: Any) -> int:
@@ -79,7 +95,7 @@ def _device_index(device: Any) -> int:
     return d.index if d.index is not None else torch.cuda.current_device()
 
 
-def nccl_comm(group: Any = None, *, device: Any = None, stream: Optional[torch.cuda.Stream] = None,
+def nccl_comm(group: Any = None, *, device: Any = None, stream: torch.cuda.Stream | None = None,
               timeout_ms: int = 600000, staging_bytes: int = 0) -> _core.Comm:
     """A dcpack NCCL communicator over the ranks of a torch.distributed process group.
 
@@ -141,7 +157,7 @@ class NcclGroups:
         self.tensor_parallel = self.world.split(pp_rank * n + dp_cp_rank, tp_rank) if use_tp else None
 
     @classmethod
-    def from_megatron(cls, config: Config, **kwargs: Any) -> "NcclGroups":
+    def from_megatron(cls, config: Config, **kwargs: Any) -> NcclGroups:
         """Coordinates from megatron.core.parallel_state (initialised model parallel)."""
         from megatron.core import parallel_state as ps
 
@@ -174,7 +190,7 @@ class _CudaView:
         self._owner = owner
 
 
-def _tensor(address: Optional[int], count: int, dtype: torch.dtype, typestr: str, device: int, owner: Any):
+def _tensor(address: int | None, count: int, dtype: torch.dtype, typestr: str, device: int, owner: Any):
     if address is None:
         return None
     if count == 0:
@@ -197,7 +213,7 @@ class TorchMicrobatch:
     _NAMES = ("tokens", "labels", "loss_mask", "position_ids", "padding_mask", "cu_seqlens", "cu_seqlens_padded",
               "cu_seqlens_host", "cu_seqlens_padded_host")
 
-    def __init__(self, state: Optional[_StepState], tensors: Dict[str, Any], scalars: tuple) -> None:
+    def __init__(self, state: _StepState | None, tensors: dict[str, Any], scalars: tuple) -> None:
         self._state = state
         self._tensors = tensors
         (self.num_tokens, self.num_cu_seqlens, self.num_sequences, self.max_seqlen, self.local_cp_size,
@@ -210,7 +226,7 @@ class TorchMicrobatch:
             return self._tensors[name]
         raise AttributeError(name)
 
-    def clone(self) -> "TorchMicrobatch":
+    def clone(self) -> TorchMicrobatch:
         """An owning copy (tensors cloned, on torch's current stream)."""
         tensors = {k: (None if getattr(self, k) is None else getattr(self, k).clone()) for k in self._NAMES}
         return TorchMicrobatch(None, tensors, (self.num_tokens, self.num_cu_seqlens, self.num_sequences,
@@ -237,7 +253,7 @@ class TorchStepOutput:
         return self._state is None or self._state.ctx.generation == self._state.gen
 
     @property
-    def microbatches(self) -> List[TorchMicrobatch]:
+    def microbatches(self) -> list[TorchMicrobatch]:
         """All microbatches, virtual stage by virtual stage."""
         if self._state is not None:
             self._state.check()
@@ -257,7 +273,7 @@ class TorchStepOutput:
                                        f"{self.num_microbatches} x {self.num_virtual_stages}")
         return self.microbatches[vstage * self.num_microbatches + m]
 
-    def clone(self) -> "TorchStepOutput":
+    def clone(self) -> TorchStepOutput:
         """An owning copy: microbatch tensors cloned, the plan copied; it never goes stale."""
         plan = self.plan.copy() if self.plan is not None else None
         return TorchStepOutput(None, self.num_microbatches, self.num_virtual_stages, self.num_sequences,
@@ -276,6 +292,35 @@ def _cuda_field(x: Any, name: str, device: int) -> torch.Tensor:
     if x.dim() != 1 or not x.is_contiguous():
         raise InvalidArgumentError(f"{name} must be one-dimensional and contiguous")
     return x
+
+
+def _gathered_copies(table: np.ndarray, base: int, block: torch.Tensor, owner: Any) -> list[dict[str, Any]]:
+    """Owned copies of every microbatch's host int32 arrays (_HOST_ARRAYS), made by one gather from ``block``
+    (the int32 view of the memory at ``base``): each array a slice of the gathered tensor."""
+    rows: list[dict[str, Any]] = [{} for _ in range(table.shape[0])]
+    starts, counts, where = [], [], []
+    size = block.numel()
+    for name, count, _dt in _HOST_ARRAYS:
+        addr, n = table[:, _MB[name]], table[:, _MB[count]]
+        rel = addr - base
+        for i, (a, r, c) in enumerate(zip(addr.tolist(), rel.tolist(), n.tolist())):
+            if a == 0:
+                rows[i][name] = None
+            elif r % 4 or r < 0 or r // 4 + c > size:  # not in the block: copy it alone
+                rows[i][name] = torch.from_numpy(_view(a, c, "int32", owner).copy())
+            else:
+                starts.append(r // 4)
+                counts.append(c)
+                where.append((i, name))
+    if where:
+        st, ct = np.array(starts, dtype=np.int64), np.array(counts, dtype=np.int64)
+        ends = np.cumsum(ct)
+        # positions of every element: start of its array + its place in it
+        index = np.repeat(st - (ends - ct), ct) + np.arange(int(ends[-1]), dtype=np.int64)
+        flat = block[torch.from_numpy(index)]
+        for (i, name), e, c in zip(where, ends.tolist(), counts):
+            rows[i][name] = flat[e - c:e]
+    return rows
 
 
 class _Workspace:
@@ -323,9 +368,18 @@ class CudaStepper:
         # the workspace is used on the groups' stream; tell torch's caching allocator so (a free is then
         # ordered after that stream's work, not only the allocating stream's)
         self._device_ws.record_stream(groups.stream)
-        self._owner = _Workspace(self._ctx, self._device_ws, self._host_ws)
+        self._owner = _Workspace(self._ctx.memory, self._device_ws, self._host_ws)
         _core.cuda_set_device(self.device)
         self._ctx.attach_cuda(_aligned(self._device_ws), device_bytes, _aligned(self._host_ws), host_bytes)
+        # the outputs are slices of these typed views of the device workspace (made once)
+        self._device_base = _aligned(self._device_ws)
+        self._device_bytes = device_bytes // 8 * 8
+        pad = self._device_base - self._device_ws.data_ptr()
+        block = self._device_ws[pad:pad + self._device_bytes]
+        self._device_typed = {dt: block.view(_TORCH[dt]) for dt in ("int64", "float32", "int32", "bool")}
+        self._host_base = _aligned(self._host_ws)
+        pad = self._host_base - self._host_ws.data_ptr()
+        self._host_i32 = self._host_ws[pad:pad + host_bytes // 4 * 4].view(torch.int32)
 
     @property
     def calls(self) -> int:
@@ -336,20 +390,19 @@ class CudaStepper:
         """``dcp_context_resync()``: after an OutOfStepError, on every rank with the same ``next_call``."""
         self._stepper.resync(next_call)
 
-    def step(self, samples: Optional[Sequence[Any]], *, mtp_virtual_stages: int = 0,
-             fields: Optional[int] = None, step_id: int = 0) -> TorchStepOutput:
+    def step(self, samples: Any, *, mtp_virtual_stages: int = 0,
+             fields: int | None = None, step_id: int = 0) -> TorchStepOutput:
         """One step on this rank.
 
         ``samples``: list of :class:`dcpack.Sample` (or dicts) whose fields are
         CUDA tensors on this rank's device (int64 tokens/labels/position_ids,
         float32 loss_mask; 1-D, contiguous) and whose ``cu_seqlens`` is host
-        memory (int32 CPU tensor or numpy array); None on ranks that receive by
-        TP broadcast.  ``step_id``: this step's number, compared across ranks
-        (0 = none).  Collective over the world communicator.
+        memory (int32 CPU tensor or numpy array); or a :class:`dcpack.PackedSamples`
+        of such tensors (the fast form: no Python work per sample); None on ranks
+        that receive by TP broadcast.  ``step_id``: this step's number, compared
+        across ranks (0 = none).  Collective over the world communicator.
         """
-        keep: List[Any] = []
         try:
-            descriptors, fields = self._descriptors(samples, fields, keep)
             args = self.groups.args(mtp_virtual_stages, step_id)
             # inputs written on torch's current stream are ready before the step's stream reads them
             current = torch.cuda.current_stream(self.device)
@@ -358,98 +411,53 @@ class CudaStepper:
         except BaseException:
             self._stepper._count_lone_failure()
             raise
-        raw = self._stepper._step(None, args, fields, device=True, descriptors=descriptors)
-        del keep
+        raw = self._stepper._step(None, args, fields,
+                                  columns=lambda keep: self._columns(samples, fields, keep))
         return self._wrap(raw)
 
-    def _descriptors(self, samples: Optional[Sequence[Any]], fields: Optional[int], keep: List[Any]):
+    def _columns(self, samples: Any, fields: int | None, keep: list[Any]):
+        """The C binding's sample table of CUDA samples -> (table, fields); (None, fields) without input."""
         if samples is None:
             return None, fields
-        if isinstance(samples, (Sample, dict)) or not isinstance(samples, (list, tuple)):
-            raise InvalidArgumentError("samples must be a list of dcpack.Sample (or dicts), or None")
-        descriptors = []
-        for i, s in enumerate(samples):
-            if isinstance(s, dict):
-                unknown = set(s) - {"tokens", "labels", "loss_mask", "position_ids", "cu_seqlens", "original_length"}
-                if unknown:
-                    raise InvalidArgumentError(f"sample {i}: unknown keys {sorted(unknown)}")
-                s = Sample(**s)
-            if not isinstance(s, Sample):
-                raise InvalidArgumentError(f"sample {i} must be a dcpack.Sample or a dict")
-            present = {k: getattr(s, k) for k in _DTYPES if getattr(s, k) is not None}
-            if fields is None:
-                fields = sum(_BITS[k] for k in present)
-            addrs, n = [], None
-            for k in ("tokens", "labels", "loss_mask", "position_ids"):
-                if not fields & _BITS[k]:
-                    addrs.append(None)
-                    continue
-                if k not in present:
-                    raise InvalidArgumentError(f"sample {i} lacks {k}, which the step's fields include")
-                t = _cuda_field(present[k], f"sample {i} {k}", self.device)
-                if n is None:
-                    n = t.numel()
-                elif t.numel() != n:
-                    raise InvalidArgumentError(f"sample {i}: {k} has {t.numel()} elements, expected {n}")
-                keep.append(t)
-                addrs.append(t.data_ptr() if t.numel() else None)
-            n = n or 0
-            cu_addr, ncu, padded, original = None, 0, 0, 0
-            if s.cu_seqlens is not None:
-                cu = s.cu_seqlens
-                if isinstance(cu, torch.Tensor):
-                    if cu.device.type != "cpu":
-                        raise InvalidArgumentError(f"sample {i} cu_seqlens must be host memory, got {cu.device}")
-                    cu = cu.detach().numpy()
-                if not isinstance(cu, np.ndarray):
-                    raise InvalidArgumentError(f"sample {i} cu_seqlens must be an int32 CPU tensor or numpy array")
-                if (cu.dtype != np.int32 or cu.ndim != 1 or not cu.flags.c_contiguous or not cu.flags.aligned
-                        or not cu.dtype.isnative):
-                    raise InvalidArgumentError(f"sample {i} cu_seqlens must be a contiguous 1-D int32 array")
-                if s.original_length is not None:
-                    raise InvalidArgumentError(f"sample {i}: original_length applies to one-sequence samples only")
-                keep.append(cu)
-                cu_addr, ncu = (cu.__array_interface__["data"][0] if cu.size else None), cu.size
-            else:
-                if n > (1 << 31) - 1:
-                    raise InvalidArgumentError(f"sample {i}: {n} tokens exceed an int32 length")
-                padded = n
-                original = n if s.original_length is None else s.original_length
-                if isinstance(original, bool) or not isinstance(original, (int, np.integer)):
-                    raise InvalidArgumentError(f"sample {i}: original_length must be an int")
-                original = int(original)
-                if not 0 <= original <= padded:
-                    raise InvalidArgumentError(f"sample {i}: original_length {original} outside [0, {padded}]")
-            descriptors.append((addrs[0], addrs[1], addrs[2], addrs[3], int(n), cu_addr, int(ncu), padded,
-                                original))
-        return descriptors, fields
+        device = self.device
 
-    def _wrap(self, raw: tuple) -> TorchStepOutput:
-        gen, nm, nv, nseq, ssum, sq, stats, plan_desc, mbs = raw
+        def field(x: Any, _field: str, label: str):
+            t = _cuda_field(x, label, device)
+            return t, (t.data_ptr() if t.numel() else 0), t.numel()
+
+        if isinstance(samples, PackedSamples):
+            return samples._columns(fields, keep, field)
+        if isinstance(samples, (Sample, dict)) or not isinstance(samples, (list, tuple)):
+            raise InvalidArgumentError("samples must be a list of dcpack.Sample (or dicts), a dcpack.PackedSamples, "
+                                       "or None")
+        if fields is None:
+            fields = _fields_of(samples) if samples else self._stepper.config.to_dict()["fields"]
+        rows = [_sample_descriptor(s, fields, i, keep, field) for i, s in enumerate(samples)]
+        return _columns(rows, keep), fields
+
+    def _wrap(self, raw: dict[str, Any]) -> TorchStepOutput:
+        gen = raw["generation"]
         state = _StepState(self._ctx, gen)
         ctx, dev, owner = self._ctx, self.device, self._owner
+        table = microbatch_table(raw)
+        # device arrays: slices of typed views of the workspace tensor (they keep its storage alive)
+        tensors = _bulk_arrays(table, self._device_base, self._device_bytes,
+                               lambda dt, start, count: self._device_typed[dt][start:start + count],
+                               lambda address, count, dt: _tensor(address, count, _TORCH[dt], _TYPESTR[dt], dev,
+                                                                  owner))
+        # host copies of the boundaries (the pinned workspace is rewritten by the next step): one gather
+        # copies them all, each microbatch's are slices of it
+        host = _gathered_copies(table, self._host_base, self._host_i32, owner)
+        scalars = table[:, [_MB[k] for k in _SCALARS]].tolist()
         out = []
-        for t in mbs:
-            (a_tok, a_lab, a_lm, a_pos, a_pad, a_cu, a_cup, ntok, ncu, nseqs, maxs, lcp, cpr, h_cu, h_cup) = t
-            tensors = {
-                "tokens": _tensor(a_tok, ntok, torch.int64, "<i8", dev, owner),
-                "labels": _tensor(a_lab, ntok, torch.int64, "<i8", dev, owner),
-                "loss_mask": _tensor(a_lm, ntok, torch.float32, "<f4", dev, owner),
-                "position_ids": _tensor(a_pos, ntok, torch.int64, "<i8", dev, owner),
-                "padding_mask": _tensor(a_pad, ntok, torch.bool, "|b1", dev, owner),
-                "cu_seqlens": _tensor(a_cu, ncu, torch.int32, "<i4", dev, owner),
-                "cu_seqlens_padded": _tensor(a_cup, ncu, torch.int32, "<i4", dev, owner),
-                # host copies: these arrays live in the pinned workspace, which the next step rewrites
-                "cu_seqlens_host": (torch.from_numpy(_view(h_cu, ncu, "int32", owner).copy())
-                                    if h_cu is not None else None),
-                "cu_seqlens_padded_host": (torch.from_numpy(_view(h_cup, ncu, "int32", owner).copy())
-                                           if h_cup is not None else None),
-            }
-            out.append(TorchMicrobatch(state, tensors, (ntok, ncu, nseqs, maxs, lcp, cpr)))
+        for t, h, sc in zip(tensors, host, scalars):
+            t.update(h)
+            out.append(TorchMicrobatch(state, t, tuple(sc)))
         from ._api import Plan
 
-        plan = Plan(ctx, gen, plan_desc, np.empty(0, dtype=np.int32)) if plan_desc is not None else None
-        return TorchStepOutput(state, nm, nv, nseq, ssum, sq, stats, plan, out)
+        plan = Plan(ctx, gen, raw["plan"], np.empty(0, dtype=np.int32)) if raw["plan"] is not None else None
+        return TorchStepOutput(state, raw["num_microbatches"], raw["num_virtual_stages"], raw["num_sequences"],
+                               raw["seqlen_sum"], raw["seqlen_squared_sum"], raw["stats"], plan, out)
 
     def close(self) -> None:
         """Destroy the context now (outputs go stale; the workspace is freed once no output tensor holds it)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Dict, List
 
 import numpy as np
 import pytest
@@ -32,12 +31,12 @@ def plan_hash_program() -> str | None:
     return None
 
 
-def make_batch(lengths, divisor: int, seed: int = 0) -> Dict[str, list]:
+def make_batch(lengths, divisor: int, seed: int = 0) -> dict[str, list]:
     """A global batch whose padded spans are multiples of ``divisor`` (2 x the largest CP group)."""
     rng = np.random.default_rng(seed)
     original = [int(v) for v in lengths]
     padded = [((v + divisor - 1) // divisor) * divisor for v in original]
-    batch: Dict[str, list] = {"original": original, "padded": padded}
+    batch: dict[str, list] = {"original": original, "padded": padded}
     batch["tokens"] = [rng.integers(1, 1 << 40, size=p, dtype=np.int64) for p in padded]
     batch["labels"] = [rng.integers(1, 1 << 40, size=p, dtype=np.int64) for p in padded]
     batch["position_ids"] = [np.arange(p, dtype=np.int64) for p in padded]

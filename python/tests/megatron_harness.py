@@ -29,12 +29,12 @@ from __future__ import annotations
 import dataclasses
 import math
 import types
-from typing import Any, Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
-
 from conftest import dp_slice, make_batch, read_trace
 
 
@@ -56,7 +56,7 @@ class Layout:
         return f"dp{self.dp}-cp{self.cp}-tp{self.tp}"
 
 
-def layouts_for(world: int) -> List[Layout]:
+def layouts_for(world: int) -> list[Layout]:
     """The (DP, CP, TP) layouts of ``world`` ranks the tests run: every DP, and CP, TP powers of two."""
     out = []
     cp = 1
@@ -86,7 +86,7 @@ class StagePipelineGroup:
 class Groups:
     """This rank's process groups of a layout (every rank must build the same layouts in the same order)."""
 
-    def __init__(self, layout: Layout, backend_device: Optional[torch.device] = None) -> None:
+    def __init__(self, layout: Layout, backend_device: torch.device | None = None) -> None:
         L = layout
         me = dist.get_rank()
         self.layout = L
@@ -115,7 +115,7 @@ class Groups:
         self.dynamic[n] = self.dp_cp_group
 
 
-def make_parallel_state(groups: Groups, into: Optional[types.ModuleType] = None) -> types.ModuleType:
+def make_parallel_state(groups: Groups, into: types.ModuleType | None = None) -> types.ModuleType:
     """A stand-in ``megatron.core.parallel_state`` over ``groups``; :func:`set_stage` sets the emulated PP stage.
 
     ``into``: a stand-in made before (the one Megatron's loaded code imported), refilled for ``groups``
@@ -150,7 +150,7 @@ def make_parallel_state(groups: Groups, into: Optional[types.ModuleType] = None)
     return ps
 
 
-def set_stage(ps: types.ModuleType, pp_rank: int, pp: int, vpp: Optional[int]) -> None:
+def set_stage(ps: types.ModuleType, pp_rank: int, pp: int, vpp: int | None) -> None:
     ps._pp = StagePipelineGroup(pp_rank, pp)
     ps._vpp = vpp
 
@@ -169,9 +169,9 @@ def make_mtp_on_this_rank(ps: types.ModuleType):
     return mtp_on_this_rank
 
 
-def megatron_config(layout: Layout, scheduler: str, max_seqlen: int, *, vpp: Optional[int] = None,
-                    vpp_group: Optional[int] = None, min_cp: int = 1, cap: Optional[int] = None,
-                    alignment: Any = None, tail: Optional[str] = None, partition: str = "zigzag",
+def megatron_config(layout: Layout, scheduler: str, max_seqlen: int, *, vpp: int | None = None,
+                    vpp_group: int | None = None, min_cp: int = 1, cap: int | None = None,
+                    alignment: Any = None, tail: str | None = None, partition: str = "zigzag",
                     cuda_graph: str = "none", mtp_stages: Sequence = ()) -> types.SimpleNamespace:
     """What Megatron's model config and training arguments hold for the data path (one namespace for both)."""
     return types.SimpleNamespace(
@@ -210,7 +210,7 @@ class Batch:
         self.count = count
         self.packed = packed  # > 0: samples are pre-packed (SFTDataset): `packed` sequences a sample
 
-    def items(self, dp_rank: int, dp: int) -> List[Dict[str, torch.Tensor]]:
+    def items(self, dp_rank: int, dp: int) -> list[dict[str, torch.Tensor]]:
         """DP rank ``dp_rank``'s samples as Megatron's datasets yield them through the default collate.
 
         Unpacked (VarlenDataset): one sequence a sample with ``original_seq_len`` and
@@ -239,7 +239,7 @@ class Batch:
             out.append(item)
         return out
 
-    def lengths(self) -> List[int]:
+    def lengths(self) -> list[int]:
         return list(self.data["padded"])
 
 
@@ -251,14 +251,14 @@ def pow2_at_least(n: int) -> int:
 # Comparison: bit for bit, with types, shapes, dtypes and devices
 # --------------------------------------------------------------------------
 
-def differences(a: Any, b: Any, where: str = "") -> List[str]:
+def differences(a: Any, b: Any, where: str = "") -> list[str]:
     """Where ``a`` (the reference's) and ``b`` (dcpack's) differ; [] when equal bit for bit.
 
     Tensors: same dtype, shape, device and bytes.  PackedSeqParams (any
     dataclass): same class, every field equal (process groups: the same object).
     None only against None; ints, floats, bools and strings: same type and value.
     """
-    out: List[str] = []
+    out: list[str] = []
     if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
             return [f"{where}: {type(a).__name__} vs {type(b).__name__}"]

@@ -10,8 +10,6 @@ pad_sequence_for_thd.  It shares no code with the library.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
-
 import numpy as np
 
 
@@ -23,11 +21,11 @@ def round_up(v: int, a: int) -> int:
     return ((v + a - 1) // a) * a
 
 
-def rank_ids(plan_lists: List[List[List[int]]], m: int, r: int) -> List[int]:
+def rank_ids(plan_lists: list[list[list[int]]], m: int, r: int) -> list[int]:
     return plan_lists[m][r]
 
 
-def microbatch(config: Dict, plan_lists: List[List[List[int]]], batch: Dict[str, list], m: int, rank: int) -> Dict:
+def microbatch(config: dict, plan_lists: list[list[list[int]]], batch: dict[str, list], m: int, rank: int) -> dict:
     """Expected output of DPxCP rank ``rank`` in microbatch ``m``.
 
     config: dict with pad_alignment, pad_to_max_seqlen, max_seqlen_per_rank,

@@ -3,10 +3,9 @@ the context's call count, and Config.skip_sibling_data_check."""
 
 from __future__ import annotations
 
+import dcpack
 import numpy as np
 import pytest
-
-import dcpack
 from dcpack import _core
 
 TOKENS = 8
@@ -87,7 +86,7 @@ def test_a_lone_failure_puts_every_rank_out_of_step_until_resync(how):
         assert stepper.calls == 8
         return out.copy()
 
-    results = cluster.run(rank)
+    results = cluster.run(rank, return_exceptions=True)
     for r in results:
         if isinstance(r, BaseException):
             raise r
@@ -123,7 +122,7 @@ def test_step_ids_that_differ_across_ranks():
         assert stepper.calls == 2
         return first
 
-    results = all_raise(cluster.run(rank), dcpack.OutOfStepError)
+    results = all_raise(cluster.run(rank, return_exceptions=True), dcpack.OutOfStepError)
     assert all(r.message for r in results)
 
 
@@ -138,7 +137,7 @@ def test_a_rank_a_step_ahead_is_caught_by_its_step_id():
         stepper.step(good(w), args, step_id=1)
         return stepper.step(good(w), args, step_id=2 if w == 0 else 3)
 
-    all_raise(cluster.run(rank), dcpack.OutOfStepError)
+    all_raise(cluster.run(rank, return_exceptions=True), dcpack.OutOfStepError)
 
 
 def test_calls_count_every_step():
@@ -219,7 +218,7 @@ def sibling_step(skip, differ):
         out = dcpack.Stepper(cfg).step([sample(base)], cluster.args(w))
         return out.microbatch(0).tokens.copy()
 
-    return cluster.run(rank)
+    return cluster.run(rank, return_exceptions=True)
 
 
 def test_cp_siblings_with_different_tokens_fail_on_every_rank():

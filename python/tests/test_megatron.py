@@ -14,11 +14,9 @@ import os
 import random
 import signal
 
-import numpy as np
-import pytest
-
 import dcpack
 import dcpack.megatron as dm
+import pytest
 from conftest import read_trace
 
 MEGATRON = os.environ.get("DCPACK_MEGATRON_DIR")
@@ -115,14 +113,14 @@ def test_plans_identical_to_megatron(megatron, case):
     want = reference_groups(ref_cls, args, kwargs, pairs)
     ours = ours_cls(*args, **kwargs)
     if isinstance(want, _ReferenceTimeout):
-        pytest.skip(f"Megatron's scheduler ran past {REFERENCE_TIMEOUT_S} s (a reference hang; README, reference bugs)")
+        pytest.skip(f"Megatron's scheduler ran past {REFERENCE_TIMEOUT_S} s (a reference hang; docs/planning.md, 'Reference bugs')")
     if isinstance(want, Exception):
-        # where the reference asserts or crashes, dcpack reports an error (README, reference bugs)
+        # where the reference asserts or crashes, dcpack reports an error (docs/planning.md, "Reference bugs")
         with pytest.raises((dcpack.InfeasibleError, dcpack.BadLengthError)):
             ours.get_groups_and_subsamples(pairs)
         return
     if kind == "dp_balanced" and int(lengths.max()) > m * cp:
-        # the reference emits an over-full pack; dcpack rejects the sequence (README, reference bugs)
+        # the reference emits an over-full pack; dcpack rejects the sequence (docs/planning.md, "Reference bugs")
         with pytest.raises(dcpack.BadLengthError):
             ours.get_groups_and_subsamples(pairs)
         return

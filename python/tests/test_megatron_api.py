@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 import types
 
-import pytest
-
 import dcpack
 import dcpack.megatron as dm
+import pytest
 from conftest import GOLDEN, read_trace
 
 

@@ -37,7 +37,10 @@ skipped with a message.  Skipped without torch, CUDA, a CUDA build of dcpack.
 
 DCPACK_BENCH_OUT=<file>: the timing case (Megatron's path against dcpack's on
 the mlmdefault trace of 4096 sequences, on the first layout) writes its
-table there as JSON.
+table there as JSON; dcpack's time is split into the C step (``c_step_ms``:
+the ``dcp_step`` call, GPU work included) and the Python glue around it
+(``glue_ms``).  DCPACK_BENCH_PROFILE=1 adds a cProfile of one dcpack run
+(``profile``: the 20 functions with the most own time).
 """
 
 from __future__ import annotations
@@ -50,9 +53,8 @@ import time
 import traceback
 from datetime import timedelta
 
-import pytest
-
 import dcpack
+import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed: Megatron's data path not compared")
 MEGATRON = os.environ.get("DCPACK_MEGATRON_DIR")
@@ -156,9 +158,8 @@ class Env:
 
 
 def prepare(env, spec):
-    from megatron_harness import Batch, megatron_config, mtp_bits, set_stage
-
     import dcpack.megatron as dm
+    from megatron_harness import Batch, megatron_config, mtp_bits, set_stage
 
     o = spec["options"]
     L = env.layout
@@ -192,9 +193,8 @@ def run_case(env, spec):
     """Both paths on this rank; the list of differences."""
     import types
 
-    from megatron_harness import differences
-
     import dcpack.megatron as dm
+    from megatron_harness import differences
 
     cfg, batch, path = prepare(env, spec)
     ds = env.ds
@@ -227,9 +227,8 @@ def run_case(env, spec):
 
 def time_paths(env, scheduler, options):
     """Megatron's path and dcpack's on the same batch, timed in this run; also checked equal."""
-    from megatron_harness import differences
-
     import dcpack.megatron as dm
+    from megatron_harness import differences
 
     spec = dict(scheduler=scheduler, trace=BENCH_TRACE, m=BENCH_M, count=4096, pp=1, pp_rank=0, packed=0,
                 max_len=BENCH_M, options=dict(options))
@@ -243,6 +242,7 @@ def time_paths(env, scheduler, options):
                                  get_batch_on_this_rank_for_sequence_packing=ds.get_batch_on_this_rank_for_sequence_packing)
     dm.install_data_path(path, training_module=ours, gpt_module=ours)
     times = {"megatron": [], "dcpack": []}
+    c_step = []  # dcpack: wall time of the dcp_step call inside wrap_data_iterator (the rest is Python glue)
     diffs = []
     for rep in range(BENCH_REPS + 1):
         for name, ns in (("megatron", ref), ("dcpack", ours)):
@@ -261,11 +261,33 @@ def time_paths(env, scheduler, options):
             t2 = time.perf_counter()
             if rep > 0:
                 times[name].append((t1 - t0, t2 - t1))
+                if name == "dcpack":
+                    c_step.append(path.stepper._stepper.last_step_ns * 1e-9)
             if name == "megatron":
                 want = (outs, num, ssum, sq)
             elif rep == 0:
                 diffs = differences(want, (outs, num, ssum, sq), "bench")
             del outs, iters
+    profile = None
+    if os.environ.get("DCPACK_BENCH_PROFILE"):  # what remains of dcpack's Python time, by function (one run)
+        import cProfile
+        import io
+        import pstats
+
+        source, count = source_for(env, cfg, batch)
+        torch.distributed.barrier()
+        prof = cProfile.Profile()
+        prof.enable()
+        iters, num, ssum, sq = ours.wrap_data_iterator(source, cfg, count)
+        outs = [ours.get_batch_on_this_rank_for_sequence_packing(iters, vpp_size=None, mtp_on_this_rank=False,
+                                                                 vp_stage=None, dynamic_cp=cfg.dynamic_context_parallel,
+                                                                 config=cfg) for _ in range(num)]
+        torch.cuda.synchronize()
+        prof.disable()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(20)
+        profile = text.getvalue().splitlines()
+        del outs, iters
     n_tokens = sum(batch.lengths())
     row = {"scheduler": scheduler, "options": options, "sequences": batch.count, "tokens": n_tokens,
            "microbatches": num, "equal": not diffs}
@@ -275,6 +297,14 @@ def time_paths(env, scheduler, options):
         tot = [a + b for a, b in times[name]]
         row[name] = {"wrap_ms": 1e3 * statistics.median(w), "get_batch_ms": 1e3 * statistics.median(g),
                      "total_ms": 1e3 * statistics.median(tot), "runs": [round(1e3 * t, 3) for t in tot]}
+    # dcpack's time split: the C step (dcp_step, GPU work included: it waits for its stream) and the Python
+    # glue around it (sample conversion, the sample table, output views, get_batch), run by run
+    glue = [a + b - c for (a, b), c in zip(times["dcpack"], c_step)]
+    row["dcpack"].update({"c_step_ms": 1e3 * statistics.median(c_step), "glue_ms": 1e3 * statistics.median(glue),
+                          "glue_wrap_ms": 1e3 * statistics.median([a - c for (a, _), c in zip(times["dcpack"], c_step)]),
+                          "c_step_runs": [round(1e3 * t, 3) for t in c_step]})
+    if profile is not None:
+        row["dcpack"]["profile"] = profile
     return row, diffs
 
 
@@ -292,10 +322,9 @@ def make_gpu_path(dconfig, dc_groups, mtp_bits, pp_rank):
 
 def worker(rank, world, init_file, out_dir, make_path=make_gpu_path, device="cuda", backend="nccl"):
     sys.path.insert(0, HERE)
-    import torch.distributed as dist
-
     import megatron_loader
-    from megatron_harness import Groups, Layout, layouts_for, make_mtp_on_this_rank, make_parallel_state
+    import torch.distributed as dist
+    from megatron_harness import Groups, layouts_for, make_mtp_on_this_rank, make_parallel_state
 
     if device == "cuda":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", rank)))

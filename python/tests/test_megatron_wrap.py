@@ -145,10 +145,9 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     torch.cuda.current_device = lambda: torch.device("cpu")
     torch.Tensor.cuda = lambda self, *a, **k: self
 
+    import dcpack.megatron as dm
     import megatron_loader
     from megatron_harness import Groups, Layout, make_mtp_on_this_rank, make_parallel_state
-
-    import dcpack.megatron as dm
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
                             timeout=timedelta(seconds=120))

@@ -8,10 +8,9 @@ import json
 import subprocess
 import threading
 
+import dcpack
 import numpy as np
 import pytest
-
-import dcpack
 from conftest import GOLDEN, WORKLOADS, plan_hash_program, read_trace
 
 # tests/plan_hash_main.c's configurations: (ranks, max_seqlen, vpp_group, min_cp, seq_cap)

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
-import pytest
-
 import dcpack
+import numpy as np
 import oracle
+import pytest
 from conftest import dp_slice, make_batch, read_trace
 
 ARRAYS = ("tokens", "labels", "position_ids", "loss_mask", "padding_mask", "cu_seqlens", "cu_seqlens_padded")

@@ -15,10 +15,9 @@ import gc
 import os
 import sys
 
+import dcpack
 import numpy as np
 import pytest
-
-import dcpack
 
 torch = pytest.importorskip("torch", reason="torch is not installed: dcpack.torch not tested")
 if not torch.cuda.is_available():
@@ -42,7 +41,6 @@ def _setup(rank: int, world: int, init_file: str, case: str):
     """This process's GPU, the process group, the case's configuration and batch, the rank's ids."""
     sys.path.insert(0, HERE)
     import torch.distributed as dist
-
     from conftest import dp_slice, make_batch, read_trace
 
     torch.cuda.set_device(rank)
@@ -117,12 +115,24 @@ def _worker(rank: int, world: int, init_file: str, case: str) -> None:
         with pytest.raises(dcpack.StaleViewError):
             out.microbatch(0)
         assert torch.equal(kept.microbatch(0).tokens.cpu(), expected)  # a clone never goes stale
+        # the same samples as one PackedSamples of CUDA tensors (the form DataPath uses): the same outputs
+        names = ARRAYS + ("cu_seqlens_host", "cu_seqlens_padded_host")
+        want2 = [{k: getattr(out2.microbatch(m), k).cpu().clone() for k in names} for m in range(out2.num_microbatches)]
+        packed = dcpack.PackedSamples(
+            num_tokens=[len(batch["tokens"][i]) for i in ids], original_length=[batch["original"][i] for i in ids],
+            **{f: torch.from_numpy(np.concatenate([batch[f][i] for i in ids])).to(dev)
+               for f in ("tokens", "labels", "loss_mask", "position_ids")})
+        out3 = stepper.step(packed, step_id=3)
+        assert stepper.calls == 3 and out3.num_microbatches == len(want2)
+        for m, w in enumerate(want2):
+            for k in names:
+                assert torch.equal(getattr(out3.microbatch(m), k).cpu(), w[k]), (rank, m, k)
         # a tensor taken from an output keeps the workspace alive after the stepper is gone: torch's
         # allocator must not hand that memory to anyone else while the tensor lives
-        view = out2.microbatch(0).tokens
+        view = out3.microbatch(0).tokens
         expected = view.cpu().clone()
         stepper.close()
-        del stepper, out, out2, ws, first
+        del stepper, out, out2, out3, ws, first
         gc.collect()
         torch.cuda.empty_cache()
         junk = [torch.full((1 << 20,), -7, dtype=torch.int64, device=dev) for _ in range(8)]
