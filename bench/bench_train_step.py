@@ -7,9 +7,9 @@ at most N*M, until the batch holds ``--tokens-per-rank`` x N tokens), each sched
 steps them with dcpack (the CPU data plane, every process stepping all N ranks in-process and
 keeping its own microbatches, before any timing), and the model trains on them: forward and
 backward of every microbatch with CP attention over the microbatch's CP group (NCCL all-gather of
-K/V, reduce-scatter of dK/dV) and the gradient all-reduce over DPxCP at the end.  Reported per
-scheduler: the median step time over the K batches (the slowest rank: the step ends with the
-all-reduce), tokens per second, and the plan's predicted makespans (barrier and dependency step
+K/V, reduce-scatter of dK/dV) and the gradient all-reduce over DPxCP at the end.  Every batch runs once untimed (warm-up of its shapes), then
+``--repeat`` times timed.  Reported per scheduler: the median over the K batches of each batch's
+median step time (the slowest rank's: the step ends with the all-reduce), tokens per second, and the plan's predicted makespans (barrier and dependency step
 models, cost units of the configured cost model).
 
 Replay mode (``--replay R``, one GPU, also run on rank 0 after the wall runs with R = N): the
@@ -245,6 +245,7 @@ def main() -> int:
     ap.add_argument("--max-seqlen", default="8192,32768", help="max_seqlen_per_rank values")
     ap.add_argument("--schedulers", default=",".join(SCHEDULERS))
     ap.add_argument("--steps", type=int, default=5, help="K batches (timed steps) per scheduler")
+    ap.add_argument("--repeat", type=int, default=3, help="wall mode: timed steps per batch (median)")
     ap.add_argument("--tokens-per-rank", type=int, default=0, help="tokens per rank per batch (default 2 x M)")
     ap.add_argument("--layers", type=int, default=1)
     ap.add_argument("--hidden", type=int, default=4096)
@@ -310,16 +311,20 @@ def main() -> int:
                         built = [to_batches(p[2][rank], rank, groups, a.partition, device) for p in prepared]
                         for p in prepared:
                             groups.ensure(p[1])
-                        train_step(model, built[0], group=None)  # warm-up
-                        for bs in built:
-                            sync()
-                            dist.barrier()
-                            t0 = time.perf_counter()
+                        for bs in built:  # warm-up: every batch's shapes once
                             train_step(model, bs, group=None)
-                            sync()
-                            t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
-                            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-                            steps.append(float(t))
+                        for bs in built:  # each batch a.repeat times, its median
+                            ts = []
+                            for _ in range(a.repeat):
+                                sync()
+                                dist.barrier()
+                                t0 = time.perf_counter()
+                                train_step(model, bs, group=None)
+                                sync()
+                                t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
+                                dist.all_reduce(t, op=dist.ReduceOp.MAX)
+                                ts.append(float(t))
+                            steps.append(statistics.median(ts))
                         row["step_s"] = steps
                         row["median_step_s"] = statistics.median(steps)
                         row["tokens_per_s"] = statistics.mean(sum(b) for b in batches) / row["median_step_s"]
