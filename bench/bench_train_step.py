@@ -7,9 +7,10 @@ at most N*M, until the batch holds ``--tokens-per-rank`` x N tokens), each sched
 steps them with dcpack (the CPU data plane, every process stepping all N ranks in-process and
 keeping its own microbatches, before any timing), and the model trains on them: forward and
 backward of every microbatch with CP attention over the microbatch's CP group (NCCL all-gather of
-K/V, reduce-scatter of dK/dV) and the gradient all-reduce over DPxCP at the end.  Every batch runs once untimed (warm-up of its shapes), then
-``--repeat`` times timed.  Reported per scheduler: the median over the K batches of each batch's
-median step time (the slowest rank's: the step ends with the all-reduce), tokens per second, and the plan's predicted makespans (barrier and dependency step
+K/V, reduce-scatter of dK/dV) and the gradient all-reduce over DPxCP at the end.  Every batch
+runs once untimed (warm-up of its shapes), then ``--repeat`` times timed.  Reported per scheduler:
+the median over the K batches of each batch's median step time (the slowest rank's: the step ends
+with the all-reduce), tokens per second, and the plan's predicted makespans (barrier and dependency step
 models, cost units of the configured cost model).
 
 Replay mode (``--replay R``, one GPU, also run on rank 0 after the wall runs with R = N): the
@@ -33,7 +34,6 @@ import argparse
 import datetime
 import json
 import math
-import os
 import platform
 import statistics
 import sys
