@@ -22,7 +22,8 @@ n tokens each is priced as 2 GPUs moving (c-1)*n) and the gradient all-reduce me
 step time is then *composed* from those per-rank times under the barrier step model (each
 microbatch ends when its slowest rank does) and the dependency model (a group starts when all its
 ranks finished the previous microbatch), as docs/planning.md defines them.  Composed numbers are
-labelled composed.
+labelled composed.  The replay rows keep every replayed microbatch (its padded spans, CP size,
+slots, measured compute time and priced communication) for fitting a cost model.
 
     torchrun --nproc-per-node 2 bench/bench_train_step.py --out OUT/train_2gpu.json
     python bench/bench_train_step.py --replay 16 --comm-table OUT/train_2gpu.json --out OUT/replay16.json
@@ -209,11 +210,11 @@ def replay(model, mc, plan, mbs, partition, device, table, reps: int) -> Dict[st
     """Every rank's microbatches on this GPU, one after another, each timed (median of reps)."""
     n = len(mbs)
     den = float(sum(float(np.asarray(d["loss_mask"]).sum()) for r in mbs for d in r))
-    times = []
+    times, detail = [], []
     for r in range(n):
         bs = to_batches(mbs[r], r, None, partition, device, replay=True)
         row = []
-        for b in bs:
+        for m, b in enumerate(bs):
             forward_backward(model, b, den)  # warm-up of this shape
             ts = []
             for _ in range(reps):
@@ -222,13 +223,20 @@ def replay(model, mc, plan, mbs, partition, device, table, reps: int) -> Dict[st
                 forward_backward(model, b, den)
                 sync()
                 ts.append(time.perf_counter() - t0)
-            row.append(statistics.median(ts) + comm_price(table, b.local_cp_size, b.num_tokens, mc.layers))
+            comm = comm_price(table, b.local_cp_size, b.num_tokens, mc.layers)
+            row.append(statistics.median(ts) + comm)
+            # what a calibration needs: the microbatch's padded spans (before CP slicing), its CP size,
+            # this rank's slots, the compute time and the priced communication
+            cup = b.cu_seqlens_padded
+            detail.append({"rank": r, "microbatch": m, "cp": b.local_cp_size, "slots": b.num_tokens,
+                           "spans": [cup[i + 1] - cup[i] for i in range(len(cup) - 1) if cup[i + 1] > cup[i]],
+                           "compute_s": statistics.median(ts), "comm_s": comm})
         times.append(row)
         model.zero_grad(set_to_none=True)
     c = compose(plan, times)
     extra = table["grad_allreduce"] if table else 0.0
     return {"composed_barrier_s": c["barrier"] + extra, "composed_dependency_s": c["dependency"] + extra,
-            "grad_allreduce_s": extra, "microbatch_times_s": times}
+            "grad_allreduce_s": extra, "microbatch_times_s": times, "microbatches": detail}
 
 
 def machine() -> Dict[str, Any]:
@@ -339,13 +347,15 @@ def main() -> int:
                         comp = [replay(model, mc, p[1], p[2], a.partition, device, table, a.reps) for p in prepared]
                         row["composed_barrier_s"] = statistics.median(c["composed_barrier_s"] for c in comp)
                         row["composed_dependency_s"] = statistics.median(c["composed_dependency_s"] for c in comp)
+                        row["replayed_microbatches"] = [c["microbatches"] for c in comp]
                         row["tokens_per_s_composed_barrier"] = statistics.mean(
                             sum(b) for b in batches) / row["composed_barrier_s"]
                 except dcpack.Error as e:
                     row["error"] = f"{type(e).__name__}: {e}"
                 if rank == 0:
                     result["rows"].append(row)
-                    print(json.dumps({k: v for k, v in row.items() if k not in ("step_s",)}), flush=True)
+                    print(json.dumps({k: v for k, v in row.items() if k not in ("step_s", "replayed_microbatches")}),
+                          flush=True)
     if rank == 0:
         with open(a.out, "w") as f:
             json.dump(result, f, indent=1)
