@@ -2,7 +2,7 @@
  * bench_plan.c - planning quality and speed of the three schedulers.
  *
  *   bench_plan [--traces DIR] [--repeats R] [--quick] [--hashes] [--makespans] [--no-matrix] [--no-scaling]
- *              [--scheduler NAME] [--trace NAME] [--config INDEX] [--row INDEX] [--step-model barrier|dependency]
+ *              [--scheduler NAME] [--trace NAME] [--config INDEX] [--row INDEX] [--step-model barrier|dependency] [--effort full|fast]
  *
  * Matrix: every trace of DIR (default tests/data/workloads: the four
  * families at 256, 1024, 4096 and 16384 sequences) x every configuration below, planned by dp_balanced
@@ -69,6 +69,8 @@ static const dcp_scheduler schedulers[] = {DCP_SCHEDULER_DP_BALANCED, DCP_SCHEDU
 
 /* --step-model: the step model of every configuration */
 static dcp_step_model step_model = DCP_STEP_MODEL_BARRIER;
+/* --effort: balanced's effort level in every configuration */
+static dcp_plan_effort plan_effort = DCP_PLAN_EFFORT_FULL;
 
 typedef struct trace {
     char name[128];
@@ -162,6 +164,7 @@ static int make_config(const bench_config *bc, dcp_scheduler s, const trace *t, 
     c->data_parallel_size = bc->ranks;
     c->context_parallel_size = 1;
     c->cost.step_model = (int32_t)step_model;
+    c->plan_effort = plan_effort;
     if (bc->vpp_group > 1) {
         c->pipeline_parallel_size = 2;
         c->virtual_pipeline_size = 2;
@@ -525,6 +528,7 @@ static int scaling_config(dcp_scheduler s, int32_t ranks, int32_t max_seqlen, in
     c->max_seqlen_per_rank = max_seqlen;
     c->data_parallel_size = ranks;
     c->cost.step_model = (int32_t)step_model;
+    c->plan_effort = plan_effort;
     if (s == DCP_SCHEDULER_DP_BALANCED) {
         int32_t cp = 1;
         while ((int64_t)cp * max_seqlen < longest) cp *= 2;
@@ -724,6 +728,14 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--trace") && i + 1 < argc) only_trace = argv[++i];
         else if (!strcmp(argv[i], "--config") && i + 1 < argc) only_config = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--row") && i + 1 < argc) only_row = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--effort") && i + 1 < argc) {
+            const char *e = argv[++i];
+            if (strcmp(e, "full") && strcmp(e, "fast")) {
+                fprintf(stderr, "unknown effort %s (full or fast)\n", e);
+                return 2;
+            }
+            plan_effort = strcmp(e, "fast") ? DCP_PLAN_EFFORT_FULL : DCP_PLAN_EFFORT_FAST;
+        }
         else if (!strcmp(argv[i], "--step-model") && i + 1 < argc) {
             if (dcp_step_model_from_name(argv[++i], &step_model) != DCP_OK) {
                 fprintf(stderr, "unknown step model %s (barrier or dependency)\n", argv[i]);
@@ -740,7 +752,7 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "usage: %s [--traces DIR] [--repeats R] [--quick] [--hashes] [--makespans] [--no-matrix] [--no-scaling] "
-                    "[--scheduler NAME] [--trace NAME] [--config INDEX] [--row INDEX] [--step-model barrier|dependency]\n",
+                    "[--scheduler NAME] [--trace NAME] [--config INDEX] [--row INDEX] [--step-model barrier|dependency] [--effort full|fast]\n",
                     argv[0]);
             return 2;
         }

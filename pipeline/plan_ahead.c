@@ -33,15 +33,25 @@ static uint64_t step(uint64_t h, uint64_t v)
     return h ^ (h >> 29);
 }
 
+/* An array and its count into h, two entries a step. */
+static uint64_t words(uint64_t h, const int32_t *a, int32_t n)
+{
+    h = step(h, (uint64_t)(uint32_t)n);
+    int32_t i = 0;
+    for (; i + 1 < n; i += 2) h = step(h, (uint64_t)(uint32_t)a[i] << 32 | (uint32_t)a[i + 1]);
+    return i < n ? step(h, (uint64_t)(uint32_t)a[i]) : h;
+}
+
 uint64_t dcp__plan_seal(uint64_t config_digest, const int32_t *lengths, int32_t num_lengths, const dcp_plan *plan)
 {
     uint64_t h = step(14695981039346656037ull, config_digest);
-    h = step(h, (uint64_t)(uint32_t)num_lengths);
-    int32_t i = 0;
-    for (; i + 1 < num_lengths; i += 2) /* two lengths a step */
-        h = step(h, (uint64_t)(uint32_t)lengths[i] << 32 | (uint32_t)lengths[i + 1]);
-    if (i < num_lengths) h = step(h, (uint64_t)(uint32_t)lengths[i]);
-    return step(h, dcp_plan_hash(plan));
+    h = words(h, lengths, num_lengths);
+    h = step(h, (uint64_t)(uint32_t)plan->num_ranks);
+    h = words(h, plan->microbatch_first_group, plan->num_microbatches + 1);
+    h = words(h, plan->group_first_rank, plan->num_groups);
+    h = words(h, plan->group_cp_size, plan->num_groups);
+    h = words(h, plan->group_first_id, plan->num_groups + 1);
+    return words(h, plan->ids, plan->num_ids);
 }
 
 /* The check of dcp_plan_matches, into err; the plan may be anyone's, so its counts are checked before use. */
