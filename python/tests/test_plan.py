@@ -146,6 +146,26 @@ def test_step_model_round_trips_and_judges_the_plan():
     assert dep.dependency_makespan < b.makespan
 
 
+def test_plan_effort_round_trips_and_fast_is_never_above_dynamic_cp():
+    """Config.plan_effort: "full" by default (the C default), round-trips; "fast" plans balanced no
+    higher than dynamic_cp and differs from "full" where the search finds more."""
+    c = dcpack.Config(scheduler="balanced", data_parallel_size=128, max_sequences=1024, max_seqlen_per_rank=4096)
+    assert c.plan_effort == "full" and c.to_dict()["plan_effort"] == 0
+    fast = c.replace(plan_effort="fast")
+    assert fast.to_dict()["plan_effort"] == 1
+    assert dcpack.Config.from_dict(fast.to_dict()).plan_effort == "fast"
+    with pytest.raises(dcpack.InvalidConfigError, match="plan_effort 'slow' is not one of full, fast"):
+        c.replace(plan_effort="slow").to_dict()
+    with pytest.raises(dcpack.InvalidConfigError, match=r"plan_effort 2 is not full\(0\) or fast\(1\)"):
+        c.replace(plan_effort=2).validate()
+    lengths = read_trace("bimodal_n1024_seed1.txt")
+    made = {}
+    for name, config in (("dynamic_cp", c.replace(scheduler="dynamic_cp")), ("fast", fast), ("full", c)):
+        made[name] = dcpack.Planner(config).plan(lengths).stats().model_makespan
+    assert made["full"] <= made["fast"] <= made["dynamic_cp"]
+    assert made["full"] < made["fast"]
+
+
 def test_input_kinds_and_zero_copy():
     lengths = read_trace("bimodal_n256_seed1.txt")
     planner = dcpack.Planner(data_parallel_size=16, max_sequences=256, max_seqlen_per_rank=8192)
