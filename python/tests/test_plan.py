@@ -17,13 +17,14 @@ from conftest import GOLDEN, WORKLOADS, plan_hash_program, read_trace
 # tests/plan_hash_main.c's configurations: (ranks, max_seqlen, vpp_group, min_cp, seq_cap)
 PLAN_HASH_CONFIGS = [(8, 2048, 0, 1, 0), (32, 4096, 0, 1, 0), (32, 8192, 4, 1, 0), (128, 4096, 0, 1, 0),
                      (512, 4096, 0, 1, 0), (24, 4096, 0, 2, 0), (32, 4096, 0, 1, 3)]
-SCHEDULERS = ["dp_balanced", "dynamic_cp", "balanced"]
+SCHEDULERS = ["dp_balanced", "dynamic_cp", "balanced", "balanced/fast"]
 
 
 def plan_hash_config(ranks, max_seqlen, vpp_group, min_cp, seq_cap, scheduler, n):
-    """The dcp_config plan_hash_main.c builds for one line."""
+    """The dcp_config plan_hash_main.c builds for one line ("balanced/fast": balanced at the fast effort level)."""
+    scheduler, _, effort = scheduler.partition("/")
     c = dcpack.Config(scheduler=scheduler, max_sequences=n, max_seqlen_per_rank=max_seqlen, min_cp_size=min_cp,
-                      max_sequences_per_microbatch=seq_cap, data_parallel_size=ranks)
+                      max_sequences_per_microbatch=seq_cap, data_parallel_size=ranks, plan_effort=effort or "full")
     if scheduler == "dp_balanced":
         c = c.replace(data_parallel_size=ranks // 8, context_parallel_size=8)
     if vpp_group > 1:
