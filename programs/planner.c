@@ -101,6 +101,7 @@ int dcp_cli_config_make(const dcp_cli_setup *s, const dcp_cli_trace *const *trac
 
     dcp_config_default(config);
     config->scheduler = s->scheduler;
+    config->plan_effort = s->plan_effort;
     config->data_parallel_size = (int32_t)dp;
     config->context_parallel_size = (int32_t)cp;
     config->max_seqlen_per_rank = (int32_t)m;
@@ -109,7 +110,6 @@ int dcp_cli_config_make(const dcp_cli_setup *s, const dcp_cli_trace *const *trac
     config->max_sequences_per_microbatch = s->max_sequences_per_microbatch;
     config->max_sequences = capacity;
     config->cost = s->cost;
-    config->plan_effort = s->plan_effort;
     char why[256];
     if (dcp_config_validate(config, why, sizeof why) != DCP_OK)
         return REFUSE(DCP_EXIT_USAGE, "invalid configuration: %s", why);
