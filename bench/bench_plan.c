@@ -35,7 +35,8 @@
  * every plan.  --effort-table times dynamic_cp and balanced at both levels in
  * turn on the scaling rows from 16384 sequences on 2048 ranks up, and prints
  * each level's time (this thread's CPU time) against dynamic_cp's and its makespan relative to
- * dynamic_cp's (docs/planning.md, effort levels).
+ * dynamic_cp's (docs/planning.md, effort levels), and the time of the check a step makes of the full
+ * level's plan when it is handed in, made ahead (dcp_plan_matches).
  *
  * --step-model sets config.cost.step_model for every plan (default barrier):
  * makespan and efficiency are then the model's (model_makespan,
@@ -734,9 +735,10 @@ static void run_effort_table(int repeats, int only_row)
 {
     printf("\nEffort levels: plan time in ms of this thread's CPU time (CLOCK_THREAD_CPUTIME_ID: a shared machine's\n"
            "other processes do not count), median of %d rounds, dynamic_cp / fast / full planned in turn in each\n"
-           "round, validation included; makespan relative to dynamic_cp's\n", repeats);
-    printf("%-10s %-9s %-6s %-6s | %9s | %9s %6s %9s | %9s %9s\n", "family", "sequences", "ranks", "M", "dcp ms",
-           "fast ms", "x dcp", "makespan", "full ms", "makespan");
+           "round, validation included; makespan relative to dynamic_cp's; check ms: dcp_plan_matches() of the\n"
+           "full level's plan, what a step handed that plan made ahead does instead of planning\n", repeats);
+    printf("%-10s %-9s %-6s %-6s | %9s | %9s %6s %9s | %9s %9s | %8s\n", "family", "sequences", "ranks", "M", "dcp ms",
+           "fast ms", "x dcp", "makespan", "full ms", "makespan", "check ms");
     for (int r = 0; r < NUM_SCALING_ROWS; r++) {
         const scaling_row_spec *row = &scaling_rows[r];
         if ((only_row >= 0 && r != only_row) || row->n < 16384 || row->ranks < 2048) continue;
@@ -757,20 +759,25 @@ static void run_effort_table(int repeats, int only_row)
                  dcp_plan_stats_compute(ctx[k], plan, lengths, row->n, &stats) == DCP_OK;
             makespan[k] = ok ? stats.model_makespan : 0;
         }
-        double times[3][64];
+        double times[4][64];
         const int rounds = repeats > 64 ? 64 : repeats < 1 ? 1 : repeats;
-        for (int i = 0; ok && i < rounds; i++)
+        for (int i = 0; ok && i < rounds; i++) {
+            const dcp_plan *plan = NULL;
             for (int k = 0; k < 3; k++) {
-                const dcp_plan *plan = NULL;
                 const double t0 = thread_cpu_ms();
                 dcp_plan_compute(ctx[k], lengths, row->n, &plan);
                 times[k][i] = thread_cpu_ms() - t0;
             }
+            /* what a step does instead of planning when handed the full level's plan made ahead */
+            const double t0 = thread_cpu_ms();
+            ok = dcp_plan_matches(ctx[2], plan, lengths, row->n) == DCP_OK;
+            times[3][i] = thread_cpu_ms() - t0;
+        }
         if (ok) {
             const double d = median(times[0], rounds), f = median(times[1], rounds), u = median(times[2], rounds);
-            printf("%-10s %-9d %-6d %-6d | %9.3f | %9.3f %6.2f %9.4f | %9.3f %9.4f\n", family_names[row->fam], row->n,
-                   row->ranks, row->max_seqlen, d, f, f / d, (double)makespan[1] / (double)makespan[0], u,
-                   (double)makespan[2] / (double)makespan[0]);
+            printf("%-10s %-9d %-6d %-6d | %9.3f | %9.3f %6.2f %9.4f | %9.3f %9.4f | %8.3f\n", family_names[row->fam],
+                   row->n, row->ranks, row->max_seqlen, d, f, f / d, (double)makespan[1] / (double)makespan[0], u,
+                   (double)makespan[2] / (double)makespan[0], median(times[3], rounds));
         } else {
             printf("%-10s %-9d %-6d %-6d | cannot plan\n", family_names[row->fam], row->n, row->ranks, row->max_seqlen);
         }
