@@ -172,8 +172,8 @@ typedef enum dcp_thd_tail {
 typedef enum dcp_plan_effort {
     DCP_PLAN_EFFORT_FULL = 0, /* the default: the whole search, the lowest makespans */
     DCP_PLAN_EFFORT_FAST = 1  /* dynamic_cp's plan lowered by a short local search: never above dynamic_cp's
-                                 makespan, planned within a few times dynamic_cp's time (with a VPP group, or
-                                 where dynamic_cp has no plan, the full search) */
+                                 makespan, planned within a few times dynamic_cp's time (where dynamic_cp has
+                                 no plan, the full search) */
 } dcp_plan_effort;
 
 /*

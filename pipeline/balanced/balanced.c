@@ -325,10 +325,12 @@ dcp_status dcp__assign_balanced_with(const dcp_schedule_input *in, dcp_plan *pla
     /*
      * The fast effort level (dcp_config.plan_effort): dynamic_cp's plan and
      * the local search on it, within FAST_DESCENT_WORK units a sequence: never
-     * above dynamic_cp's makespan (the search lowers a plan or leaves it).
-     * Where dynamic_cp has no plan, the whole search below runs.
+     * above dynamic_cp's makespan (the search lowers a plan or leaves it;
+     * with a VPP group dynamic_cp's plan is aligned and the search keeps its
+     * microbatches).  Where dynamic_cp has no plan, the whole search below
+     * runs.
      */
-    if (c->plan_effort == DCP_PLAN_EFFORT_FAST && b.vpp == 1) {
+    if (c->plan_effort == DCP_PLAN_EFFORT_FAST) {
         const int slot = dcp__balanced_read_reference(&b, in, plan->max_microbatches);
         if (slot >= 0) {
             dcp__balanced_descend_plan(&b, slot, FAST_DESCENT_WORK * (int64_t)b.n);
