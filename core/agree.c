@@ -232,7 +232,7 @@ uint64_t dcp__config_digest(const dcp_config *c)
                               c->max_tokens_per_rank, c->max_microbatches, c->pad_alignment, (int64_t)c->fields,
                               c->pad_to_max_seqlen, (int64_t)c->thd_tail_policy, (int64_t)c->cp_partition,
                               c->skip_sibling_data_check, c->cost.quadratic, c->cost.linear, c->cost.round_latency,
-                              c->cost.microbatch_overhead, c->cost.step_model};
+                              c->cost.microbatch_overhead, c->cost.step_model, (int64_t)c->plan_effort};
     uint64_t h = 14695981039346656037ull;
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) h = mix(h, fields[i]);
     for (int i = 0; i <= DCP_MAX_LOG2_CP; i++) h = mix(h, c->cost.kv[i]);
