@@ -2,7 +2,7 @@
  * bench_plan.c - planning quality and speed of the three schedulers.
  *
  *   bench_plan [--traces DIR] [--repeats R] [--quick] [--hashes] [--makespans] [--no-matrix] [--no-scaling]
- *              [--scheduler NAME] [--trace NAME] [--config INDEX] [--row INDEX] [--step-model barrier|dependency]
+ *              [--scheduler NAME] [--trace NAME] [--config INDEX] [--row INDEX] [--step-model barrier|dependency] [--effort full|fast] [--effort-table]
  *
  * Matrix: every trace of DIR (default tests/data/workloads: the four
  * families at 256, 1024, 4096 and 16384 sequences) x every configuration below, planned by dp_balanced
@@ -30,6 +30,13 @@
  * --hashes prints each matrix cell's plan hash and makespan instead (one line
  * a cell), so two builds' plans can be compared bit for bit with diff;
  * --makespans does the same for the matrix and every scaling row.
+ *
+ * --effort full|fast sets config.plan_effort (balanced's effort level) for
+ * every plan.  --effort-table times dynamic_cp and balanced at both levels in
+ * turn on the scaling rows from 16384 sequences on 2048 ranks up, and prints
+ * each level's time (this thread's CPU time) against dynamic_cp's and its makespan relative to
+ * dynamic_cp's (docs/planning.md, effort levels), and the time of the check a step makes of the full
+ * level's plan when it is handed in, made ahead (dcp_plan_matches).
  *
  * --step-model sets config.cost.step_model for every plan (default barrier):
  * makespan and efficiency are then the model's (model_makespan,
@@ -69,6 +76,8 @@ static const dcp_scheduler schedulers[] = {DCP_SCHEDULER_DP_BALANCED, DCP_SCHEDU
 
 /* --step-model: the step model of every configuration */
 static dcp_step_model step_model = DCP_STEP_MODEL_BARRIER;
+/* --effort: balanced's effort level in every configuration */
+static dcp_plan_effort plan_effort = DCP_PLAN_EFFORT_FULL;
 
 typedef struct trace {
     char name[128];
@@ -162,6 +171,7 @@ static int make_config(const bench_config *bc, dcp_scheduler s, const trace *t, 
     c->data_parallel_size = bc->ranks;
     c->context_parallel_size = 1;
     c->cost.step_model = (int32_t)step_model;
+    c->plan_effort = plan_effort;
     if (bc->vpp_group > 1) {
         c->pipeline_parallel_size = 2;
         c->virtual_pipeline_size = 2;
@@ -525,6 +535,7 @@ static int scaling_config(dcp_scheduler s, int32_t ranks, int32_t max_seqlen, in
     c->max_seqlen_per_rank = max_seqlen;
     c->data_parallel_size = ranks;
     c->cost.step_model = (int32_t)step_model;
+    c->plan_effort = plan_effort;
     if (s == DCP_SCHEDULER_DP_BALANCED) {
         int32_t cp = 1;
         while ((int64_t)cp * max_seqlen < longest) cp *= 2;
@@ -708,11 +719,79 @@ static void print_makespans(trace *traces, int num_traces, int only_scheduler, i
     }
 }
 
+/*
+ * --effort-table: balanced's effort levels on the scaling rows from 16384 sequences on 2048 ranks up:
+ * dynamic_cp, balanced fast and balanced full planned in turn, `repeats` rounds, the median time of
+ * each; the makespans (the configured step model's) and the ratios to dynamic_cp's.
+ */
+static double thread_cpu_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+static void run_effort_table(int repeats, int only_row)
+{
+    printf("\nEffort levels: plan time in ms of this thread's CPU time (CLOCK_THREAD_CPUTIME_ID: a shared machine's\n"
+           "other processes do not count), median of %d rounds, dynamic_cp / fast / full planned in turn in each\n"
+           "round, validation included; makespan relative to dynamic_cp's; check ms: dcp_plan_matches() of the\n"
+           "full level's plan, what a step handed that plan made ahead does instead of planning\n", repeats);
+    printf("%-10s %-9s %-6s %-6s | %9s | %9s %6s %9s | %9s %9s | %8s\n", "family", "sequences", "ranks", "M", "dcp ms",
+           "fast ms", "x dcp", "makespan", "full ms", "makespan", "check ms");
+    for (int r = 0; r < NUM_SCALING_ROWS; r++) {
+        const scaling_row_spec *row = &scaling_rows[r];
+        if ((only_row >= 0 && r != only_row) || row->n < 16384 || row->ranks < 2048) continue;
+        int32_t longest = 0;
+        int32_t *lengths = scaling_lengths(row, &longest);
+        if (!lengths) continue;
+        dcp_context *ctx[3] = {NULL, NULL, NULL};
+        int64_t makespan[3] = {0, 0, 0};
+        int ok = 1;
+        for (int k = 0; k < 3 && ok; k++) {
+            dcp_config c;
+            scaling_config(k == 0 ? DCP_SCHEDULER_DYNAMIC_CP : DCP_SCHEDULER_BALANCED, row->ranks, row->max_seqlen,
+                           row->n, longest, &c);
+            c.plan_effort = k == 1 ? DCP_PLAN_EFFORT_FAST : DCP_PLAN_EFFORT_FULL;
+            const dcp_plan *plan = NULL;
+            dcp_plan_stats stats;
+            ok = dcp_context_create(&c, &ctx[k]) == DCP_OK && dcp_plan_compute(ctx[k], lengths, row->n, &plan) == DCP_OK &&
+                 dcp_plan_stats_compute(ctx[k], plan, lengths, row->n, &stats) == DCP_OK;
+            makespan[k] = ok ? stats.model_makespan : 0;
+        }
+        double times[4][64];
+        const int rounds = repeats > 64 ? 64 : repeats < 1 ? 1 : repeats;
+        for (int i = 0; ok && i < rounds; i++) {
+            const dcp_plan *plan = NULL;
+            for (int k = 0; k < 3; k++) {
+                const double t0 = thread_cpu_ms();
+                dcp_plan_compute(ctx[k], lengths, row->n, &plan);
+                times[k][i] = thread_cpu_ms() - t0;
+            }
+            /* what a step does instead of planning when handed the full level's plan made ahead */
+            const double t0 = thread_cpu_ms();
+            ok = dcp_plan_matches(ctx[2], plan, lengths, row->n) == DCP_OK;
+            times[3][i] = thread_cpu_ms() - t0;
+        }
+        if (ok) {
+            const double d = median(times[0], rounds), f = median(times[1], rounds), u = median(times[2], rounds);
+            printf("%-10s %-9d %-6d %-6d | %9.3f | %9.3f %6.2f %9.4f | %9.3f %9.4f | %8.3f\n", family_names[row->fam],
+                   row->n, row->ranks, row->max_seqlen, d, f, f / d, (double)makespan[1] / (double)makespan[0], u,
+                   (double)makespan[2] / (double)makespan[0], median(times[3], rounds));
+        } else {
+            printf("%-10s %-9d %-6d %-6d | cannot plan\n", family_names[row->fam], row->n, row->ranks, row->max_seqlen);
+        }
+        fflush(stdout);
+        for (int k = 0; k < 3; k++) dcp_context_destroy(ctx[k]);
+        free(lengths);
+    }
+}
+
 int main(int argc, char **argv)
 {
     const char *dir = NULL, *only_trace = NULL;
     int repeats = 5, matrix = 1, scaling = 1, only_scheduler = -1, only_config = -1, only_row = -1, hashes = 0,
-        makespans = 0;
+        makespans = 0, effort_table = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--traces") && i + 1 < argc) dir = argv[++i];
         else if (!strcmp(argv[i], "--repeats") && i + 1 < argc) repeats = atoi(argv[++i]);
@@ -724,6 +803,15 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--trace") && i + 1 < argc) only_trace = argv[++i];
         else if (!strcmp(argv[i], "--config") && i + 1 < argc) only_config = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--row") && i + 1 < argc) only_row = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--effort-table")) effort_table = 1;
+        else if (!strcmp(argv[i], "--effort") && i + 1 < argc) {
+            const char *e = argv[++i];
+            if (strcmp(e, "full") && strcmp(e, "fast")) {
+                fprintf(stderr, "unknown effort %s (full or fast)\n", e);
+                return 2;
+            }
+            plan_effort = strcmp(e, "fast") ? DCP_PLAN_EFFORT_FULL : DCP_PLAN_EFFORT_FAST;
+        }
         else if (!strcmp(argv[i], "--step-model") && i + 1 < argc) {
             if (dcp_step_model_from_name(argv[++i], &step_model) != DCP_OK) {
                 fprintf(stderr, "unknown step model %s (barrier or dependency)\n", argv[i]);
@@ -740,7 +828,7 @@ int main(int argc, char **argv)
         } else {
             fprintf(stderr,
                     "usage: %s [--traces DIR] [--repeats R] [--quick] [--hashes] [--makespans] [--no-matrix] [--no-scaling] "
-                    "[--scheduler NAME] [--trace NAME] [--config INDEX] [--row INDEX] [--step-model barrier|dependency]\n",
+                    "[--scheduler NAME] [--trace NAME] [--config INDEX] [--row INDEX] [--step-model barrier|dependency] [--effort full|fast] [--effort-table]\n",
                     argv[0]);
             return 2;
         }
@@ -748,6 +836,11 @@ int main(int argc, char **argv)
     if (repeats < 1) repeats = 1;
     static trace traces[MAX_TRACES];
     int num_traces = 0;
+    if (effort_table) {
+        print_machine();
+        run_effort_table(repeats, only_row);
+        return 0;
+    }
     if (matrix) {
         if (!dir) dir = DCP_SOURCE_DIR "/tests/data/workloads";
         num_traces = load_traces(dir, only_trace, traces);

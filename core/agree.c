@@ -39,7 +39,7 @@ dcp_status dcp__agree(dcp_comm *comm, dcp_status local, dcp_error *err, const ch
             return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s%s", who, rank_name, comm->rank,
                              dcp_status_str(st), dcp__comm_why(comm, why, sizeof why));
         keep_own(err, own, sizeof own);
-        return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s%s (this rank had failed: %.120s)", who,
+        return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s%s (this rank had failed: %s)", who,
                          rank_name, comm->rank, dcp_status_str(st), dcp__comm_why(comm, why, sizeof why), own);
     }
     /* an agreement in which this rank failed cannot be OK, and an agreed failure names a rank of the group */
@@ -51,7 +51,7 @@ dcp_status dcp__agree(dcp_comm *comm, dcp_status local, dcp_error *err, const ch
                              rank_name, comm->rank, (int)agreed, failed, dcp__comm_why(comm, why, sizeof why));
         keep_own(err, own, sizeof own);
         return dcp__fail(err, DCP_ERR_COMM,
-                         "%s: the communicator reported %s from the agreement although %s %d failed (%.120s): its "
+                         "%s: the communicator reported %s from the agreement although %s %d failed (%s): its "
                          "result cannot be trusted",
                          who, agreed == DCP_OK ? "every rank OK" : dcp_status_str(agreed), rank_name, comm->rank, own);
     }
@@ -59,7 +59,7 @@ dcp_status dcp__agree(dcp_comm *comm, dcp_status local, dcp_error *err, const ch
     if (local == DCP_OK)
         return dcp__fail(err, agreed, "%s: %s %d failed with %s", who, rank_name, failed, dcp_status_str(agreed));
     keep_own(err, own, sizeof own);
-    return dcp__fail(err, agreed, "%s: %s %d failed with %s (this rank also failed: %.160s)", who, rank_name, failed,
+    return dcp__fail(err, agreed, "%s: %s %d failed with %s (this rank also failed: %s)", who, rank_name, failed,
                      dcp_status_str(agreed), own);
 }
 
@@ -154,7 +154,7 @@ dcp_status dcp__agree_call(dcp_comm *comm, dcp_call_tag *mine, dcp_call_tag *tag
             return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s%s", who, rank_name, comm->rank,
                              dcp_status_str(st), dcp__comm_why(comm, why, sizeof why));
         keep_own(err, own, sizeof own);
-        return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s%s (this rank had failed: %.120s)", who,
+        return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s%s (this rank had failed: %s)", who,
                          rank_name, comm->rank, dcp_status_str(st), dcp__comm_why(comm, why, sizeof why), own);
     }
     /* every record must be intact before any is read: garbage never reads as "OK" */
@@ -164,7 +164,7 @@ dcp_status dcp__agree_call(dcp_comm *comm, dcp_call_tag *mine, dcp_call_tag *tag
         if (c == DCP_OK) continue;
         if (mine->status != DCP_OK) {
             size_t used = strlen(err->message);
-            snprintf(err->message + used, sizeof err->message - used, " (this rank had failed: %.80s)", own);
+            snprintf(err->message + used, sizeof err->message - used, " (this rank had failed: %s)", own);
         }
         return c;
     }
@@ -180,7 +180,7 @@ dcp_status dcp__agree_call(dcp_comm *comm, dcp_call_tag *mine, dcp_call_tag *tag
         if (mine->status == DCP_OK)
             return dcp__fail(err, s, "%s: %s %d failed with %s", who, rank_name, r, dcp_status_str(s));
         keep_own(err, own, sizeof own);
-        return dcp__fail(err, s, "%s: %s %d failed with %s (this rank also failed: %.160s)", who, rank_name, r,
+        return dcp__fail(err, s, "%s: %s %d failed with %s (this rank also failed: %s)", who, rank_name, r,
                          dcp_status_str(s), own);
     }
     return mine->status; /* DCP_OK: the own record, checked above, says so */
@@ -201,7 +201,7 @@ dcp_status dcp__agree_call_small(dcp_comm *comm, dcp_call_tag *mine, dcp_error *
                              dcp_status_str(st), dcp__comm_why(comm, why, sizeof why));
         char own[DCP_ERROR_MESSAGE_SIZE];
         keep_own(err, own, sizeof own);
-        return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s%s (this rank had failed: %.120s)", who,
+        return dcp__fail(err, st, "%s: error agreement failed on %s %d: %s%s (this rank had failed: %s)", who,
                          rank_name, comm->rank, dcp_status_str(st), dcp__comm_why(comm, why, sizeof why), own);
     }
     dcp_status local = (dcp_status)mine->status;
@@ -232,7 +232,7 @@ uint64_t dcp__config_digest(const dcp_config *c)
                               c->max_tokens_per_rank, c->max_microbatches, c->pad_alignment, (int64_t)c->fields,
                               c->pad_to_max_seqlen, (int64_t)c->thd_tail_policy, (int64_t)c->cp_partition,
                               c->skip_sibling_data_check, c->cost.quadratic, c->cost.linear, c->cost.round_latency,
-                              c->cost.microbatch_overhead, c->cost.step_model};
+                              c->cost.microbatch_overhead, c->cost.step_model, (int64_t)c->plan_effort};
     uint64_t h = 14695981039346656037ull;
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) h = mix(h, fields[i]);
     for (int i = 0; i <= DCP_MAX_LOG2_CP; i++) h = mix(h, c->cost.kv[i]);

@@ -186,6 +186,8 @@ dcp_status dcp_config_validate(const dcp_config *c, char *message, size_t messag
                (int)c->scheduler);
     if (c->cost.step_model != DCP_STEP_MODEL_BARRIER && c->cost.step_model != DCP_STEP_MODEL_DEPENDENCY)
         REJECT(DCP_ERR_INVALID_CONFIG, "cost.step_model %d is not barrier(0) or dependency(1)", (int)c->cost.step_model);
+    if (c->plan_effort != DCP_PLAN_EFFORT_FULL && c->plan_effort != DCP_PLAN_EFFORT_FAST)
+        REJECT(DCP_ERR_INVALID_CONFIG, "plan_effort %d is not full(0) or fast(1)", (int)c->plan_effort);
     if (c->fields & ~(uint32_t)DCP_FIELD_ALL)
         REJECT(DCP_ERR_INVALID_CONFIG, "fields 0x%x has bits outside DCP_FIELD_ALL (0x%x)", c->fields,
                (unsigned)DCP_FIELD_ALL);

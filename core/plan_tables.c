@@ -27,6 +27,8 @@ void dcp__plan_clear(dcp_plan *plan, int32_t num_ranks)
     plan->num_ids = 0;
     plan->microbatch_first_group[0] = 0;
     plan->group_first_id[0] = 0;
+    plan->config_digest = 0;
+    plan->seal = 0;
 }
 
 dcp_status dcp__plan_open_microbatch(dcp_plan *plan, dcp_error *err)

@@ -130,6 +130,12 @@ def trace_inputs(lengths):
     yield 'text_long_line', b'\x01' + b'0' * 300 + b'42\n'
 
 
+def plan_ahead_input(lengths, scheduler, ranks, log2_m, change, i=0, j=0):
+    """scheduler | effort/model bits, ranks - 1, log2(M / 256), change, i, j, then lengths - 1 as u16."""
+    header = bytes([scheduler, ranks - 1, log2_m, change]) + struct.pack('<HH', i, j)
+    return header + b''.join(struct.pack('<H', s - 1) for s in lengths if 0 < s <= 65536)
+
+
 def write(out_dir, target, name, data):
     if data is None:
         return
@@ -163,6 +169,12 @@ def main():
             write(out_dir, 'plan', f'{stem}_dp{dp}_cp{cp}_m{m}_vpp{vpp}',
                   plan_input(lengths, dp, cp, m, min_cp, vpp))
         if count == 256:
+            # every change once: dynamic_cp, balanced (fast: bit 2), dp_balanced; 32 ranks of M 4096 (dp_balanced:
+            # M 16384, so that its static CP group of 2 holds every length)
+            for change in range(9):
+                for scheduler in (1, 2 | 4, 0):
+                    write(out_dir, 'plan_ahead', f'{stem}_s{scheduler}_c{change}',
+                          plan_ahead_input(lengths[:128], scheduler, 32, 6 if scheduler == 0 else 4, change, 7, 300))
             write(out_dir, 'gather', stem, gather_input(lengths))
             write(out_dir, 'config', stem, config_input(lengths))
             # dp_balanced no padding; dynamic_cp alignment 8 (v = 4); pad to M with extend_last; cap 4

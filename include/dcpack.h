@@ -164,6 +164,19 @@ typedef enum dcp_thd_tail {
 } dcp_thd_tail;
 
 /*
+ * How much search DCP_SCHEDULER_BALANCED spends on a plan (docs/planning.md,
+ * effort levels).  Effort is counted in units of work (passes run, sequences
+ * moved by the local search), never in time, so every rank, however loaded,
+ * stops at the same place and plans the same.  Other schedulers ignore it.
+ */
+typedef enum dcp_plan_effort {
+    DCP_PLAN_EFFORT_FULL = 0, /* the default: the whole search, the lowest makespans */
+    DCP_PLAN_EFFORT_FAST = 1  /* dynamic_cp's plan lowered by a short local search: never above dynamic_cp's
+                                 makespan, planned within a few times dynamic_cp's time (where dynamic_cp has
+                                 no plan, the full search) */
+} dcp_plan_effort;
+
+/*
  * Everything that fixes the size of a context.  Start from
  * dcp_config_default() and set what differs; dcp_config_validate() says what
  * is wrong with a configuration, in the message.
@@ -223,6 +236,7 @@ typedef struct dcp_config {
      */
     int32_t skip_sibling_data_check;
     dcp_cost_model cost;                  /* used by DCP_SCHEDULER_BALANCED and by plan statistics */
+    dcp_plan_effort plan_effort;          /* balanced's search (above); default DCP_PLAN_EFFORT_FULL */
 } dcp_config;
 
 /* Defaults: 1 rank of each kind, dynamic_cp, 4096 sequences, M = 4096, all fields. */
@@ -326,6 +340,12 @@ typedef struct dcp_plan {
     int32_t max_microbatches;
     int32_t max_groups;
     int32_t max_ids;
+    /* Where the plan comes from, written by dcp_plan_compute() (0 in a plan it did not make): a digest
+       of the planning configuration (the context's, max_tokens_per_rank aside), and one of that digest,
+       the lengths and the arrays above.  dcp_plan_matches() and a plan handed to dcp_step() check them;
+       dcp_plan_hash() leaves them out. */
+    uint64_t config_digest;
+    uint64_t seal;
 } dcp_plan;
 
 /* Group of `rank` in microbatch `microbatch`, or -1 if the rank holds nothing. O(log groups). */
@@ -594,6 +614,19 @@ dcp_status dcp_plan_validate(dcp_context *context, const dcp_plan *plan, const i
                              int32_t num_lengths, dcp_plan_violation *violation);
 
 /*
+ * Whether `plan` is the plan dcp_plan_compute() made of exactly these lengths
+ * under this context's configuration (any context whose configuration differs
+ * from it in max_tokens_per_rank alone), unchanged since: DCP_OK, or
+ * DCP_ERR_INVALID_ARGUMENT naming what differs (the configuration, the
+ * lengths or the plan's arrays) in the context's last error; a plan bigger
+ * than this context's capacities is DCP_ERR_CAPACITY.  The check dcp_step()
+ * makes of dcp_step_args.plan.  O(lengths + groups + ids), no collective,
+ * allocation-free.
+ */
+dcp_status dcp_plan_matches(dcp_context *context, const dcp_plan *plan, const int32_t *lengths,
+                            int32_t num_lengths);
+
+/*
  * FNV-1a 64 over a plan's arrays: equal plans have equal hashes, so ranks (or
  * builds) can compare plans by exchanging 8 bytes.  0 for NULL.
  */
@@ -658,7 +691,47 @@ typedef struct dcp_step_args {
                                     puts its copies and kernels; NULL = the default stream.  Ignored otherwise */
     uint64_t step_id;            /* optional: the caller's step number, compared across ranks with the context's
                                     call count (a rank a step ahead of its peers is DCP_ERR_OUT_OF_STEP); 0 = none */
+    /*
+     * Optional: this step's plan, made ahead (below, "Planning a step ahead").  NULL: the step plans
+     * its batch itself.  Else the step does not plan: it checks on every rank that holds data, with
+     * dcp_plan_matches() against the lengths it gathered, that this is the plan of exactly those
+     * lengths under this context's configuration, copies it into the context and goes on as if it
+     * had made it (dcp_step_output.plan is the copy).  A plan that fails the check, on any one rank,
+     * is DCP_ERR_INVALID_ARGUMENT (DCP_ERR_CAPACITY for one past this context's capacities) on
+     * every rank: never a batch cut by another plan.  Only read during the call.  Ignored on ranks
+     * that receive by broadcast.
+     */
+    const dcp_plan *plan;
 } dcp_step_args;
+
+/*
+ * Planning a step ahead (docs/step.md).  Planning is the part of dcp_step()
+ * that grows with the scale (up to hundreds of milliseconds for `balanced` on
+ * tens of thousands of ranks); it needs only the lengths, which a trainer
+ * knows a step early.  So, on every rank that holds data, while step k runs:
+ *
+ *   1. gather step k+1's padded lengths on a planning context (a context of
+ *      the same configuration, max_tokens_per_rank 0 if it moves no data)
+ *      with dcp_gather() over a DP communicator (data_parallel_size ranks,
+ *      one of each DP rank: CP siblings hold the same samples, so the DP
+ *      group of every CP rank gathers the same list), each rank passing the
+ *      padded length of each sequence it will hand dcp_step(), in order;
+ *      on the training thread, between steps;
+ *   2. dcp_plan_compute() the gathered lengths on that planning context, on
+ *      a thread the trainer owns (dcpack starts none).  It makes no
+ *      collective and touches no other context, so it may run while
+ *      dcp_step() runs on the training context; every rank computes the
+ *      same plan, bit for bit;
+ *   3. at step k+1, join that thread and pass the plan as
+ *      dcp_step_args.plan.  The step copies it: the planning context may
+ *      gather and plan step k+2 as soon as dcp_step() returns.
+ *
+ * A plan is tied to its lengths and configuration (dcp_plan.seal): a rank
+ * that hands in a stale plan, one of another batch or one of another
+ * configuration (another scheduler, effort level or cost model) makes the
+ * step fail with DCP_ERR_INVALID_ARGUMENT on every rank, and a later step
+ * works as before.  examples/train_data_loop.c --plan-ahead does all three.
+ */
 
 /*
  * One microbatch as one rank computes on it: exactly what the reference's

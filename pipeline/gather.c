@@ -115,16 +115,17 @@ static dcp_status collect(const dcp_step_input *in, const dcp_config *c, int64_t
 dcp_status dcp__gather_local(const dcp_step_input *in, uint32_t needed, const dcp_config *c, int64_t token_capacity,
                              dcp_local_sequences *out, dcp_error *err)
 {
+    char fa[64], fb[64];
     out->count = 0;
     out->tokens = 0;
     out->original_tokens = 0;
     if (!in) return dcp__fail(err, DCP_ERR_NULL_POINTER, "step: input is NULL on a rank that holds data");
     if (in->fields & ~c->fields)
-        return dcp__fail(err, DCP_ERR_FIELD_MISMATCH, "step: input carries fields 0x%x outside config.fields 0x%x",
-                         in->fields, c->fields);
+        return dcp__fail(err, DCP_ERR_FIELD_MISMATCH, "step: input carries fields (%s) outside config.fields (%s)",
+                         dcp__field_names(in->fields, fa, sizeof fa), dcp__field_names(c->fields, fb, sizeof fb));
     if (needed & ~in->fields)
-        return dcp__fail(err, DCP_ERR_FIELD_MISMATCH, "step: this PP stage needs fields 0x%x, the input carries 0x%x",
-                         needed, in->fields);
+        return dcp__fail(err, DCP_ERR_FIELD_MISMATCH, "step: this PP stage needs fields (%s), the input carries (%s)",
+                         dcp__field_names(needed, fa, sizeof fa), dcp__field_names(in->fields, fb, sizeof fb));
     if (in->num_samples < 0 || (in->num_samples > 0 && !in->samples))
         return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "step: %d samples at %p", in->num_samples,
                          (const void *)in->samples);
@@ -212,13 +213,15 @@ dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp_local_seq
     stats->metadata_bytes_received += (int64_t)((n - 1) * sizeof mine);
 
     /* every rank sees the same headers, so every rank takes the same branch below */
+    char fa[64], fb[64];
     int64_t total = 0;
     out->max_rank_tokens = 0;
     out->max_rank_count = 0;
     for (int32_t q = 0; q < n; q++) {
         if (headers[q].fields != headers[0].fields)
-            return dcp__fail(err, DCP_ERR_FIELD_MISMATCH, "step: DPxCP rank %d carries fields 0x%x, rank 0 carries 0x%x",
-                             q, headers[q].fields, headers[0].fields);
+            return dcp__fail(err, DCP_ERR_FIELD_MISMATCH, "step: DPxCP rank %d carries fields (%s), rank 0 carries (%s)", q,
+                             dcp__field_names(headers[q].fields, fa, sizeof fa),
+                             dcp__field_names(headers[0].fields, fb, sizeof fb));
         const rank_header *first = &headers[q - q % cp];
         if (headers[q].count != first->count || headers[q].hash != first->hash)
             return dcp__fail(err, DCP_ERR_CORRUPT_INPUT,

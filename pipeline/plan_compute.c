@@ -5,6 +5,7 @@
  * returns, successful or not.
  */
 #include "context.h"
+#include "plan_ahead.h"
 #include "stages.h"
 #include "../core/plan.h"
 
@@ -47,6 +48,8 @@ dcp_status dcp_plan_compute(dcp_context *ctx, const int32_t *lengths, int32_t nu
                  dcp_scheduler_name(config->scheduler), (int)violation.invariant, violation.message);
         goto done;
     }
+    ctx->plan.config_digest = dcp__plan_config_digest(config); /* the seal a step checks (plan_ahead.c) */
+    ctx->plan.seal = dcp__plan_seal(ctx->plan.config_digest, lengths, num_lengths, &ctx->plan);
     *plan = &ctx->plan;
 done:
     dcp__arena_reset(&ctx->arena, ctx->scratch_mark);

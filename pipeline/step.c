@@ -8,7 +8,7 @@
  *             data, so PP stages and TP peers that hold data are compared
  *             (check_same_batch)
  *   gather    per-rank headers + (padded, original) lengths over DPxCP
- *   plan      dcp_plan_compute on the gathered padded lengths
+ *   plan      dcp_plan_compute on the gathered padded lengths (or check the plan made ahead)
  *   reroute   this rank's THD geometry                             -> agree over world
  *   reroute   receive (and own) and send tables, blocks; stage (mover) the
  *             tokens that travel; the exchange
@@ -27,6 +27,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "context.h"
+#include "plan_ahead.h"
 #include "stages.h"
 #include "step.h"
 #include "../core/agree.h"
@@ -180,8 +181,14 @@ static dcp_status gather_and_plan(step_run *r, dcp_error *err)
         r->stats.reference_bytes_received =
             (int64_t)(dp - 1) * (L->max_rank_tokens * (int64_t)dcp__bytes_per_token(r->kept) + L->max_rank_count * 2 * 8);
 
-    s = dcp_plan_compute(ctx, L->padded, L->num_sequences, &r->plan);
-    if (s != DCP_OK) return dcp__fail(err, s, "%s", ctx->last_error.message);
+    if (r->args->plan) { /* made ahead: checked against these lengths, not made again (plan_ahead.c) */
+        s = dcp__plan_take(ctx, r->args->plan, L->padded, L->num_sequences, err);
+        if (s != DCP_OK) return s;
+        r->plan = &ctx->plan;
+    } else {
+        s = dcp_plan_compute(ctx, L->padded, L->num_sequences, &r->plan);
+        if (s != DCP_OK) return dcp__fail(err, s, "%s", ctx->last_error.message);
+    }
 
     dcp_arena *scratch = dcp__context_scratch(ctx); /* planning's scratch is free again */
     if (dcp__rank_geometry_take(&ctx->config, r->plan->num_microbatches, scratch, &r->geometry) != DCP_OK ||

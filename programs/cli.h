@@ -141,6 +141,7 @@ typedef struct dcp_cli_setup {
     int32_t max_sequences;                /* capacity; 0 = the trace's count rounded up */
     dcp_cost_model cost;
     int32_t step_model;                   /* --step-model: overrides cost.step_model (profiles' too); -1 = none */
+    dcp_plan_effort plan_effort;          /* --effort full|fast: balanced's search (default full) */
     char label[64];                       /* how tables name this configuration */
 } dcp_cli_setup;
 
@@ -149,7 +150,7 @@ void dcp_cli_setup_default(dcp_cli_setup *setup);
 /*
  * One configuration option at args->i (--ranks, --max-seqlen-per-rank, --cp,
  * --min-cp-size, --vpp-group, --max-sequences-per-microbatch, --max-sequences,
- * --cost): 1 when consumed, 0 when argv[i] is not one of them, -1 on a bad
+ * --cost, --step-model, --effort): 1 when consumed, 0 when argv[i] is not one of them, -1 on a bad
  * value with *status set (DCP_EXIT_USAGE, or DCP_EXIT_INPUT for a bad profile).
  * *cost_path gets --cost's file.
  */

@@ -42,6 +42,8 @@ static const char plan_usage[] =
     "                          (barrier or dependency) is what efficiency and the best plan judge by\n"
     "  --step-model NAME       barrier or dependency: overrides the cost model's step_model\n"
     "                          (a profile's too); balanced lays its plans out for the one it names\n"
+    "  --effort full|fast      balanced's search (docs/planning.md, effort levels): full (default)\n"
+    "                          or fast (dynamic_cp's plan and a short local search on it)\n"
     "\n"
     "output:\n"
     "  --format text|json      json: {\"plan\": [[[ids of rank 0], [ids of rank 1], ...], ...per\n"
@@ -132,8 +134,9 @@ static void print_header(const plan_options *o, const dcp_cli_trace *trace)
     if (o->setup.vpp_group > 1) printf(", vpp_group %d", o->setup.vpp_group);
     if (o->setup.max_sequences_per_microbatch > 0)
         printf(", max_sequences_per_microbatch %d", o->setup.max_sequences_per_microbatch);
-    printf("; cost model: %s, step model %s\n", o->cost_path ? o->cost_path : "defaults (docs/planning.md, Cost model)",
-           dcp_step_model_name((dcp_step_model)o->setup.cost.step_model));
+    printf("; cost model: %s, step model %s%s\n", o->cost_path ? o->cost_path : "defaults (docs/planning.md, Cost model)",
+           dcp_step_model_name((dcp_step_model)o->setup.cost.step_model),
+           o->setup.plan_effort == DCP_PLAN_EFFORT_FAST ? "; balanced effort fast" : "");
 }
 
 /* "makespan", or "dependency makespan" when the step model is dependency: what efficiency and "best" judge by. */

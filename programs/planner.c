@@ -110,6 +110,7 @@ int dcp_cli_config_make(const dcp_cli_setup *s, const dcp_cli_trace *const *trac
 
     dcp_config_default(config);
     config->scheduler = s->scheduler;
+    config->plan_effort = s->plan_effort;
     config->data_parallel_size = (int32_t)dp;
     config->context_parallel_size = (int32_t)cp;
     config->max_seqlen_per_rank = (int32_t)m;

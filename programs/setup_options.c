@@ -65,6 +65,19 @@ int dcp_cli_setup_option(dcp_cli_args *args, dcp_cli_setup *s, const char **cost
         s->cost.step_model = model;
         return 1;
     }
+    got = dcp_cli_option(args, "--effort", &value);
+    if (got < 0) {
+        *status = DCP_EXIT_USAGE;
+        return -1;
+    }
+    if (got > 0) {
+        if (strcmp(value, "full") != 0 && strcmp(value, "fast") != 0) {
+            *status = dcp_cli_fail(DCP_EXIT_USAGE, args->command, "--effort: '%s' is not full or fast", value);
+            return -1;
+        }
+        s->plan_effort = strcmp(value, "fast") == 0 ? DCP_PLAN_EFFORT_FAST : DCP_PLAN_EFFORT_FULL;
+        return 1;
+    }
     return 0;
 }
 

@@ -26,4 +26,8 @@ matched=$(grep -c "every output matches the oracle" <<< "$out" || true)
 steps=$(grep -c "outputs match the oracle on $n/$n ranks" <<< "$out" || true)
 [ "$steps" -eq 4 ] || { echo "FAIL: $steps of 4 steps matched on every rank"; exit 1; }
 grep -q "launch: $n ranks, 0 failed" <<< "$out" || { echo "FAIL: a rank failed"; exit 1; }
+if [[ " $* " == *" --plan-ahead "* ]]; then  # every step's plan was made ahead, on a thread, and handed in
+  ahead=$(grep -c "outputs match the oracle on $n/$n ranks" <<< "$(grep "(planned ahead " <<< "$out")" || true)
+  [ "$ahead" -eq 4 ] || { echo "FAIL: $ahead of 4 steps report a plan made ahead"; exit 1; }
+fi
 echo "PASS: $n processes ($comm), 4 steps, every rank's outputs match the oracle ($*)"

@@ -4,7 +4,8 @@
  *
  *   dcp_plan_hash TRACE...
  *
- * One line per (trace, configuration, scheduler): the status, the plan hash
+ * One line per (trace, configuration, scheduler; balanced also at the fast
+ * effort level, "balanced/fast"): the status, the plan hash
  * (dcp_plan_hash: FNV-1a over the plan's arrays) and the step-model makespan.
  * tests/cli_determinism.sh builds this program with several compilers and
  * optimisation levels and requires identical output: the planning path is
@@ -46,10 +47,13 @@ int main(int argc, char **argv)
         fclose(f);
         const char *name = strrchr(argv[t], '/') ? strrchr(argv[t], '/') + 1 : argv[t];
         for (size_t c = 0; c < sizeof configs / sizeof configs[0]; c++) {
-            for (int s = DCP_SCHEDULER_DP_BALANCED; s <= DCP_SCHEDULER_BALANCED; s++) {
+            for (int s = DCP_SCHEDULER_DP_BALANCED; s <= DCP_SCHEDULER_BALANCED + 1; s++) {
+                /* the three schedulers, then balanced at the fast effort level */
+                const int fast = s > DCP_SCHEDULER_BALANCED;
                 dcp_config config;
                 dcp_config_default(&config);
-                config.scheduler = (dcp_scheduler)s;
+                config.scheduler = fast ? DCP_SCHEDULER_BALANCED : (dcp_scheduler)s;
+                config.plan_effort = fast ? DCP_PLAN_EFFORT_FAST : DCP_PLAN_EFFORT_FULL;
                 config.max_sequences = n;
                 config.max_seqlen_per_rank = configs[c].max_seqlen;
                 config.min_cp_size = configs[c].min_cp;
@@ -80,7 +84,8 @@ int main(int argc, char **argv)
                 }
                 printf("%s r%d m%d vpp%d min_cp%d cap%d %-11s %-20s %016llx %lld\n", name, configs[c].ranks,
                        configs[c].max_seqlen, configs[c].vpp_group, configs[c].min_cp, configs[c].seq_cap,
-                       dcp_scheduler_name((dcp_scheduler)s), dcp_status_str(st), (unsigned long long)hash,
+                       fast ? "balanced/fast" : dcp_scheduler_name((dcp_scheduler)s), dcp_status_str(st),
+                       (unsigned long long)hash,
                        (long long)stats.makespan);
             }
         }

@@ -166,11 +166,11 @@ DCP_TEST(local_null_buffer_of_a_carried_field)
     /* ... but it must carry what the stage needs: tokens | position_ids = 0x9 against 0x3 */
     DCP_CHECK_STATUS(local_run(s, 2, carried, DCP_FIELD_TOKENS | DCP_FIELD_POSITION_IDS, &c, 100, &t, &err),
                      DCP_ERR_FIELD_MISMATCH);
-    DCP_CHECK_CONTAINS(err.message, "needs fields 0x9, the input carries 0x3");
+    DCP_CHECK_CONTAINS(err.message, "needs fields (tokens, position_ids), the input carries (tokens, labels)");
     /* and nothing outside the configuration: 0xf against config.fields 0x3 */
     c.fields = carried;
     DCP_CHECK_STATUS(local_run(s, 2, DCP_FIELD_ALL, carried, &c, 100, &t, &err), DCP_ERR_FIELD_MISMATCH);
-    DCP_CHECK_CONTAINS(err.message, "fields 0xf outside config.fields 0x3");
+    DCP_CHECK_CONTAINS(err.message, "fields (tokens, labels, position_ids, loss_mask) outside config.fields (tokens, labels)");
 }
 
 DCP_TEST(local_refuses_bad_cu_seqlens)
@@ -483,12 +483,12 @@ DCP_TEST(step_gather_fields_disagree)
     set_pairs(g, 3, dp1, 1);
     g->fields[2] = DCP_FIELD_TOKENS | DCP_FIELD_POSITION_IDS;
     DCP_REQUIRE(run_ranks(g));
-    check_all_failed(g, DCP_ERR_FIELD_MISMATCH, "DPxCP rank 2 carries fields 0x9, rank 0 carries 0xf", __LINE__);
+    check_all_failed(g, DCP_ERR_FIELD_MISMATCH, "DPxCP rank 2 carries fields (tokens, position_ids), rank 0 carries (tokens, labels, position_ids, loss_mask)", __LINE__);
     /* rank 0 itself differs: rank 1 is the first to differ from it */
     g->fields[2] = DCP_FIELD_ALL;
     g->fields[0] = DCP_FIELD_TOKENS;
     DCP_REQUIRE(run_ranks(g));
-    check_all_failed(g, DCP_ERR_FIELD_MISMATCH, "DPxCP rank 1 carries fields 0xf, rank 0 carries 0x1", __LINE__);
+    check_all_failed(g, DCP_ERR_FIELD_MISMATCH, "DPxCP rank 1 carries fields (tokens, labels, position_ids, loss_mask), rank 0 carries (tokens)", __LINE__);
     step_gather_free(g);
 }
 

@@ -480,6 +480,29 @@ static void rank_main(int32_t w, void *p)
     }
 #endif
     if (cs != DCP_OK) note(sh, "world rank %d: context: %s", w, dcp_status_str(cs));
+    /* plan ahead: a planning-only context, and what a faulty rank plans instead of the batch */
+    dcp_context *planner = NULL, *misplanner = NULL;
+    int32_t *other = NULL;
+    const int plan_fault = o->fault >= DCP_HARNESS_FAULT_PLAN_OTHER_LENGTHS && w == o->fault_world_rank;
+    if (cs == DCP_OK && o->plan_ahead && holds) {
+        dcp_config pc = sh->config;
+        pc.max_tokens_per_rank = 0;
+        cs = dcp_context_create(&pc, &planner);
+        pc.plan_effort = pc.plan_effort == DCP_PLAN_EFFORT_FULL ? DCP_PLAN_EFFORT_FAST : DCP_PLAN_EFFORT_FULL;
+        if (cs == DCP_OK && plan_fault && o->fault == DCP_HARNESS_FAULT_PLAN_OTHER_CONFIG)
+            cs = dcp_context_create(&pc, &misplanner);
+        if (cs == DCP_OK && plan_fault && !(other = malloc((size_t)sh->data.n * sizeof *other))) cs = DCP_ERR_ALLOC;
+        if (other) {
+            memcpy(other, sh->data.padded, (size_t)sh->data.n * sizeof *other);
+            for (int32_t i = 1; i < sh->data.n; i++)
+                if (other[i] != other[0]) {
+                    int32_t t = other[i];
+                    other[i] = other[0], other[0] = t;
+                    break;
+                }
+        }
+        if (cs != DCP_OK) note(sh, "world rank %d: planning context: %s", w, dcp_status_str(cs));
+    }
 
     /* every rank is set up: one without a workspace would leave the others waiting in their first collective */
     pthread_barrier_wait(&sh->start);
@@ -513,6 +536,20 @@ static void rank_main(int32_t w, void *p)
             mallctl("thread.deallocatedp", &dp, &len, NULL, 0);
             uint64_t a0 = ap ? *ap : 0, d0 = dp ? *dp : 0;
 #endif
+            if (planner) { /* the plan made ahead, outside the timed step (its allocations count) */
+                const int faulty = plan_fault && step == o->fault_step;
+                const int32_t *lengths = faulty && o->fault == DCP_HARNESS_FAULT_PLAN_OTHER_LENGTHS ? other : sh->data.padded;
+                dcp_context *by = faulty && misplanner ? misplanner : planner;
+                s = dcp_plan_compute(by, lengths, sh->data.n, &args.plan);
+                if (s != DCP_OK) {
+                    note(sh, "world rank %d step %d: plan ahead: %s", w, step, dcp_context_last_error(by));
+                    args.plan = NULL;
+                } else if (faulty && o->fault == DCP_HARNESS_FAULT_PLAN_CHANGED && args.plan->num_ids > 1) {
+                    int32_t *ids = args.plan->ids, last = args.plan->num_ids - 1, t = ids[0];
+                    ids[0] = ids[last], ids[last] = t;
+                }
+            }
+            t0 = now_seconds();
             s = dcp_step(ctx, &args, holds ? &input : NULL, &out);
 #ifdef DCP_HAVE_JEMALLOC
             allocated = ap ? *ap - a0 : 0;
@@ -577,6 +614,9 @@ static void rank_main(int32_t w, void *p)
         }
     }
     dcp_context_destroy(ctx);
+    dcp_context_destroy(planner);
+    dcp_context_destroy(misplanner);
+    free(other);
     free(memory);
 #ifdef DCP_HAVE_NCCL
     if (o->gpu) dcp_gpu_rank_end(&gr);

@@ -19,7 +19,11 @@ typedef enum dcp_harness_fault {
     DCP_HARNESS_FAULT_LENGTH_MISMATCH, /* padded length != buffer length */
     DCP_HARNESS_FAULT_FIELD_MISMATCH,  /* one rank drops a field */
     DCP_HARNESS_FAULT_CAPACITY,        /* more samples than max_sequences */
-    DCP_HARNESS_FAULT_SIBLINGS_DIFFER  /* a CP sibling holds one sequence fewer */
+    DCP_HARNESS_FAULT_SIBLINGS_DIFFER, /* a CP sibling holds one sequence fewer */
+    /* with plan_ahead: the rank hands its step a plan that is not the batch's */
+    DCP_HARNESS_FAULT_PLAN_OTHER_LENGTHS, /* the plan of the batch with two different lengths swapped */
+    DCP_HARNESS_FAULT_PLAN_OTHER_CONFIG,  /* the batch's plan made under plan_effort fast (the step's: full) */
+    DCP_HARNESS_FAULT_PLAN_CHANGED        /* the batch's plan with its first and last ids swapped after it was made */
 } dcp_harness_fault;
 
 typedef struct dcp_harness_options {
@@ -38,6 +42,9 @@ typedef struct dcp_harness_options {
     int32_t fault_world_rank;    /* the rank that gets the planted input and/or communicator fault */
     int32_t fault_step;
     int32_t timeout_ms;          /* collectives waiting longer fail (0: 60 s); the same for every communicator */
+    int plan_ahead;              /* every rank that holds data plans the batch on a planning-only context of its
+                                    own before each step (allocations counted with the step's) and hands the
+                                    plan to dcp_step (dcp_step_args.plan) */
     int gpu;                     /* one thread per GPU, NCCL communicators, device data (gpu_harness.h); the
                                     first step is a warm-up for allocation counts.  Needs NCCL and world-size GPUs */
 } dcp_harness_options;

@@ -53,6 +53,7 @@ _TAIL_NAMES = {"append_dummy": 0, "extend_last": 1}
 _PARTITION_NAMES = {"zigzag": 0, "contiguous": 1}
 _SCHEDULERS = ("dp_balanced", "dynamic_cp", "balanced")
 _STEP_MODELS = ("barrier", "dependency")
+_EFFORTS = ("full", "fast")
 
 _DEFAULTS = _core.config_default()
 _INT32 = (-(1 << 31), (1 << 31) - 1)
@@ -153,6 +154,8 @@ class Config:
     """0 (default): the step checks that CP siblings hold identical inputs (a digest of every byte they
     move), CorruptInputError on every rank when they differ; 1: it compares their lengths only."""
     cost: CostModel = dataclasses.field(default_factory=CostModel)
+    plan_effort: Union[str, int] = _EFFORTS[_DEFAULTS["plan_effort"]]
+    """``balanced``'s search (docs/planning.md, effort levels): ``"full"`` (default, 0) or ``"fast"`` (1)."""
 
     # -- conversions --------------------------------------------------------
 
@@ -172,6 +175,7 @@ class Config:
         d["thd_tail_policy"] = _enum("thd_tail_policy", self.thd_tail_policy, _TAIL_NAMES)
         d["cp_partition"] = _enum("cp_partition", self.cp_partition, _PARTITION_NAMES)
         d["fields"] = _fields_mask(self.fields)
+        d["plan_effort"] = _enum("plan_effort", self.plan_effort, {n: i for i, n in enumerate(_EFFORTS)})
         cost_model = self.cost
         if isinstance(cost_model, dict):
             cost_model = CostModel(**cost_model)
@@ -189,6 +193,8 @@ class Config:
         inv_part = {v: k for k, v in _PARTITION_NAMES.items()}
         d["thd_tail_policy"] = inv_tail.get(d["thd_tail_policy"], d["thd_tail_policy"])
         d["cp_partition"] = inv_part.get(d["cp_partition"], d["cp_partition"])
+        if isinstance(d.get("plan_effort"), int) and 0 <= d["plan_effort"] < len(_EFFORTS):
+            d["plan_effort"] = _EFFORTS[d["plan_effort"]]
         c = d.get("cost")
         if isinstance(c, dict):
             c = {**c, "kv": tuple(c["kv"])}

@@ -68,7 +68,7 @@ int config_from_dict(PyObject *dict, dcp_config *c)
         return -1;
     }
     dcp_config_default(c);
-    int32_t scheduler, tail, partition;
+    int32_t scheduler, tail, partition, effort;
     int64_t fields;
     if (get_i32(dict, "world_size", &c->world_size) < 0 ||
         get_i32(dict, "data_parallel_size", &c->data_parallel_size) < 0 ||
@@ -86,7 +86,8 @@ int config_from_dict(PyObject *dict, dcp_config *c)
         get_i32(dict, "pad_alignment", &c->pad_alignment) < 0 || get_i64(dict, "fields", &fields) < 0 ||
         get_i32(dict, "pad_to_max_seqlen", &c->pad_to_max_seqlen) < 0 ||
         get_i32(dict, "thd_tail_policy", &tail) < 0 || get_i32(dict, "cp_partition", &partition) < 0 ||
-        get_i32(dict, "skip_sibling_data_check", &c->skip_sibling_data_check) < 0)
+        get_i32(dict, "skip_sibling_data_check", &c->skip_sibling_data_check) < 0 ||
+        get_i32(dict, "plan_effort", &effort) < 0)
         return -1;
     if (fields < 0 || fields > (int64_t)UINT32_MAX) {
         raise_status(DCP_ERR_INVALID_CONFIG, "fields does not fit in uint32");
@@ -96,6 +97,7 @@ int config_from_dict(PyObject *dict, dcp_config *c)
     c->scheduler = (dcp_scheduler)scheduler;
     c->thd_tail_policy = (dcp_thd_tail)tail;
     c->cp_partition = (dcp_cp_partition)partition;
+    c->plan_effort = (dcp_plan_effort)effort;
     PyObject *cost = PyDict_GetItemString(dict, "cost");
     if (!cost || !PyDict_Check(cost)) {
         PyErr_SetString(PyExc_TypeError, "configuration key cost must be a dict");
@@ -169,6 +171,7 @@ PyObject *config_to_dict(const dcp_config *c)
     SET_ITEM(d, "thd_tail_policy", PyLong_FromLong((long)c->thd_tail_policy));
     SET_ITEM(d, "cp_partition", PyLong_FromLong((long)c->cp_partition));
     SET_ITEM(d, "skip_sibling_data_check", PyLong_FromLong(c->skip_sibling_data_check));
+    SET_ITEM(d, "plan_effort", PyLong_FromLong((long)c->plan_effort));
     return d;
 }
 

@@ -16,13 +16,14 @@ from conftest import GOLDEN, WORKLOADS, plan_hash_program, read_trace
 # tests/plan_hash_main.c's configurations: (ranks, max_seqlen, vpp_group, min_cp, seq_cap)
 PLAN_HASH_CONFIGS = [(8, 2048, 0, 1, 0), (32, 4096, 0, 1, 0), (32, 8192, 4, 1, 0), (128, 4096, 0, 1, 0),
                      (512, 4096, 0, 1, 0), (24, 4096, 0, 2, 0), (32, 4096, 0, 1, 3)]
-SCHEDULERS = ["dp_balanced", "dynamic_cp", "balanced"]
+SCHEDULERS = ["dp_balanced", "dynamic_cp", "balanced", "balanced/fast"]
 
 
 def plan_hash_config(ranks, max_seqlen, vpp_group, min_cp, seq_cap, scheduler, n):
-    """The dcp_config plan_hash_main.c builds for one line."""
+    """The dcp_config plan_hash_main.c builds for one line ("balanced/fast": balanced at the fast effort level)."""
+    scheduler, _, effort = scheduler.partition("/")
     c = dcpack.Config(scheduler=scheduler, max_sequences=n, max_seqlen_per_rank=max_seqlen, min_cp_size=min_cp,
-                      max_sequences_per_microbatch=seq_cap, data_parallel_size=ranks)
+                      max_sequences_per_microbatch=seq_cap, data_parallel_size=ranks, plan_effort=effort or "full")
     if scheduler == "dp_balanced":
         c = c.replace(data_parallel_size=ranks // 8, context_parallel_size=8)
     if vpp_group > 1:
@@ -143,6 +144,26 @@ def test_step_model_round_trips_and_judges_the_plan():
     b, dep = stats["barrier"], stats["dependency"]
     assert (b.makespan, b.dependency_makespan) == (dep.makespan, dep.dependency_makespan)
     assert dep.dependency_makespan < b.makespan
+
+
+def test_plan_effort_round_trips_and_fast_is_never_above_dynamic_cp():
+    """Config.plan_effort: "full" by default (the C default), round-trips; "fast" plans balanced no
+    higher than dynamic_cp and differs from "full" where the search finds more."""
+    c = dcpack.Config(scheduler="balanced", data_parallel_size=128, max_sequences=1024, max_seqlen_per_rank=4096)
+    assert c.plan_effort == "full" and c.to_dict()["plan_effort"] == 0
+    fast = c.replace(plan_effort="fast")
+    assert fast.to_dict()["plan_effort"] == 1
+    assert dcpack.Config.from_dict(fast.to_dict()).plan_effort == "fast"
+    with pytest.raises(dcpack.InvalidConfigError, match="plan_effort 'slow' is not one of full, fast"):
+        c.replace(plan_effort="slow").to_dict()
+    with pytest.raises(dcpack.InvalidConfigError, match=r"plan_effort 2 is not full\(0\) or fast\(1\)"):
+        c.replace(plan_effort=2).validate()
+    lengths = read_trace("bimodal_n1024_seed1.txt")
+    made = {}
+    for name, config in (("dynamic_cp", c.replace(scheduler="dynamic_cp")), ("fast", fast), ("full", c)):
+        made[name] = dcpack.Planner(config).plan(lengths).stats().model_makespan
+    assert made["full"] <= made["fast"] <= made["dynamic_cp"]
+    assert made["full"] < made["fast"]
 
 
 def test_input_kinds_and_zero_copy():

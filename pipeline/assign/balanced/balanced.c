@@ -327,6 +327,21 @@ dcp_status dcp__assign_balanced_with(const dcp_schedule_input *in, dcp_plan *pla
     if (b.table_ready) memset(b.cost_cheapest, 0xff, (size_t)b.table_n * sizeof *b.cost_cheapest);
     int over_capacity = 0;
     /*
+     * The fast effort level (dcp_config.plan_effort): dynamic_cp's plan and
+     * the local search on it, within FAST_DESCENT_WORK units a sequence: never
+     * above dynamic_cp's makespan (the search lowers a plan or leaves it;
+     * with a VPP group dynamic_cp's plan is aligned and the search keeps its
+     * microbatches).  Where dynamic_cp has no plan, the whole search below
+     * runs.
+     */
+    if (c->plan_effort == DCP_PLAN_EFFORT_FAST) {
+        const int slot = dcp__balanced_read_reference(&b, in, plan->max_microbatches);
+        if (slot >= 0) {
+            dcp__balanced_descend_plan(&b, slot, FAST_DESCENT_WORK * (int64_t)b.n);
+            return dcp__balanced_emit(&b, plan, err);
+        }
+    }
+    /*
      * The step model's bound at minimal CP sizes: the work spread over all
      * ranks plus the overhead of the microbatches the tokens need.  With many
      * sequences per rank the widened pass runs only while the best plan is

@@ -133,6 +133,9 @@ enum { COST_TABLE_WHOLE = 16384, COST_TABLE_MAX = 8192 };
  */
 enum { DESCENT_WORK_DENSE = 8, DESCENT_WORK_MANY = 4, DESCENT_MIN_SEQUENCES = 16384 };
 
+/* The fast effort level's local search on dynamic_cp's plan, per sequence (balanced.c). */
+enum { FAST_DESCENT_WORK = 4 };
+
 /* Trial merges remembered within one merge loop (the window's 28 pairs and the rounds after). */
 enum { MERGE_MEMO = 64 };
 

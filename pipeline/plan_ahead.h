@@ -1,0 +1,23 @@
+/*
+ * plan_ahead.h - a plan made ahead of its step (plan_ahead.c).  Internal.
+ */
+#ifndef DCP_PLAN_AHEAD_H
+#define DCP_PLAN_AHEAD_H
+
+#include "dcpack.h"
+#include "../core/error.h"
+
+/* Digest of the configuration a plan depends on: the whole configuration, max_tokens_per_rank aside. */
+uint64_t dcp__plan_config_digest(const dcp_config *config);
+
+/* The seal of `plan` made of these lengths under a configuration of that digest (dcp_plan.seal). */
+uint64_t dcp__plan_seal(uint64_t config_digest, const int32_t *lengths, int32_t num_lengths, const dcp_plan *plan);
+
+/*
+ * The step's plan from dcp_step_args.plan: checked as dcp_plan_matches() does (the message into err), then
+ * copied into the context's plan.  On failure the context's plan is cleared, as after a failed dcp_plan_compute.
+ */
+dcp_status dcp__plan_take(dcp_context *ctx, const dcp_plan *plan, const int32_t *lengths, int32_t num_lengths,
+                          dcp_error *err);
+
+#endif
