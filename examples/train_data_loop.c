@@ -345,7 +345,7 @@ int main(int argc, char **argv)
     rc = rc >= 0 ? rc : RC_OK;
     if (rc == RC_OK && planning_ahead) { /* step 0's plan: nothing runs before it to hide it behind */
         batch_fill(&next, trace, trace_count, 0, o.batch, L.dp, L.n);
-        if ((s = plan_ahead_start(&ahead, &next, L.dp_rank)) != DCP_OK) rc = peer_lost(s) ? RC_PEER_LOST : RC_STEP_FAILED;
+        if ((s = plan_ahead_start(&ahead, &next, L.dp_rank, 0)) != DCP_OK) rc = peer_lost(s) ? RC_PEER_LOST : RC_STEP_FAILED;
     }
 
     /* ---- one rank's loop ---- */
@@ -377,7 +377,7 @@ int main(int argc, char **argv)
         }
         if (planning_ahead && step + 1 < o.steps) { /* the next batch's lengths, planned while this step goes on */
             batch_fill(&next, trace, trace_count, step + 1, o.batch, L.dp, L.n);
-            if ((s = plan_ahead_start(&ahead, &next, L.dp_rank)) != DCP_OK) {
+            if ((s = plan_ahead_start(&ahead, &next, L.dp_rank, step + 1)) != DCP_OK) {
                 fprintf(stderr, "rank %d: step %d: gather of the next lengths: %s: %s\n", L.rank, step,
                         dcp_status_str(s), dcp_context_last_error(ahead.ctx));
                 rc = peer_lost(s) ? RC_PEER_LOST : RC_STEP_FAILED;

@@ -232,8 +232,9 @@ typedef struct plan_ahead {
 } plan_ahead;
 
 dcp_status plan_ahead_open(plan_ahead *a, const dcp_config *config, dcp_comm *dp);
-/* Gather the batch's lengths (this DP rank's share, on this thread: a collective) and start planning them. */
-dcp_status plan_ahead_start(plan_ahead *a, const batch *b, int32_t dp_rank);
+/* Gather the batch's lengths (this DP rank's share, on this thread: a collective, tagged with the step number it
+   is for, so a rank that skips one is caught) and start planning them. */
+dcp_status plan_ahead_start(plan_ahead *a, const batch *b, int32_t dp_rank, int32_t step);
 /* Wait for the plan; NULL (with the status in a->status) when it failed. */
 const dcp_plan *plan_ahead_take(plan_ahead *a);
 void plan_ahead_close(plan_ahead *a);

@@ -32,13 +32,13 @@ static void *plan_on_thread(void *p)
     return NULL;
 }
 
-dcp_status plan_ahead_start(plan_ahead *a, const batch *b, int32_t dp_rank)
+dcp_status plan_ahead_start(plan_ahead *a, const batch *b, int32_t dp_rank, int32_t step)
 {
     const int32_t first = b->first[dp_rank], count = b->first[dp_rank + 1] - first;
     const int32_t *offsets = NULL;
     a->plan = NULL;
     /* the padded lengths of this DP rank's samples, in the order it hands them to dcp_step */
-    a->status = dcp_gather(a->ctx, a->dp, b->padded + first, count, &a->lengths, &a->n, &offsets);
+    a->status = dcp_gather(a->ctx, a->dp, (uint64_t)step + 1, b->padded + first, count, &a->lengths, &a->n, &offsets);
     if (a->status != DCP_OK) return a->status;
     if (pthread_create(&a->thread, NULL, plan_on_thread, a) != 0) return a->status = DCP_ERR_ALLOC;
     a->running = 1;

@@ -149,7 +149,7 @@ static void gather_on(int32_t rank, void *p)
     const int32_t mine[2] = {100 + rank, 200};
     const int32_t *global = NULL, *offsets = NULL;
     int32_t count = 0;
-    run->got[rank] = dcp_gather(ctx, &comm, mine, 2, &global, &count, &offsets);
+    run->got[rank] = dcp_gather(ctx, &comm, 0, mine, 2, &global, &count, &offsets);
     dcp_context_destroy(ctx);
 }
 
