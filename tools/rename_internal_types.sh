@@ -20,8 +20,8 @@ cd "$(dirname "$0")/.."
 TYPES=(
   dcp_arena dcp_body_layout dcp_body_row dcp_broadcast_header dcp_call_tag dcp_error dcp_exchange_blocks
   dcp_group_scratch dcp_host_block dcp_input_spans dcp_local_sequences dcp_mover dcp_mover_backend dcp_mover_ops
-  dcp_mover_sizes dcp_mtp_roll_layout dcp_own_pieces dcp_pack_layout dcp_rank_geometry dcp_receive_table
-  dcp_recv_pieces dcp_schedule_input dcp_segment_field dcp_segment_table dcp_send_pieces dcp_send_table
+  dcp_mover_sizes dcp_mtp_roll_layout dcp_mtp_roll_trailer dcp_own_pieces dcp_pack_layout dcp_rank_geometry
+  dcp_receive_table dcp_recv_pieces dcp_schedule_input dcp_segment_field dcp_segment_table dcp_send_pieces dcp_send_table
   dcp_step_lengths dcp_step_state dcp_thd_geometry dcp_thd_params dcp_u128
 )
 
