@@ -140,6 +140,8 @@ DCP_TEST(cp_siblings_with_different_tokens_fail_on_every_rank)
     for (int r = 0; r < 2; r++) {
         DCP_CHECK_STATUS(t.status[r], DCP_ERR_CORRUPT_INPUT);
         DCP_CHECK_CONTAINS(t.message[r], "CP siblings 0 and 1 hold sequences of the same lengths with different contents");
+        /* whole on both ranks, also where the rank's own message is quoted inside the agreement's */
+        DCP_CHECK_CONTAINS(t.message[r], "they must hold the same data");
     }
 }
 
