@@ -391,7 +391,7 @@ class CudaStepper:
         self._stepper.resync(next_call)
 
     def step(self, samples: Any, *, mtp_virtual_stages: int = 0,
-             fields: int | None = None, step_id: int = 0) -> TorchStepOutput:
+             fields: int | None = None, step_id: int = 0, plan: Any = None) -> TorchStepOutput:
         """One step on this rank.
 
         ``samples``: list of :class:`dcpack.Sample` (or dicts) whose fields are
@@ -400,7 +400,8 @@ class CudaStepper:
         memory (int32 CPU tensor or numpy array); or a :class:`dcpack.PackedSamples`
         of such tensors (the fast form: no Python work per sample); None on ranks
         that receive by TP broadcast.  ``step_id``: this step's number, compared
-        across ranks (0 = none).  Collective over the world communicator.
+        across ranks (0 = none).  ``plan``: a plan made ahead, as for
+        :meth:`dcpack.Stepper.step`.  Collective over the world communicator.
         """
         try:
             args = self.groups.args(mtp_virtual_stages, step_id)
@@ -412,7 +413,7 @@ class CudaStepper:
             self._stepper._count_lone_failure()
             raise
         raw = self._stepper._step(None, args, fields,
-                                  columns=lambda keep: self._columns(samples, fields, keep))
+                                  columns=lambda keep: self._columns(samples, fields, keep), plan=plan)
         return self._wrap(raw)
 
     def _columns(self, samples: Any, fields: int | None, keep: list[Any]):
