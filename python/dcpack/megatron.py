@@ -464,44 +464,48 @@ def _sets_total_tokens(config: Config) -> bool:
     return bool(padding and d["max_sequences_per_microbatch"] == 0)
 
 
-def _local_lengths(samples: Any) -> np.ndarray:
-    """The padded length of each sequence a PackedSamples hands the step, in order (what ``dcp_step`` gathers
-    of this rank): a one-sequence sample's tokens, a pre-packed sample's sub-samples (empty ones dropped)."""
-    counts = np.asarray(samples.num_tokens, dtype=np.int64)
-    ncu = samples.num_cu_seqlens
-    if ncu is None:
-        out = counts
+def _lengths_of_items(items: list[dict[str, Any]]) -> np.ndarray:
+    """The padded length of each sequence Megatron's samples hand the step, in order (what ``dcp_step`` gathers
+    of this rank): a one-sequence sample's ``padded_seq_len``, a pre-packed sample's sub-samples (``cu_seqlens``,
+    empty ones dropped).  Read on the host, before the samples are converted (see ``_samples_from_megatron``,
+    which checks them against the tensors)."""
+    import torch
+
+    prepacked = ["cu_seqlens" in item and "padded_seq_len" not in item for item in items]
+    if not any(prepacked):
+        out = np.asarray(_first_values([item["padded_seq_len"] for item in items]) if items else [], dtype=np.int64)
     else:
-        cu = np.asarray(samples.cu_seqlens, dtype=np.int64)
-        parts, at = [], 0
-        for i, k in enumerate(np.asarray(ncu).tolist()):
-            if k < 0:
-                parts.append(counts[i:i + 1])
+        parts = []
+        for item, packed in zip(items, prepacked):
+            if packed:
+                cu = item["cu_seqlens"].reshape(-1).to(device="cpu", dtype=torch.int64).numpy()
+                parts.append(np.diff(cu))
             else:
-                parts.append(np.diff(cu[at:at + k]))
-                at += k
-        out = np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
+                parts.append(np.asarray([int(item["padded_seq_len"].reshape(-1)[0].item())], dtype=np.int64))
+        out = np.concatenate(parts)
     return np.ascontiguousarray(out[out != 0], dtype=np.int32)
 
 
 class _Ahead:
-    """The next global batch, read one step early: its samples and the plan of its lengths (planned in a thread).
+    """The next global batch, read one step early: its samples (as the iterator gave them: converted at the step
+    they are for) and the plan of its lengths (planned in a thread).
 
-    ``error``: what reading or converting it raised (raised again at the step it was for, as without
-    plan-ahead).  A failed gather or plan leaves ``plan`` None: the step then plans the batch itself and
-    raises the same error, agreed over every rank.
+    ``error``: what reading it raised (raised again at the step it was for, as without plan-ahead).  A
+    failed gather or plan leaves ``plan`` None: the step then plans the batch itself and raises the same
+    error, agreed over every rank.
     """
 
-    __slots__ = ("samples", "plan", "error", "plan_error", "thread", "plan_ns", "wait_ns")
+    __slots__ = ("items", "plan", "error", "plan_error", "thread", "plan_ns", "wait_ns", "gather_ns")
 
     def __init__(self) -> None:
-        self.samples = None
+        self.items: list[dict[str, Any]] = []
         self.plan = None
         self.error: BaseException | None = None
         self.plan_error: BaseException | None = None
         self.thread: threading.Thread | None = None
         self.plan_ns = 0
         self.wait_ns = 0
+        self.gather_ns = 0
 
     def start(self, planner: Planner, lengths: np.ndarray) -> None:
         def run() -> None:
@@ -579,8 +583,11 @@ class DataPath:
     when plan_ahead is on) and plans them on a thread of its own while the
     trainer trains on the current batch; the next call hands that plan to the
     step.  The microbatches are the same, bit for bit, in the same order.
-    The next batch's samples are held (on the device) a step early, and one
-    batch more is read from the iterator than the trainer consumes.
+    The next batch's samples are held as the iterator gave them a call early
+    (moved to the device at the call that steps them), and one batch more is
+    read from the iterator than the trainer consumes.  A plan that fails (or
+    a gather) leaves the step to plan the batch itself, which then raises the
+    same error on every rank.
     ``last_plan_ahead`` says how long the last plan took on its thread and
     how long the step waited for it.
     """
@@ -609,8 +616,10 @@ class DataPath:
         self.mtp_virtual_stages = mtp_virtual_stages
         self.last_output = None
         self.last_plan_ahead: dict[str, float] | None = None
-        """With plan_ahead: {"plan_ms": the last plan on its thread, "wait_ms": what the step waited for it,
-        "gather_ms": the gather of the next batch's lengths}."""
+        """With plan_ahead, of the batch the last call stepped: {"gather_ms": the gather of its lengths (a call
+        earlier), "plan_ms": its planning on the thread, "wait_ms": what the call waited for that thread,
+        "planned": whether a plan was handed to the step (False: the gather or the plan failed, the step
+        planned itself)}; None before the first batch read ahead is stepped."""
         self._total_tokens_set = _sets_total_tokens(config)
         self._ahead: _Ahead | None = None
         self._batches = 0
@@ -626,37 +635,36 @@ class DataPath:
     def _lone_failure(self) -> None:
         (self.stepper if self._host else self.stepper._stepper)._count_lone_failure()
 
-    def _read(self, source: Any, num_microbatches: int) -> Any:
-        """The DP rank's samples of one global batch, as one PackedSamples on the device."""
+    @staticmethod
+    def _items(source: Any, num_microbatches: int) -> list[dict[str, Any]]:
+        """The DP rank's samples of one global batch, as the data iterator gives them."""
         items: list[dict[str, Any]] = []
         for _ in range(num_microbatches):
             item = next(source)
             items.extend(item if isinstance(item, list) else [item])
-        return _samples_from_megatron(items, self.device)
+        return items
 
     def _read_ahead(self, source: Any, num_microbatches: int) -> _Ahead:
         """Read the next global batch, gather its lengths and start planning them (see the class)."""
         ahead = _Ahead()
         self._batches += 1
         try:
-            ahead.samples = self._read(source, num_microbatches)
-            lengths = _local_lengths(ahead.samples)
-        except InvalidArgumentError as e:
-            ahead.error = e
-            lengths = np.empty(0, dtype=np.int32)  # still take part in the gather: the peers are in it
+            ahead.items = self._items(source, num_microbatches)
         except BaseException as e:  # noqa: BLE001 - the iterator's end or failure: raised at the next call
             ahead.error = e
             return ahead
+        try:
+            lengths = _lengths_of_items(ahead.items)
+        except Exception:  # noqa: BLE001 - malformed samples: the next call's conversion raises as without
+            lengths = np.empty(0, dtype=np.int32)  # plan-ahead; this rank still takes part in the gather
         t0 = time.perf_counter_ns()
         try:
             global_lengths, _ = self._planner.gather(self._dp_comm, lengths, step_id=self._batches)
         except Exception as e:  # noqa: BLE001 - agreed over the DP ranks: every rank steps without a plan
             ahead.plan_error = e
             return ahead
-        gather_ns = time.perf_counter_ns() - t0
-        if ahead.error is None:
-            ahead.start(self._planner, global_lengths)
-        self.last_plan_ahead = {"gather_ms": gather_ns / 1e6, "plan_ms": 0.0, "wait_ms": 0.0}
+        ahead.gather_ns = time.perf_counter_ns() - t0
+        ahead.start(self._planner, global_lengths)
         return ahead
 
     def wrap_data_iterator(self, data_iterator: Any, config: Any, num_microbatches: int,
@@ -675,22 +683,23 @@ class DataPath:
             if ahead is None:
                 if self.plan_ahead:
                     self._batches += 1
-                try:
-                    samples = self._read(source, num_microbatches)
-                except InvalidArgumentError:
-                    # refused before the step: counted as this rank's failed step, as the stepper counts a
-                    # refused input, so the ranks' next step is an OutOfStepError on every rank
-                    self._lone_failure()
-                    raise
+                items = self._items(source, num_microbatches)
             else:
                 ahead.join()
-                if self.last_plan_ahead is not None:
-                    self.last_plan_ahead.update(plan_ms=ahead.plan_ns / 1e6, wait_ms=ahead.wait_ns / 1e6)
+                self.last_plan_ahead = {"gather_ms": ahead.gather_ns / 1e6, "plan_ms": ahead.plan_ns / 1e6,
+                                        "wait_ms": ahead.wait_ns / 1e6, "planned": ahead.plan is not None}
                 if ahead.error is not None:
-                    if isinstance(ahead.error, InvalidArgumentError):
-                        self._lone_failure()  # as without plan-ahead (above)
-                    raise ahead.error
-                samples, plan = ahead.samples, ahead.plan
+                    raise ahead.error  # the iterator's, as without plan-ahead
+                items, plan = ahead.items, ahead.plan
+                del ahead
+            try:
+                samples = _samples_from_megatron(items, self.device)
+            except InvalidArgumentError:
+                # refused before the step: counted as this rank's failed step, as the stepper counts a
+                # refused input, so the ranks' next step is an OutOfStepError on every rank
+                self._lone_failure()
+                raise
+            del items
         if self._host:
             args = dataclasses.replace(self.groups, mtp_virtual_stages=self.mtp_virtual_stages)
             out = self.stepper.step(samples, args, plan=plan)
