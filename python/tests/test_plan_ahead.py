@@ -149,3 +149,34 @@ def test_matches_and_argument_errors():
     with pytest.raises(dcpack.StaleViewError):
         stepper.step([], world=world.comm(0), plan=plan)
     assert stepper.calls == 2  # both refusals counted as this rank's failed steps
+
+
+def test_a_changed_plan_does_not_match():
+    cfg = config("dynamic_cp")
+    lengths = np.asarray(batches(40, 1)[0]["padded"], dtype=np.int32)
+    copy = dcpack.Planner(cfg).plan(lengths).copy()
+    ids = copy.ids
+    ids.flags.writeable = True  # the copy owns its arrays
+    ids[[0, 1]] = ids[[1, 0]]
+    assert not copy.matches(lengths)
+
+
+def test_gather_errors_are_agreed_over_the_dp_ranks():
+    """A negative length on DP rank 1 only: BadLengthError on both ranks; the planners then gather again."""
+    cfg = config("dynamic_cp", context_parallel_size=1)
+    cluster = dcpack.InprocCluster(cfg, timeout_ms=30000)
+
+    def rank(w):
+        planner = dcpack.Planner(cfg.replace(max_tokens_per_rank=0))
+        comm = cluster.data_parallel(w)
+        try:
+            planner.gather(comm, [64, -8] if w == 1 else [64, 128], step_id=1)
+            first = None
+        except dcpack.Error as e:
+            first = e
+        g, offsets = planner.gather(comm, [64 * (w + 1), 128], step_id=2)
+        return first, g.tolist(), offsets.tolist()
+
+    for first, g, offsets in cluster.run(rank):
+        assert isinstance(first, dcpack.BadLengthError), first
+        assert g == [64, 128, 128, 128] and offsets == [0, 2, 4]
