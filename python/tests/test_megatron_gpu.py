@@ -290,7 +290,8 @@ def time_paths(env, scheduler, options):
                         ahead_stats.append(dict(ahead_path.last_plan_ahead))
             if name == "megatron":
                 want = (outs, num, ssum, sq)
-            elif rep == 0 or name == "dcpack_plan_ahead":  # every run of the path planned ahead: its plan was made ahead
+            elif rep == 0 or name == "dcpack_plan_ahead":  # every run planning ahead (from run 1 on, with a plan
+                # made ahead) is checked too
                 diffs += differences(want, (outs, num, ssum, sq), f"bench {name} run {rep}")
             del outs, iters
     profile = None
