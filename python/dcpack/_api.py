@@ -577,6 +577,26 @@ class Plan:
             raise InvalidArgumentError("this plan came from a step: pass the global batch's lengths")
         return self._lengths
 
+    def matches(self, lengths: Any = None) -> bool:
+        """``dcp_plan_matches()``: whether this is the plan the planner made of exactly ``lengths``
+        (default: the lengths it planned) under its configuration.
+
+        A plan made ahead is handed to :meth:`dcpack.Stepper.step` (``plan=``), which makes this
+        check on every rank against the lengths it gathers; ``matches`` makes it locally first.
+        False for other lengths (another batch, a reordered one) and for a plan whose arrays were
+        changed.  A plan a step returned was not made by ``plan()``'s planner: check it with
+        :meth:`validate` instead.
+        """
+        self._check()
+        lengths = self._lengths_for(lengths)
+        arr = lengths if lengths.size else _EMPTY_LENGTHS
+        return bool(self._ctx.plan_matches(self._desc, _address(arr), lengths.size))
+
+    def _step_descriptor(self) -> tuple:
+        """The descriptor a step reads (dcp_step_args.plan); raises StaleViewError for a stale view."""
+        self._check()
+        return self._desc
+
     def stats(self, lengths: Any = None) -> PlanStats:
         """``dcp_plan_stats_compute()`` under the planner's cost model and the planned lengths
         (or ``lengths``, which a step's plan needs)."""
@@ -633,7 +653,9 @@ class Planner:
 
     ``Planner(config)`` or ``Planner(**config_fields)``.  One call at a time:
     a planner used from two threads at once raises InvalidArgumentError in the
-    second instead of racing.  The GIL is released while the library plans.
+    second instead of racing.  The GIL is released while the library plans
+    (and gathers), so :meth:`plan` on one thread runs while another thread
+    steps a :class:`dcpack.Stepper` (planning a step ahead, docs/python.md).
     """
 
     def __init__(self, config: Config | None = None, **fields: Any) -> None:
@@ -688,6 +710,36 @@ class Planner:
             arr = _EMPTY_LENGTHS
         desc = self._ctx.plan(_address(arr), arr.size if arr is not _EMPTY_LENGTHS else 0)
         return Plan(self._ctx, self._ctx.generation, desc, arr)
+
+    def gather(self, comm: Any, lengths: Any, *, step_id: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """``dcp_gather()``: this rank's sequence lengths -> the global list over a DP communicator.
+
+        ``comm``: a communicator of ``data_parallel_size`` ranks, one of each DP
+        rank (the batch a step gathers over its DPxCP group: CP siblings hold
+        the same samples).  Collective: every rank of ``comm`` calls it, with
+        the padded length of each sequence it will hand the step, in order
+        (zero-length entries are dropped).  ``step_id`` (0 = none) is compared
+        across ranks with the planner's call count, as a step's is.  Returns
+        ``(global_lengths, rank_offsets)``, int32 copies (the first global id
+        of each DP rank, ``comm.size + 1`` entries).  Errors are agreed over
+        ``comm``: every rank raises the same dcpack.Error subclass.
+
+        This is step 1 of planning a step ahead (docs/python.md): gather the
+        next batch's lengths on the training thread, then :meth:`plan` them on
+        another thread while the current step trains, and hand the plan to
+        ``Stepper.step(..., plan=...)``.
+        """
+        arr = as_lengths(lengths)
+        n = arr.size
+        if n == 0:
+            arr = _EMPTY_LENGTHS  # a real pointer: the library refuses NULL input
+        sid = _check_int("step_id", step_id, 0, (1 << 64) - 1, error=InvalidArgumentError)
+        address, num, offsets = self._ctx.gather(comm, sid, _address(arr), n)
+        size = comm.size
+        global_lengths = (np.array(_view(address, num, "int32", None), dtype=np.int32, copy=True)
+                          if num else np.empty(0, dtype=np.int32))
+        rank_offsets = np.array(_view(offsets, size + 1, "int32", None), dtype=np.int32, copy=True)
+        return global_lengths, rank_offsets
 
     def close(self) -> None:
         """Destroy the context now (views of it go stale; it is otherwise released when collected)."""

@@ -11,7 +11,8 @@ HAVE_CUDA: int
 HAVE_NCCL: int
 
 class PlanDescriptor(tuple[int, ...]):
-    """A dcp_plan as a struct sequence (a named tuple): counts, the five arrays' addresses, capacities."""
+    """A dcp_plan as a struct sequence (a named tuple): counts, the five arrays' addresses, capacities,
+    config digest and seal (dcp_plan_matches and a plan handed to a step check them)."""
     __match_args__: tuple[str, ...]
     num_ranks: int
     num_microbatches: int
@@ -25,6 +26,8 @@ class PlanDescriptor(tuple[int, ...]):
     max_microbatches: int
     max_groups: int
     max_ids: int
+    config_digest: int
+    seal: int
     def __new__(cls, values: Sequence[int | None]) -> PlanDescriptor: ...
 
 class World:
@@ -57,10 +60,13 @@ class Context:
     def plan(self, lengths: int, n: int) -> PlanDescriptor: ...
     def stats(self, plan: PlanDescriptor, lengths: int, n: int) -> dict[str, int]: ...
     def validate(self, plan: PlanDescriptor, lengths: int, n: int) -> dict[str, Any] | None: ...
+    def plan_matches(self, plan: PlanDescriptor, lengths: int, n: int) -> bool: ...
+    def gather(self, comm: Comm, step_id: int, lengths: int, n: int) -> tuple[int | None, int, int | None]:
+        """dcp_gather -> (address of the global lengths, their count, address of the rank offsets)."""
     def step(self, *, world: Comm, data_context_parallel: Comm | None = ..., tensor_parallel: Comm | None = ...,
              pipeline_rank: int = ..., mtp_virtual_stages: int = ..., tp_ranks_hold_data: int = ...,
              cuda_stream: int | None = ..., fields: int = ..., samples: dict[str, Any] | None = ...,
-             step_id: int | None = ...) -> dict[str, Any]:
+             step_id: int | None = ..., plan: PlanDescriptor | None = ...) -> dict[str, Any]:
         """samples: the sample table in columns ({"num_samples": n, "num_tokens": address of int64[n],
         "tokens"/"labels"/"loss_mask"/"position_ids"/"cu_seqlens": addresses of uint64[n] per-sample addresses,
         "num_cu_seqlens": int32[n] (-1: one-sequence sample), "original_length": int32[n]}).  Returns

@@ -142,6 +142,10 @@ class InprocCluster:
         self._world = InprocWorld(self.size, timeout_ms * 4)
         self._lanes = [InprocWorld(self.n, timeout_ms) for _ in range(self.pp * self.tp)]
         self._tps = [InprocWorld(self.tp, timeout_ms * 2) for _ in range(self.pp * self.n)]
+        self.dp, self.cp = d["data_parallel_size"], d["context_parallel_size"]
+        self._timeout_ms = timeout_ms
+        self._dps: list[InprocWorld] | None = None  # made on first use (data_parallel)
+        self._dps_lock = threading.Lock()
 
     def coordinates(self, world_rank: int) -> tuple[int, int, int]:
         """(dpxcp rank, tp rank, pp stage) of a world rank."""
@@ -162,6 +166,20 @@ class InprocCluster:
             tp_ranks_hold_data=self.tp_ranks_hold_data,
             holds_data=holds,
         )
+
+    def data_parallel(self, world_rank: int) -> Comm | None:
+        """The DP communicator of a world rank that holds data (None for one that does not): the
+        ``data_parallel_size`` ranks of its (PP stage, TP rank, CP rank), ranked by DP rank, what
+        :meth:`dcpack.Planner.gather` gathers a batch's lengths over when a step is planned ahead."""
+        if not 0 <= world_rank < self.size:
+            raise InvalidArgumentError(f"world rank {world_rank} outside [0, {self.size})")
+        dpxcp, tp, pp = self.coordinates(world_rank)
+        if not (self.tp_ranks_hold_data or tp == 0):
+            return None
+        with self._dps_lock:
+            if self._dps is None:
+                self._dps = [InprocWorld(self.dp, self._timeout_ms) for _ in range(self.pp * self.tp * self.cp)]
+        return self._dps[(pp * self.tp + tp) * self.cp + dpxcp % self.cp].comm(dpxcp // self.cp)
 
     def run(self, fn: Callable[[int], Any], *, return_exceptions: bool = False) -> list[Any]:
         """Run ``fn(world_rank)`` on one thread per rank; return the results by rank.
@@ -665,15 +683,25 @@ class Stepper:
         self._ctx.resync(_check_uint64("next_call", next_call))
 
     def step(self, samples: Sequence[Any] | None, args: StepArgs | None = None, *,
-             fields: int | None = None, step_id: int | None = None, **kwargs: Any) -> StepOutput:
+             fields: int | None = None, step_id: int | None = None, plan: Plan | None = None,
+             **kwargs: Any) -> StepOutput:
         """One step on this rank; returns a :class:`StepOutput` view (valid until the next step).
 
         ``args`` is a :class:`StepArgs`, or give its fields as keywords
         (``world=..., data_context_parallel=..., pipeline_rank=...``).
         ``fields``: the FIELD_* set every sample carries (default: the fields
         present in the samples).  ``step_id``: this step's number, compared
-        across ranks (default: ``args.step_id``; 0 = none).  Errors are agreed
-        over the world: every rank raises the same dcpack.Error subclass.
+        across ranks (default: ``args.step_id``; 0 = none).  ``plan``: this
+        step's plan, made ahead by :meth:`dcpack.Planner.plan` on a planner of
+        the same configuration (``max_tokens_per_rank`` may differ) from the
+        lengths :meth:`dcpack.Planner.gather` gathered (``dcp_step_args.plan``):
+        the step then does not plan, it checks on every rank that this is the
+        plan of the lengths it gathers and copies it, so the planner may plan
+        again as soon as ``step()`` returns.  A plan of other lengths or of
+        another configuration, on any one rank, raises InvalidArgumentError on
+        every rank (never a batch cut by another plan).  Ignored on ranks that
+        receive by broadcast.  Errors are agreed over the world: every rank
+        raises the same dcpack.Error subclass.
         """
         try:
             if args is None:
@@ -684,7 +712,7 @@ class Stepper:
         except BaseException:
             self._count_lone_failure()
             raise
-        return self._wrap_host(self._step(samples, args, fields, step_id=step_id))
+        return self._wrap_host(self._step(samples, args, fields, step_id=step_id, plan=plan))
 
     def _count_lone_failure(self) -> None:
         """Count a step refused in Python, before the library saw it, on the context.
@@ -700,7 +728,8 @@ class Stepper:
             pass
 
     def _step(self, samples: Any, args: StepArgs, fields: int | None, step_id: int | None = None,
-              columns: Callable[[list[Any]], tuple[dict[str, Any], int | None]] | None = None) -> dict[str, Any]:
+              columns: Callable[[list[Any]], tuple[dict[str, Any], int | None]] | None = None,
+              plan: Plan | None = None) -> dict[str, Any]:
         """Check the arguments, build the sample table, call the binding; -> its result dict.
 
         ``columns(keep)``, when given, builds the sample table instead of ``samples``
@@ -731,6 +760,10 @@ class Stepper:
                 if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _I32[1]:
                     raise InvalidArgumentError(f"{name} must be a non-negative int, got {v!r}")
             sid = _check_uint64("step_id", args.step_id if step_id is None else step_id)
+            if plan is not None and not isinstance(plan, Plan):
+                raise InvalidArgumentError(f"plan must be a dcpack.Plan or None, got {type(plan).__name__}")
+            desc = plan._step_descriptor() if plan is not None else None
+            keep.append(plan)  # its arrays are read during the call
         except BaseException:
             self._count_lone_failure()
             raise
@@ -740,7 +773,7 @@ class Stepper:
                              tensor_parallel=args.tensor_parallel, pipeline_rank=args.pipeline_rank,
                              mtp_virtual_stages=args.mtp_virtual_stages,
                              tp_ranks_hold_data=int(bool(args.tp_ranks_hold_data)), cuda_stream=args.cuda_stream,
-                             fields=int(fields), samples=table, step_id=sid)
+                             fields=int(fields), samples=table, step_id=sid, plan=desc)
         self.last_step_ns = time.perf_counter_ns() - t0
         del keep
         return raw

@@ -24,8 +24,11 @@ Megatron or torch.
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import threading
+import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -461,6 +464,91 @@ def _sets_total_tokens(config: Config) -> bool:
     return bool(padding and d["max_sequences_per_microbatch"] == 0)
 
 
+def _lengths_of_items(items: list[dict[str, Any]]) -> np.ndarray:
+    """The padded length of each sequence Megatron's samples hand the step, in order (what ``dcp_step`` gathers
+    of this rank): a one-sequence sample's ``padded_seq_len``, a pre-packed sample's sub-samples (``cu_seqlens``,
+    empty ones dropped).  Read on the host, before the samples are converted (see ``_samples_from_megatron``,
+    which checks them against the tensors)."""
+    import torch
+
+    prepacked = ["cu_seqlens" in item and "padded_seq_len" not in item for item in items]
+    if not any(prepacked):
+        out = np.asarray(_first_values([item["padded_seq_len"] for item in items]) if items else [], dtype=np.int64)
+    else:
+        parts = []
+        for item, packed in zip(items, prepacked):
+            if packed:
+                cu = item["cu_seqlens"].reshape(-1).to(device="cpu", dtype=torch.int64).numpy()
+                parts.append(np.diff(cu))
+            else:
+                parts.append(np.asarray([int(item["padded_seq_len"].reshape(-1)[0].item())], dtype=np.int64))
+        out = np.concatenate(parts)
+    return np.ascontiguousarray(out[out != 0], dtype=np.int32)
+
+
+class _Ahead:
+    """The next global batch, read one step early: its samples (as the iterator gave them: converted at the step
+    they are for) and the plan of its lengths (planned in a thread).
+
+    ``error``: what reading it raised (raised again at the step it was for, as without plan-ahead).  A
+    failed gather or plan leaves ``plan`` None: the step then plans the batch itself and raises the same
+    error, agreed over every rank.
+    """
+
+    __slots__ = ("items", "plan", "error", "plan_error", "thread", "plan_ns", "wait_ns", "gather_ns")
+
+    def __init__(self) -> None:
+        self.items: list[dict[str, Any]] = []
+        self.plan = None
+        self.error: BaseException | None = None
+        self.plan_error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+        self.plan_ns = 0
+        self.wait_ns = 0
+        self.gather_ns = 0
+
+    def start(self, planner: Planner, lengths: np.ndarray) -> None:
+        def run() -> None:
+            t0 = time.perf_counter_ns()
+            try:
+                self.plan = planner.plan(lengths)  # the GIL is released while the library plans
+            except BaseException as e:  # noqa: BLE001 - the step plans itself and agrees the error
+                self.plan_error = e
+            self.plan_ns = time.perf_counter_ns() - t0
+
+        self.thread = threading.Thread(target=run, name="dcpack-plan-ahead", daemon=True)
+        self.thread.start()
+
+    def join(self) -> None:
+        if self.thread is not None:
+            t0 = time.perf_counter_ns()
+            self.thread.join()
+            self.wait_ns = time.perf_counter_ns() - t0
+            self.thread = None
+
+
+class _HostMicrobatch:
+    """A host step's microbatch with its arrays as CPU tensors (zero copy), as DataPath reads a TorchMicrobatch."""
+
+    __slots__ = ("_tensors", "num_tokens", "max_seqlen", "local_cp_size", "cp_rank")
+
+    def __init__(self, mb: Any) -> None:
+        import torch
+
+        tensors = {}
+        with warnings.catch_warnings():  # the views are read-only numpy arrays; the tensors are read only
+            warnings.simplefilter("ignore", UserWarning)
+            for k in ("tokens", "labels", "loss_mask", "position_ids", "padding_mask", "cu_seqlens",
+                      "cu_seqlens_padded"):
+                a = mb._arrays[k]
+                tensors[k] = None if a is None else torch.from_numpy(a)
+        tensors["cu_seqlens_host"] = tensors["cu_seqlens"]
+        tensors["cu_seqlens_padded_host"] = tensors["cu_seqlens_padded"]
+        self._tensors = tensors
+        self.num_tokens, self.max_seqlen = mb.num_tokens, mb.max_seqlen
+        self.local_cp_size, self.cp_rank = mb.local_cp_size, mb.cp_rank
+
+
 class DataPath:
     """Megatron-LM's sequence-packing data path through ``dcp_step`` (Level 2).
 
@@ -477,23 +565,107 @@ class DataPath:
     Megatron's arguments.  ``groups``: a dcpack.torch.NcclGroups (default:
     ``NcclGroups.from_megatron(config)``).
 
+    ``groups`` may also be a :class:`dcpack.StepArgs` (e.g.
+    ``InprocCluster.args(rank)``): the step then runs on the host with a
+    :class:`dcpack.Stepper` and the microbatches are CPU tensors, the same
+    values (tests, CPU-only runs).
+
     Outputs are views of dcpack's output block, valid until the next
     ``wrap_data_iterator`` call: Megatron consumes a global batch's
     microbatches before it fetches the next one.
+
+    ``plan_ahead=True`` plans each global batch a step early (docs/python.md,
+    planning a step ahead): after a step, ``wrap_data_iterator`` reads the
+    next global batch from the data iterator (the same number of
+    microbatches), gathers its lengths over the DP communicator
+    (``data_parallel``; default ``groups.data_parallel``, which
+    ``NcclGroups(..., data_parallel=True)`` makes and the default groups make
+    when plan_ahead is on) and plans them on a thread of its own while the
+    trainer trains on the current batch; the next call hands that plan to the
+    step.  The microbatches are the same, bit for bit, in the same order.
+    The next batch's samples are held as the iterator gave them a call early
+    (moved to the device at the call that steps them), and one batch more is
+    read from the iterator than the trainer consumes.  A plan that fails (or
+    a gather) leaves the step to plan the batch itself, which then raises the
+    same error on every rank.
+    ``last_plan_ahead`` says how long the last plan took on its thread and
+    how long the step waited for it.
     """
 
-    def __init__(self, config: Config, groups: Any = None, mtp_virtual_stages: int = 0) -> None:
+    def __init__(self, config: Config, groups: Any = None, mtp_virtual_stages: int = 0, *,
+                 plan_ahead: bool = False, data_parallel: Any = None) -> None:
         import torch
 
-        from . import torch as dt
+        from ._step import StepArgs, Stepper
 
         self.config = config
-        self.groups = groups if groups is not None else dt.NcclGroups.from_megatron(config)
-        self.stepper = dt.CudaStepper(config, self.groups)
-        self.device = torch.device("cuda", self.groups.device)
+        self.plan_ahead = bool(plan_ahead)
+        if isinstance(groups, StepArgs):
+            self.groups = groups
+            self.stepper = Stepper(config)
+            self.device = torch.device("cpu")
+            self._host = True
+        else:
+            from . import torch as dt
+
+            self.groups = groups if groups is not None else dt.NcclGroups.from_megatron(
+                config, data_parallel=self.plan_ahead)
+            self.stepper = dt.CudaStepper(config, self.groups)
+            self.device = torch.device("cuda", self.groups.device)
+            self._host = False
         self.mtp_virtual_stages = mtp_virtual_stages
         self.last_output = None
+        self.last_plan_ahead: dict[str, float] | None = None
+        """With plan_ahead, of the batch the last call stepped: {"gather_ms": the gather of its lengths (a call
+        earlier), "plan_ms": its planning on the thread, "wait_ms": what the call waited for that thread,
+        "planned": whether a plan was handed to the step (False: the gather or the plan failed, the step
+        planned itself)}; None before the first batch read ahead is stepped."""
         self._total_tokens_set = _sets_total_tokens(config)
+        self._ahead: _Ahead | None = None
+        self._batches = 0
+        self._planner: Planner | None = None
+        self._dp_comm = None
+        if self.plan_ahead and self.groups.holds_data:
+            self._dp_comm = data_parallel if data_parallel is not None else getattr(self.groups, "data_parallel", None)
+            if self._dp_comm is None:
+                raise InvalidArgumentError("plan_ahead needs a DP communicator: pass data_parallel= or groups with "
+                                           "data_parallel (NcclGroups(..., data_parallel=True))")
+            self._planner = Planner(config.replace(max_tokens_per_rank=0))
+
+    def _lone_failure(self) -> None:
+        (self.stepper if self._host else self.stepper._stepper)._count_lone_failure()
+
+    @staticmethod
+    def _items(source: Any, num_microbatches: int) -> list[dict[str, Any]]:
+        """The DP rank's samples of one global batch, as the data iterator gives them."""
+        items: list[dict[str, Any]] = []
+        for _ in range(num_microbatches):
+            item = next(source)
+            items.extend(item if isinstance(item, list) else [item])
+        return items
+
+    def _read_ahead(self, source: Any, num_microbatches: int) -> _Ahead:
+        """Read the next global batch, gather its lengths and start planning them (see the class)."""
+        ahead = _Ahead()
+        self._batches += 1
+        try:
+            ahead.items = self._items(source, num_microbatches)
+        except BaseException as e:  # noqa: BLE001 - the iterator's end or failure: raised at the next call
+            ahead.error = e
+            return ahead
+        try:
+            lengths = _lengths_of_items(ahead.items)
+        except Exception:  # noqa: BLE001 - malformed samples: the next call's conversion raises as without
+            lengths = np.empty(0, dtype=np.int32)  # plan-ahead; this rank still takes part in the gather
+        t0 = time.perf_counter_ns()
+        try:
+            global_lengths, _ = self._planner.gather(self._dp_comm, lengths, step_id=self._batches)
+        except Exception as e:  # noqa: BLE001 - agreed over the DP ranks: every rank steps without a plan
+            ahead.plan_error = e
+            return ahead
+        ahead.gather_ns = time.perf_counter_ns() - t0
+        ahead.start(self._planner, global_lengths)
+        return ahead
 
     def wrap_data_iterator(self, data_iterator: Any, config: Any, num_microbatches: int,
                            pg_collection: Any = None) -> tuple[Any, int, float, float]:
@@ -503,24 +675,41 @@ class DataPath:
         if isinstance(source, list):
             source = next((d for d in source if d is not None), None)
         samples = None
+        plan = None
         if self.groups.holds_data:
             if source is None:
                 raise ValueError("this rank holds data but its data_iterator is None")
-            device = self.device
-            items: list[dict[str, Any]] = []
-            for _ in range(num_microbatches):
-                item = next(source)
-                items.extend(item if isinstance(item, list) else [item])
+            ahead, self._ahead = self._ahead, None
+            if ahead is None:
+                if self.plan_ahead:
+                    self._batches += 1
+                items = self._items(source, num_microbatches)
+            else:
+                ahead.join()
+                self.last_plan_ahead = {"gather_ms": ahead.gather_ns / 1e6, "plan_ms": ahead.plan_ns / 1e6,
+                                        "wait_ms": ahead.wait_ns / 1e6, "planned": ahead.plan is not None}
+                if ahead.error is not None:
+                    raise ahead.error  # the iterator's, as without plan-ahead
+                items, plan = ahead.items, ahead.plan
+                del ahead
             try:
-                samples = _samples_from_megatron(items, device)
+                samples = _samples_from_megatron(items, self.device)
             except InvalidArgumentError:
                 # refused before the step: counted as this rank's failed step, as the stepper counts a
                 # refused input, so the ranks' next step is an OutOfStepError on every rank
-                self.stepper._stepper._count_lone_failure()
+                self._lone_failure()
                 raise
-        out = self.stepper.step(samples, mtp_virtual_stages=self.mtp_virtual_stages)
+            del items
+        if self._host:
+            args = dataclasses.replace(self.groups, mtp_virtual_stages=self.mtp_virtual_stages)
+            out = self.stepper.step(samples, args, plan=plan)
+        else:
+            out = self.stepper.step(samples, mtp_virtual_stages=self.mtp_virtual_stages, plan=plan)
+        del plan
         self.last_output = out
         mbs = out.microbatches  # checks the output is current, once
+        if self._host:
+            mbs = [_HostMicrobatch(mb) for mb in mbs]
         seq_idx = _seq_idx_all(mbs, self.device) if self._total_tokens_set else [None] * len(mbs)
         batches_all = []
         for mb, idx in zip(mbs, seq_idx):
@@ -541,6 +730,8 @@ class DataPath:
                 "seq_idx": idx,
             })
         nm = out.num_microbatches
+        if self._planner is not None:  # the next global batch: read, gathered, planned while this one trains
+            self._ahead = self._read_ahead(source, num_microbatches)
         per_stage = [iter(batches_all[v * nm:(v + 1) * nm]) for v in range(vpp)]
         iterators: Any = per_stage if vpp > 1 else per_stage[0]
         return iterators, out.num_microbatches, float(out.seqlen_sum), float(out.seqlen_squared_sum)

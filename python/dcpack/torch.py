@@ -126,12 +126,18 @@ class NcclGroups:
     hold every rank of the step), split into the DPxCP communicator of this
     rank's (pp, tp) lane, ranked by ``dp_cp_rank`` (= dp_rank * CP + cp_rank),
     and the TP communicator of its (pp, dpxcp) position, ranked by ``tp_rank``
-    (only when TP > 1 and only TP rank 0 holds data).  :meth:`from_megatron`
-    reads the coordinates from Megatron-LM's parallel_state.
+    (only when TP > 1 and only TP rank 0 holds data).  ``data_parallel=True``
+    also splits the DP communicator of a rank that holds data
+    (:attr:`data_parallel`: the DP ranks of its (pp, tp, cp) position, ranked
+    by DP rank), over which :meth:`dcpack.Planner.gather` gathers the next
+    batch's lengths when steps are planned ahead; give the same value on every
+    rank.  :meth:`from_megatron` reads the coordinates from Megatron-LM's
+    parallel_state.
     """
 
     def __init__(self, config: Config, *, dp_cp_rank: int, tp_rank: int = 0, pp_rank: int = 0, group: Any = None,
-                 device: Any = None, tp_ranks_hold_data: bool = False, timeout_ms: int = 600000) -> None:
+                 device: Any = None, tp_ranks_hold_data: bool = False, timeout_ms: int = 600000,
+                 data_parallel: bool = False) -> None:
         _require_cuda_build()
         d = config.to_dict()
         n = _core.config_validate(d)
@@ -155,6 +161,11 @@ class NcclGroups:
         # the TP split only where TP communicators are used: the same decision on every rank (configuration)
         use_tp = not self.tp_ranks_hold_data and tp > 1
         self.tensor_parallel = self.world.split(pp_rank * n + dp_cp_rank, tp_rank) if use_tp else None
+        self.data_parallel = None
+        if data_parallel:  # the same decision on every rank (an argument every rank gives alike)
+            cp = d["context_parallel_size"]
+            color = (pp_rank * tp + tp_rank) * cp + dp_cp_rank % cp if self.holds_data else -1
+            self.data_parallel = self.world.split(color, dp_cp_rank // cp)
 
     @classmethod
     def from_megatron(cls, config: Config, **kwargs: Any) -> NcclGroups:
@@ -174,7 +185,7 @@ class NcclGroups:
 
     def close(self) -> None:
         """Destroy the NCCL communicators dcpack created."""
-        for c in (self.tensor_parallel, self.data_context_parallel, self.world):
+        for c in (self.data_parallel, self.tensor_parallel, self.data_context_parallel, self.world):
             if c is not None:
                 c.close()
 
@@ -391,7 +402,7 @@ class CudaStepper:
         self._stepper.resync(next_call)
 
     def step(self, samples: Any, *, mtp_virtual_stages: int = 0,
-             fields: int | None = None, step_id: int = 0) -> TorchStepOutput:
+             fields: int | None = None, step_id: int = 0, plan: Any = None) -> TorchStepOutput:
         """One step on this rank.
 
         ``samples``: list of :class:`dcpack.Sample` (or dicts) whose fields are
@@ -400,7 +411,8 @@ class CudaStepper:
         memory (int32 CPU tensor or numpy array); or a :class:`dcpack.PackedSamples`
         of such tensors (the fast form: no Python work per sample); None on ranks
         that receive by TP broadcast.  ``step_id``: this step's number, compared
-        across ranks (0 = none).  Collective over the world communicator.
+        across ranks (0 = none).  ``plan``: a plan made ahead, as for
+        :meth:`dcpack.Stepper.step`.  Collective over the world communicator.
         """
         try:
             args = self.groups.args(mtp_virtual_stages, step_id)
@@ -412,7 +424,7 @@ class CudaStepper:
             self._stepper._count_lone_failure()
             raise
         raw = self._stepper._step(None, args, fields,
-                                  columns=lambda keep: self._columns(samples, fields, keep))
+                                  columns=lambda keep: self._columns(samples, fields, keep), plan=plan)
         return self._wrap(raw)
 
     def _columns(self, samples: Any, fields: int | None, keep: list[Any]):

@@ -172,6 +172,63 @@ static PyObject *Context_validate(PyObject *o, PyObject *args)
                          "id", v.id, "message", v.message);
 }
 
+/* plan_matches(plan, lengths_address, n) -> True, or False when the plan is not the plan of these lengths
+   under this context's configuration (dcp_plan_matches; the reason in last_error()). */
+static PyObject *Context_plan_matches(PyObject *o, PyObject *args)
+{
+    ContextObject *self = (ContextObject *)o;
+    dcp_plan plan;
+    const int32_t *lengths;
+    int32_t n;
+    if (plan_call_enter(self, args, &plan, &lengths, &n) < 0) return NULL;
+    dcp_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = dcp_plan_matches(self->ctx, &plan, lengths, n);
+    Py_END_ALLOW_THREADS
+    self->busy = 0;
+    if (st == DCP_OK) Py_RETURN_TRUE;
+    if (st == DCP_ERR_INVALID_ARGUMENT) Py_RETURN_FALSE;
+    return context_error(self, st, "dcp_plan_matches");
+}
+
+/*
+ * gather(comm, step_id, lengths_address, n) -> (global_address, num_global, offsets_address)
+ * (dcp_gather over a DP communicator; the arrays live in the context until its next gather, plan or step).
+ */
+static PyObject *Context_gather(PyObject *o, PyObject *args)
+{
+    ContextObject *self = (ContextObject *)o;
+    PyObject *oc, *ostep, *a;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "OOOn", &oc, &ostep, &a, &count)) return NULL;
+    CommObject *comm;
+    if (comm_arg(oc, "comm", &comm) < 0) return NULL;
+    if (!comm) return raise_status(DCP_ERR_NULL_POINTER, "gather needs a communicator");
+    unsigned long long step_id = PyLong_AsUnsignedLongLong(ostep);
+    if (step_id == (unsigned long long)-1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return raise_invalid("step_id must be an int in [0, 2**64)");
+    }
+    void *lengths;
+    if (get_addr(a, &lengths) < 0) return NULL;
+    if (count < 0 || count > INT32_MAX) return raise_status(DCP_ERR_CAPACITY, "more lengths than int32 can count");
+    if (comm->busy) return raise_invalid("the communicator is in use by another running call");
+    if (context_enter(self) < 0) return NULL;
+    comm->busy++;
+    self->generation++;
+    const int32_t *global = NULL, *offsets = NULL;
+    int32_t num = 0;
+    dcp_status st;
+    Py_BEGIN_ALLOW_THREADS
+    st = dcp_gather(self->ctx, &comm->comm, (uint64_t)step_id, (const int32_t *)lengths, (int32_t)count, &global,
+                    &num, &offsets);
+    Py_END_ALLOW_THREADS
+    comm->busy--;
+    self->busy = 0;
+    if (st != DCP_OK) return context_error(self, st, "dcp_gather");
+    return Py_BuildValue("(NiN)", addr(global), (int)num, addr(offsets));
+}
+
 static PyObject *Context_last_error(PyObject *o, PyObject *unused)
 {
     (void)unused;
@@ -271,6 +328,10 @@ static PyMethodDef Context_methods[] = {
     {"plan", Context_plan, METH_VARARGS, "plan(lengths_address, n) -> plan descriptor (dcp_plan_compute)."},
     {"stats", Context_stats, METH_VARARGS, "stats(plan, lengths_address, n) -> dict (dcp_plan_stats_compute)."},
     {"validate", Context_validate, METH_VARARGS, "validate(plan, lengths_address, n) -> None or violation tuple."},
+    {"plan_matches", Context_plan_matches, METH_VARARGS,
+     "plan_matches(plan, lengths_address, n) -> bool (dcp_plan_matches)."},
+    {"gather", Context_gather, METH_VARARGS,
+     "gather(comm, step_id, lengths_address, n) -> (global_address, num_global, offsets_address) (dcp_gather)."},
     {"step", (PyCFunction)(void (*)(void))Context_step, METH_VARARGS | METH_KEYWORDS,
      "step(*, world, ..., samples=columns dict or None, step_id=0) -> dict (dcp_step)."},
     {"count_failed_step", Context_count_failed_step, METH_NOARGS,

@@ -207,17 +207,20 @@ static PyStructSequence_Field plan_fields[] = {
     {"microbatch_first_group", "address"}, {"group_first_rank", "address"}, {"group_cp_size", "address"},
     {"group_first_id", "address"}, {"ids", "address"},
     {"max_microbatches", NULL}, {"max_groups", NULL}, {"max_ids", NULL},
+    {"config_digest", "where the plan comes from (dcp_plan.config_digest; 0 in a plan dcp_plan_compute did not make)"},
+    {"seal", "dcp_plan.seal: a digest of config_digest, the lengths and the arrays"},
     {NULL, NULL},
 };
 static PyStructSequence_Desc plan_desc = {"dcpack._core.PlanDescriptor",
-                                          "A dcp_plan: counts, the addresses of its five arrays, capacities.",
-                                          plan_fields, 12};
+                                          "A dcp_plan: counts, the addresses of its five arrays, capacities, config digest and seal.",
+                                          plan_fields, 14};
 PyTypeObject *PlanDescriptorType;
 
-/* A plan handed in as a PlanDescriptor (or any 12-tuple in its order). */
+/* A plan handed in as a PlanDescriptor (or any 14-tuple in its order; a 12-tuple has no digest and seal). */
 int plan_from_tuple(PyObject *t, dcp_plan *p)
 {
-    if (!PyTuple_Check(t) || PyTuple_Size(t) != 12) {
+    Py_ssize_t size = PyTuple_Check(t) ? PyTuple_Size(t) : -1;
+    if (size != 12 && size != 14) {
         PyErr_SetString(PyExc_TypeError, "plan descriptor must be a PlanDescriptor");
         return -1;
     }
@@ -240,20 +243,31 @@ int plan_from_tuple(PyObject *t, dcp_plan *p)
         if (v == -1 && PyErr_Occurred()) return -1;
         *caps[i] = (int32_t)v;
     }
+    p->config_digest = 0;
+    p->seal = 0;
+    if (size == 14) {
+        uint64_t *digests[2] = {&p->config_digest, &p->seal};
+        for (int i = 0; i < 2; i++) {
+            unsigned long long v = PyLong_AsUnsignedLongLong(PyTuple_GetItem(t, 12 + i));
+            if (v == (unsigned long long)-1 && PyErr_Occurred()) return -1;
+            *digests[i] = (uint64_t)v;
+        }
+    }
     return 0;
 }
 
 PyObject *plan_to_tuple(const dcp_plan *p)
 {
-    PyObject *items[12] = {PyLong_FromLong(p->num_ranks), PyLong_FromLong(p->num_microbatches),
+    PyObject *items[14] = {PyLong_FromLong(p->num_ranks), PyLong_FromLong(p->num_microbatches),
                            PyLong_FromLong(p->num_groups), PyLong_FromLong(p->num_ids),
                            addr(p->microbatch_first_group), addr(p->group_first_rank), addr(p->group_cp_size),
                            addr(p->group_first_id), addr(p->ids), PyLong_FromLong(p->max_microbatches),
-                           PyLong_FromLong(p->max_groups), PyLong_FromLong(p->max_ids)};
+                           PyLong_FromLong(p->max_groups), PyLong_FromLong(p->max_ids),
+                           PyLong_FromUnsignedLongLong(p->config_digest), PyLong_FromUnsignedLongLong(p->seal)};
     PyObject *d = PyStructSequence_New(PlanDescriptorType);
-    for (int i = 0; i < 12; i++) {
+    for (int i = 0; i < 14; i++) {
         if (!d || !items[i]) {
-            for (int k = i; k < 12; k++) Py_XDECREF(items[k]);
+            for (int k = i; k < 14; k++) Py_XDECREF(items[k]);
             Py_XDECREF(d);
             return NULL;
         }

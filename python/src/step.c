@@ -187,8 +187,10 @@ static PyObject *microbatch_table(const dcp_step_output *out)
 
 /*
  * step(*, world, data_context_parallel=None, tensor_parallel=None, pipeline_rank=0, mtp_virtual_stages=0,
- *      tp_ranks_hold_data=0, cuda_stream=None, fields=0, samples=None, step_id=0)
+ *      tp_ranks_hold_data=0, cuda_stream=None, fields=0, samples=None, step_id=0, plan=None)
  * samples: None (this rank receives by broadcast) or a columns dict (samples_from_columns).
+ * plan: None (the step plans) or a PlanDescriptor of a plan made ahead (dcp_step_args.plan; its arrays are
+ *    read during the call only, so the caller keeps their owner alive across it).
  * -> dict: generation, num_microbatches, num_virtual_stages, num_sequences, seqlen_sum, seqlen_squared_sum,
  *    stats (dict), plan (plan descriptor or None), microbatches (bytes: int64 rows of MICROBATCH_COLUMNS)
  * *reached: whether dcp_step ran with these arguments (else Context_step counts the call).
@@ -197,14 +199,17 @@ static PyObject *step_call(ContextObject *self, PyObject *args, PyObject *kwds, 
 {
     static char *kwlist[] = {"world", "data_context_parallel", "tensor_parallel", "pipeline_rank",
                              "mtp_virtual_stages", "tp_ranks_hold_data", "cuda_stream", "fields", "samples",
-                             "step_id", NULL};
+                             "step_id", "plan", NULL};
     PyObject *ow = Py_None, *od = Py_None, *ot = Py_None, *ostream = Py_None, *osamples = Py_None,
-             *ostep = Py_None;
+             *ostep = Py_None, *oplan = Py_None;
     int pipeline_rank = 0, hold = 0;
     unsigned long mtp = 0, fields = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$OOOikiOkOO", kwlist, &ow, &od, &ot, &pipeline_rank, &mtp,
-                                     &hold, &ostream, &fields, &osamples, &ostep))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "|$OOOikiOkOOO", kwlist, &ow, &od, &ot, &pipeline_rank, &mtp,
+                                     &hold, &ostream, &fields, &osamples, &ostep, &oplan))
         return NULL;
+    dcp_plan ahead;
+    memset(&ahead, 0, sizeof ahead);
+    if (oplan != Py_None && plan_from_tuple(oplan, &ahead) < 0) return NULL;
     unsigned long long step_id = 0;
     if (ostep != Py_None) {
         step_id = PyLong_AsUnsignedLongLong(ostep);
@@ -250,6 +255,7 @@ static PyObject *step_call(ContextObject *self, PyObject *args, PyObject *kwds, 
     sa.tp_ranks_hold_data = hold;
     sa.cuda_stream = stream;
     sa.step_id = (uint64_t)step_id;
+    sa.plan = oplan != Py_None ? &ahead : NULL;
     self->generation++;
     const dcp_step_output *out = NULL;
     dcp_status st;

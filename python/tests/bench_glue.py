@@ -10,6 +10,15 @@ version has it).  Prints the median of each part in ms; ``step_c`` is the librar
 ``dcp_step_stats``' phases), ``step_glue`` the rest of ``step()``.  Runs against whichever dcpack is importable,
 so the same command times two versions.  No GPU: the CUDA path's own costs (device copies, kernel launches) are
 not in these numbers; test_megatron_gpu.py's timing (DCPACK_BENCH_OUT) measures them on GPUs.
+
+    python python/tests/bench_glue.py --data-path [--scheduler dynamic_cp] [--train-ms 50] [--reps 5]
+
+times the whole ``DataPath.wrap_data_iterator`` on the host (DataPath with an InprocCluster's StepArgs, DP 1),
+with and without ``plan_ahead``, over consecutive copies of the batch, a sleep of ``--train-ms`` between calls
+standing for the training step the planning thread overlaps.  Per mode: ``wrap_ms`` (the call, the read ahead of
+the next batch included), ``c_step_ms`` (the ``dcp_step`` call), ``step_plan_ms`` (its ``time_plan_ns``: the
+gather and, without plan-ahead, the planning; ``step_stage_ms``, ``step_pack_ms`` its other phases), and with plan-ahead ``plan_ms`` (the planning on its thread),
+``wait_ms`` (what the call waited for it) and ``gather_ms`` (the gather of the next batch's lengths).
 """
 
 from __future__ import annotations
@@ -39,12 +48,56 @@ def items_of(lengths):
     return out
 
 
+def data_path(a, lengths) -> dict:
+    """DataPath.wrap_data_iterator with and without plan_ahead (see the module's docstring)."""
+    config = dcpack.Config(scheduler=a.scheduler, data_parallel_size=1, max_sequences=len(lengths),
+                           max_seqlen_per_rank=8192, max_tokens_per_rank=int(sum(lengths)) + 8192 * 64,
+                           max_microbatches=len(lengths), pad_alignment=64)
+    rows = {}
+    for ahead in (False, True):
+        cluster = dcpack.InprocCluster(config)
+        path = dm.DataPath(config, cluster.args(0), plan_ahead=ahead, data_parallel=cluster.data_parallel(0))
+        source = iter([item for _ in range(a.reps + 2) for item in items_of(lengths)])
+        t = {"wrap_ms": [], "c_step_ms": [], "step_plan_ms": [], "step_stage_ms": [], "step_pack_ms": [],
+             "plan_ms": [], "wait_ms": [], "gather_ms": []}
+        for rep in range(a.reps + 1):
+            t0 = time.perf_counter()
+            iters, num, _, _ = path.wrap_data_iterator(source, None, len(lengths))
+            t1 = time.perf_counter()
+            if rep:
+                t["wrap_ms"].append(1e3 * (t1 - t0))
+                t["c_step_ms"].append(path.stepper.last_step_ns * 1e-6)
+                for phase in ("plan", "stage", "pack"):
+                    t[f"step_{phase}_ms"].append(path.last_output.stats[f"time_{phase}_ns"] * 1e-6)
+                if ahead and rep > 1:  # rep 1 stepped with the plan made after rep 0
+                    for k in ("plan_ms", "wait_ms", "gather_ms"):
+                        t[k].append(path.last_plan_ahead[k])
+            list(iters)
+            time.sleep(a.train_ms / 1e3)  # the training step the planning thread overlaps
+        rows["plan_ahead" if ahead else "plain"] = {k: round(statistics.median(v), 2) for k, v in t.items() if v}
+        rows["microbatches"] = num
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sequences", type=int, default=4096)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--json", default="")
+    ap.add_argument("--data-path", action="store_true", help="time DataPath with and without plan_ahead")
+    ap.add_argument("--scheduler", default="dynamic_cp")
+    ap.add_argument("--train-ms", type=float, default=50.0)
     a = ap.parse_args()
+    if a.data_path:
+        lengths = np.loadtxt(TRACE, dtype=np.int64).reshape(-1)[:a.sequences]
+        lengths = ((lengths + 1) // 2 * 2).tolist()
+        row = data_path(a, lengths)
+        row.update(sequences=len(lengths), scheduler=a.scheduler, train_ms=a.train_ms,
+                   dcpack=str(Path(dcpack.__file__).parent))
+        print(json.dumps(row, indent=1))
+        if a.json:
+            Path(a.json).write_text(json.dumps(row, indent=1))
+        return
     lengths = np.loadtxt(TRACE, dtype=np.int64).reshape(-1)[:a.sequences]
     lengths = ((lengths + 1) // 2 * 2).tolist()
     items = items_of(lengths)

@@ -8,7 +8,8 @@
 #
 # PARTS: any of build, torch, suite, megatron, comma-separated (default all four).  megatron runs
 # test_megatron_gpu.py (dcpack.megatron.DataPath against Megatron-LM's own reference data path, bit
-# for bit, and the timing of both on one batch, written to OUT/megatron_bench.json); it needs
+# for bit, and the timing of both on one batch, dcpack's with and without DataPath(plan_ahead=True),
+# written to OUT/megatron_bench.json); it needs
 # DCPACK_MEGATRON_DIR, a Megatron-LM checkout (or a folder holding the three files
 # megatron_loader.DATA_PATH_FILES names), and is skipped with a note without it.
 # Needs: an NVIDIA GPU, nvcc (CUDA 12 or 13), NCCL (torch's own libnccl is used when torch loads

@@ -39,7 +39,9 @@ DCPACK_BENCH_OUT=<file>: the timing case (Megatron's path against dcpack's on
 the mlmdefault trace of 4096 sequences, on the first layout) writes its
 table there as JSON; dcpack's time is split into the C step (``c_step_ms``:
 the ``dcp_step`` call, GPU work included) and the Python glue around it
-(``glue_ms``).  DCPACK_BENCH_PROFILE=1 adds a cProfile of one dcpack run
+(``glue_ms``); ``dcpack_plan_ahead`` times the same with ``DataPath(plan_ahead=True)`` over
+consecutive copies of the batch (the planning on its thread: ``plan_ms``; what the step waited for
+it: ``wait_ms``; each run's outputs checked equal to Megatron's).  DCPACK_BENCH_PROFILE=1 adds a cProfile of one dcpack run
 (``profile``: the 20 functions with the most own time).
 """
 
@@ -241,12 +243,31 @@ def time_paths(env, scheduler, options):
     ours = types.SimpleNamespace(wrap_data_iterator=ds.wrap_data_iterator,
                                  get_batch_on_this_rank_for_sequence_packing=ds.get_batch_on_this_rank_for_sequence_packing)
     dm.install_data_path(path, training_module=ours, gpt_module=ours)
-    times = {"megatron": [], "dcpack": []}
+    # dcpack's path planning each global batch a call ahead (DataPath(plan_ahead=True)): its iterator holds
+    # the batch once per run and once more (the read ahead of the last run), so every call but the first
+    # steps with a plan made on the planning thread during the previous call's get_batch loop
+    ahead_path = None
+    paths = [("megatron", ref), ("dcpack", ours)]
+    if env.dc_groups is not None and getattr(env.dc_groups, "data_parallel", None) is not None:
+        ahead_path = dm.DataPath(path.config, env.dc_groups, plan_ahead=True)
+        ahead_ns = types.SimpleNamespace(wrap_data_iterator=ds.wrap_data_iterator,
+                                         get_batch_on_this_rank_for_sequence_packing=ds.get_batch_on_this_rank_for_sequence_packing)
+        dm.install_data_path(ahead_path, training_module=ahead_ns, gpt_module=ahead_ns)
+        paths.append(("dcpack_plan_ahead", ahead_ns))
+        ahead_items = []
+        if env.groups.tp_rank == 0:
+            for _ in range(BENCH_REPS + 2):
+                ahead_items += batch.items(env.groups.dp_rank, env.layout.dp)
+        ahead_source = iter(ahead_items) if env.groups.tp_rank == 0 else None
+    times = {name: [] for name, _ in paths}
     c_step = []  # dcpack: wall time of the dcp_step call inside wrap_data_iterator (the rest is Python glue)
+    c_step_ahead, ahead_stats = [], []
     diffs = []
     for rep in range(BENCH_REPS + 1):
-        for name, ns in (("megatron", ref), ("dcpack", ours)):
+        for name, ns in paths:
             source, count = source_for(env, cfg, batch)
+            if name == "dcpack_plan_ahead":
+                source = ahead_source
             torch.distributed.barrier()
             torch.cuda.synchronize()
             t0 = time.perf_counter()
@@ -263,10 +284,15 @@ def time_paths(env, scheduler, options):
                 times[name].append((t1 - t0, t2 - t1))
                 if name == "dcpack":
                     c_step.append(path.stepper._stepper.last_step_ns * 1e-9)
+                if name == "dcpack_plan_ahead":
+                    c_step_ahead.append(ahead_path.stepper._stepper.last_step_ns * 1e-9)
+                    if ahead_path.last_plan_ahead is not None:
+                        ahead_stats.append(dict(ahead_path.last_plan_ahead))
             if name == "megatron":
                 want = (outs, num, ssum, sq)
-            elif rep == 0:
-                diffs = differences(want, (outs, num, ssum, sq), "bench")
+            elif rep == 0 or name == "dcpack_plan_ahead":  # every run planning ahead (from run 1 on, with a plan
+                # made ahead) is checked too
+                diffs += differences(want, (outs, num, ssum, sq), f"bench {name} run {rep}")
             del outs, iters
     profile = None
     if os.environ.get("DCPACK_BENCH_PROFILE"):  # what remains of dcpack's Python time, by function (one run)
@@ -303,6 +329,17 @@ def time_paths(env, scheduler, options):
     row["dcpack"].update({"c_step_ms": 1e3 * statistics.median(c_step), "glue_ms": 1e3 * statistics.median(glue),
                           "glue_wrap_ms": 1e3 * statistics.median([a - c for (a, _), c in zip(times["dcpack"], c_step)]),
                           "c_step_runs": [round(1e3 * t, 3) for t in c_step]})
+    if ahead_path is not None:
+        # with plan-ahead the step's own planning is gone (c_step_ms: the step handed the plan, which checks it);
+        # the planning ran on the thread (plan_ms) while get_batch ran, the step waited wait_ms for it, and the
+        # next batch's read ahead (its sample conversion and the gather of its lengths, gather_ms) is in wrap_ms
+        glue_a = [a + b - c for (a, b), c in zip(times["dcpack_plan_ahead"], c_step_ahead)]
+        row["dcpack_plan_ahead"].update({
+            "c_step_ms": 1e3 * statistics.median(c_step_ahead), "glue_ms": 1e3 * statistics.median(glue_a),
+            "c_step_runs": [round(1e3 * t, 3) for t in c_step_ahead],
+            "plan_ms": statistics.median([st["plan_ms"] for st in ahead_stats]) if ahead_stats else None,
+            "wait_ms": statistics.median([st["wait_ms"] for st in ahead_stats]) if ahead_stats else None,
+            "gather_ms": statistics.median([st["gather_ms"] for st in ahead_stats]) if ahead_stats else None})
     if profile is not None:
         row["dcpack"]["profile"] = profile
     return row, diffs
@@ -346,7 +383,9 @@ def worker(rank, world, init_file, out_dir, make_path=make_gpu_path, device="cud
 
                 base = dcpack.Config(data_parallel_size=layout.dp, context_parallel_size=layout.cp,
                                      tensor_parallel_size=layout.tp, max_sequences=8192, max_seqlen_per_rank=8192)
-                dc_groups = dt.NcclGroups(base, dp_cp_rank=groups.dp_cp_rank, tp_rank=groups.tp_rank, pp_rank=0)
+                # the DP communicator for DataPath(plan_ahead=True) in the timed batch (the same on every rank)
+                dc_groups = dt.NcclGroups(base, dp_cp_rank=groups.dp_cp_rank, tp_rank=groups.tp_rank, pp_rank=0,
+                                          data_parallel=bool(os.environ.get("DCPACK_BENCH_OUT")))
             env = Env(layout, ds, ps, groups, dc_groups, make_mtp_on_this_rank(ps), make_path)
             for case_id, spec in cases_for(layout.dp, layout.cp, layout.tp):
                 if spec["needs_te"] and not have_te:
