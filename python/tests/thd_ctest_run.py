@@ -3,7 +3,8 @@
     python thd_ctest_run.py --source SRC --build BUILD [--python PY]
 
 1. The interpreter: the first of $DCPACK_TORCH_PYTHON, --python (CMake's
-   DCP_TORCH_PYTHON), ``python3`` on PATH and this interpreter that imports
+   DCP_TORCH_PYTHON), the venv .ci/setup makes on CI ($DCPACK_TORCH_VENV, default
+   ~/.cache/dcpack/torch-venv), ``python3`` on PATH and this interpreter that imports
    torch, numpy and pytest.  None: exit 77 (ctest's skip) with a message.
 2. dcpack for it: ``pip install --no-build-isolation --no-deps --no-index --target
    BUILD/python-thd/site SRC`` when that interpreter has scikit-build-core (its CMake
@@ -52,7 +53,11 @@ def main() -> int:
     source, build = Path(a.source).resolve(), Path(a.build).resolve()
     t0 = time.monotonic()
 
-    candidates = [os.environ.get("DCPACK_TORCH_PYTHON", ""), a.python, shutil.which("python3") or "", sys.executable]
+    # .ci/setup makes the venv under DCPACK_TORCH_VENV (default ~/.cache/dcpack/torch-venv) on CI
+    venv = Path(os.environ.get("DCPACK_TORCH_VENV") or Path.home() / ".cache" / "dcpack" / "torch-venv")
+    candidates = [os.environ.get("DCPACK_TORCH_PYTHON", ""), a.python, str(venv / "bin" / "python"),
+                  shutil.which("python3") or "", sys.executable]
+    candidates = [c for c in candidates if not c or Path(c).exists() or os.sep not in c]
     candidates = [c for i, c in enumerate(candidates) if c and c not in candidates[:i]]
     python = next((c for c in candidates if has(c, "torch, numpy, pytest")), None)
     if python is None:
