@@ -367,7 +367,10 @@ def replay(model, mc, plan, mbs, partition, device, table, reps: int, memo=None,
     """Every rank's microbatches on this GPU, one after another, each timed (median of reps).
 
     ``memo`` (a dict kept over a run) maps a microbatch's shape to its measured compute time: a shape
-    timed before is not run again (see the module's text); None times every microbatch.
+    timed before is not run again (see the module's text); None times every microbatch.  ``warmup``
+    untimed runs precede a shape's timing; -1: one only where the microbatch has more slots than any
+    timed before in the run (``memo["max slots"]``: the allocator's growth, the one first-call cost the
+    replay's kernels have; varlen attention and the GEMMs tune nothing per shape).
     """
     n = len(mbs)
     den = float(sum(float(np.asarray(d["loss_mask"]).sum()) for r in mbs for d in r)) or 1.0
@@ -387,8 +390,11 @@ def replay(model, mc, plan, mbs, partition, device, table, reps: int, memo=None,
             if memo is not None and key in memo:
                 compute = memo[key]
             else:
-                for _ in range(warmup):     # warm-up of this shape
+                grow = b.num_tokens > (memo or {}).get("max slots", 0)
+                for _ in range(warmup if warmup >= 0 else int(grow)):     # warm-up of this shape
                     forward_backward(model, b, den)
+                if memo is not None and grow:
+                    memo["max slots"] = b.num_tokens
                 ts = []
                 for _ in range(reps):
                     sync()
@@ -511,7 +517,8 @@ def main() -> int:
     ap.add_argument("--replay", default="", help="R or R1,R2,...: replay plans for R ranks on this GPU (no torchrun)")
     ap.add_argument("--replay-steps", type=int, default=2, help="batches replayed per scheduler")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--warmup", type=int, default=1, help="replay: untimed runs of each new shape")
+    ap.add_argument("--warmup", type=int, default=1, help="replay: untimed runs of each new shape; -1: one where "
+                                                          "a shape is larger than any before (needs the shape memo)")
     ap.add_argument("--no-shape-memo", action="store_true", help="replay: time every microbatch, even a shape timed before")
     ap.add_argument("--comm-table", default="", help="JSON with a comm table (a wall run's, or bench/data/comm_2xh200.json)")
     ap.add_argument("--no-check", action="store_true", help="wall mode: skip the composed-vs-wall check")
@@ -558,6 +565,8 @@ def main() -> int:
     elif a.comm_table:
         table = json.load(open(a.comm_table)).get("comm")
     memo = None if a.no_shape_memo else {}
+    if a.warmup < 0 and memo is None:
+        raise SystemExit("--warmup -1 needs the shape memo (drop --no-shape-memo)")
     result: Dict[str, Any] = {"mode": "plan" if a.plan_only else ("wall" if wall else "replay"),
                               "ranks": world or sorted({c[2] for c in cells}), "machine": machine(),
                               "model": {k: getattr(mc, k) for k in ("vocab_size", "hidden", "layers", "heads",
