@@ -8,8 +8,8 @@ time under the barrier and the dependency step models (ms), tokens per second (b
 against `dynamic_cp` of the same cell (barrier / dependency), the plan's predicted barrier makespan
 under the default cost model (cost units) and its change against `dynamic_cp`, and, where the run
 had a calibrated profile, the predicted barrier / dependency makespans under it (ms where the
-profile has a time unit).  Then a summary: `balanced` (and `balanced+cal`) against `dynamic_cp`
-per cell, and their range.  Wall results: the measured step time instead of the composed one.
+profile has a time unit).  Then a summary table: `balanced`, `balanced+cal` and `verl_kk` against
+`dynamic_cp` per cell, and their ranges.  Wall results: the measured step time instead of the composed one.
 Skipped and failed rows are listed with their reason.  Standard library only.
 """
 from __future__ import annotations
@@ -124,19 +124,28 @@ def changes(result: Dict[str, Any], scheduler: str) -> List[tuple]:
 
 
 def summary(result: Dict[str, Any]) -> str:
-    lines = []
+    """Per cell, each compared scheduler (and verl_kk) against dynamic_cp; then each one's range."""
     what = "measured" if result["mode"] == "wall" else "composed"
-    for s in COMPARED:
-        ch = changes(result, s)
-        if not ch:
-            continue
-        cells = "; ".join(f"{_name(c[0])} M {c[1]} x{c[2]} {b * 100:+.1f}%"
-                          + ("" if d is None else f" / {d * 100:+.1f}%") for c, b, d in ch)
-        lo, hi = min(b for _, b, _ in ch), max(b for _, b, _ in ch)
-        slower = [c for c, b, _ in ch if b > 0]
-        lines.append(f"`{s}` against `{BASE}` ({what} step time, barrier / dependency; negative is faster): {cells}. "
-                     f"Range (barrier) {lo * 100:+.1f}% to {hi * 100:+.1f}%; slower in {len(slower)} of {len(ch)} cells.")
-    return "\n\n".join(lines) if lines else f"(no cell with both `{BASE}` and a compared scheduler)"
+    names = [s for s in COMPARED + ("verl_kk",) if changes(result, s)]
+    if not names:
+        return f"(no cell with both `{BASE}` and a compared scheduler)"
+    per = {s: {c: (b, d) for c, b, d in changes(result, s)} for s in names}
+    cells = sorted({c for s in names for c in per[s]}, key=lambda c: (c[2], c[1], c[0]))
+    head = "| trace | M | ranks | " + " | ".join(f"`{s}` vs `{BASE}`" for s in names) + " |"
+    out = [f"Against `{BASE}` ({what} step time, barrier / dependency step model; negative is faster):", "",
+           head, "|" + "---|" * (head.count("|") - 1)]
+    for c in cells:
+        vals = []
+        for s in names:
+            v = per[s].get(c)
+            vals.append("" if v is None else f"{v[0] * 100:+.1f}%" + ("" if v[1] is None else f" / {v[1] * 100:+.1f}%"))
+        out.append(f"| {_name(c[0])} | {c[1]} | {c[2]} | " + " | ".join(vals) + " |")
+    out.append("")
+    for s in names:
+        bs = [v[0] for v in per[s].values()]
+        out.append(f"`{s}`: {min(bs) * 100:+.1f}% to {max(bs) * 100:+.1f}% (barrier); slower in "
+                   f"{sum(b > 0 for b in bs)} of {len(bs)} cells.")
+    return "\n".join(out)
 
 
 def main(argv: List[str]) -> int:

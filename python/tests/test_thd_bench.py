@@ -218,4 +218,5 @@ def test_report_of_the_16_rank_replay_gives_the_logged_changes():
     assert ch == {"longsft": -6.2, "bimodal": -7.6, "uniform32k": -4.3}
     md = rep.markdown(result)
     assert "| longsft | 8192 | 16 | balanced | 1 | 3 | 129.7 / 129.7 | 2,025,201 | -6.2% / -6.2% | 1.43e+09 | -8.4% |" in md
-    assert "slower in 0 of 3 cells" in md
+    assert "| bimodal | 8192 | 16 | -7.6% / -7.6% |" in md
+    assert "`balanced`: -7.6% to -4.3% (barrier); slower in 0 of 3 cells." in md
