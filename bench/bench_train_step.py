@@ -428,6 +428,13 @@ def machine() -> Dict[str, Any]:
     return d
 
 
+def write_json(path: str, result: Dict[str, Any]) -> None:
+    """Whole or not at all (a run killed while writing leaves the previous version)."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
 def parse_cells(a, wall_ranks: int) -> List[tuple]:
     """(trace, M, ranks, tokens per rank) of every cell: --cells, or traces x M x ranks."""
     cells = []
@@ -652,15 +659,13 @@ def main() -> int:
                 brief = {k: v for k, v in row.items() if k not in ("step_s", "replayed_microbatches",
                                                                    "tokens_per_batch", "sequences_per_batch")}
                 print(f"[{done}/{total} {time.monotonic() - start:.0f} s] " + json.dumps(brief), flush=True)
-                with open(a.out, "w") as f:     # after every row: a run cut short keeps what it measured
-                    json.dump(result, f, indent=1)
+                write_json(a.out, result)      # after every row: a run cut short keeps what it measured
         else:
             continue
         break
     result["elapsed_s"] = time.monotonic() - start
     if rank == 0:
-        with open(a.out, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(a.out, result)
         print()
         print(train_step_report.markdown(result))
     if wall:

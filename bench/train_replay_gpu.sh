@@ -17,6 +17,10 @@
 # Environment: TINY=1 runs the same grid scaled down (a tiny model, M / 32) on the CPU or GPU, without
 # building (PYTHONPATH must give dcpack): the check that this script works end to end; BUDGET, REPS
 # (default 1), WARMUP (default -1: warm a shape up only where it is the largest yet).
+# A carriable VERL_DIR (the two files verl's balancing is read from, and its commit):
+#   d=build-verl; mkdir -p $d/verl/utils $d/verl/trainer/ppo
+#   cp VERL/verl/utils/seqlen_balancing.py $d/verl/utils/; cp VERL/verl/trainer/ppo/ray_trainer.py $d/verl/trainer/ppo/
+#   git -C VERL rev-parse HEAD > $d/COMMIT
 set -uo pipefail
 T0=$SECONDS
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,11 +37,12 @@ BUDGET="${BUDGET:-330}"
 note "machine: $(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1), $(date -u +%FT%TZ)"
 args=()
 if [ -n "$PROFILE" ]; then
-  [ -f "$PROFILE" ] || { note "profile $PROFILE: no such file (balanced+cal is skipped)"; }
-  [ -f "$PROFILE" ] && args+=(--cost-profile "$(cd "$(dirname "$PROFILE")" && pwd)/$(basename "$PROFILE")")
+  if [ -f "$PROFILE" ]; then args+=(--cost-profile "$(cd "$(dirname "$PROFILE")" && pwd)/$(basename "$PROFILE")")
+  else note "profile $PROFILE: no such file (balanced+cal is skipped)"; fi
 fi
 if [ -n "$VERL_DIR" ]; then
-  [ -d "$VERL_DIR" ] && args+=(--verl "$(cd "$VERL_DIR" && pwd)") || note "verl $VERL_DIR: no such folder (verl_kk is skipped)"
+  if [ -d "$VERL_DIR" ]; then args+=(--verl "$(cd "$VERL_DIR" && pwd)")
+  else note "verl $VERL_DIR: no such folder (verl_kk is skipped)"; fi
 fi
 
 if [ "${TINY:-0}" = 1 ]; then
@@ -48,7 +53,7 @@ else
   div=1
   model=()
   bash "$SRC/python/tests/thd_gpu_run.sh" "$O" build > "$O/thd_build.log" 2>&1
-  note "build: exit $? ($(tail -1 "$O/thd_summary.txt" 2>/dev/null))"
+  note "build: exit $? ($(grep -h '^build' "$O/thd_summary.txt" 2>/dev/null))"
   export PYTHONPATH="${THD_SITE:-/tmp/dcpack-thd-site}"
 fi
 
