@@ -220,3 +220,30 @@ def test_report_of_the_16_rank_replay_gives_the_logged_changes():
     assert "| longsft | 8192 | 16 | balanced | 1 | 3 | 129.7 / 129.7 | 2,025,201 | -6.2% / -6.2% | 1.43e+09 | -8.4% |" in md
     assert "| bimodal | 8192 | 16 | -7.6% / -7.6% |" in md
     assert "`balanced`: -7.6% to -4.3% (barrier); slower in 0 of 3 cells." in md
+
+
+def test_verl_microbatches_train_as_dcpacks_do():
+    """The same sequences and tokens packed by verl and by dcpack (CP 1): the model's summed loss is equal
+    (fp32, math kernel; 1e-5 relative: only the summation order differs), and replay times verl's plan."""
+    import torch
+    from dcpack.thd import ModelConfig, THDBatch, THDTransformer, loss_sum
+    bench = _bench()
+    plan_fn, _ = _verl_or_skip()
+    n, m = 4, 256
+    lengths = [int(v) for v in np.random.default_rng(3).integers(1, 24, size=24) * 8]
+    plan = plan_fn(lengths, n, m)
+    vm = bench.verl_microbatches(plan, lengths, seed=5, vocab=64)
+    config = bench.dcpack_config("dynamic_cp", n, m, len(lengths), lengths)
+    _, dm = bench.step_all_ranks(config, lengths, seed=5, vocab=64)
+    mc = ModelConfig(vocab_size=64, hidden=32, layers=1, heads=2, kv_heads=1, ffn=64, dtype=torch.float32,
+                     attention="math")
+    model = THDTransformer(mc, torch.device("cpu"))
+
+    def total(mbs):
+        with torch.no_grad():
+            return sum(float(loss_sum(model, THDBatch.from_fields(**d))) for r in mbs for d in r if len(d["tokens"]))
+    assert all(int(d["local_cp_size"]) == 1 for r in dm for d in r)
+    got, want = total(vm), total(dm)
+    assert abs(got - want) <= 1e-5 * abs(want)
+    res = bench.replay(model, mc, plan, vm, "zigzag", torch.device("cpu"), None, 1, {}, 0)
+    assert len(res["microbatch_times_s"]) == n and res["composed_barrier_s"] > 0
