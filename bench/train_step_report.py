@@ -70,6 +70,9 @@ def markdown(result: Dict[str, Any]) -> str:
     t = "step (ms)" if wall else "composed barrier / dependency (ms)"
     head = (f"| trace | M | ranks | scheduler | CP | microbatches | {t} | tokens/s | vs {BASE} | predicted | "
             f"predicted vs {BASE} |")
+    checked = wall and any("composed_barrier_s" in r for r in rows)
+    if checked:
+        head += " composed barrier / dependency (ms) |"
     if cal:
         head += " calibrated model " + ("(ms)" if cal_ms else "(units)") + " barrier / dependency |"
     out += [head, "|" + "---|" * (head.count("|") - 1)]
@@ -91,6 +94,8 @@ def markdown(result: Dict[str, Any]) -> str:
         line = (f"| {_name(r['trace'])} | {r['max_seqlen_per_rank']} | {r['ranks']} | {r['scheduler']} | {r['cp']} | "
                 f"{', '.join(str(v) for v in r['microbatches'])} | {step} | "
                 f"{'' if tps is None else f'{tps:,.0f}'} | {vs} | {r['predicted_barrier']:.3g} | {pvs} |")
+        if checked:
+            line += f" {_ms(r.get('composed_barrier_s'))} / {_ms(r.get('composed_dependency_s'))} |"
         if cal:
             if "predicted_cal_barrier_ms" in r:
                 line += f" {r['predicted_cal_barrier_ms']:.1f} / {r['predicted_cal_dependency_ms']:.1f} |"
@@ -101,7 +106,8 @@ def markdown(result: Dict[str, Any]) -> str:
         out.append(line)
     if notes:
         out += ["", "Not run:"] + notes
-    out += ["", summary(result)]
+    if result["mode"] != "plan":
+        out += ["", summary(result)]
     return "\n".join(out)
 
 
