@@ -242,7 +242,7 @@ def load_verl_kk(folder: str):
     import bench_vs_verl as bv  # noqa: E402  (the verl loader; imports nothing of verl itself)
     desc, sources = bv.read_sources("--verl", folder, None, (bv.VERL_BALANCING, bv.VERL_TRAINER))
     commit = Path(folder) / "COMMIT"
-    if commit.is_file():
+    if commit.is_file() and commit.read_text().strip():
         desc += f" (verl {commit.read_text().strip()[:12]})"
     ns, vdist, vtorch = bv.load_verl(sources)
 

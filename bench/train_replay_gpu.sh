@@ -20,7 +20,7 @@
 # A carriable VERL_DIR (the two files verl's balancing is read from, and its commit):
 #   d=build-verl; mkdir -p $d/verl/utils $d/verl/trainer/ppo
 #   cp VERL/verl/utils/seqlen_balancing.py $d/verl/utils/; cp VERL/verl/trainer/ppo/ray_trainer.py $d/verl/trainer/ppo/
-#   git -C VERL rev-parse HEAD > $d/COMMIT
+#   git -C VERL rev-parse HEAD > $d/COMMIT     # where VERL is a git checkout (optional)
 set -uo pipefail
 T0=$SECONDS
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
