@@ -23,10 +23,32 @@ step time is then *composed* from those per-rank times under the barrier step mo
 microbatch ends when its slowest rank does) and the dependency model (a group starts when all its
 ranks finished the previous microbatch), as docs/planning.md defines them.  Composed numbers are
 labelled composed.  The replay rows keep every replayed microbatch (its padded spans, CP size,
-slots, measured compute time and priced communication) for fitting a cost model.
+slots, measured compute time and priced communication) for fitting a cost model.  ``--replay``
+takes a list of rank counts (``8,16,32,64``), or ``--cells TRACE:M:R[:T],...`` names the grid's
+cells one by one.  A microbatch whose shape (CP size, padded spans, local slots; and CP rank under
+the contiguous partition, where ranks' causal work differs; zigzag gives every rank of a group the
+same work) was already timed in the run reuses that time (``--no-shape-memo`` times every one):
+the same kernels on the same shapes, so a static CP group is timed once, not once per rank.
+
+Schedulers besides dcpack's three: ``balanced+cal``, ``balanced`` with the cost model of a
+calibrated profile (``--cost-profile FILE``, the format ``python -m dcpack.calibrate`` writes);
+with a profile every row also gets its plan's makespans under that model
+(``predicted_cal_*``, in milliseconds when the profile has ``time_unit_ps``).  ``verl_kk``:
+verl's own sequence balancing (``RayPPOTrainer._balance_batch``: Karmarkar-Karp over workloads
+24576 s + s^2 into equal-count DP partitions, then ``rearrange_micro_batches`` with
+``max_token_len`` = M on every rank), run from verl's source at run time as
+bench/bench_vs_verl.py does, from ``--verl DIR`` (or ``DCPACK_VERL_DIR``): a checkout, or a folder
+holding just the two files it reads, ``verl/utils/seqlen_balancing.py`` and
+``verl/trainer/ppo/ray_trainer.py`` (plus an optional ``COMMIT`` file naming the revision).  Its
+micro-batches are CP 1, so the row runs where every sequence fits M (otherwise it is skipped with
+the reason); micro-batch m of every rank is step m.  Batches have a sequence count divisible by the
+rank count (verl's equal-size partitions need it; every scheduler gets the same batches).
 
     torchrun --nproc-per-node 2 bench/bench_train_step.py --out OUT/train_2gpu.json
     python bench/bench_train_step.py --replay 16 --comm-table OUT/train_2gpu.json --out OUT/replay16.json
+    python bench/bench_train_step.py --replay 8,16,32,64 --comm-table bench/data/comm_2xh200.json \
+        --schedulers dp_balanced,dynamic_cp,balanced,balanced+cal,verl_kk --cost-profile my.profile \
+        --verl /path/to/verl --out replay.json
 """
 
 from __future__ import annotations
@@ -35,6 +57,7 @@ import argparse
 import datetime
 import json
 import math
+import os
 import platform
 import statistics
 import sys
@@ -46,26 +69,41 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-SOURCE = Path(__file__).resolve().parent.parent
+BENCH = Path(__file__).resolve().parent
+SOURCE = BENCH.parent
+sys.path.insert(0, str(BENCH))
 WORKLOADS = SOURCE / "tests" / "data" / "workloads"
 
 import dcpack  # noqa: E402
+import train_step_report  # noqa: E402  (bench/train_step_report.py: the markdown tables)
 from dcpack.thd import LOCAL_REPLAY, CPGroups, ModelConfig, THDBatch, THDTransformer, forward_backward, \
     train_step  # noqa: E402
 
 SCHEDULERS = ("dp_balanced", "dynamic_cp", "balanced")
+CALIBRATED = "balanced+cal"      # balanced with --cost-profile's model
+VERL_KK = "verl_kk"              # verl's Karmarkar-Karp balancing and micro-batching, CP 1
+ALL_SCHEDULERS = SCHEDULERS + (CALIBRATED, VERL_KK)
 FIELDS = dcpack.FIELD_TOKENS | dcpack.FIELD_LABELS | dcpack.FIELD_LOSS_MASK | dcpack.FIELD_POSITION_IDS
 
 
+def trace_path(trace: str) -> Path:
+    """A trace by path, or by name in tests/data/workloads or bench/data."""
+    for cand in (Path(trace), WORKLOADS / trace, BENCH / "data" / trace):
+        if cand.is_file():
+            return cand
+    raise FileNotFoundError(f"trace {trace!r}: not a file, nor in {WORKLOADS} or {BENCH / 'data'}")
+
+
 def batches_of(trace: str, n: int, m: int, k: int, tokens_per_rank: int) -> List[List[int]]:
-    """K global batches of a trace: consecutive sequences, at most N*M tokens, padded to 2N, ~T*N tokens each."""
-    lengths = np.loadtxt(WORKLOADS / trace, dtype=np.int64).reshape(-1)
+    """K global batches of a trace: consecutive sequences, at most N*M tokens, padded to 2N, ~T*N tokens each,
+    a multiple of N sequences (verl's equal-count DP partitions need it)."""
+    lengths = np.loadtxt(trace_path(trace), dtype=np.int64).reshape(-1)
     div = math.lcm(2 * (1 << (n.bit_length() - 1)), 2 * n)
     cap = (n * m) // div * div
     out, i = [], 0
     for _ in range(k):
         b, tot = [], 0
-        while tot < tokens_per_rank * n:
+        while tot < tokens_per_rank * n or len(b) % n:
             v = int(min(cap, lengths[i % len(lengths)]))
             v = ((v + div - 1) // div) * div
             b.append(v)
@@ -115,6 +153,125 @@ def step_all_ranks(config: dcpack.Config, lengths: List[int], seed: int, vocab: 
                                                       "cu_seqlens", "cu_seqlens_padded", "max_seqlen", "local_cp_size",
                                                       "cp_rank")} for mi in range(o.num_microbatches)] for o in res]
     return plan, mbs
+
+
+def load_cost_profile(path: str):
+    """(CostModel, time_unit_ps or None) of a cost profile file (``key = value`` lines, ``#`` comments).
+
+    dcpack.calibrate.load_profile reads it where the package has it; otherwise the same format is read
+    here: quadratic, linear, round_latency, microbatch_overhead, kv, kv.<cp>, kv.<cp>+, step_model,
+    time_unit_ps (the keys python -m dcpack.calibrate writes).  A bad line raises ValueError naming it.
+    """
+    try:
+        from dcpack.calibrate import load_profile  # type: ignore
+    except ImportError:
+        load_profile = None
+    if load_profile is not None:
+        prof = load_profile(path)
+        return prof.cost, prof.time_unit_ps
+    base = dcpack.CostModel()
+    fields = {"quadratic": base.quadratic, "linear": base.linear, "round_latency": base.round_latency,
+              "microbatch_overhead": base.microbatch_overhead, "step_model": base.step_model}
+    kv, unit = list(base.kv), None
+    with open(path, encoding="utf-8") as f:
+        for number, raw in enumerate(f, 1):
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                continue
+            key, eq, value = (x.strip() for x in line.partition("="))
+            where = f"{path}:{number}"
+            if not eq:
+                raise ValueError(f"{where}: '{line}' is not `key = value`")
+            if key == "step_model":
+                if value not in ("barrier", "dependency"):
+                    raise ValueError(f"{where}: step_model = '{value}' is not barrier or dependency")
+                fields["step_model"] = value
+                continue
+            if not value.isdigit():
+                raise ValueError(f"{where}: {key} = '{value}': values are non-negative integers")
+            v = int(value)
+            if key == "time_unit_ps":
+                if v == 0:
+                    raise ValueError(f"{where}: time_unit_ps = 0: picoseconds per cost unit must be at least 1")
+                unit = v
+            elif key in fields:
+                fields[key] = v
+            elif key == "kv":
+                kv = [v] * len(kv)
+            elif key.startswith("kv."):
+                cp_text = key[3:].rstrip("+")
+                cp = int(cp_text) if cp_text.isdigit() else 0
+                k = cp.bit_length() - 1
+                if cp < 2 or cp & (cp - 1) or k >= len(kv):
+                    raise ValueError(f"{where}: {key}: the CP size after 'kv.' must be a power of two "
+                                     f"from 2 to {1 << (len(kv) - 1)}")
+                for j in range(k, len(kv) if key.endswith("+") else k + 1):
+                    kv[j] = v
+            else:
+                raise ValueError(f"{where}: unknown key '{key}'")
+    return dcpack.CostModel(kv=tuple(kv), **fields), unit
+
+
+class ListPlan:
+    """A plan given as ids[m][r] (a rank's m-th micro-batch, CP 1), read as compose() reads dcpack's plans."""
+
+    def __init__(self, ids: List[List[List[int]]]):
+        self.ids = ids
+        self.num_ranks = len(ids[0]) if ids else 0
+        self.num_microbatches = len(ids)
+
+    def groups(self, m: int):
+        return [(r, 1, ids) for r, ids in enumerate(self.ids[m]) if ids]
+
+
+def model_times(plan, lengths: List[int], cost) -> List[List[float]]:
+    """Each rank's modelled microbatch times (its group's dcp_cost sum + microbatch_overhead; 0 where idle):
+    compose() of these is the plan's makespan under that model."""
+    times = [[0.0] * plan.num_microbatches for _ in range(plan.num_ranks)]
+    for m in range(plan.num_microbatches):
+        for first, size, ids in plan.groups(m):
+            c = sum(dcpack.cost(lengths[i], int(size), cost) for i in ids) + cost.microbatch_overhead
+            for r in range(int(first), int(first) + int(size)):
+                times[r][m] = float(c)
+    return times
+
+
+def load_verl_kk(folder: str):
+    """verl's balancing, loaded from folder by bench/bench_vs_verl.py's loader: (plan function, description)."""
+    sys.path.insert(0, str(BENCH))
+    import bench_vs_verl as bv  # noqa: E402  (the verl loader; imports nothing of verl itself)
+    desc, sources = bv.read_sources("--verl", folder, None, (bv.VERL_BALANCING, bv.VERL_TRAINER))
+    commit = Path(folder) / "COMMIT"
+    if commit.is_file() and commit.read_text().strip():
+        desc += f" (verl {commit.read_text().strip()[:12]})"
+    ns, vdist, vtorch = bv.load_verl(sources)
+
+    def plan(lengths: List[int], ranks: int, max_token_len: int) -> ListPlan:
+        ids, _, _, _ = bv.verl_plan(ns, vdist, vtorch, lengths, ranks, max_token_len)
+        return ListPlan(ids)
+    return plan, desc
+
+
+def verl_microbatches(plan: ListPlan, lengths: List[int], seed: int, vocab: int):
+    """[rank][microbatch] field dicts of a CP-1 plan, as dcpack's step lays out a CP-1 microbatch."""
+    rng = np.random.default_rng(seed)
+    toks = [rng.integers(0, vocab, size=v, dtype=np.int64) for v in lengths]
+    out = []
+    for r in range(plan.num_ranks):
+        row = []
+        for m in range(plan.num_microbatches):
+            ids = plan.ids[m][r]
+            ls = [lengths[i] for i in ids]
+            cu = np.zeros(len(ls) + 1, dtype=np.int32)
+            cu[1:] = np.cumsum(ls)
+            t = np.concatenate([toks[i] for i in ids]) if ids else np.zeros(0, dtype=np.int64)
+            row.append({"tokens": t, "labels": t.copy(), "loss_mask": np.ones(len(t), dtype=np.float32),
+                        "position_ids": np.concatenate([np.arange(v, dtype=np.int64) for v in ls]) if ids
+                        else np.zeros(0, dtype=np.int64),
+                        "padding_mask": np.zeros(len(t), dtype=bool), "cu_seqlens": cu, "cu_seqlens_padded": cu.copy(),
+                        "max_seqlen": max(ls, default=0), "local_cp_size": 1, "cp_rank": 0})
+        out.append(row)
+    return out
 
 
 def to_batches(mbs_of_rank, rank, groups, partition, device, replay=False):
@@ -206,52 +363,154 @@ def compose(plan, times: List[List[float]]) -> Dict[str, float]:
     return {"barrier": barrier, "dependency": max(finish)}
 
 
-def replay(model, mc, plan, mbs, partition, device, table, reps: int) -> Dict[str, Any]:
-    """Every rank's microbatches on this GPU, one after another, each timed (median of reps)."""
+def replay(model, mc, plan, mbs, partition, device, table, reps: int, memo=None, warmup: int = 1) -> Dict[str, Any]:
+    """Every rank's microbatches on this GPU, one after another, each timed (median of reps).
+
+    ``memo`` (a dict kept over a run) maps a microbatch's shape to its measured compute time: a shape
+    timed before is not run again (see the module's text); None times every microbatch.  ``warmup``
+    untimed runs precede a shape's timing; -1: one only where the microbatch has more slots than any
+    timed before in the run (``memo["max slots"]``: the allocator's growth, the one first-call cost the
+    replay's kernels have; varlen attention and the GEMMs tune nothing per shape).
+    """
     n = len(mbs)
-    den = float(sum(float(np.asarray(d["loss_mask"]).sum()) for r in mbs for d in r))
-    times, detail = [], []
+    den = float(sum(float(np.asarray(d["loss_mask"]).sum()) for r in mbs for d in r)) or 1.0
+    times, detail, timed = [], [], 0
     for r in range(n):
-        bs = to_batches(mbs[r], r, None, partition, device, replay=True)
+        bs = to_batches([d for d in mbs[r] if len(d["tokens"])], r, None, partition, device, replay=True)
+        it = iter(bs)
         row = []
-        for m, b in enumerate(bs):
-            forward_backward(model, b, den)  # warm-up of this shape
-            ts = []
-            for _ in range(reps):
-                sync()
-                t0 = time.perf_counter()
-                forward_backward(model, b, den)
-                sync()
-                ts.append(time.perf_counter() - t0)
+        for m, d in enumerate(mbs[r]):
+            if not len(d["tokens"]):       # an idle rank in this microbatch (a CP-1 plan with fewer on it)
+                row.append(0.0)
+                continue
+            b = next(it)
+            cup = b.cu_seqlens_padded
+            key = (b.local_cp_size, tuple(int(x) for x in cup), b.num_tokens,
+                   b.cp_rank if partition == "contiguous" else 0)
+            if memo is not None and key in memo:
+                compute = memo[key]
+            else:
+                grow = b.num_tokens > (memo or {}).get("max slots", 0)
+                for _ in range(warmup if warmup >= 0 else int(grow)):     # warm-up of this shape
+                    forward_backward(model, b, den)
+                if memo is not None and grow:
+                    memo["max slots"] = b.num_tokens
+                ts = []
+                for _ in range(reps):
+                    sync()
+                    t0 = time.perf_counter()
+                    forward_backward(model, b, den)
+                    sync()
+                    ts.append(time.perf_counter() - t0)
+                compute = statistics.median(ts)
+                timed += 1
+                if memo is not None:
+                    memo[key] = compute
             comm = comm_price(table, b.local_cp_size, b.num_tokens, mc.layers)
-            row.append(statistics.median(ts) + comm)
+            row.append(compute + comm)
             # what a calibration needs: the microbatch's padded spans (before CP slicing), its CP size,
             # this rank's slots, the compute time and the priced communication
-            cup = b.cu_seqlens_padded
             detail.append({"rank": r, "microbatch": m, "cp": b.local_cp_size, "slots": b.num_tokens,
                            "spans": [cup[i + 1] - cup[i] for i in range(len(cup) - 1) if cup[i + 1] > cup[i]],
-                           "compute_s": statistics.median(ts), "comm_s": comm})
+                           "compute_s": compute, "comm_s": comm})
         times.append(row)
         model.zero_grad(set_to_none=True)
     c = compose(plan, times)
     extra = table["grad_allreduce"] if table else 0.0
     return {"composed_barrier_s": c["barrier"] + extra, "composed_dependency_s": c["dependency"] + extra,
-            "grad_allreduce_s": extra, "microbatch_times_s": times, "microbatches": detail}
+            "grad_allreduce_s": extra, "microbatch_times_s": times, "microbatches": detail, "timed": timed}
 
 
 def machine() -> Dict[str, Any]:
-    d = {"host": platform.node(), "torch": torch.__version__, "date": datetime.datetime.utcnow().strftime("%Y-%m-%d")}
+    d = {"host": platform.node(), "torch": torch.__version__, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")}
     if torch.cuda.is_available():
         d["gpu"] = torch.cuda.get_device_name(0)
     return d
 
 
+def write_json(path: str, result: Dict[str, Any]) -> None:
+    """Whole or not at all (a run killed while writing leaves the previous version)."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def parse_cells(a, wall_ranks: int) -> List[tuple]:
+    """(trace, M, ranks, tokens per rank) of every cell: --cells, or traces x M x ranks."""
+    cells = []
+    if a.cells:
+        for spec in a.cells.split(","):
+            parts = spec.split(":")
+            if len(parts) not in (3, 4) or not all(x.isdigit() and int(x) > 0 for x in parts[1:]):
+                raise SystemExit(f"--cells {spec!r}: expected TRACE:M:RANKS[:TOKENS_PER_RANK] with positive integers")
+            m, r = int(parts[1]), int(parts[2])
+            cells.append((parts[0], m, r, int(parts[3]) if len(parts) == 4 else (a.tokens_per_rank or 2 * m)))
+        return cells
+    ranks = [wall_ranks] if wall_ranks else [int(x) for x in a.replay.split(",")]
+    for trace in a.traces.split(","):
+        for m in [int(x) for x in a.max_seqlen.split(",")]:
+            for r in ranks:
+                cells.append((trace, m, r, a.tokens_per_rank or 2 * m))
+    return cells
+
+
+def prepare(sched: str, n: int, m: int, batches, a, cal, verl) -> List[tuple]:
+    """(plan, [rank][microbatch] fields) of every batch; raises Skip with the reason where the row cannot run."""
+    out = []
+    for bi, lengths in enumerate(batches):
+        if sched == VERL_KK:
+            if verl is None:
+                raise Skip("verl not loaded: give --verl DIR (or DCPACK_VERL_DIR) with verl/utils/seqlen_balancing.py "
+                           "and verl/trainer/ppo/ray_trainer.py")
+            if max(lengths) > m:
+                raise Skip(f"a sequence of {max(lengths)} tokens exceeds max_seqlen_per_rank {m}: verl's "
+                           "micro-batches are CP 1")
+            plan = verl[0](lengths, n, m)
+            out.append((plan, None if a.plan_only else verl_microbatches(plan, lengths, bi, a.vocab), 1))
+            continue
+        if sched == CALIBRATED and cal is None:
+            raise Skip("no calibrated profile: give --cost-profile FILE")
+        config = dcpack_config("balanced" if sched == CALIBRATED else sched, n, m, len(lengths), lengths,
+                               cost=cal[0] if sched == CALIBRATED else None)
+        if a.plan_only:
+            plan, mbs = dcpack.Planner(config).plan(lengths).copy(), None
+        else:
+            plan, mbs = step_all_ranks(config, lengths, seed=bi, vocab=a.vocab)
+        out.append((plan, mbs, config.context_parallel_size))
+    return out
+
+
+class Skip(Exception):
+    """A row that cannot run here (its reason goes into the row)."""
+
+
+def predictions(row: Dict[str, Any], prepared, batches, cal) -> None:
+    """The plans' makespans under the default model and, with a profile, the calibrated one (mean over batches)."""
+    default = dcpack.CostModel()
+    comp = [compose(p[0], model_times(p[0], lengths, default)) for p, lengths in zip(prepared, batches)]
+    row["predicted_barrier"] = statistics.mean(c["barrier"] for c in comp)
+    row["predicted_dependency"] = statistics.mean(c["dependency"] for c in comp)
+    if cal is not None:
+        comp = [compose(p[0], model_times(p[0], lengths, cal[0])) for p, lengths in zip(prepared, batches)]
+        row["predicted_cal_barrier"] = statistics.mean(c["barrier"] for c in comp)
+        row["predicted_cal_dependency"] = statistics.mean(c["dependency"] for c in comp)
+        if cal[1]:
+            row["predicted_cal_barrier_ms"] = row["predicted_cal_barrier"] * cal[1] * 1e-9
+            row["predicted_cal_dependency_ms"] = row["predicted_cal_dependency"] * cal[1] * 1e-9
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--traces", default="longsft_n4096_seed1.txt,bimodal_n4096_seed1.txt,"
-                                        "uniform32k_n4096_seed1.txt,mlmdefault_n4096_seed1.txt")
+                                        "uniform32k_n4096_seed1.txt,mlmdefault_n4096_seed1.txt",
+                    help="trace files (paths, or names in tests/data/workloads or bench/data)")
     ap.add_argument("--max-seqlen", default="8192,32768", help="max_seqlen_per_rank values")
-    ap.add_argument("--schedulers", default=",".join(SCHEDULERS))
+    ap.add_argument("--cells", default="", help="TRACE:M:RANKS[:TOKENS_PER_RANK],... instead of traces x M x ranks "
+                                                "(RANKS is the world size in wall mode)")
+    ap.add_argument("--schedulers", default=",".join(SCHEDULERS), help=f"any of {', '.join(ALL_SCHEDULERS)}")
+    ap.add_argument("--cost-profile", default="", help=f"calibrated cost profile for {CALIBRATED} and predicted_cal_*")
+    ap.add_argument("--verl", default=os.environ.get("DCPACK_VERL_DIR", ""),
+                    help=f"verl checkout or folder of its two balancing files, for {VERL_KK} (env DCPACK_VERL_DIR)")
     ap.add_argument("--steps", type=int, default=5, help="K batches (timed steps) per scheduler")
     ap.add_argument("--repeat", type=int, default=3, help="wall mode: timed steps per batch (median)")
     ap.add_argument("--tokens-per-rank", type=int, default=0, help="tokens per rank per batch (default 2 x M)")
@@ -262,131 +521,156 @@ def main() -> int:
     ap.add_argument("--ffn", type=int, default=14336)
     ap.add_argument("--vocab", type=int, default=4096)
     ap.add_argument("--partition", default="zigzag", choices=("zigzag", "contiguous"))
-    ap.add_argument("--replay", type=int, default=0, help="R: replay plans for R ranks on this GPU (no torchrun)")
+    ap.add_argument("--replay", default="", help="R or R1,R2,...: replay plans for R ranks on this GPU (no torchrun)")
     ap.add_argument("--replay-steps", type=int, default=2, help="batches replayed per scheduler")
     ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--comm-table", default="", help="JSON of a wall run (its comm table prices CP communication)")
+    ap.add_argument("--warmup", type=int, default=1, help="replay: untimed runs of each new shape; -1: one where "
+                                                          "a shape is larger than any before (needs the shape memo)")
+    ap.add_argument("--no-shape-memo", action="store_true", help="replay: time every microbatch, even a shape timed before")
+    ap.add_argument("--comm-table", default="", help="JSON with a comm table (a wall run's, or bench/data/comm_2xh200.json)")
     ap.add_argument("--no-check", action="store_true", help="wall mode: skip the composed-vs-wall check")
+    ap.add_argument("--plan-only", action="store_true", help="plan and predict only: no model, no timing")
+    ap.add_argument("--time-limit", type=float, default=0, help="seconds: start no new row after this (0: none)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
+    start = time.monotonic()
 
-    wall = a.replay == 0
+    wall = not a.replay and not a.plan_only
     if wall:
         dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo",
                                 timeout=datetime.timedelta(seconds=600))
-        rank, n = dist.get_rank(), dist.get_world_size()
+        rank, world = dist.get_rank(), dist.get_world_size()
     else:
-        rank, n = 0, a.replay
+        rank, world = 0, 0
+        if not a.replay and not a.cells:
+            raise SystemExit("--plan-only needs --replay R,... or --cells")
+    scheds = a.schedulers.split(",")
+    bad = [x for x in scheds if x not in ALL_SCHEDULERS]
+    if bad:
+        raise SystemExit(f"--schedulers: unknown {', '.join(bad)} (known: {', '.join(ALL_SCHEDULERS)})")
+    cells = parse_cells(a, world)
+    cal = load_cost_profile(a.cost_profile) if a.cost_profile else None
+    verl, verl_desc = None, "not loaded"
+    if VERL_KK in scheds:
+        if a.verl:
+            verl = load_verl_kk(a.verl)
+            verl_desc = verl[1]
+        else:
+            verl_desc = "not loaded: no --verl DIR nor DCPACK_VERL_DIR"
+        print(f"verl: {verl_desc}", flush=True)
     device = torch.device("cuda", rank % max(1, torch.cuda.device_count())) if torch.cuda.is_available() \
         else torch.device("cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
     mc = ModelConfig(vocab_size=a.vocab, hidden=a.hidden, layers=a.layers, heads=a.heads, kv_heads=a.kv_heads,
                      ffn=a.ffn, dtype=torch.bfloat16 if device.type == "cuda" else torch.float32)
-    model = THDTransformer(mc, device)
-    groups = CPGroups(n) if wall else None
+    model = None if a.plan_only else THDTransformer(mc, device)
+    groups = CPGroups(world) if wall else None
     table = None
-    if wall and n >= 2 and device.type == "cuda":
+    if wall and world >= 2 and device.type == "cuda":
         table = measure_comm(mc, device, model)
     elif a.comm_table:
         table = json.load(open(a.comm_table)).get("comm")
-    result: Dict[str, Any] = {"mode": "wall" if wall else "replay", "ranks": n, "machine": machine(),
+    memo = None if a.no_shape_memo else {}
+    if a.warmup < 0 and memo is None:
+        raise SystemExit("--warmup -1 needs the shape memo (drop --no-shape-memo)")
+    result: Dict[str, Any] = {"mode": "plan" if a.plan_only else ("wall" if wall else "replay"),
+                              "ranks": world or sorted({c[2] for c in cells}), "machine": machine(),
                               "model": {k: getattr(mc, k) for k in ("vocab_size", "hidden", "layers", "heads",
                                                                    "kv_heads", "ffn")},
                               "attention": mc.kernel_for(device), "partition": a.partition, "comm": table,
-                              "rows": []}
-    for trace in a.traces.split(","):
-        for m in [int(x) for x in a.max_seqlen.split(",")]:
-            tpr = a.tokens_per_rank or 2 * m
-            k = a.steps if wall else a.replay_steps
-            batches = batches_of(trace, n, m, k, tpr)
-            for sched in a.schedulers.split(","):
-                row: Dict[str, Any] = {"trace": trace, "max_seqlen_per_rank": m, "scheduler": sched, "ranks": n,
-                                       "tokens_per_batch": [sum(b) for b in batches]}
-                try:
-                    prepared = []
-                    for bi, lengths in enumerate(batches):
-                        config = dcpack_config(sched, n, m, len(lengths), lengths)
-                        plan, mbs = step_all_ranks(config, lengths, seed=bi, vocab=a.vocab)
-                        st = plan.stats(lengths)
-                        prepared.append((config, plan, mbs, st))
-                    row["cp"] = prepared[0][0].context_parallel_size
-                    row["microbatches"] = [p[1].num_microbatches for p in prepared]
-                    row["predicted_barrier"] = statistics.mean(p[3].makespan for p in prepared)
-                    row["predicted_dependency"] = statistics.mean(p[3].dependency_makespan for p in prepared)
-                    if wall:
-                        steps = []
-                        built = [to_batches(p[2][rank], rank, groups, a.partition, device) for p in prepared]
-                        for p in prepared:
-                            groups.ensure(p[1])
-                        for bs in built:  # warm-up: every batch's shapes once
+                              "comm_table": a.comm_table or None, "cost_profile": a.cost_profile or None,
+                              "cost_profile_time_unit_ps": cal[1] if cal else None, "verl": verl_desc,
+                              "reps": a.reps, "warmup": a.warmup, "shape_memo": memo is not None, "rows": []}
+    total, done = len(cells) * len(scheds), 0
+    for trace, m, n, tpr in cells:
+        if wall and n != world:
+            raise SystemExit(f"--cells: {trace}:{m}:{n} names {n} ranks; this wall run has {world}")
+        k = a.steps if wall else a.replay_steps
+        batches = batches_of(trace, n, m, k, tpr)
+        for sched in scheds:
+            done += 1
+            if a.time_limit and time.monotonic() - start > a.time_limit:
+                result["time_limit_reached"] = f"after {done - 1} of {total} rows ({time.monotonic() - start:.0f} s)"
+                break
+            t_row = time.monotonic()
+            row: Dict[str, Any] = {"trace": trace, "max_seqlen_per_rank": m, "scheduler": sched, "ranks": n,
+                                   "tokens_per_rank_target": tpr, "tokens_per_batch": [sum(b) for b in batches],
+                                   "sequences_per_batch": [len(b) for b in batches]}
+            try:
+                prepared = prepare(sched, n, m, batches, a, cal, verl)
+                row["cp"] = prepared[0][2]
+                row["microbatches"] = [p[0].num_microbatches for p in prepared]
+                if sched == VERL_KK:
+                    row["over_budget_microbatches"] = [sum(sum(batches[bi][i] for i in ids) > m for mb in p[0].ids
+                                                           for ids in mb) for bi, p in enumerate(prepared)]
+                predictions(row, prepared, batches, cal)
+                row["prepare_s"] = time.monotonic() - t_row
+                if a.plan_only:
+                    pass
+                elif wall:
+                    steps = []
+                    built = [to_batches([d for d in p[1][rank] if len(d["tokens"])], rank, groups, a.partition,
+                                        device) for p in prepared]
+                    for p in prepared:
+                        if not isinstance(p[0], ListPlan):
+                            groups.ensure(p[0])
+                    for bs in built:  # warm-up: every batch's shapes once
+                        train_step(model, bs, group=None)
+                    for bs in built:  # each batch a.repeat times, its median
+                        ts = []
+                        for _ in range(a.repeat):
+                            sync()
+                            dist.barrier()
+                            t0 = time.perf_counter()
                             train_step(model, bs, group=None)
-                        for bs in built:  # each batch a.repeat times, its median
-                            ts = []
-                            for _ in range(a.repeat):
-                                sync()
-                                dist.barrier()
-                                t0 = time.perf_counter()
-                                train_step(model, bs, group=None)
-                                sync()
-                                t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
-                                dist.all_reduce(t, op=dist.ReduceOp.MAX)
-                                ts.append(float(t))
-                            steps.append(statistics.median(ts))
-                        row["step_s"] = steps
-                        row["median_step_s"] = statistics.median(steps)
-                        row["tokens_per_s"] = statistics.mean(sum(b) for b in batches) / row["median_step_s"]
-                        if rank == 0 and not a.no_check:
-                            comp = [replay(model, mc, p[1], p[2], a.partition, device, table, a.reps)
-                                    for p in prepared[:2]]
-                            row["composed_barrier_s"] = statistics.median(c["composed_barrier_s"] for c in comp)
-                            row["composed_dependency_s"] = statistics.median(c["composed_dependency_s"]
-                                                                             for c in comp)
-                            row["wall_of_composed_batches_s"] = statistics.median(steps[:2])
-                    else:
-                        comp = [replay(model, mc, p[1], p[2], a.partition, device, table, a.reps) for p in prepared]
+                            sync()
+                            t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
+                            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+                            ts.append(float(t))
+                        steps.append(statistics.median(ts))
+                    row["step_s"] = steps
+                    row["median_step_s"] = statistics.median(steps)
+                    row["tokens_per_s"] = statistics.mean(sum(b) for b in batches) / row["median_step_s"]
+                    if rank == 0 and not a.no_check:
+                        comp = [replay(model, mc, p[0], p[1], a.partition, device, table, a.reps, warmup=a.warmup)
+                                for p in prepared[:2]]
                         row["composed_barrier_s"] = statistics.median(c["composed_barrier_s"] for c in comp)
-                        row["composed_dependency_s"] = statistics.median(c["composed_dependency_s"] for c in comp)
-                        row["replayed_microbatches"] = [c["microbatches"] for c in comp]
-                        row["tokens_per_s_composed_barrier"] = statistics.mean(
-                            sum(b) for b in batches) / row["composed_barrier_s"]
-                except dcpack.Error as e:
-                    row["error"] = f"{type(e).__name__}: {e}"
-                if rank == 0:
-                    result["rows"].append(row)
-                    print(json.dumps({k: v for k, v in row.items() if k not in ("step_s", "replayed_microbatches")}),
-                          flush=True)
+                        row["composed_dependency_s"] = statistics.median(c["composed_dependency_s"]
+                                                                         for c in comp)
+                        row["wall_of_composed_batches_s"] = statistics.median(steps[:2])
+                else:
+                    comp = [replay(model, mc, p[0], p[1], a.partition, device, table, a.reps, memo, a.warmup)
+                            for p in prepared]
+                    row["composed_barrier_s"] = statistics.median(c["composed_barrier_s"] for c in comp)
+                    row["composed_dependency_s"] = statistics.median(c["composed_dependency_s"] for c in comp)
+                    row["timed_microbatches"] = sum(c["timed"] for c in comp)
+                    row["replayed_microbatches"] = [c["microbatches"] for c in comp]
+                    tokens = statistics.mean(sum(b) for b in batches)
+                    row["tokens_per_s_composed_barrier"] = tokens / row["composed_barrier_s"]
+                    row["tokens_per_s_composed_dependency"] = tokens / row["composed_dependency_s"]
+            except Skip as e:
+                row["skipped"] = str(e)
+            except dcpack.Error as e:
+                row["error"] = f"{type(e).__name__}: {e}"
+            row["elapsed_s"] = time.monotonic() - t_row
+            if rank == 0:
+                result["rows"].append(row)
+                brief = {k: v for k, v in row.items() if k not in ("step_s", "replayed_microbatches",
+                                                                   "tokens_per_batch", "sequences_per_batch")}
+                print(f"[{done}/{total} {time.monotonic() - start:.0f} s] " + json.dumps(brief), flush=True)
+                write_json(a.out, result)      # after every row: a run cut short keeps what it measured
+        else:
+            continue
+        break
+    result["elapsed_s"] = time.monotonic() - start
     if rank == 0:
-        with open(a.out, "w") as f:
-            json.dump(result, f, indent=1)
-        print_table(result)
+        write_json(a.out, result)
+        print()
+        print(train_step_report.markdown(result))
     if wall:
         dist.destroy_process_group()
     return 0
-
-
-def print_table(result: Dict[str, Any]) -> None:
-    wall = result["mode"] == "wall"
-    key = "median_step_s" if wall else "composed_barrier_s"
-    print(f"\n{result['mode']} on {result['ranks']} ranks, {result['machine']}")
-    print("| trace | M | scheduler | CP | step ms | tokens/s | vs dynamic_cp | predicted (barrier) | "
-          "predicted vs dynamic_cp |" + (" composed barrier / dependency ms |" if wall else " dependency ms |"))
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    rows = result["rows"]
-    for r in rows:
-        if "error" in r:
-            print(f"| {r['trace']} | {r['max_seqlen_per_rank']} | {r['scheduler']} | | {r['error'][:60]} |")
-            continue
-        base = next((x for x in rows if x["trace"] == r["trace"] and x["max_seqlen_per_rank"] ==
-                     r["max_seqlen_per_rank"] and x["scheduler"] == "dynamic_cp" and "error" not in x), None)
-        rel = f"{(r[key] / base[key] - 1) * 100:+.1f}%" if base else "-"
-        prel = f"{(r['predicted_barrier'] / base['predicted_barrier'] - 1) * 100:+.1f}%" if base else "-"
-        tps = r.get("tokens_per_s", r.get("tokens_per_s_composed_barrier", 0))
-        extra = (f"{r.get('composed_barrier_s', float('nan')) * 1e3:.1f} / "
-                 f"{r.get('composed_dependency_s', float('nan')) * 1e3:.1f}") if wall else \
-            f"{r['composed_dependency_s'] * 1e3:.1f}"
-        print(f"| {r['trace'].split('_n')[0]} | {r['max_seqlen_per_rank']} | {r['scheduler']} | {r['cp']} | "
-              f"{r[key] * 1e3:.1f} | {tps:,.0f} | {rel} | {r['predicted_barrier']:.3g} | {prel} | {extra} |")
 
 
 if __name__ == "__main__":

@@ -54,3 +54,221 @@ def test_composition_of_model_costs_is_dcpacks_makespan(scheduler, n, trace):
 def test_the_two_step_models_differ_somewhere_in_these_plans():
     """So the dependency half of the composition is really checked, not equal to the barrier by accident."""
     assert any(_check(*c) for c in CASES)
+
+
+# ---- the rows and tools of part 3's replay grid (verl_kk, balanced+cal, cells, the report) ----------------
+
+import json  # noqa: E402
+import os  # noqa: E402
+
+VERL = os.environ.get("DCPACK_VERL_DIR", "/work/ref/verl")
+
+
+def _verl_or_skip():
+    if not os.path.isfile(os.path.join(VERL, "verl", "utils", "seqlen_balancing.py")):
+        pytest.skip(f"no verl checkout at {VERL} (set DCPACK_VERL_DIR)")
+    return _bench().load_verl_kk(VERL)
+
+
+def test_batches_hold_a_multiple_of_the_ranks_and_fit_the_cap():
+    bench = _bench()
+    for n, m in ((8, 8192), (16, 2048), (64, 32768)):
+        for b in bench.batches_of("pareto_n4096_seed1.txt", n, m, 2, 2 * m):
+            assert len(b) % n == 0
+            assert sum(b) >= 2 * m * n
+            assert max(b) <= n * m and all(v % (2 * n) == 0 for v in b)
+
+
+def test_trace_path_names_the_missing_trace():
+    with pytest.raises(FileNotFoundError, match="no_such_trace.txt"):
+        _bench().trace_path("no_such_trace.txt")
+
+
+@pytest.mark.parametrize("n,m,trace", [(8, 8192, "mlmdefault_n4096_seed1.txt"), (16, 32768, "uniform32k_n4096_seed1.txt")])
+def test_verl_rows_place_every_sequence_once_and_fields_match(n, m, trace):
+    bench = _bench()
+    plan_fn, _ = _verl_or_skip()
+    lengths = bench.batches_of(trace, n, m, 1, 2 * m)[0]
+    plan = plan_fn(lengths, n, m)
+    assert plan.num_ranks == n
+    placed = sorted(i for mb in plan.ids for ids in mb for i in ids)
+    assert placed == list(range(len(lengths)))
+    # equal-count DP partitions (verl's _balance_batch, equal_size=True)
+    per_rank = [sum(len(plan.ids[mi][r]) for mi in range(plan.num_microbatches)) for r in range(n)]
+    assert len(set(per_rank)) == 1
+    mbs = bench.verl_microbatches(plan, lengths, seed=0, vocab=97)
+    for r in range(n):
+        for mi, d in enumerate(mbs[r]):
+            ls = [lengths[i] for i in plan.ids[mi][r]]
+            assert list(np.diff(d["cu_seqlens"])) == ls and len(d["tokens"]) == sum(ls)
+            assert list(d["cu_seqlens_padded"]) == list(d["cu_seqlens"])
+            starts = np.flatnonzero(d["position_ids"] == 0)
+            assert list(starts) == list(d["cu_seqlens"][:-1])
+            assert d["max_seqlen"] == max(ls, default=0) and d["local_cp_size"] == 1
+
+
+def test_verl_prediction_equals_bench_vs_verl_makespan():
+    """compose(model_times) of verl's plan = bench_vs_verl's own (independent) makespan formula."""
+    import sys
+    bench = _bench()
+    plan_fn, _ = _verl_or_skip()
+    sys.path.insert(0, str(SOURCE / "bench"))
+    import bench_vs_verl as bv
+    n, m = 8, 8192
+    lengths = bench.batches_of("mlmdefault_n4096_seed1.txt", n, m, 1, 2 * m)[0]
+    plan = plan_fn(lengths, n, m)
+    model = dcpack.CostModel()
+    got = bench.compose(plan, bench.model_times(plan, lengths, model))["barrier"]
+    want = bv.CostModel({"quadratic": model.quadratic, "linear": model.linear, "round_latency": model.round_latency,
+                         "microbatch_overhead": model.microbatch_overhead,
+                         "kv": {str(1 << k): v for k, v in enumerate(model.kv)}}).makespan(plan.ids, lengths)
+    assert got == want
+
+
+PROFILE = """# a calibrated-style profile, picoseconds
+time_unit_ps = 1
+quadratic = 88
+linear = 2130000
+round_latency = 20000000
+microbatch_overhead = 9000000000
+kv.2 = 300000
+kv.4+ = 400000
+step_model = dependency
+"""
+
+
+def test_cost_profile_is_read_with_its_time_unit(tmp_path):
+    bench = _bench()
+    p = tmp_path / "cal.profile"
+    p.write_text(PROFILE)
+    model, unit = bench.load_cost_profile(str(p))
+    assert unit == 1
+    assert (model.quadratic, model.linear, model.round_latency, model.microbatch_overhead) == \
+        (88, 2130000, 20000000, 9000000000)
+    assert model.kv[1] == 300000 and all(v == 400000 for v in model.kv[2:])
+    assert model.step_model == "dependency"
+    p.write_text(PROFILE + "kv.3 = 5\n")
+    with pytest.raises(ValueError, match=r"cal.profile:10: kv.3"):
+        bench.load_cost_profile(str(p))
+
+
+def test_calibrated_plans_differ_from_the_default_where_the_model_does(tmp_path):
+    """A profile equal to the default model plans the same; the calibrated one (overhead 4 orders larger)
+    plans fewer microbatches somewhere and never a worse makespan under its own model."""
+    bench = _bench()
+    d = dcpack.CostModel()
+    same = tmp_path / "default.profile"
+    same.write_text(f"quadratic = {d.quadratic}\nlinear = {d.linear}\nround_latency = {d.round_latency}\n"
+                    f"microbatch_overhead = {d.microbatch_overhead}\n"
+                    + "".join(f"kv.{1 << k} = {d.kv[k]}\n" for k in range(1, len(d.kv))))
+    cal = tmp_path / "cal.profile"
+    cal.write_text(PROFILE.replace("step_model = dependency", "step_model = barrier"))
+    differ = 0
+    for trace in ("mlmdefault_n4096_seed1.txt", "longsft_n4096_seed1.txt", "pareto_n4096_seed1.txt"):
+        n, m = 16, 8192
+        lengths = bench.batches_of(trace, n, m, 1, 2 * m)[0]
+        plans = {}
+        for name, path in (("default", None), ("same", same), ("cal", cal)):
+            cost = bench.load_cost_profile(str(path))[0] if path else None
+            config = bench.dcpack_config("balanced", n, m, len(lengths), lengths, cost=cost)
+            plans[name] = dcpack.Planner(config).plan(lengths).copy()
+        ids = {k: [[list(g[2]) for g in p.groups(mi)] for mi in range(p.num_microbatches)] for k, p in plans.items()}
+        assert ids["same"] == ids["default"]
+        calm = bench.load_cost_profile(str(cal))[0]
+        mk = {k: bench.compose(p, bench.model_times(p, lengths, calm))["barrier"] for k, p in plans.items()}
+        assert mk["cal"] <= mk["default"]
+        differ += ids["cal"] != ids["default"]
+    assert differ >= 1
+
+
+def test_replay_memo_times_each_shape_once():
+    """A static CP group's ranks share one shape: with the memo, one timing per distinct shape."""
+    import torch
+    from dcpack.thd import ModelConfig, THDTransformer
+    bench = _bench()
+    n, m = 4, 256
+    lengths = bench.batches_of("longsft_n4096_seed1.txt", n, m, 1, 512)[0]
+    config = bench.dcpack_config("dp_balanced", n, m, len(lengths), lengths)
+    plan, mbs = bench.step_all_ranks(config, lengths, seed=0, vocab=64)
+    mc = ModelConfig(vocab_size=64, hidden=32, layers=1, heads=2, kv_heads=1, ffn=64, dtype=torch.float32)
+    model = THDTransformer(mc, torch.device("cpu"))
+    shapes = {(int(d["local_cp_size"]), tuple(int(x) for x in d["cu_seqlens_padded"]), len(d["tokens"]))
+              for r in mbs for d in r if len(d["tokens"])}
+    memo = {}
+    got = bench.replay(model, mc, plan, mbs, "zigzag", torch.device("cpu"), None, 1, memo, 0)
+    assert got["timed"] == len(shapes) == len(memo) - 1  # and "max slots"
+    assert memo["max slots"] == max(len(d["tokens"]) for r in mbs for d in r)
+    assert config.context_parallel_size > 1 and len(shapes) < sum(len(r) for r in mbs)
+    again = bench.replay(model, mc, plan, mbs, "zigzag", torch.device("cpu"), None, 1, memo, 0)
+    assert again["timed"] == 0 and again["microbatch_times_s"] == got["microbatch_times_s"]
+
+
+def _report():
+    spec = importlib.util.spec_from_file_location("train_step_report", SOURCE / "bench" / "train_step_report.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_report_of_the_16_rank_replay_gives_the_logged_changes():
+    """bench/data/replay16_h200_2026-11-28.json: balanced -6.2 / -7.6 / -4.3% (docs/benchmarks-log.md)."""
+    rep = _report()
+    result = json.loads((SOURCE / "bench" / "data" / "replay16_h200_2026-11-28.json").read_text())
+    ch = {c[0].split("_n")[0]: round(b * 100, 1) for c, b, _ in rep.changes(result, "balanced")}
+    assert ch == {"longsft": -6.2, "bimodal": -7.6, "uniform32k": -4.3}
+    md = rep.markdown(result)
+    assert "| longsft | 8192 | 16 | balanced | 1 | 3 | 129.7 / 129.7 | 2,025,201 | -6.2% / -6.2% | 1.43e+09 | -8.4% |" in md
+    assert "| bimodal | 8192 | 16 | -7.6% / -7.6% |" in md
+    assert "`balanced`: -7.6% to -4.3% (barrier); slower in 0 of 3 cells." in md
+
+
+def test_verl_microbatches_train_as_dcpacks_do():
+    """The same sequences and tokens packed by verl and by dcpack (CP 1): the model's summed loss is equal
+    (fp32, math kernel; 1e-5 relative: only the summation order differs), and replay times verl's plan."""
+    import torch
+    from dcpack.thd import ModelConfig, THDBatch, THDTransformer, loss_sum
+    bench = _bench()
+    plan_fn, _ = _verl_or_skip()
+    n, m = 4, 256
+    lengths = [int(v) for v in np.random.default_rng(3).integers(1, 24, size=24) * 8]
+    plan = plan_fn(lengths, n, m)
+    vm = bench.verl_microbatches(plan, lengths, seed=5, vocab=64)
+    config = bench.dcpack_config("dynamic_cp", n, m, len(lengths), lengths)
+    _, dm = bench.step_all_ranks(config, lengths, seed=5, vocab=64)
+    mc = ModelConfig(vocab_size=64, hidden=32, layers=1, heads=2, kv_heads=1, ffn=64, dtype=torch.float32,
+                     attention="math")
+    model = THDTransformer(mc, torch.device("cpu"))
+
+    def total(mbs):
+        with torch.no_grad():
+            return sum(float(loss_sum(model, THDBatch.from_fields(**d))) for r in mbs for d in r if len(d["tokens"]))
+    assert all(int(d["local_cp_size"]) == 1 for r in dm for d in r)
+    got, want = total(vm), total(dm)
+    assert abs(got - want) <= 1e-5 * abs(want)
+    res = bench.replay(model, mc, plan, vm, "zigzag", torch.device("cpu"), None, 1, {}, 0)
+    assert len(res["microbatch_times_s"]) == n and res["composed_barrier_s"] > 0
+
+
+def test_the_one_gpu_script_runs_end_to_end_tiny(tmp_path):
+    """bench/train_replay_gpu.sh with TINY=1 (a tiny model, M / 32, no build) under a short budget: the first
+    cells' rows of every scheduler, the calibrated predictions, the time limit noted, the report written."""
+    import subprocess
+    import sys
+    prof = tmp_path / "cal.profile"
+    prof.write_text(PROFILE)
+    verl = VERL if os.path.isdir(VERL) else str(tmp_path / "no-verl")
+    env = dict(os.environ, TINY="1", BUDGET="40", PYTHON=sys.executable,
+               PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    out = tmp_path / "out"
+    r = subprocess.run(["bash", str(SOURCE / "bench" / "train_replay_gpu.sh"), str(out), str(prof), verl],
+                       env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = json.loads((out / "replay.json").read_text())
+    first = [row for row in result["rows"] if row["ranks"] == 16 and row["trace"].startswith("longsft")]
+    assert [row["scheduler"] for row in first] == ["dp_balanced", "dynamic_cp", "balanced", "balanced+cal", "verl_kk"]
+    assert all("composed_barrier_s" in row and "predicted_cal_barrier_ms" in row for row in first[:4])
+    assert "skipped" in first[4]
+    assert "time_limit_reached" in result
+    md = (out / "replay.md").read_text()
+    assert "| longsft | 256 | 16 | balanced+cal |" in md and "Against `dynamic_cp`" in md
+    assert "bench: exit 0" in (out / "replay_summary.txt").read_text()
