@@ -48,6 +48,11 @@ def test_length_mixes_pack_exactly_and_vary_s2():
         assert all(sum(ls) == t and min(ls) >= 64 and all(s % 64 == 0 for s in ls) for _, ls in mixes)
         sq = [sum(s * s for s in ls) for _, ls in mixes]
         assert max(sq) >= 16 * min(sq) * 0.99, sq  # s^2 and s are far from collinear
+    # too few tokens for the finer mixes: those are left out, never a length below the granule
+    assert [name for name, _ in cal.length_mixes(256)] == ["1x", "2x", "4x"]
+    assert all(sum(ls) == 256 for _, ls in cal.length_mixes(256))
+    with pytest.raises(dcpack.InvalidArgumentError):
+        cal.length_mixes(100)
 
 
 def test_exact_data_recovers_the_model():
