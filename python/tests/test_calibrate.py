@@ -209,6 +209,10 @@ def test_profile_round_trip_and_defaults():
         cal.parse_profile("quadratic = 2").ms(1)
     # a Config and the Megatron drop-in take the model
     dcpack.Config(cost=p.cost).validate()
+    from dcpack import megatron
+
+    sched = megatron.BalancedScheduler(16384, 1, 8, None, cost=p.cost)
+    assert sched.config.cost == p.cost
 
 
 @pytest.mark.parametrize("line, message", [
