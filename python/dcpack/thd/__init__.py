@@ -1,0 +1,20 @@
+"""dcpack.thd: a reference THD transformer that trains on what ``dcp_step`` returns (needs torch).
+
+- :class:`ModelConfig`, :class:`THDTransformer`: a small decoder-only transformer
+  (RMSNorm, RoPE from ``position_ids``, GQA attention, SwiGLU) whose size is a
+  parameter, bf16 by default, fp32 for equality tests.
+- Attention over the THD buffer, sequences separated by ``cu_seqlens_padded``,
+  with context parallelism inside each microbatch's CP group (zigzag or
+  contiguous): K/V all-gathered, dK/dV reduce-scattered (:mod:`dcpack.thd.attention`).
+- :class:`THDBatch`, :class:`CPGroups`, :func:`train_step`, :func:`forward_backward`:
+  microbatches in, masked token cross entropy over the global token count out,
+  gradients summed over DPxCP.
+
+See docs/training.md.
+"""
+
+from .attention import AttentionLayout, GatherKV, LayoutError, layout, math_attention, varlen_attention, \
+    varlen_available  # noqa: F401
+from .model import ModelConfig, THDTransformer  # noqa: F401
+from .train import CPGroups, THDBatch, allreduce_gradients, forward_backward, loss_denominator, loss_sum, \
+    train_step  # noqa: F401
