@@ -3,7 +3,8 @@
 # package offline (the planner only: the timing is torch's), then python -m dcpack.calibrate for one
 # Llama-8B-like layer (hidden 4096, 32 heads, 8 KV heads, SwiGLU 14336, bf16, vocabulary 1024 so
 # the output head stays small) on one GPU (CP 1) and under torchrun on two (CP 1 and 2, the real
-# steps of dynamic_cp and balanced plans checked against the composed barrier and dependency times).
+# steps of dynamic_cp, balanced and balanced laid out for dependency checked against the composed
+# barrier and dependency times).
 #
 #   bash bench/calibrate_gpu.sh [OUT (default $OUT or calibrate-logs)]
 #

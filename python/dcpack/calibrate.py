@@ -542,7 +542,8 @@ def step_batches(count: int, ranks: int, max_seqlen: int, microbatches: int, gra
 def measure_steps(thd: Any, model: Any, world: _World, groups: Any, profile: Profile, max_seqlen: int,
                   microbatches: int, batches: int, steps: int, vocab: int, warmup: int,
                   repeats: int) -> List[Dict[str, Any]]:
-    """Plan each batch with dynamic_cp and balanced (the calibrated profile), then per plan:
+    """Plan each batch with dynamic_cp, balanced and balanced laid out for the dependency step model
+    ("balanced/dependency"), under the calibrated profile; then per plan:
 
     - replay: every microbatch's groups timed alone (a barrier before each microbatch, the median
       of ``repeats``), a group's time its slowest rank's; the gradient all-reduce timed alone;
@@ -556,9 +557,9 @@ def measure_steps(thd: Any, model: Any, world: _World, groups: Any, profile: Pro
 
     out = []
     for name, lengths in step_batches(batches, world.size, max_seqlen, microbatches):
-        for scheduler in ("dynamic_cp", "balanced"):
+        for scheduler, step_model in (("dynamic_cp", "barrier"), ("balanced", "barrier"), ("balanced", "dependency")):
             cfg = Config(scheduler=scheduler, data_parallel_size=world.size, max_seqlen_per_rank=max_seqlen,
-                         max_sequences=len(lengths), cost=profile.cost)
+                         max_sequences=len(lengths), cost=dataclasses.replace(profile.cost, step_model=step_model))
             with Planner(cfg) as planner:
                 plan = planner.plan(lengths).copy()
                 stats = plan.stats(lengths)
@@ -606,7 +607,8 @@ def measure_steps(thd: Any, model: Any, world: _World, groups: Any, profile: Pro
                 if k >= warmup:
                     walls.append(wall)
             row = {
-                "batch": name, "scheduler": scheduler, "sequences": int(len(lengths)),
+                "batch": name, "scheduler": scheduler if step_model == "barrier" else f"{scheduler}/{step_model}",
+                "sequences": int(len(lengths)),
                 "tokens": int(lengths.sum()), "longest": int(lengths.max()),
                 "microbatches": plan.num_microbatches,
                 "cp_sizes": sorted({cp for g in grp for _, cp in g}),
@@ -618,7 +620,7 @@ def measure_steps(thd: Any, model: Any, world: _World, groups: Any, profile: Pro
                 "model_dependency_ms": profile.ms(stats.dependency_makespan) if profile.time_unit_ps else None,
             }
             out.append(row)
-            _say(world, f"  {name:12s} {scheduler:10s} {plan.num_microbatches:3d} mbs  wall {row['wall_ms']:9.2f} ms"
+            _say(world, f"  {name:12s} {row['scheduler']:21s} {plan.num_microbatches:3d} mbs  wall {row['wall_ms']:9.2f} ms"
                         f"  composed barrier {row['composed_barrier_ms']:9.2f}  dependency "
                         f"{row['composed_dependency_ms']:9.2f}  model barrier {row['model_barrier_ms'] or 0:9.2f}"
                         f"  dependency {row['model_dependency_ms'] or 0:9.2f}")
@@ -673,7 +675,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
                    help="the profile's step_model; auto: the one whose composed step time is nearer the measured "
                         "wall time (with --check-steps), else barrier")
     p.add_argument("--check-steps", type=int, default=0, metavar="B",
-                   help="also time B batches' real steps (dynamic_cp and balanced plans) against the composed "
+                   help="also time B batches' real steps (dynamic_cp, balanced, balanced laid out for dependency) against the composed "
                         "barrier and dependency times (default 0: none)")
     p.add_argument("--max-seqlen", type=int, default=16384, help="max_seqlen_per_rank of --check-steps' plans")
     p.add_argument("--microbatches", type=int, default=6, help="about this many microbatches per checked step")
