@@ -25,7 +25,7 @@ t0=$SECONDS
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
   "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.device_count(), "GPUs")'
   rm -rf "$SITE"
-  "$PY" -m pip install -q --no-index --no-build-isolation --no-deps --target "$SITE" \
+  timeout 150 "$PY" -m pip install -q --no-index --no-build-isolation --no-deps --target "$SITE" \
     --config-settings=build-dir="${TMPDIR:-/tmp}/dcpack-calibrate-build" "$SRC"
 } > "$O/install.log" 2>&1 || { echo "FAIL: build (install.log)"; tail -20 "$O/install.log"; exit 1; }
 echo "built in $((SECONDS - t0)) s"
@@ -35,11 +35,11 @@ gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
 read -r -a MODEL <<< "${CALIBRATE_ARGS:---layers 1 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 --vocab 1024}"
 rc=0
 t0=$SECONDS
-timeout 240 "$PY" -m dcpack.calibrate "${MODEL[@]}" --machine "1x $gpu" \
+timeout 100 "$PY" -m dcpack.calibrate "${MODEL[@]}" --machine "1x $gpu" \
   --out "$O/one.profile" --json "$O/one.json" > "$O/one.log" 2>&1 || { echo "FAIL: 1 GPU (one.log)"; rc=1; }
 echo "1 GPU: $((SECONDS - t0)) s"; tail -3 "$O/one.log"
 t0=$SECONDS
-timeout 330 "$PY" -m torch.distributed.run --nproc-per-node 2 -m dcpack.calibrate --max-cp 2 \
+timeout 220 "$PY" -m torch.distributed.run --nproc-per-node 2 -m dcpack.calibrate --max-cp 2 \
   --check-steps 4 --max-seqlen 16384 --microbatches 6 --machine "2x $gpu" "${MODEL[@]}" \
   --out "$O/two.profile" --json "$O/two.json" > "$O/two.log" 2>&1 || { echo "FAIL: 2 GPUs (two.log)"; rc=1; }
 echo "2 GPUs: $((SECONDS - t0)) s"; tail -14 "$O/two.log"
