@@ -1,9 +1,10 @@
 """The python.calibrate_smoke ctest case: python -m dcpack.calibrate end to end on the CPU, tiny shapes.
 
-    python calibrate_smoke.py --source SRC --build BUILD [--dcpack PATH]
+    python calibrate_smoke.py --source SRC --build BUILD [--dcpack PATH] [--python PY]
 
-1. A Python with torch: DCPACK_TORCH_PYTHON when set (and only it), else /opt/torchenv/bin/python,
-   else this one if it imports torch.  None: prints SKIP with the reason and exits 77 (ctest's SKIP_RETURN_CODE).
+1. A Python with torch, found as python.thd finds it: the first of $DCPACK_TORCH_PYTHON, --python
+   (CMake's DCP_TORCH_PYTHON), python3 on PATH and this interpreter that imports torch and numpy.
+   None: prints SKIP with the reason and exits 77 (ctest's SKIP_RETURN_CODE).
 2. The package from SRC installed with that Python into BUILD/python-torch-site (pip --target,
    offline, no build isolation; its CMake folder BUILD/python-torch-build kept between runs).
    A Python that cannot build it (no scikit-build-core) is a skip as well, with the reason.
@@ -29,14 +30,19 @@ MODEL = ["--layers", "1", "--hidden", "64", "--heads", "4", "--kv-heads", "2", "
          "--device", "cpu", "--warmup", "1", "--repeats", "3"]
 
 
-def torch_python() -> str | None:
-    named = os.environ.get("DCPACK_TORCH_PYTHON")  # when set, the only candidate
-    for candidate in ([named] if named else ["/opt/torchenv/bin/python", sys.executable]):
-        if candidate and Path(candidate).exists():
-            r = subprocess.run([candidate, "-c", "import torch, numpy"], capture_output=True)
-            if r.returncode == 0:
-                return candidate
-    return None
+def torch_python(configured: str) -> tuple[str | None, list[str]]:
+    """The first Python with torch and numpy among python.thd's candidates (thd_ctest_run.py)."""
+    candidates = [os.environ.get("DCPACK_TORCH_PYTHON", ""), configured, shutil.which("python3") or "",
+                  sys.executable]
+    candidates = [c for i, c in enumerate(candidates) if c and c not in candidates[:i]]
+    for candidate in candidates:
+        try:
+            r = subprocess.run([candidate, "-c", "import torch, numpy"], capture_output=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if r.returncode == 0:
+            return candidate, candidates
+    return None, candidates
 
 
 def check_run(out: Path, expect_cps: list[int], tokens: list[int], dcpack: str | None) -> None:
@@ -83,6 +89,7 @@ def main() -> int:
     ap.add_argument("--source", required=True)
     ap.add_argument("--build", required=True)
     ap.add_argument("--dcpack", default=None, help="the dcpack program, to load the written profiles")
+    ap.add_argument("--python", default="", help="CMake's DCP_TORCH_PYTHON: a Python with torch")
     ap.add_argument("--check", default=None, help=argparse.SUPPRESS)  # PROFILE CPS TOKENS: check one run
     ap.add_argument("--cps", default="1", help=argparse.SUPPRESS)
     ap.add_argument("--tokens", default="", help=argparse.SUPPRESS)
@@ -92,9 +99,10 @@ def main() -> int:
                   a.dcpack)
         print(f"checked {a.check}")
         return 0
-    python = torch_python()
+    python, candidates = torch_python(a.python)
     if python is None:
-        print("SKIP: no Python with torch found (set DCPACK_TORCH_PYTHON); python -m dcpack.calibrate needs torch")
+        print(f"SKIP: no Python with torch and numpy among {candidates}; set DCPACK_TORCH_PYTHON (or configure "
+              "with -DDCP_TORCH_PYTHON=...) to one that has them to run python -m dcpack.calibrate")
         return SKIP
     build = Path(a.build).resolve()
     site, cmake_dir = build / "python-torch-site", build / "python-torch-build"

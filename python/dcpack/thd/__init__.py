@@ -13,7 +13,7 @@
 See docs/training.md.
 """
 
-from .attention import AttentionLayout, GatherKV, LayoutError, layout, math_attention, varlen_attention, \
+from .attention import LOCAL_REPLAY, AttentionLayout, GatherKV, LayoutError, layout, math_attention, varlen_attention, \
     varlen_available  # noqa: F401
 from .model import ModelConfig, THDTransformer  # noqa: F401
 from .train import CPGroups, THDBatch, allreduce_gradients, forward_backward, loss_denominator, loss_sum, \

@@ -184,11 +184,28 @@ class GatherKV(torch.autograd.Function):
         return out, None, None, None
 
 
+class _LocalReplay:
+    """The group of a CP rank timed alone (see :data:`LOCAL_REPLAY`)."""
+
+    def __repr__(self) -> str:
+        return "dcpack.thd.LOCAL_REPLAY"
+
+
+#: Pass as a microbatch's CP group to compute one CP rank's share with no peers: the gathered K/V
+#: is this rank's own K/V repeated cp times, so every kernel runs on the shapes the real group
+#: gives (the replay mode of bench/bench_train_step.py; the values, hence the loss, are not the
+#: real group's).
+LOCAL_REPLAY = _LocalReplay()
+
+
 def gather_kv(kv: torch.Tensor, lay: AttentionLayout) -> torch.Tensor:
     """K and V of this microbatch's whole CP group, each run's key prefix in order: ``[sum k_len, ...]``."""
     if lay.cp == 1:
         return kv
-    full = GatherKV.apply(kv, lay.group, lay.cp, lay.cp_rank)
+    if lay.group is LOCAL_REPLAY:
+        full = kv.repeat((lay.cp,) + (1,) * (kv.dim() - 1))
+    else:
+        full = GatherKV.apply(kv, lay.group, lay.cp, lay.cp_rank)
     return full.index_select(0, lay.key_index)
 
 
