@@ -7,9 +7,10 @@ at most N*M, until the batch holds ``--tokens-per-rank`` x N tokens), each sched
 steps them with dcpack (the CPU data plane, every process stepping all N ranks in-process and
 keeping its own microbatches, before any timing), and the model trains on them: forward and
 backward of every microbatch with CP attention over the microbatch's CP group (NCCL all-gather of
-K/V, reduce-scatter of dK/dV) and the gradient all-reduce over DPxCP at the end.  Reported per
-scheduler: the median step time over the K batches (the slowest rank: the step ends with the
-all-reduce), tokens per second, and the plan's predicted makespans (barrier and dependency step
+K/V, reduce-scatter of dK/dV) and the gradient all-reduce over DPxCP at the end.  Every batch
+runs once untimed (warm-up of its shapes), then ``--repeat`` times timed.  Reported per scheduler:
+the median over the K batches of each batch's median step time (the slowest rank's: the step ends
+with the all-reduce), tokens per second, and the plan's predicted makespans (barrier and dependency step
 models, cost units of the configured cost model).
 
 Replay mode (``--replay R``, one GPU, also run on rank 0 after the wall runs with R = N): the
@@ -21,7 +22,8 @@ n tokens each is priced as 2 GPUs moving (c-1)*n) and the gradient all-reduce me
 step time is then *composed* from those per-rank times under the barrier step model (each
 microbatch ends when its slowest rank does) and the dependency model (a group starts when all its
 ranks finished the previous microbatch), as docs/planning.md defines them.  Composed numbers are
-labelled composed.
+labelled composed.  The replay rows keep every replayed microbatch (its padded spans, CP size,
+slots, measured compute time and priced communication) for fitting a cost model.
 
     torchrun --nproc-per-node 2 bench/bench_train_step.py --out OUT/train_2gpu.json
     python bench/bench_train_step.py --replay 16 --comm-table OUT/train_2gpu.json --out OUT/replay16.json
@@ -33,7 +35,6 @@ import argparse
 import datetime
 import json
 import math
-import os
 import platform
 import statistics
 import sys
@@ -209,11 +210,11 @@ def replay(model, mc, plan, mbs, partition, device, table, reps: int) -> Dict[st
     """Every rank's microbatches on this GPU, one after another, each timed (median of reps)."""
     n = len(mbs)
     den = float(sum(float(np.asarray(d["loss_mask"]).sum()) for r in mbs for d in r))
-    times = []
+    times, detail = [], []
     for r in range(n):
         bs = to_batches(mbs[r], r, None, partition, device, replay=True)
         row = []
-        for b in bs:
+        for m, b in enumerate(bs):
             forward_backward(model, b, den)  # warm-up of this shape
             ts = []
             for _ in range(reps):
@@ -222,13 +223,20 @@ def replay(model, mc, plan, mbs, partition, device, table, reps: int) -> Dict[st
                 forward_backward(model, b, den)
                 sync()
                 ts.append(time.perf_counter() - t0)
-            row.append(statistics.median(ts) + comm_price(table, b.local_cp_size, b.num_tokens, mc.layers))
+            comm = comm_price(table, b.local_cp_size, b.num_tokens, mc.layers)
+            row.append(statistics.median(ts) + comm)
+            # what a calibration needs: the microbatch's padded spans (before CP slicing), its CP size,
+            # this rank's slots, the compute time and the priced communication
+            cup = b.cu_seqlens_padded
+            detail.append({"rank": r, "microbatch": m, "cp": b.local_cp_size, "slots": b.num_tokens,
+                           "spans": [cup[i + 1] - cup[i] for i in range(len(cup) - 1) if cup[i + 1] > cup[i]],
+                           "compute_s": statistics.median(ts), "comm_s": comm})
         times.append(row)
         model.zero_grad(set_to_none=True)
     c = compose(plan, times)
     extra = table["grad_allreduce"] if table else 0.0
     return {"composed_barrier_s": c["barrier"] + extra, "composed_dependency_s": c["dependency"] + extra,
-            "grad_allreduce_s": extra, "microbatch_times_s": times}
+            "grad_allreduce_s": extra, "microbatch_times_s": times, "microbatches": detail}
 
 
 def machine() -> Dict[str, Any]:
@@ -245,6 +253,7 @@ def main() -> int:
     ap.add_argument("--max-seqlen", default="8192,32768", help="max_seqlen_per_rank values")
     ap.add_argument("--schedulers", default=",".join(SCHEDULERS))
     ap.add_argument("--steps", type=int, default=5, help="K batches (timed steps) per scheduler")
+    ap.add_argument("--repeat", type=int, default=3, help="wall mode: timed steps per batch (median)")
     ap.add_argument("--tokens-per-rank", type=int, default=0, help="tokens per rank per batch (default 2 x M)")
     ap.add_argument("--layers", type=int, default=1)
     ap.add_argument("--hidden", type=int, default=4096)
@@ -310,16 +319,20 @@ def main() -> int:
                         built = [to_batches(p[2][rank], rank, groups, a.partition, device) for p in prepared]
                         for p in prepared:
                             groups.ensure(p[1])
-                        train_step(model, built[0], group=None)  # warm-up
-                        for bs in built:
-                            sync()
-                            dist.barrier()
-                            t0 = time.perf_counter()
+                        for bs in built:  # warm-up: every batch's shapes once
                             train_step(model, bs, group=None)
-                            sync()
-                            t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
-                            dist.all_reduce(t, op=dist.ReduceOp.MAX)
-                            steps.append(float(t))
+                        for bs in built:  # each batch a.repeat times, its median
+                            ts = []
+                            for _ in range(a.repeat):
+                                sync()
+                                dist.barrier()
+                                t0 = time.perf_counter()
+                                train_step(model, bs, group=None)
+                                sync()
+                                t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
+                                dist.all_reduce(t, op=dist.ReduceOp.MAX)
+                                ts.append(float(t))
+                            steps.append(statistics.median(ts))
                         row["step_s"] = steps
                         row["median_step_s"] = statistics.median(steps)
                         row["tokens_per_s"] = statistics.mean(sum(b) for b in batches) / row["median_step_s"]
@@ -334,13 +347,15 @@ def main() -> int:
                         comp = [replay(model, mc, p[1], p[2], a.partition, device, table, a.reps) for p in prepared]
                         row["composed_barrier_s"] = statistics.median(c["composed_barrier_s"] for c in comp)
                         row["composed_dependency_s"] = statistics.median(c["composed_dependency_s"] for c in comp)
+                        row["replayed_microbatches"] = [c["microbatches"] for c in comp]
                         row["tokens_per_s_composed_barrier"] = statistics.mean(
                             sum(b) for b in batches) / row["composed_barrier_s"]
                 except dcpack.Error as e:
                     row["error"] = f"{type(e).__name__}: {e}"
                 if rank == 0:
                     result["rows"].append(row)
-                    print(json.dumps({k: v for k, v in row.items() if k not in ("step_s",)}), flush=True)
+                    print(json.dumps({k: v for k, v in row.items() if k not in ("step_s", "replayed_microbatches")}),
+                          flush=True)
     if rank == 0:
         with open(a.out, "w") as f:
             json.dump(result, f, indent=1)

@@ -117,7 +117,6 @@ cuda = pytest.mark.skipif(not torch.cuda.is_available() or not A.varlen_availabl
 @cuda
 def test_varlen_kernel_is_causal_aligned_bottom_right():
     """q_len < k_len: the varlen kernel's causal mask must be the bottom-right one the layout relies on."""
-    from torch.nn.attention.varlen import varlen_attn
     g = torch.Generator().manual_seed(1)
     q_len, k_len, h, d = 8, 24, 2, 64
     q = torch.randn(q_len, h, d, generator=g).cuda().bfloat16()
@@ -136,7 +135,6 @@ def test_varlen_kernel_is_causal_aligned_bottom_right():
     err_tl = float((got - top_left).abs().max())
     print(f"varlen_attn causal: max error vs bottom-right {err_br:.3e}, vs top-left {err_tl:.3e}")
     assert err_br < 3e-2 and err_tl > 10 * err_br
-    assert varlen_attn is not None
 
 
 @cuda
@@ -155,3 +153,56 @@ def test_varlen_kernel_equals_math_kernel_forward_and_backward(cp, partition):
         for a, b in ((qb, q32), (kb, k32), (vb, v32)):
             scale = float(b.grad.abs().max())
             assert float((a.grad.float() - b.grad).abs().max()) <= 3e-2 * scale, (cp, r)
+
+
+def test_from_microbatch_takes_a_step_output_as_it_is():
+    """THDBatch.from_microbatch on dcpack.Microbatch objects equals from_fields on their arrays; CP groups by block."""
+    import dcpack
+    import thd_equality as te
+    from dcpack.thd import LOCAL_REPLAY, THDBatch
+
+    c = dict(world=4, scheduler="dynamic_cp", cp=1, partition="zigzag", pad=8, tail="append_dummy", family="longsft")
+    batch = te.global_batch(c, 0)
+    config = te.dcpack_config(c, len(batch["padded"]))
+    cluster = dcpack.InprocCluster(config, timeout_ms=60000)
+    outs = cluster.run(lambda w: dcpack.Stepper(config).step(te.samples_of(config, batch, w), cluster.args(w)).copy())
+
+    class Groups:
+        asked = []
+
+        def get(self, first, size):
+            self.asked.append((first, size))
+            return LOCAL_REPLAY
+
+    groups = Groups()
+    cps = set()
+    for rank, out in enumerate(outs):
+        for m in range(out.num_microbatches):
+            mb = out.microbatch(m)
+            got = THDBatch.from_microbatch(mb, dp_cp_rank=rank, groups=groups, partition="zigzag")
+            d = te._fields(mb)
+            want = THDBatch.from_fields(partition="zigzag", group=LOCAL_REPLAY if d["local_cp_size"] > 1 else None, **d)
+            for k in ("tokens", "labels", "loss_mask", "position_ids", "padding_mask"):
+                assert torch.equal(getattr(got, k), getattr(want, k)), (rank, m, k)
+            assert got.cu_seqlens_padded == want.cu_seqlens_padded and got.layout.runs == want.layout.runs
+            assert torch.equal(got.layout.key_index, want.layout.key_index) if mb.local_cp_size > 1 else \
+                got.layout.key_index is None
+            cps.add(mb.local_cp_size)
+            if mb.local_cp_size > 1:
+                assert groups.asked[-1] == (rank - mb.cp_rank, mb.local_cp_size)
+    assert cps >= {1, 2}, cps
+
+
+def test_bad_model_and_batch_arguments_name_the_value():
+    from dcpack.thd import ModelConfig, THDBatch
+    with pytest.raises(ValueError, match="hidden 30 is not a multiple of heads 4"):
+        ModelConfig(hidden=30, heads=4, kv_heads=2)
+    with pytest.raises(ValueError, match="heads 4 is not a multiple of kv_heads 3"):
+        ModelConfig(hidden=32, heads=4, kv_heads=3)
+    with pytest.raises(ValueError, match="attention must be"):
+        ModelConfig(attention="flash")
+    z = np.zeros(4, dtype=np.int64)
+    with pytest.raises(ValueError, match="local_cp_size 2 needs its CP group"):
+        THDBatch.from_fields(tokens=z, labels=z, loss_mask=z.astype(np.float32), position_ids=z,
+                             padding_mask=z.astype(bool), cu_seqlens=[0, 8], cu_seqlens_padded=[0, 8], max_seqlen=8,
+                             local_cp_size=2, cp_rank=0)

@@ -4,7 +4,8 @@ The cases and the comparison are in thd_equality.py (which also runs unchanged o
 GPUs under torchrun).  Each world size is one set of spawned processes running all
 its cases; results are compared here against the fp32 tolerances stated there.
 Planted errors (a swapped zigzag chunk, one shifted position id, a padding slot in
-the loss, a padding token in a real sequence's attention) must fail the comparison.
+the loss, a padding token in a real sequence's attention, a cu_seqlens_padded boundary
+one short) must fail the comparison.
 
 ``DCPACK_THD_WORLDS`` (default "1,2,3,4") picks the world sizes; ``DCPACK_THD_CASES``
 "all" runs every trace family for every setting (default "small": one family per

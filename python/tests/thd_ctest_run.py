@@ -11,7 +11,7 @@
    otherwise the package python.pytest installed in BUILD/python-venv (a cp310
    abi3 module, loadable by any CPython >= 3.10) with this source tree's Python
    files.  Neither: exit 77 with a message.
-3. pytest on test_thd_attention.py and test_thd_equality.py (CPU, gloo).
+3. pytest on test_thd_attention.py, test_thd_bench.py and test_thd_equality.py (CPU, gloo).
 
 torch is never installed here (about 3 GB from the package index): point
 DCPACK_TORCH_PYTHON, or -DDCP_TORCH_PYTHON=..., at a Python that has it.
@@ -91,7 +91,7 @@ def main() -> int:
     env["PYTHONPATH"] = path + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     tests = source / "python" / "tests"
     cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests / "test_thd_attention.py"),
-           str(tests / "test_thd_equality.py")]
+           str(tests / "test_thd_bench.py"), str(tests / "test_thd_equality.py")]
     log("$ " + " ".join(cmd))
     r = subprocess.run(cmd, cwd=build, env=env)
     log(f"done in {time.monotonic() - t0:.0f} s")

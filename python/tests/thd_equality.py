@@ -67,8 +67,12 @@ VOCAB = 97
 # k <= a few thousand here, so ~1e-6.  The bounds sit 10x above that; every planted error moves
 # the compared quantities by 1e-3 or more (test_thd_equality.py checks each one fails).
 FP32_TOL = {"loss": 1e-5, "grad": 1e-4, "update": 2e-3}
-# bf16 (GPU, varlen kernel): 8 mantissa bits, ~4e-3 per rounding, several roundings deep.
-BF16_TOL = {"loss": 2e-2, "grad": 1e-1, "update": 1.5e-1}
+# bf16 (GPU, varlen kernel, bf16 parameters): 8 mantissa bits, ~4e-3 per rounding, several roundings
+# deep; measured on 2 x H200 (2026-11-28): loss <= 1.2e-4, gradients <= 1.7e-2.  Updates are not
+# compared: with bf16 parameters and no fp32 master copy an SGD step smaller than half a weight's
+# bf16 ulp is lost (a norm weight at 1.0 has an ulp of 2^-7), so the fp32 reference's updates cannot
+# be reproduced.  Planted errors are an fp32 check (some move gradients by only 3e-2).
+BF16_TOL = {"loss": 1e-3, "grad": 4e-2, "update": math.inf}
 
 
 def case_name(c: Dict[str, Any]) -> str:
@@ -421,7 +425,7 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    cases = matrix(world, full=a.cases == "all") + planted(world)
+    cases = matrix(world, full=a.cases == "all") + (planted(world) if a.dtype == "fp32" else [])
     worker(rank, world, "nccl" if a.device == "cuda" else "gloo", a.device, "env://", cases, a.out, a.dtype,
            a.kernel, a.source)
     if rank != 0:
