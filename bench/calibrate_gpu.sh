@@ -9,7 +9,8 @@
 #   bash bench/calibrate_gpu.sh [OUT (default $OUT or calibrate-logs)]
 #
 # CALIBRATE_ARGS (the model and grid arguments) replaces the layer above, e.g. for a CPU dry run.
-# OUT gets: install.log, one.log/one.json/one.profile (1 GPU), two.log/two.json/two.profile (2 GPUs).
+# OUT gets: install.log, one.log/one.json/one.profile (1 GPU, with 2 batches' steps checked),
+# two.log/two.json/two.profile (2 GPUs; skipped on a machine with one).
 # Needs python3 with torch (CUDA), numpy, scikit-build-core, cmake and ninja; nothing is downloaded.
 set -uo pipefail
 SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,9 +36,15 @@ gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
 read -r -a MODEL <<< "${CALIBRATE_ARGS:---layers 1 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 --vocab 1024}"
 rc=0
 t0=$SECONDS
-timeout 100 "$PY" -m dcpack.calibrate "${MODEL[@]}" --machine "1x $gpu" \
+timeout 100 "$PY" -m dcpack.calibrate --check-steps 2 --max-seqlen 16384 --microbatches 6 --machine "1x $gpu" \
+  "${MODEL[@]}" \
   --out "$O/one.profile" --json "$O/one.json" > "$O/one.log" 2>&1 || { echo "FAIL: 1 GPU (one.log)"; rc=1; }
 echo "1 GPU: $((SECONDS - t0)) s"; tail -3 "$O/one.log"
+gpus="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)"
+if [ "${gpus:-0}" -lt 2 ] && [ -z "${CALIBRATE_ARGS:-}" ]; then
+  echo "2 GPUs: skipped, this machine has ${gpus:-0} GPU(s)"
+  exit $rc
+fi
 t0=$SECONDS
 timeout 220 "$PY" -m torch.distributed.run --nproc-per-node 2 -m dcpack.calibrate --max-cp 2 \
   --check-steps 4 --max-seqlen 16384 --microbatches 6 --machine "2x $gpu" "${MODEL[@]}" \
