@@ -122,10 +122,16 @@ int64_t dcp_cli_random_int(dcp_cli_random *r, int64_t lo, int64_t hi);
 
 /* ---- cost profiles ---- */
 
-/* Load `key = value` lines over the defaults; DCP_EXIT_INPUT with file:line on a bad line. */
-int dcp_cli_cost_profile_load(const char *command, const char *path, dcp_cost_model *model);
-/* Write a model in the profile format (loads back to the same model). */
-void dcp_cli_cost_profile_write(FILE *out, const dcp_cost_model *model);
+/*
+ * Load `key = value` lines over *model; DCP_EXIT_INPUT with file:line on a bad line (then
+ * nothing is changed).  *time_unit_ps gets the profile's time_unit_ps (picoseconds per cost
+ * unit: its coefficients are times), 0 when it names none.
+ */
+int dcp_cli_cost_profile_load(const char *command, const char *path, dcp_cost_model *model, int64_t *time_unit_ps);
+/* Write a model in the profile format (loads back to the same model and time unit; 0 = none). */
+void dcp_cli_cost_profile_write(FILE *out, const dcp_cost_model *model, int64_t time_unit_ps);
+/* A makespan of `units` cost units in milliseconds, with time_unit_ps picoseconds per unit. */
+double dcp_cli_units_ms(int64_t units, int64_t time_unit_ps);
 
 /* ---- planning ---- */
 
@@ -142,6 +148,7 @@ typedef struct dcp_cli_setup {
     dcp_cost_model cost;
     int32_t step_model;                   /* --step-model: overrides cost.step_model (profiles' too); -1 = none */
     dcp_plan_effort plan_effort;          /* --effort full|fast: balanced's search (default full) */
+    int64_t time_unit_ps;                 /* the --cost profile's picoseconds per cost unit; 0 = none */
     char label[64];                       /* how tables name this configuration */
 } dcp_cli_setup;
 

@@ -118,7 +118,7 @@ static int parse_config_spec(const char *spec, const dcp_cli_setup *defaults, co
                 return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--config %s: %s is given twice", spec, key);
             seen |= 1u << 31;
             dcp_cost_model_default(&row->setup.cost); /* a configuration's profile loads over the defaults */
-            int st = dcp_cli_cost_profile_load("compare", value, &row->setup.cost);
+            int st = dcp_cli_cost_profile_load("compare", value, &row->setup.cost, &row->setup.time_unit_ps);
             if (st != DCP_EXIT_OK) return st;
             if (row->setup.step_model >= 0) row->setup.cost.step_model = (dcp_step_model)row->setup.step_model;
             snprintf(row->cost_file, sizeof row->cost_file, "%s", value);

@@ -32,6 +32,9 @@ static const char cost_usage[] =
     "  kv.16 = 3934                 ... CP size 16 only (a power of two, 2 to 65536)\n"
     "  kv.16+ = 3934                ... CP sizes 16 and above\n"
     "  step_model = barrier         barrier or dependency\n"
+    "  time_unit_ps = 1             the coefficients are times: one unit is this many picoseconds\n"
+    "                               (python -m dcpack.calibrate writes it; plan then prints\n"
+    "                               makespans in milliseconds too; it changes no plan)\n"
     "\n"
     "`dcpack plan --cost FILE` and `dcpack compare --cost FILE` plan with a profile.\n"
     "\n"
@@ -91,7 +94,7 @@ int dcp_cli_cost(int argc, char **argv)
     const char *profile = NULL, *format = "text";
     int64_t lengths[MAX_SAMPLES] = {128, 1024, 4096, 8192, 32768, 131072};
     int num_lengths = 6;
-    int64_t max_cp = 16;
+    int64_t max_cp = 16, time_unit_ps = 0;
     dcp_cli_args args = {argc, argv, 1, "cost"};
     for (; args.i < argc; args.i++) {
         const char *v = NULL;
@@ -144,14 +147,14 @@ int dcp_cli_cost(int argc, char **argv)
         return dcp_cli_fail(DCP_EXIT_USAGE, "cost", "unknown argument '%s' (see dcpack cost --help)", argv[args.i]);
     }
     if (profile) {
-        int st = dcp_cli_cost_profile_load("cost", profile, &model);
+        int st = dcp_cli_cost_profile_load("cost", profile, &model, &time_unit_ps);
         if (st != DCP_EXIT_OK) return st;
     }
     const char *source = profile ? profile : "defaults (docs/planning.md, Cost model)";
 
     if (strcmp(format, "profile") == 0) {
         printf("# dcpack cost profile: %s\n", source);
-        dcp_cli_cost_profile_write(stdout, &model);
+        dcp_cli_cost_profile_write(stdout, &model, time_unit_ps);
     } else if (strcmp(format, "json") == 0) {
         printf("{\n  \"source\": ");
         dcp_cli_json_string(stdout, profile ? profile : "default");
@@ -161,7 +164,9 @@ int dcp_cli_cost(int argc, char **argv)
                (long long)model.microbatch_overhead, dcp_step_model_name((dcp_step_model)model.step_model));
         for (int k = 1; k <= DCP_MAX_LOG2_CP; k++)
             printf("%s\"%d\": %lld", k > 1 ? ", " : "", 1 << k, (long long)model.kv[k]);
-        printf("}},\n  \"samples\": [\n");
+        printf("}}");
+        if (time_unit_ps > 0) printf(",\n  \"time_unit_ps\": %lld", (long long)time_unit_ps);
+        printf(",\n  \"samples\": [\n");
         for (int i = 0; i < num_lengths; i++) {
             printf("    {\"length\": %lld, \"cost\": {", (long long)lengths[i]);
             for (int32_t cp = 1; cp <= max_cp; cp *= 2)
@@ -178,6 +183,7 @@ int dcp_cli_cost(int argc, char **argv)
                (long long)model.quadratic, (long long)model.linear, (long long)model.round_latency,
                (long long)model.microbatch_overhead);
         printf("  step_model = %s\n", dcp_step_model_name((dcp_step_model)model.step_model));
+        if (time_unit_ps > 0) printf("  time_unit_ps = %lld\n", (long long)time_unit_ps);
         /* kv per CP size, runs of equal values on one line */
         for (int k = 1; k <= DCP_MAX_LOG2_CP;) {
             int end = k;
@@ -187,6 +193,9 @@ int dcp_cli_cost(int argc, char **argv)
                 for (int j = k; j <= end; j++) printf("  kv.%d = %lld\n", 1 << j, (long long)model.kv[j]);
             k = end + 1;
         }
+        if (time_unit_ps > 0)
+            printf("\none cost unit is %lld ps (time_unit_ps): 1 ms is %.0f units\n", (long long)time_unit_ps,
+                   1e9 / (double)time_unit_ps);
         printf("\nper-rank cost of one sequence (cost units); fastest = smallest per-rank cost,\n"
                "cheapest = smallest total GPU time (cp x cost, the lower bound's choice)\n\n");
         printf("%10s", "length");

@@ -39,7 +39,8 @@ static const char plan_usage[] =
     "  --max-sequences-per-microbatch K   per rank (default 0: unlimited)\n"
     "  --max-sequences K       capacity of the context (default: the trace's count rounded up)\n"
     "  --cost FILE             cost-model profile (see dcpack cost --help); its step_model\n"
-    "                          (barrier or dependency) is what efficiency and the best plan judge by\n"
+    "                          (barrier or dependency) is what efficiency and the best plan judge by;\n"
+    "                          with time_unit_ps (a calibrated profile) makespans print in ms too\n"
     "  --step-model NAME       barrier or dependency: overrides the cost model's step_model\n"
     "                          (a profile's too); balanced lays its plans out for the one it names\n"
     "  --effort full|fast      balanced's search (docs/planning.md, effort levels): full (default)\n"
@@ -158,16 +159,21 @@ static void print_plan_text(const plan_options *o, const plan_run *r, const dcp_
     char t[32];
     printf("\n");
     printf("  microbatches   %d\n", s->num_microbatches);
+    const int64_t unit_ps = o->setup.time_unit_ps;
     printf("  makespan       ");
     print_number(stdout, s->makespan, 0);
+    if (unit_ps > 0) printf(" = %.3f ms", dcp_cli_units_ms(s->makespan, unit_ps));
     printf("   (lower bound ");
     print_number(stdout, s->lower_bound, 0);
     printf(")   barrier: every rank waits for each microbatch's slowest rank\n");
     printf("  dependency     ");
     print_number(stdout, s->dependency_makespan, 0);
+    if (unit_ps > 0) printf(" = %.3f ms", dcp_cli_units_ms(s->dependency_makespan, unit_ps));
     printf("   (lower bound ");
     print_number(stdout, s->dependency_lower_bound, 0);
     printf(")   a rank waits only for the ranks of its CP groups\n");
+    if (unit_ps > 0)
+        printf("  time unit      %lld ps per cost unit (the profile's time_unit_ps)\n", (long long)unit_ps);
     printf("  efficiency     %.3f   lower bound / makespan, %s step model\n", m->efficiency,
            dcp_step_model_name((dcp_step_model)s->step_model));
     printf("  imbalance      %.3f   slowest rank / mean rank, summed over microbatches\n", m->imbalance);
@@ -238,6 +244,14 @@ static void print_stats_json(const plan_options *o, const plan_run *r, const dcp
     printf("%s  \"repeat\": %d,\n", indent, o->repeat);
     printf("%s  \"plan_seconds\": %.9f,\n", indent, r->median_seconds);
     printf("%s  \"plan_seconds_min\": %.9f,\n", indent, r->min_seconds);
+    if (o->setup.time_unit_ps > 0) { /* a calibrated profile: its cost units are times */
+        int64_t unit_ps = o->setup.time_unit_ps;
+        printf("%s  \"time_unit_ps\": %lld,\n", indent, (long long)unit_ps);
+        printf("%s  \"makespan_ms\": %.6f,\n", indent, dcp_cli_units_ms(s->makespan, unit_ps));
+        printf("%s  \"lower_bound_ms\": %.6f,\n", indent, dcp_cli_units_ms(s->lower_bound, unit_ps));
+        printf("%s  \"dependency_makespan_ms\": %.6f,\n", indent, dcp_cli_units_ms(s->dependency_makespan, unit_ps));
+        printf("%s  \"model_makespan_ms\": %.6f,\n", indent, dcp_cli_units_ms(s->model_makespan, unit_ps));
+    }
     printf("%s  \"step_model\": ", indent);
     dcp_cli_json_string(stdout, dcp_step_model_name((dcp_step_model)s->step_model));
     printf(",\n");
@@ -363,8 +377,10 @@ static int compare_schedulers(const plan_options *o, const dcp_cli_trace *trace)
     } else {
         printf("dcpack plan: every scheduler on one global batch\n");
         print_header(o, trace);
-        printf("\n%-20s %12s %16s %16s %10s %9s %7s %10s\n", "scheduler", "microbatches", "makespan", "dependency",
-               "efficiency", "imbalance", "mean CP", "plan time");
+        const int64_t unit_ps = o->setup.time_unit_ps;
+        printf("\n%-20s %12s %16s %16s ", "scheduler", "microbatches", "makespan", "dependency");
+        if (unit_ps > 0) printf("%12s %12s ", "makespan ms", "depend. ms");
+        printf("%10s %9s %7s %10s\n", "efficiency", "imbalance", "mean CP", "plan time");
         for (int k = 0; k < COUNT; k++) {
             const plan_run *r = &runs[k];
             char label[64], t[32];
@@ -375,6 +391,9 @@ static int compare_schedulers(const plan_options *o, const dcp_cli_trace *trace)
                 print_number(stdout, r->stats.makespan, 16);
                 printf(" ");
                 print_number(stdout, r->stats.dependency_makespan, 16);
+                if (unit_ps > 0)
+                    printf(" %12.3f %12.3f", dcp_cli_units_ms(r->stats.makespan, unit_ps),
+                           dcp_cli_units_ms(r->stats.dependency_makespan, unit_ps));
                 printf(" %10.3f %9.3f %7.2f %10s\n", r->metrics.efficiency, r->metrics.imbalance,
                        r->metrics.mean_cp_size, time_text(o, r->median_seconds, t, sizeof t));
             } else {
@@ -390,6 +409,9 @@ static int compare_schedulers(const plan_options *o, const dcp_cli_trace *trace)
                "efficiency = lower bound / makespan under the %s step model; imbalance = slowest rank /\n"
                "mean rank, summed over microbatches (1.000 = perfectly even).\n\n",
                dcp_step_model_name((dcp_step_model)o->setup.cost.step_model));
+        if (unit_ps > 0)
+            printf("ms: the two makespans in milliseconds; the profile's cost unit is %lld ps (time_unit_ps).\n\n",
+                   (long long)unit_ps);
         if (best < 0) {
             printf("no scheduler could plan this batch.\n");
         } else {

@@ -18,6 +18,10 @@
  *   step_model = barrier        how microbatches follow one another: barrier (every rank waits for a
  *                               microbatch's slowest rank) or dependency (a rank waits only for its CP groups);
  *                               the one value that is a word
+ *   time_unit_ps = 1            the coefficients are times: one cost unit is this many picoseconds
+ *                               (a positive integer; a calibrated profile, python -m dcpack.calibrate).
+ *                               Not part of dcp_cost_model: it changes no plan, only how commands
+ *                               print makespans (milliseconds beside cost units)
  */
 #include "cli.h"
 
@@ -79,13 +83,14 @@ static int read_line(FILE *f, char *line, size_t size, size_t *column)
     return c == EOF && n == 0 ? 0 : 1;
 }
 
-int dcp_cli_cost_profile_load(const char *command, const char *path, dcp_cost_model *model)
+int dcp_cli_cost_profile_load(const char *command, const char *path, dcp_cost_model *model, int64_t *time_unit_ps)
 {
     FILE *f = fopen(path, "r");
     if (!f) /* out of memory is no fault of the file's */
         return dcp_cli_fail(errno == ENOMEM ? DCP_EXIT_ERROR : DCP_EXIT_INPUT, command, "cannot open cost profile %s: %s",
                             path, strerror(errno));
     dcp_cost_model m = *model;
+    int64_t unit_ps = 0; /* none unless the profile says */
     char line[1024];
     int number = 0, status = DCP_EXIT_OK;
     int got;
@@ -129,7 +134,15 @@ int dcp_cli_cost_profile_load(const char *command, const char *path, dcp_cost_mo
                                   number, key, text);
             break;
         }
-        if (strcmp(key, "quadratic") == 0) m.quadratic = v;
+        if (strcmp(key, "time_unit_ps") == 0) {
+            if (v == 0) {
+                status = dcp_cli_fail(DCP_EXIT_INPUT, command,
+                                      "%s:%d: time_unit_ps = 0: picoseconds per cost unit must be at least 1", path,
+                                      number);
+                break;
+            }
+            unit_ps = v;
+        } else if (strcmp(key, "quadratic") == 0) m.quadratic = v;
         else if (strcmp(key, "linear") == 0) m.linear = v;
         else if (strcmp(key, "hidden") == 0) {
             if (v > INT64_MAX / 12) {
@@ -163,19 +176,23 @@ int dcp_cli_cost_profile_load(const char *command, const char *path, dcp_cost_mo
         } else {
             status = dcp_cli_fail(DCP_EXIT_INPUT, command,
                                   "%s:%d: unknown key '%s' (quadratic, linear, hidden, round_latency, "
-                                  "microbatch_overhead, kv, kv.<cp>, kv.<cp>+, step_model)",
+                                  "microbatch_overhead, kv, kv.<cp>, kv.<cp>+, step_model, time_unit_ps)",
                                   path, number, key);
             break;
         }
     }
     if (status == DCP_EXIT_OK && ferror(f)) status = dcp_cli_fail(DCP_EXIT_INPUT, command, "cannot read %s", path);
     fclose(f);
-    if (status == DCP_EXIT_OK) *model = m;
+    if (status == DCP_EXIT_OK) {
+        *model = m;
+        *time_unit_ps = unit_ps;
+    }
     return status;
 }
 
-void dcp_cli_cost_profile_write(FILE *out, const dcp_cost_model *m)
+void dcp_cli_cost_profile_write(FILE *out, const dcp_cost_model *m, int64_t time_unit_ps)
 {
+    if (time_unit_ps > 0) fprintf(out, "time_unit_ps = %lld\n", (long long)time_unit_ps);
     fprintf(out, "quadratic = %lld\n", (long long)m->quadratic);
     fprintf(out, "linear = %lld\n", (long long)m->linear);
     fprintf(out, "round_latency = %lld\n", (long long)m->round_latency);
@@ -183,3 +200,5 @@ void dcp_cli_cost_profile_write(FILE *out, const dcp_cost_model *m)
     for (int k = 1; k <= DCP_MAX_LOG2_CP; k++) fprintf(out, "kv.%d = %lld\n", 1 << k, (long long)m->kv[k]);
     fprintf(out, "step_model = %s\n", dcp_step_model_name((dcp_step_model)m->step_model));
 }
+
+double dcp_cli_units_ms(int64_t units, int64_t time_unit_ps) { return (double)units * (double)time_unit_ps * 1e-9; }

@@ -43,7 +43,7 @@ int dcp_cli_setup_option(dcp_cli_args *args, dcp_cli_setup *s, const char **cost
         return -1;
     }
     if (got > 0) {
-        *status = dcp_cli_cost_profile_load(args->command, value, &s->cost);
+        *status = dcp_cli_cost_profile_load(args->command, value, &s->cost, &s->time_unit_ps);
         if (*status != DCP_EXIT_OK) return -1;
         if (s->step_model >= 0) s->cost.step_model = (dcp_step_model)s->step_model; /* wherever --step-model came */
         *cost_path = value;
