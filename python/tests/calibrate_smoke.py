@@ -32,8 +32,10 @@ MODEL = ["--layers", "1", "--hidden", "64", "--heads", "4", "--kv-heads", "2", "
 
 def torch_python(configured: str) -> tuple[str | None, list[str]]:
     """The first Python with torch and numpy among python.thd's candidates (thd_ctest_run.py)."""
-    candidates = [os.environ.get("DCPACK_TORCH_PYTHON", ""), configured, shutil.which("python3") or "",
-                  sys.executable]
+    venv = Path(os.environ.get("DCPACK_TORCH_VENV") or Path.home() / ".cache" / "dcpack" / "torch-venv")
+    candidates = [os.environ.get("DCPACK_TORCH_PYTHON", ""), configured, str(venv / "bin" / "python"),
+                  shutil.which("python3") or "", sys.executable]
+    candidates = [c for c in candidates if not c or Path(c).exists() or os.sep not in c]
     candidates = [c for i, c in enumerate(candidates) if c and c not in candidates[:i]]
     for candidate in candidates:
         try:
