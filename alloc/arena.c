@@ -40,7 +40,7 @@ size_t dcp__arena_bytes(size_t size, size_t count)
     return (bytes + DCP_ARENA_ALIGN - 1) & ~(size_t)(DCP_ARENA_ALIGN - 1);
 }
 
-void dcp__arena_init(dcp_arena *arena, void *memory, size_t capacity)
+void dcp__arena_init(dcp__arena *arena, void *memory, size_t capacity)
 {
     /* Align the start so that every allocation is 64-byte aligned in memory too. */
     uintptr_t start = (uintptr_t)memory;
@@ -54,12 +54,12 @@ void dcp__arena_init(dcp_arena *arena, void *memory, size_t capacity)
     if (arena->capacity) POISON(arena->base, arena->capacity);
 }
 
-void dcp__arena_release(dcp_arena *arena)
+void dcp__arena_release(dcp__arena *arena)
 {
     if (arena->base && arena->capacity) UNPOISON(arena->base, arena->capacity);
 }
 
-void dcp__arena_init_measure(dcp_arena *arena)
+void dcp__arena_init_measure(dcp__arena *arena)
 {
     arena->base = NULL;
     arena->capacity = SIZE_MAX;
@@ -68,7 +68,7 @@ void dcp__arena_init_measure(dcp_arena *arena)
     arena->failed = 0;
 }
 
-void *dcp__arena_alloc(dcp_arena *arena, size_t size, size_t count)
+void *dcp__arena_alloc(dcp__arena *arena, size_t size, size_t count)
 {
     size_t bytes = dcp__arena_bytes(size, count);
     if (bytes == SIZE_MAX || bytes > arena->capacity - arena->used) {
@@ -82,16 +82,16 @@ void *dcp__arena_alloc(dcp_arena *arena, size_t size, size_t count)
     return p;
 }
 
-void *dcp__arena_calloc(dcp_arena *arena, size_t size, size_t count)
+void *dcp__arena_calloc(dcp__arena *arena, size_t size, size_t count)
 {
     void *p = dcp__arena_alloc(arena, size, count);
     if (p && arena->base) memset(p, 0, size * count);
     return p;
 }
 
-size_t dcp__arena_remaining(const dcp_arena *arena) { return arena->capacity - arena->used; }
+size_t dcp__arena_remaining(const dcp__arena *arena) { return arena->capacity - arena->used; }
 
-void dcp__arena_reset(dcp_arena *arena, size_t mark)
+void dcp__arena_reset(dcp__arena *arena, size_t mark)
 {
     arena->failed = 0;
     if (mark <= arena->used) {
@@ -100,7 +100,7 @@ void dcp__arena_reset(dcp_arena *arena, size_t mark)
     }
 }
 
-int dcp__arena_split(dcp_arena *parent, size_t capacity, dcp_arena *child)
+int dcp__arena_split(dcp__arena *parent, size_t capacity, dcp__arena *child)
 {
     void *p = dcp__arena_alloc(parent, 1, capacity);
     if (!p) return -1;

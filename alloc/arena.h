@@ -30,23 +30,23 @@ size_t dcp__arena_bytes(size_t size, size_t count);
 size_t dcp__size_add(size_t a, size_t b);
 size_t dcp__size_mul(size_t a, size_t b);
 
-typedef struct dcp_arena {
+typedef struct dcp__arena {
     unsigned char *base; /* NULL for a measuring arena */
     size_t capacity;
     size_t used;
     size_t high_water;
     int failed;          /* an allocation did not fit since init or the last reset */
-} dcp_arena;
+} dcp__arena;
 
-void dcp__arena_init(dcp_arena *arena, void *memory, size_t capacity);
-void dcp__arena_init_measure(dcp_arena *arena);
+void dcp__arena_init(dcp__arena *arena, void *memory, size_t capacity);
+void dcp__arena_init_measure(dcp__arena *arena);
 /* Hand the memory back to its owner (under AddressSanitizer: make it addressable again). */
-void dcp__arena_release(dcp_arena *arena);
+void dcp__arena_release(dcp__arena *arena);
 
 /* `count` elements of `size` bytes, 64-byte aligned, uninitialised; NULL if it does not fit. */
-void *dcp__arena_alloc(dcp_arena *arena, size_t size, size_t count);
+void *dcp__arena_alloc(dcp__arena *arena, size_t size, size_t count);
 /* Same, zero-filled. */
-void *dcp__arena_calloc(dcp_arena *arena, size_t size, size_t count);
+void *dcp__arena_calloc(dcp__arena *arena, size_t size, size_t count);
 #define DCP_ARENA_NEW(arena, type, count) ((type *)dcp__arena_alloc((arena), sizeof(type), (size_t)(count)))
 #define DCP_ARENA_NEW_ZERO(arena, type, count) ((type *)dcp__arena_calloc((arena), sizeof(type), (size_t)(count)))
 
@@ -55,19 +55,19 @@ void *dcp__arena_calloc(dcp_arena *arena, size_t size, size_t count);
  * the last dcp__arena_reset(): sticky, so one test after a run of
  * allocations covers them all.
  */
-static inline int dcp__arena_failed(const dcp_arena *arena) { return arena->failed; }
+static inline int dcp__arena_failed(const dcp__arena *arena) { return arena->failed; }
 
 /* Bytes still free. */
-size_t dcp__arena_remaining(const dcp_arena *arena);
+size_t dcp__arena_remaining(const dcp__arena *arena);
 
 /* Everything allocated after a mark is released by resetting to it; a reset clears the failure flag. */
-static inline size_t dcp__arena_mark(const dcp_arena *arena) { return arena->used; }
-void dcp__arena_reset(dcp_arena *arena, size_t mark);
+static inline size_t dcp__arena_mark(const dcp__arena *arena) { return arena->used; }
+void dcp__arena_reset(dcp__arena *arena, size_t mark);
 
 /*
  * Carve a sub-arena of `capacity` bytes from `parent` (for a stage's scratch).
  * Returns 0 on success, -1 if it does not fit.
  */
-int dcp__arena_split(dcp_arena *parent, size_t capacity, dcp_arena *child);
+int dcp__arena_split(dcp__arena *parent, size_t capacity, dcp__arena *child);
 
 #endif

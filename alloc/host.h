@@ -12,17 +12,17 @@
 #include <stddef.h>
 
 /* One workspace block and where it came from. */
-typedef struct dcp_host_block {
+typedef struct dcp__host_block {
     void *memory;           /* NULL until allocated */
     size_t size;
     unsigned jemalloc_arena; /* the arena index, when uses_jemalloc */
     int uses_jemalloc;
-} dcp_host_block;
+} dcp__host_block;
 
 /* `size` bytes aligned to `alignment` (a power of two); 0 on success, -1 when no memory. */
-int dcp__host_block_alloc(dcp_host_block *block, size_t size, size_t alignment);
+int dcp__host_block_alloc(dcp__host_block *block, size_t size, size_t alignment);
 /* Free the block and hand back its jemalloc arena; NULL-safe, a no-op on an empty block. */
-void dcp__host_block_free(dcp_host_block *block);
+void dcp__host_block_free(dcp__host_block *block);
 
 /* `count` zeroed elements of `size` bytes for an object made at init; NULL when no memory or on overflow. */
 void *dcp__host_calloc(size_t count, size_t size);

@@ -18,7 +18,7 @@ static void destroy_arena(unsigned arena_index)
     mallctl(name, NULL, NULL, NULL, 0);
 }
 
-int dcp__host_block_alloc(dcp_host_block *block, size_t size, size_t alignment)
+int dcp__host_block_alloc(dcp__host_block *block, size_t size, size_t alignment)
 {
     memset(block, 0, sizeof *block);
     if (size == 0 || size > SIZE_MAX - alignment) return -1;
@@ -37,7 +37,7 @@ int dcp__host_block_alloc(dcp_host_block *block, size_t size, size_t alignment)
     return 0;
 }
 
-void dcp__host_block_free(dcp_host_block *block)
+void dcp__host_block_free(dcp__host_block *block)
 {
     if (!block || !block->memory) return;
     void *memory = block->memory;

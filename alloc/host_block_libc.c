@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int dcp__host_block_alloc(dcp_host_block *block, size_t size, size_t alignment)
+int dcp__host_block_alloc(dcp__host_block *block, size_t size, size_t alignment)
 {
     memset(block, 0, sizeof *block);
     if (size == 0 || size > SIZE_MAX - alignment) return -1;
@@ -19,7 +19,7 @@ int dcp__host_block_alloc(dcp_host_block *block, size_t size, size_t alignment)
     return 0;
 }
 
-void dcp__host_block_free(dcp_host_block *block)
+void dcp__host_block_free(dcp__host_block *block)
 {
     if (!block || !block->memory) return;
     free(block->memory);

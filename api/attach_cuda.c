@@ -1,7 +1,7 @@
 /*
  * attach_cuda.c - the public entry points that bind gpu/'s CUDA mover to
  * pipeline/'s context.  This layer sits above both: pipeline/ never names a
- * gpu/ backend, it takes one through core/mover.h's dcp_mover_backend table.
+ * gpu/ backend, it takes one through core/mover.h's dcp__mover_backend table.
  */
 #include "dcpack.h"
 #include "../core/mover.h"

@@ -127,7 +127,7 @@ int main(int argc, char **argv)
     cudaMemcpy(d_fields, field_index, sizeof field_index, cudaMemcpyHostToDevice);
     cudaMemcpy(d_elem, elem, sizeof elem, cudaMemcpyHostToDevice);
     cudaMemcpy((void *)d_src, dev, sizeof(void *) * 4, cudaMemcpyHostToDevice);
-    dcp_segment_table table = {sequences, d_si, d_so, NULL, d_pos, d_len, NULL};
+    dcp__segment_table table = {sequences, d_si, d_so, NULL, d_pos, d_len, NULL};
     cudaEvent_t a, b;
     cudaEventCreate(&a);
     cudaEventCreate(&b);

@@ -146,8 +146,8 @@ static void bench_pack(int64_t tokens, int64_t mean_piece, int aligned, const in
     CK(cudaMemcpy(dev[3], dst_offset, (size_t)n * 8, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dev[4], length, (size_t)n * 8, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dev[5], work, (size_t)(n + 1) * 8, cudaMemcpyHostToDevice));
-    dcp_segment_table table = {n, dev[0], dev[2], dev[1], dev[3], dev[4], dev[5]};
-    dcp_segment_field fields[FIELDS];
+    dcp__segment_table table = {n, dev[0], dev[2], dev[1], dev[3], dev[4], dev[5]};
+    dcp__segment_field fields[FIELDS];
     void *sources[FIELDS][SOURCES], *dst[FIELDS];
     size_t bytes = 0;
     for (int f = 0; f < FIELDS; f++) {

@@ -21,13 +21,13 @@ static int known_status(int64_t s)
 }
 
 /* This rank's own message, kept while a new one is written around it. */
-static void keep_own(const dcp_error *err, char *own, size_t size)
+static void keep_own(const dcp__error *err, char *own, size_t size)
 {
     memcpy(own, err->message, size);
     own[size - 1] = '\0';
 }
 
-dcp_status dcp__agree(dcp_comm *comm, dcp_status local, dcp_error *err, const char *who, const char *rank_name)
+dcp_status dcp__agree(dcp_comm *comm, dcp_status local, dcp__error *err, const char *who, const char *rank_name)
 {
     dcp_status agreed = DCP_OK;
     int32_t failed = -1;
@@ -74,20 +74,20 @@ static const char *call_name(uint32_t kind)
 }
 
 /* no padding bytes: every byte of a record is a field the check covers */
-_Static_assert(sizeof(dcp_call_tag) == 112, "dcp_call_tag has padding");
+_Static_assert(sizeof(dcp__call_tag) == 112, "dcp__call_tag has padding");
 
 /* FNV-1a over bytes, then a final mix. */
-static uint64_t tag_hash(const dcp_call_tag *tag)
+static uint64_t tag_hash(const dcp__call_tag *tag)
 {
     const unsigned char *p = (const unsigned char *)tag;
     uint64_t h = 14695981039346656037ull;
-    for (size_t i = 0; i < offsetof(dcp_call_tag, check); i++) h = (h ^ p[i]) * 1099511628211ull;
+    for (size_t i = 0; i < offsetof(dcp__call_tag, check); i++) h = (h ^ p[i]) * 1099511628211ull;
     h ^= h >> 31;
     h *= 0x9E3779B97F4A7C15ull;
     return h ^ (h >> 29) ^ 0x5a5a5a5a5a5a5a5aull; /* an all-zero record never checks out */
 }
 
-void dcp__call_tag_init(dcp_call_tag *tag, uint32_t kind, uint64_t call, uint64_t step_id, uint64_t config_digest)
+void dcp__call_tag_init(dcp__call_tag *tag, uint32_t kind, uint64_t call, uint64_t step_id, uint64_t config_digest)
 {
     memset(tag, 0, sizeof *tag);
     tag->kind = kind;
@@ -97,20 +97,20 @@ void dcp__call_tag_init(dcp_call_tag *tag, uint32_t kind, uint64_t call, uint64_
     tag->lane_rank = -1;
 }
 
-void dcp__call_tag_seal(dcp_call_tag *tag)
+void dcp__call_tag_seal(dcp__call_tag *tag)
 {
     tag->magic = DCP_CALL_TAG_MAGIC;
     tag->check = tag_hash(tag);
 }
 
-int dcp__call_tag_valid(const dcp_call_tag *tag)
+int dcp__call_tag_valid(const dcp__call_tag *tag)
 {
     return tag->magic == DCP_CALL_TAG_MAGIC && tag->check == tag_hash(tag) && known_status(tag->status);
 }
 
 /* DCP_OK when the record rank r's slot holds can be believed; else DCP_ERR_COMM, said. */
-static dcp_status check_record(dcp_comm *comm, const dcp_call_tag *mine, const dcp_call_tag *t, int32_t r,
-                               dcp_error *err, const char *who, const char *rank_name)
+static dcp_status check_record(dcp_comm *comm, const dcp__call_tag *mine, const dcp__call_tag *t, int32_t r,
+                               dcp__error *err, const char *who, const char *rank_name)
 {
     char why[128];
     const char *what = NULL;
@@ -126,8 +126,8 @@ static dcp_status check_record(dcp_comm *comm, const dcp_call_tag *mine, const d
 }
 
 /* DCP_OK when `theirs` (rank r's) matches `mine`; else the mismatch, described. */
-static dcp_status compare_tags(const dcp_call_tag *mine, int32_t me, const dcp_call_tag *theirs, int32_t r,
-                               dcp_error *err, const char *who, const char *rank_name)
+static dcp_status compare_tags(const dcp__call_tag *mine, int32_t me, const dcp__call_tag *theirs, int32_t r,
+                               dcp__error *err, const char *who, const char *rank_name)
 {
     if (theirs->kind != mine->kind || theirs->call != mine->call || theirs->step_id != mine->step_id)
         return dcp__fail(err, DCP_ERR_OUT_OF_STEP,
@@ -141,7 +141,7 @@ static dcp_status compare_tags(const dcp_call_tag *mine, int32_t me, const dcp_c
     return DCP_OK;
 }
 
-dcp_status dcp__agree_call(dcp_comm *comm, dcp_call_tag *mine, dcp_call_tag *tags, dcp_error *err,
+dcp_status dcp__agree_call(dcp_comm *comm, dcp__call_tag *mine, dcp__call_tag *tags, dcp__error *err,
                            const char *who, const char *rank_name)
 {
     char why[128], own[DCP_ERROR_MESSAGE_SIZE];
@@ -186,12 +186,12 @@ dcp_status dcp__agree_call(dcp_comm *comm, dcp_call_tag *mine, dcp_call_tag *tag
     return mine->status; /* DCP_OK: the own record, checked above, says so */
 }
 
-dcp_status dcp__agree_call_small(dcp_comm *comm, dcp_call_tag *mine, dcp_error *err, const char *who,
+dcp_status dcp__agree_call_small(dcp_comm *comm, dcp__call_tag *mine, dcp__error *err, const char *who,
                                  const char *rank_name)
 {
     mine->rank = comm->rank;
     dcp__call_tag_seal(mine);
-    dcp_call_tag root = *mine;
+    dcp__call_tag root = *mine;
     if (comm->rank != 0) memset(&root, 0, sizeof root); /* a backend that writes nothing leaves no record */
     dcp_status st = comm->ops->broadcast(comm, &root, sizeof root, 0);
     char why[128];

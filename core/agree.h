@@ -25,7 +25,7 @@
  * status, or names no rank of the group) is not believed, and the call
  * returns DCP_ERR_COMM with this rank's own message.
  */
-dcp_status dcp__agree(dcp_comm *comm, dcp_status local, dcp_error *err, const char *who, const char *rank_name);
+dcp_status dcp__agree(dcp_comm *comm, dcp_status local, dcp__error *err, const char *who, const char *rank_name);
 
 /*
  * Calls in step.  The first collective of every multi-rank call carries a
@@ -47,7 +47,7 @@ enum { DCP_CALL_GATHER = 1, DCP_CALL_STEP = 2, DCP_CALL_MTP_ROLL = 3 };
  * agreement (another phase or call) or full of garbage cannot read as a
  * valid record, so it can never read as "every rank OK".
  */
-typedef struct dcp_call_tag {
+typedef struct dcp__call_tag {
     uint32_t magic;         /* DCP_CALL_TAG_MAGIC */
     uint32_t kind;          /* DCP_CALL_* */
     int32_t status;         /* the rank's local status */
@@ -63,16 +63,16 @@ typedef struct dcp_call_tag {
     uint64_t hash;          /* payload: a hash of the lengths (or (padded, original) pairs) counted */
     uint64_t field_digest[4]; /* dcp_step: per-field digests of the data held (DCP_FIELD_* order), or 0 */
     uint64_t check;         /* a hash of every byte above */
-} dcp_call_tag;
+} dcp__call_tag;
 
 /* A tag for `comm`'s rank, all of it zero but kind, call, step id and configuration digest. */
-void dcp__call_tag_init(dcp_call_tag *tag, uint32_t kind, uint64_t call, uint64_t step_id, uint64_t config_digest);
+void dcp__call_tag_init(dcp__call_tag *tag, uint32_t kind, uint64_t call, uint64_t step_id, uint64_t config_digest);
 
 /* Set the magic and the check over the rest (call just before sending). */
-void dcp__call_tag_seal(dcp_call_tag *tag);
+void dcp__call_tag_seal(dcp__call_tag *tag);
 
 /* 1 when the record's magic and check hold. */
-int dcp__call_tag_valid(const dcp_call_tag *tag);
+int dcp__call_tag_valid(const dcp__call_tag *tag);
 
 /*
  * Agree on a call in one all-gather of every rank's sealed tag into `tags`
@@ -85,7 +85,7 @@ int dcp__call_tag_valid(const dcp_call_tag *tag);
  * status, and never DCP_OK where its own status was an error.  `mine` is
  * sealed here (its rank set to comm->rank).
  */
-dcp_status dcp__agree_call(dcp_comm *comm, dcp_call_tag *mine, dcp_call_tag *tags, dcp_error *err,
+dcp_status dcp__agree_call(dcp_comm *comm, dcp__call_tag *mine, dcp__call_tag *tags, dcp__error *err,
                            const char *who, const char *rank_name);
 
 /*
@@ -95,7 +95,7 @@ dcp_status dcp__agree_call(dcp_comm *comm, dcp_call_tag *mine, dcp_call_tag *tag
  * can then hide behind a lower rank's local error; that call fails anyway,
  * and the next one reports it.
  */
-dcp_status dcp__agree_call_small(dcp_comm *comm, dcp_call_tag *mine, dcp_error *err, const char *who,
+dcp_status dcp__agree_call_small(dcp_comm *comm, dcp__call_tag *mine, dcp__error *err, const char *who,
                                  const char *rank_name);
 
 /* Why comm's last operation failed, as "; <the backend's sentence>", or "" when it says nothing. */

@@ -35,11 +35,11 @@ const char *dcp__field_names(uint32_t fields, char *buffer, size_t size)
 }
 
 void dcp__body_layout_compute(int64_t microbatches, int64_t cu_entries, int64_t tokens, uint32_t fields,
-                              dcp_body_layout *b)
+                              dcp__body_layout *b)
 {
     size_t at = 0;
     b->rows = at;
-    at = dcp__size_add(at, DCP_ARENA_BYTES(dcp_body_row, microbatches));
+    at = dcp__size_add(at, DCP_ARENA_BYTES(dcp__body_row, microbatches));
     b->cu = at;
     at = dcp__size_add(at, DCP_ARENA_BYTES(int32_t, cu_entries));
     b->cu_padded = at;

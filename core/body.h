@@ -46,18 +46,18 @@ size_t dcp__bytes_per_token(uint32_t fields);
 const char *dcp__field_names(uint32_t fields, char *buffer, size_t size);
 
 /* One microbatch's row of a body's table. */
-typedef struct dcp_body_row {
+typedef struct dcp__body_row {
     int64_t token_offset, num_tokens, cu_offset, num_cu_seqlens;
     int64_t max_seqlen, local_cp_size, cp_rank, num_sequences;
-} dcp_body_row;
+} dcp__body_row;
 
 /* Byte offsets of a body's parts; field[f] is SIZE_MAX for a field not kept; `used` its size (SIZE_MAX: overflow). */
-typedef struct dcp_body_layout {
+typedef struct dcp__body_layout {
     size_t rows, cu, cu_padded, field[DCP_NUM_FIELDS], mask, used;
     size_t prefix; /* bytes of the rows and both cu arrays: what the host writes */
-} dcp_body_layout;
+} dcp__body_layout;
 
 void dcp__body_layout_compute(int64_t microbatches, int64_t cu_entries, int64_t tokens, uint32_t fields,
-                              dcp_body_layout *layout);
+                              dcp__body_layout *layout);
 
 #endif

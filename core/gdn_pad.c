@@ -19,7 +19,7 @@ int64_t dcp_gdn_padded_rows(int64_t rows, int32_t alignment)
 }
 
 dcp_status dcp__gdn_pad_check(const void *in, int64_t rows, size_t row_bytes, int32_t alignment, int has_cu,
-                             int32_t num_cu, const void *out, int64_t capacity, const void *out_cu, dcp_error *err)
+                             int32_t num_cu, const void *out, int64_t capacity, const void *out_cu, dcp__error *err)
 {
     if (rows < 0 || row_bytes == 0)
         return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "gdn_pad: %lld rows of %zu bytes", (long long)rows, row_bytes);

@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-void dcp__pack_cpu(const dcp_pack_layout *layout, const void *const *src_buffers, void *dst, size_t elem_size)
+void dcp__pack_cpu(const dcp__pack_layout *layout, const void *const *src_buffers, void *dst, size_t elem_size)
 {
     unsigned char *out = (unsigned char *)dst;
     for (int64_t i = 0; i < layout->num_segments; i++) {
@@ -17,7 +17,7 @@ void dcp__pack_cpu(const dcp_pack_layout *layout, const void *const *src_buffers
     }
 }
 
-void dcp__padding_mask_from_layout_cpu(const dcp_pack_layout *layout, int64_t num_tokens, uint8_t *mask)
+void dcp__padding_mask_from_layout_cpu(const dcp__pack_layout *layout, int64_t num_tokens, uint8_t *mask)
 {
     memset(mask, 1, (size_t)num_tokens);
     for (int64_t i = 0; i < layout->num_segments; i++)

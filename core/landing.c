@@ -7,7 +7,7 @@
  */
 #include "mover.h"
 
-int64_t dcp__landing_segments(const dcp_recv_pieces *r, const dcp_own_pieces *o, int32_t num_peers,
+int64_t dcp__landing_segments(const dcp__recv_pieces *r, const dcp__own_pieces *o, int32_t num_peers,
                               int64_t total_tokens, int32_t *src_index, int64_t *src_offset, int64_t *dst_offset,
                               int64_t *length, int64_t *bad)
 {
@@ -43,7 +43,7 @@ int64_t dcp__landing_segments(const dcp_recv_pieces *r, const dcp_own_pieces *o,
     return n;
 }
 
-dcp_status dcp__landing_refuse(dcp_error *err, int64_t bad, int64_t total_tokens)
+dcp_status dcp__landing_refuse(dcp__error *err, int64_t bad, int64_t total_tokens)
 {
     return dcp__fail(err, DCP_ERR_INVALID_PLAN, "step: %s piece %lld lands over another or past %lld tokens",
                      bad >= 0 ? "received" : "own", (long long)(bad >= 0 ? bad : -1 - bad), (long long)total_tokens);

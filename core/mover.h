@@ -29,67 +29,67 @@
 #include "../alloc/arena.h"
 
 /* This rank's outgoing pieces, in exchange order. */
-typedef struct dcp_send_pieces {
+typedef struct dcp__send_pieces {
     int64_t count;
     const int32_t *sample; /* the input sample a piece comes from */
     const int64_t *src;    /* its first element in that sample */
     const int32_t *peer;   /* the receiving rank */
     const int64_t *cursor; /* its token offset in that peer's block */
     const int64_t *length; /* tokens */
-} dcp_send_pieces;
+} dcp__send_pieces;
 
 /* This rank's incoming pieces, by destination (increasing, disjoint). */
-typedef struct dcp_recv_pieces {
+typedef struct dcp__recv_pieces {
     int64_t count;
     const int32_t *sender; /* the sending rank */
     const int64_t *cursor; /* token offset in that sender's block */
     const int64_t *dst;    /* token offset in the body */
     const int64_t *length; /* tokens */
-} dcp_recv_pieces;
+} dcp__recv_pieces;
 
 /*
  * The pieces this rank keeps: its own DP rank's tokens that it computes on,
  * landed from its samples without staging or a self-send.  By destination
  * (increasing, disjoint from each other and from the received pieces).
  */
-typedef struct dcp_own_pieces {
+typedef struct dcp__own_pieces {
     int64_t count;
     const int32_t *sample; /* the input sample a piece comes from */
     const int64_t *src;    /* its first element in that sample */
     const int64_t *dst;    /* token offset in the body */
     const int64_t *length; /* tokens */
-} dcp_own_pieces;
+} dcp__own_pieces;
 
 /*
  * The per-peer blocks of the send and receive buffers.  A peer's block holds
  * each kept field's run of tokens in field order, 8-byte aligned.
  */
-typedef struct dcp_exchange_blocks {
+typedef struct dcp__exchange_blocks {
     int32_t num_peers;
     const size_t *send_offsets, *recv_offsets; /* [num_peers] bytes */
     const int64_t *tokens_to, *tokens_from;    /* [num_peers] tokens */
     size_t send_total, recv_total;             /* bytes */
-} dcp_exchange_blocks;
+} dcp__exchange_blocks;
 
 /* The spans of the caller's samples a rank brings into a step: span k is pairs[2k] elements of sample[k] from start[k]. */
-typedef struct dcp_input_spans {
+typedef struct dcp__input_spans {
     int32_t count;
     const int32_t *sample;
     const int64_t *start;
     const int32_t *pairs; /* [2 * count]: (length, original length) */
-} dcp_input_spans;
+} dcp__input_spans;
 
-typedef struct dcp_mover dcp_mover;
+typedef struct dcp__mover dcp__mover;
 
-typedef struct dcp_mover_ops {
+typedef struct dcp__mover_ops {
     const char *name;
     /* The send and receive buffers of one exchange (scratch on the host, staging on a device). */
-    dcp_status (*buffers)(dcp_mover *m, const dcp_exchange_blocks *x, dcp_arena *scratch, unsigned char **send,
-                          unsigned char **recv, dcp_error *err);
+    dcp_status (*buffers)(dcp__mover *m, const dcp__exchange_blocks *x, dcp__arena *scratch, unsigned char **send,
+                          unsigned char **recv, dcp__error *err);
     /* Copy the outgoing pieces (never this rank's own) of `kept` fields from the caller's samples into `send`; complete on return. */
-    dcp_status (*stage)(dcp_mover *m, void *stream, const dcp_step_input *in, uint32_t kept,
-                        const dcp_send_pieces *pieces, const dcp_exchange_blocks *x, unsigned char *send,
-                        dcp_arena *scratch, dcp_error *err);
+    dcp_status (*stage)(dcp__mover *m, void *stream, const dcp_step_input *in, uint32_t kept,
+                        const dcp__send_pieces *pieces, const dcp__exchange_blocks *x, unsigned char *send,
+                        dcp__arena *scratch, dcp__error *err);
     /*
      * Land the received pieces (from `recv`) and this rank's own pieces (from
      * the samples of `in`) in the body laid out as `b` over `total_tokens`:
@@ -98,21 +98,21 @@ typedef struct dcp_mover_ops {
      * padding mask 1 where no piece landed; every output byte written once, by
      * one pass over the table of dcp__landing_segments.  Complete on return.
      */
-    dcp_status (*land)(dcp_mover *m, void *stream, uint32_t kept, const dcp_recv_pieces *received,
-                       const dcp_exchange_blocks *x, const unsigned char *recv, const dcp_own_pieces *own,
-                       const dcp_step_input *in, const dcp_body_layout *b, int64_t total_tokens, dcp_arena *scratch,
-                       dcp_error *err);
+    dcp_status (*land)(dcp__mover *m, void *stream, uint32_t kept, const dcp__recv_pieces *received,
+                       const dcp__exchange_blocks *x, const unsigned char *recv, const dcp__own_pieces *own,
+                       const dcp_step_input *in, const dcp__body_layout *b, int64_t total_tokens, dcp__arena *scratch,
+                       dcp__error *err);
     /* The digest (core/digest.h) of the `kept` fields over the spans, in span order. */
-    dcp_status (*digest)(dcp_mover *m, void *stream, const dcp_step_input *in, uint32_t kept,
-                         const dcp_input_spans *spans, uint64_t *digest, dcp_error *err);
+    dcp_status (*digest)(dcp__mover *m, void *stream, const dcp_step_input *in, uint32_t kept,
+                         const dcp__input_spans *spans, uint64_t *digest, dcp__error *err);
     /* After a broadcast into body(): the prefix's bytes into the host body (a no-op where they are the same). */
-    dcp_status (*read_back)(dcp_mover *m, void *stream, size_t prefix_bytes, dcp_error *err);
+    dcp_status (*read_back)(dcp__mover *m, void *stream, size_t prefix_bytes, dcp__error *err);
     /* Hand back what the mover took at creation; the mover is the CPU one again afterwards. */
-    void (*release)(dcp_mover *m);
-} dcp_mover_ops;
+    void (*release)(dcp__mover *m);
+} dcp__mover_ops;
 
-struct dcp_mover {
-    const dcp_mover_ops *ops;
+struct dcp__mover {
+    const dcp__mover_ops *ops;
     void *state;               /* the backend's */
     unsigned char *host_body;  /* the host body: rows and cu arrays always (for the CUDA mover only those, in
                                   its pinned block), the fields too for the CPU mover */
@@ -132,25 +132,25 @@ struct dcp_mover {
  * disorder) or past total_tokens (*bad names it: received i, or own
  * -1 - i).
  */
-int64_t dcp__landing_segments(const dcp_recv_pieces *received, const dcp_own_pieces *own, int32_t num_peers,
+int64_t dcp__landing_segments(const dcp__recv_pieces *received, const dcp__own_pieces *own, int32_t num_peers,
                               int64_t total_tokens, int32_t *src_index, int64_t *src_offset, int64_t *dst_offset,
                               int64_t *length, int64_t *bad);
 
 /* The error both movers give when dcp__landing_segments refuses: DCP_ERR_INVALID_PLAN naming the piece `bad`. */
-dcp_status dcp__landing_refuse(dcp_error *err, int64_t bad, int64_t total_tokens);
+dcp_status dcp__landing_refuse(dcp__error *err, int64_t bad, int64_t total_tokens);
 
 /* The CPU mover over a host body of `capacity` bytes. */
-void dcp__mover_cpu_init(dcp_mover *m, unsigned char *host_body, size_t capacity);
+void dcp__mover_cpu_init(dcp__mover *m, unsigned char *host_body, size_t capacity);
 
 /* What a device mover must hold for a configuration (see pipeline/context.c). */
-typedef struct dcp_mover_sizes {
+typedef struct dcp__mover_sizes {
     size_t staging;   /* one exchange buffer, send or receive */
     size_t body;
     size_t prefix;    /* the largest body prefix (rows and cu arrays) */
     int64_t segments; /* the most segments one copy can have */
     int64_t sources;  /* the most source buffers per field (samples, or peers and samples) */
     int64_t ranks;    /* DPxCP */
-} dcp_mover_sizes;
+} dcp__mover_sizes;
 
 /*
  * The CUDA mover (gpu/mover_cuda.c; in builds without CUDA gpu/no_cuda.c,
@@ -159,9 +159,9 @@ typedef struct dcp_mover_sizes {
  * NULL (alloc/device.h), and turns `m` into a CUDA mover over the same host
  * body.
  */
-dcp_status dcp__mover_cuda_workspace_size(const dcp_mover_sizes *z, size_t *device_bytes, size_t *host_bytes);
-dcp_status dcp__mover_cuda_create(dcp_mover *m, const dcp_mover_sizes *z, void *device_memory, size_t device_bytes,
-                                  void *host_memory, size_t host_bytes, dcp_error *err);
+dcp_status dcp__mover_cuda_workspace_size(const dcp__mover_sizes *z, size_t *device_bytes, size_t *host_bytes);
+dcp_status dcp__mover_cuda_create(dcp__mover *m, const dcp__mover_sizes *z, void *device_memory, size_t device_bytes,
+                                  void *host_memory, size_t host_bytes, dcp__error *err);
 
 /*
  * A device mover backend: an ops table, as dcp_comm_ops is for collectives,
@@ -170,14 +170,14 @@ dcp_status dcp__mover_cuda_create(dcp_mover *m, const dcp_mover_sizes *z, void *
  * public entry points that choose a backend (api/attach_cuda.c) sit above
  * both pipeline/ and gpu/.
  */
-typedef struct dcp_mover_backend {
+typedef struct dcp__mover_backend {
     const char *name;
-    dcp_status (*workspace_size)(const dcp_mover_sizes *z, size_t *device_bytes, size_t *host_bytes);
-    dcp_status (*create)(dcp_mover *m, const dcp_mover_sizes *z, void *device_memory, size_t device_bytes,
-                         void *host_memory, size_t host_bytes, dcp_error *err);
-} dcp_mover_backend;
+    dcp_status (*workspace_size)(const dcp__mover_sizes *z, size_t *device_bytes, size_t *host_bytes);
+    dcp_status (*create)(dcp__mover *m, const dcp__mover_sizes *z, void *device_memory, size_t device_bytes,
+                         void *host_memory, size_t host_bytes, dcp__error *err);
+} dcp__mover_backend;
 
 /* The CUDA mover's backend (gpu/mover_cuda.c, or gpu/no_cuda.c). */
-extern const dcp_mover_backend dcp__mover_backend_cuda;
+extern const dcp__mover_backend dcp__mover_backend_cuda;
 
 #endif

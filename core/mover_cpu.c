@@ -10,8 +10,8 @@
 
 #include <string.h>
 
-static dcp_status cpu_buffers(dcp_mover *m, const dcp_exchange_blocks *x, dcp_arena *scratch, unsigned char **send,
-                              unsigned char **recv, dcp_error *err)
+static dcp_status cpu_buffers(dcp__mover *m, const dcp__exchange_blocks *x, dcp__arena *scratch, unsigned char **send,
+                              unsigned char **recv, dcp__error *err)
 {
     (void)m;
     *send = DCP_ARENA_NEW(scratch, unsigned char, x->send_total + 1);
@@ -29,9 +29,9 @@ static void field_bases(const size_t *offsets, const int64_t *tokens, int32_t pe
     for (int32_t q = 0; q < peers; q++) base[q] = (int64_t)((offsets[q] + (size_t)tokens[q] * field_offset) / size);
 }
 
-static dcp_status cpu_stage(dcp_mover *m, void *stream, const dcp_step_input *in, uint32_t kept,
-                            const dcp_send_pieces *p, const dcp_exchange_blocks *x, unsigned char *send,
-                            dcp_arena *scratch, dcp_error *err)
+static dcp_status cpu_stage(dcp__mover *m, void *stream, const dcp_step_input *in, uint32_t kept,
+                            const dcp__send_pieces *p, const dcp__exchange_blocks *x, unsigned char *send,
+                            dcp__arena *scratch, dcp__error *err)
 {
     (void)m, (void)stream;
     if (p->count == 0) return DCP_OK; /* nothing travels */
@@ -46,7 +46,7 @@ static dcp_status cpu_stage(dcp_mover *m, void *stream, const dcp_step_input *in
         field_bases(x->send_offsets, x->tokens_to, x->num_peers, field_offset, size, base);
         for (int64_t i = 0; i < p->count; i++) dst[i] = base[p->peer[i]] + p->cursor[i];
         for (int32_t i = 0; i < in->num_samples; i++) sources[i] = dcp__sample_field(&in->samples[i], f);
-        dcp_pack_layout layout = {p->count, p->sample, p->src, dst, p->length};
+        dcp__pack_layout layout = {p->count, p->sample, p->src, dst, p->length};
         dcp__pack_cpu(&layout, sources, send, size);
         field_offset += size;
     }
@@ -58,10 +58,10 @@ static dcp_status cpu_stage(dcp_mover *m, void *stream, const dcp_step_input *in
  * the peers' runs in the receive buffer and the samples' buffers, run by the
  * CPU twin of the segment kernel: the same table the CUDA mover launches.
  */
-static dcp_status cpu_land(dcp_mover *m, void *stream, uint32_t kept, const dcp_recv_pieces *r,
-                           const dcp_exchange_blocks *x, const unsigned char *recv, const dcp_own_pieces *o,
-                           const dcp_step_input *in, const dcp_body_layout *b, int64_t total_tokens,
-                           dcp_arena *scratch, dcp_error *err)
+static dcp_status cpu_land(dcp__mover *m, void *stream, uint32_t kept, const dcp__recv_pieces *r,
+                           const dcp__exchange_blocks *x, const unsigned char *recv, const dcp__own_pieces *o,
+                           const dcp_step_input *in, const dcp__body_layout *b, int64_t total_tokens,
+                           dcp__arena *scratch, dcp__error *err)
 {
     (void)stream;
     const int64_t cap = 2 * (r->count + o->count) + 1;
@@ -79,7 +79,7 @@ static dcp_status cpu_land(dcp_mover *m, void *stream, uint32_t kept, const dcp_
                                             length, &bad);
     if (n < 0)
         return dcp__landing_refuse(err, bad, total_tokens);
-    dcp_segment_field fields[DCP_NUM_FIELDS + 1];
+    dcp__segment_field fields[DCP_NUM_FIELDS + 1];
     size_t field_offset = 0; /* bytes per token of the kept fields before this one, in each peer's block */
     int32_t k = 0;
     for (int f = 0; f < DCP_NUM_FIELDS; f++) {
@@ -90,20 +90,20 @@ static dcp_status cpu_land(dcp_mover *m, void *stream, uint32_t kept, const dcp_
             table[q] = recv + x->recv_offsets[q] + (size_t)x->tokens_from[q] * field_offset;
         for (int32_t s = 0; s < samples; s++) table[x->num_peers + s] = dcp__sample_field(&in->samples[s], f);
         dst[k] = m->host_body + b->field[f];
-        fields[k] = (dcp_segment_field){table, (void *const *)&dst[k], (int64_t)size};
+        fields[k] = (dcp__segment_field){table, (void *const *)&dst[k], (int64_t)size};
         field_offset += size;
         k++;
     }
     dst[k] = m->host_body + b->mask;
-    fields[k] = (dcp_segment_field){NULL, (void *const *)&dst[k], 1};
+    fields[k] = (dcp__segment_field){NULL, (void *const *)&dst[k], 1};
     /* the twin walks the segments in order: it needs no work offsets */
-    dcp_segment_table table = {n, src_index, src_offset, NULL, dst_offset, length, NULL};
+    dcp__segment_table table = {n, src_index, src_offset, NULL, dst_offset, length, NULL};
     dcp__segment_table_pack_cpu(&table, fields, k + 1);
     return DCP_OK;
 }
 
-static dcp_status cpu_digest(dcp_mover *m, void *stream, const dcp_step_input *in, uint32_t kept,
-                             const dcp_input_spans *spans, uint64_t *digest, dcp_error *err)
+static dcp_status cpu_digest(dcp__mover *m, void *stream, const dcp_step_input *in, uint32_t kept,
+                             const dcp__input_spans *spans, uint64_t *digest, dcp__error *err)
 {
     (void)m, (void)stream, (void)err;
     uint64_t sum = 0;
@@ -122,17 +122,17 @@ static dcp_status cpu_digest(dcp_mover *m, void *stream, const dcp_step_input *i
     return DCP_OK;
 }
 
-static dcp_status cpu_read_back(dcp_mover *m, void *stream, size_t prefix_bytes, dcp_error *err)
+static dcp_status cpu_read_back(dcp__mover *m, void *stream, size_t prefix_bytes, dcp__error *err)
 {
     (void)m, (void)stream, (void)prefix_bytes, (void)err;
     return DCP_OK; /* the body is the host body */
 }
 
-static void cpu_release(dcp_mover *m) { (void)m; }
+static void cpu_release(dcp__mover *m) { (void)m; }
 
-static const dcp_mover_ops cpu_ops = {"cpu", cpu_buffers, cpu_stage, cpu_land, cpu_digest, cpu_read_back, cpu_release};
+static const dcp__mover_ops cpu_ops = {"cpu", cpu_buffers, cpu_stage, cpu_land, cpu_digest, cpu_read_back, cpu_release};
 
-void dcp__mover_cpu_init(dcp_mover *m, unsigned char *host_body, size_t capacity)
+void dcp__mover_cpu_init(dcp__mover *m, unsigned char *host_body, size_t capacity)
 {
     m->ops = &cpu_ops;
     m->state = NULL;

@@ -10,7 +10,7 @@
 
 static size_t round8(size_t v) { return (v + 7) & ~(size_t)7; }
 
-void dcp__mtp_roll_layout_compute(int32_t n, const size_t *elem_size, int32_t num_fields, dcp_mtp_roll_layout *l)
+void dcp__mtp_roll_layout_compute(int32_t n, const size_t *elem_size, int32_t num_fields, dcp__mtp_roll_layout *l)
 {
     memset(l, 0, sizeof *l);
     l->num_sequences = n;
@@ -21,7 +21,7 @@ void dcp__mtp_roll_layout_compute(int32_t n, const size_t *elem_size, int32_t nu
         at += round8((size_t)n * elem_size[f]);
     }
     l->trailer = at;
-    l->section = at + sizeof(dcp_mtp_roll_trailer);
+    l->section = at + sizeof(dcp__mtp_roll_trailer);
     at = l->section;
     l->to_prev = 0;
     l->to_next = at;
@@ -41,23 +41,23 @@ static uint64_t bytes_hash(const unsigned char *p, size_t n, uint64_t h)
     return h;
 }
 
-static uint64_t trailer_check(const dcp_mtp_roll_trailer *t)
+static uint64_t trailer_check(const dcp__mtp_roll_trailer *t)
 {
-    uint64_t h = bytes_hash((const unsigned char *)t, offsetof(dcp_mtp_roll_trailer, check), 0xcbf29ce484222325ull);
+    uint64_t h = bytes_hash((const unsigned char *)t, offsetof(dcp__mtp_roll_trailer, check), 0xcbf29ce484222325ull);
     return (h ^ (h >> 29)) * 0x9E3779B97F4A7C15ull ^ 0x1234567887654321ull;
 }
 
-void dcp__mtp_roll_seal(unsigned char *section, const dcp_mtp_roll_layout *l, int32_t sender, uint64_t call)
+void dcp__mtp_roll_seal(unsigned char *section, const dcp__mtp_roll_layout *l, int32_t sender, uint64_t call)
 {
-    dcp_mtp_roll_trailer t = {TRAILER_MAGIC, sender, call, bytes_hash(section, l->trailer, 0xcbf29ce484222325ull), 0};
+    dcp__mtp_roll_trailer t = {TRAILER_MAGIC, sender, call, bytes_hash(section, l->trailer, 0xcbf29ce484222325ull), 0};
     t.check = trailer_check(&t);
     memcpy(section + l->trailer, &t, sizeof t);
 }
 
-dcp_status dcp__mtp_roll_unseal(const unsigned char *section, const dcp_mtp_roll_layout *l, int32_t sender,
+dcp_status dcp__mtp_roll_unseal(const unsigned char *section, const dcp__mtp_roll_layout *l, int32_t sender,
                                 uint64_t call)
 {
-    dcp_mtp_roll_trailer t;
+    dcp__mtp_roll_trailer t;
     memcpy(&t, section + l->trailer, sizeof t);
     if (t.magic != TRAILER_MAGIC || t.check != trailer_check(&t) || t.sender != sender || t.call != call ||
         t.hash != bytes_hash(section, l->trailer, 0xcbf29ce484222325ull))
@@ -70,7 +70,7 @@ size_t dcp_mtp_roll_exchange_bytes(int32_t num_cu_seqlens, const size_t *elem_si
 {
     size_t bytes = 0;
     if (num_cu_seqlens > 0 && elem_size && num_fields > 0 && num_fields <= DCP_MTP_ROLL_MAX_FIELDS) {
-        dcp_mtp_roll_layout l;
+        dcp__mtp_roll_layout l;
         dcp__mtp_roll_layout_compute(section_values(num_cu_seqlens), elem_size, num_fields, &l);
         bytes = l.data_bytes;
     }
@@ -81,7 +81,7 @@ size_t dcp_mtp_roll_exchange_bytes(int32_t num_cu_seqlens, const size_t *elem_si
 dcp_status dcp__mtp_roll_check(const dcp_comm *comm, int32_t first, int32_t cp, dcp_cp_partition partition,
                               const int32_t *cu, int32_t num_cu,
                               int64_t num_tokens, const void *const *fields, void *const *out,
-                              const size_t *elem_size, int32_t num_fields, dcp_error *err)
+                              const size_t *elem_size, int32_t num_fields, dcp__error *err)
 {
     if (!fields || !out || !elem_size)
         return dcp__fail(err, DCP_ERR_NULL_POINTER, "mtp_roll: fields, out and elem_size are required");
@@ -192,8 +192,8 @@ void dcp__mtp_roll_apply_contiguous_cpu(const void *field, void *out, size_t e, 
     }
 }
 
-dcp_status dcp__mtp_roll_exchange(dcp_comm *comm, int32_t first, int32_t cp, const dcp_mtp_roll_layout *l,
-                                 void *exchange, size_t *counts, dcp_error *err)
+dcp_status dcp__mtp_roll_exchange(dcp_comm *comm, int32_t first, int32_t cp, const dcp__mtp_roll_layout *l,
+                                 void *exchange, size_t *counts, dcp__error *err)
 {
     const int32_t size = comm->size, me = comm->rank, r = me - first;
     size_t *send_bytes = counts, *send_offsets = counts + size, *recv_bytes = counts + 2 * (size_t)size,
@@ -226,10 +226,10 @@ dcp_status dcp__mtp_roll_agree(dcp_comm *comm, uint64_t step_id, dcp_cp_partitio
     *call_out = call;
     if (!comm->ops) return local != DCP_OK ? local : DCP_ERR_NULL_POINTER; /* nobody to tell */
     /* the roll's tag: the count of rolls over this handle, so a rank that skipped one is caught here */
-    dcp_call_tag tag;
+    dcp__call_tag tag;
     dcp__call_tag_init(&tag, DCP_CALL_MTP_ROLL, call, step_id, 1 + (uint64_t)partition);
     tag.status = local;
-    dcp_error err;
+    dcp__error err;
     dcp__error_clear(&err);
     return dcp__agree_call_small(comm, &tag, &err, "mtp_roll", "rank");
 }
@@ -244,7 +244,7 @@ dcp_status dcp_mtp_roll(dcp_comm *comm, uint64_t step_id, int32_t first, int32_t
     if (s == DCP_OK && comm && !exchange) s = DCP_ERR_NULL_POINTER;
     const int32_t n = num_cu - 1, r = comm ? comm->rank - first : 0;
     const int contiguous = partition == DCP_CP_CONTIGUOUS && cp > 1;
-    dcp_mtp_roll_layout l = {0};
+    dcp__mtp_roll_layout l = {0};
     unsigned char *x = (unsigned char *)exchange;
     if (s == DCP_OK && comm) {
         dcp__mtp_roll_layout_compute(section_values(num_cu), elem_size, num_fields, &l);

@@ -36,7 +36,7 @@
 #include <stdint.h>
 
 /* Where each part of the exchange scratch sits (bytes from its start). */
-typedef struct dcp_mtp_roll_layout {
+typedef struct dcp__mtp_roll_layout {
     int32_t num_sequences;
     int32_t num_fields;
     size_t field_offset[DCP_MTP_ROLL_MAX_FIELDS]; /* within a section */
@@ -45,24 +45,24 @@ typedef struct dcp_mtp_roll_layout {
     size_t trailer;                               /* where the trailer sits within a section */
     size_t to_prev, to_next, from_prev, from_next;  /* section starts */
     size_t data_bytes;                            /* 4 sections */
-} dcp_mtp_roll_layout;
+} dcp__mtp_roll_layout;
 
 void dcp__mtp_roll_layout_compute(int32_t num_sequences, const size_t *elem_size, int32_t num_fields,
-                                 dcp_mtp_roll_layout *layout);
+                                 dcp__mtp_roll_layout *layout);
 
 /* A section's trailer (see above). */
-typedef struct dcp_mtp_roll_trailer {
+typedef struct dcp__mtp_roll_trailer {
     uint32_t magic;
     int32_t sender;
     uint64_t call;
     uint64_t hash;
     uint64_t check;
-} dcp_mtp_roll_trailer;
+} dcp__mtp_roll_trailer;
 
 /* Seal the section at `section` (host memory) as sent by `sender` in roll `call`. */
-void dcp__mtp_roll_seal(unsigned char *section, const dcp_mtp_roll_layout *layout, int32_t sender, uint64_t call);
+void dcp__mtp_roll_seal(unsigned char *section, const dcp__mtp_roll_layout *layout, int32_t sender, uint64_t call);
 /* DCP_OK when the section at `section` was sealed by `sender` in roll `call` and arrived whole; else DCP_ERR_COMM. */
-dcp_status dcp__mtp_roll_unseal(const unsigned char *section, const dcp_mtp_roll_layout *layout, int32_t sender,
+dcp_status dcp__mtp_roll_unseal(const unsigned char *section, const dcp__mtp_roll_layout *layout, int32_t sender,
                                 uint64_t call);
 
 /* The contiguous roll (host): see the layout above.  from_next: the next rank's first value (NULL on the last). */
@@ -73,7 +73,7 @@ void dcp__mtp_roll_apply_contiguous_cpu(const void *field, void *out, size_t ele
 dcp_status dcp__mtp_roll_check(const dcp_comm *comm, int32_t group_first_rank, int32_t cp,
                               dcp_cp_partition partition, const int32_t *cu,
                               int32_t num_cu_seqlens, int64_t num_tokens, const void *const *fields,
-                              void *const *out, const size_t *elem_size, int32_t num_fields, dcp_error *err);
+                              void *const *out, const size_t *elem_size, int32_t num_fields, dcp__error *err);
 
 /*
  * Kernel 1: for each sequence k < n: to_prev[k] = field[s] (chunk 0's first
@@ -101,7 +101,7 @@ void dcp__mtp_roll_apply_cpu(const void *field, void *out, size_t elem_size, con
  * counts is 4 * comm->size size_t of host scratch.
  */
 dcp_status dcp__mtp_roll_exchange(dcp_comm *comm, int32_t group_first_rank, int32_t cp,
-                                 const dcp_mtp_roll_layout *layout, void *exchange, size_t *counts, dcp_error *err);
+                                 const dcp__mtp_roll_layout *layout, void *exchange, size_t *counts, dcp__error *err);
 
 /*
  * Before the exchange every rank of comm passes its local status (argument

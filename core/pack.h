@@ -38,23 +38,23 @@
  * and lengths in elements).  src_buffer may be NULL: every segment reads
  * src_buffers[0].  Destination ranges of different segments never overlap.
  */
-typedef struct dcp_pack_layout {
+typedef struct dcp__pack_layout {
     int64_t num_segments;
     const int32_t *src_buffer; /* [num_segments] or NULL */
     const int64_t *src_offset; /* [num_segments] */
     const int64_t *dst_offset; /* [num_segments] */
     const int64_t *length;     /* [num_segments] */
-} dcp_pack_layout;
+} dcp__pack_layout;
 
 /* Copy every segment of `layout` (elements of elem_size bytes).  Slots of dst no segment covers are untouched. */
-void dcp__pack_cpu(const dcp_pack_layout *layout, const void *const *src_buffers, void *dst, size_t elem_size);
+void dcp__pack_cpu(const dcp__pack_layout *layout, const void *const *src_buffers, void *dst, size_t elem_size);
 
 /*
  * Padding mask of a rank's buffer from the layout that filled it with real
  * tokens: mask[t] = 0 where a segment's destination covers t, 1 everywhere
  * else in [0, num_tokens).
  */
-void dcp__padding_mask_from_layout_cpu(const dcp_pack_layout *layout, int64_t num_tokens, uint8_t *mask);
+void dcp__padding_mask_from_layout_cpu(const dcp__pack_layout *layout, int64_t num_tokens, uint8_t *mask);
 
 /* ------------------------------------------------------------------------ */
 /* THD metadata and reference-order operations on a packed buffer            */
@@ -102,20 +102,20 @@ int64_t dcp__cp_slice_layout_cpu(const int32_t *cu_seqlens_padded, int32_t num_s
 /* THD padding geometry (host side, integer only)                            */
 /* ------------------------------------------------------------------------ */
 
-typedef struct dcp_thd_params {
+typedef struct dcp__thd_params {
     int32_t cp;                   /* size of the microbatch's CP group (local_cp_size) */
     dcp_cp_partition partition;
     int32_t alignment;            /* > 0: pad the rank's buffer to a multiple of it */
     int32_t target;               /* > 0: pad the rank's buffer to exactly this; wins over alignment */
     dcp_thd_tail tail;
     int32_t max_packed_sequences; /* S > 0 with padding on: cu_seqlens arrays get exactly S+1 entries */
-} dcp_thd_params;
+} dcp__thd_params;
 
 /* Fill params from a configuration for a group of `cp` ranks (S per the header's mapping). */
-void dcp__thd_params_from_config(const dcp_config *config, int32_t cp, dcp_thd_params *params);
+void dcp__thd_params_from_config(const dcp_config *config, int32_t cp, dcp__thd_params *params);
 
 /* The shape of one microbatch on the ranks of one CP group (the same on each of them). */
-typedef struct dcp_thd_geometry {
+typedef struct dcp__thd_geometry {
     int32_t num_sequences;   /* real sequences, n */
     int64_t packed_tokens;   /* sum of padded lengths: cu_seqlens_padded[n] as packed */
     int64_t partition_total; /* slots the CP slice cuts: packed_tokens, or the padding target when the
@@ -126,7 +126,7 @@ typedef struct dcp_thd_geometry {
     int32_t dummy_length;    /* tokens of the appended dummy sequence, 0 when none */
     int32_t num_cu_seqlens;  /* entries of cu_seqlens and of cu_seqlens_padded */
     int32_t max_seqlen;
-} dcp_thd_geometry;
+} dcp__thd_geometry;
 
 /*
  * The reference's THD padding and CP-slicing arithmetic for one microbatch
@@ -138,8 +138,8 @@ typedef struct dcp_thd_geometry {
  * the padding target, more cu_seqlens entries than S+1), DCP_ERR_OVERFLOW
  * (a boundary past INT32_MAX).
  */
-dcp_status dcp__thd_geometry_compute(const dcp_thd_params *params, const int32_t *original, const int32_t *padded,
-                                    int32_t n, dcp_thd_geometry *geometry, dcp_error *err);
+dcp_status dcp__thd_geometry_compute(const dcp__thd_params *params, const int32_t *original, const int32_t *padded,
+                                    int32_t n, dcp__thd_geometry *geometry, dcp__error *err);
 
 /*
  * Write the final cu_seqlens and cu_seqlens_padded (geometry->num_cu_seqlens
@@ -148,7 +148,7 @@ dcp_status dcp__thd_geometry_compute(const dcp_thd_params *params, const int32_t
  * dummy length, cu_seqlens_padded ends at the padding target), then the last
  * value repeated up to the fixed entry count.
  */
-void dcp__thd_cu_seqlens_write(const dcp_thd_geometry *geometry, const int32_t *original, const int32_t *padded,
+void dcp__thd_cu_seqlens_write(const dcp__thd_geometry *geometry, const int32_t *original, const int32_t *padded,
                               int32_t n, int32_t *cu_seqlens, int32_t *cu_seqlens_padded);
 
 /*
@@ -159,7 +159,7 @@ void dcp__thd_cu_seqlens_write(const dcp_thd_geometry *geometry, const int32_t *
  * buffer is padding.  cu_seqlens_padded is the final one (from
  * dcp__thd_cu_seqlens_write).  Writes at most 2*n pieces; returns their number.
  */
-int32_t dcp__thd_real_pieces(const dcp_thd_geometry *geometry, const dcp_thd_params *params, const int32_t *original,
+int32_t dcp__thd_real_pieces(const dcp__thd_geometry *geometry, const dcp__thd_params *params, const int32_t *original,
                             const int32_t *cu_seqlens_padded, int32_t cp_rank, int32_t *seq, int64_t *seq_offset,
                             int64_t *local_offset, int64_t *length);
 

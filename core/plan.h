@@ -16,15 +16,15 @@
 #include "../alloc/arena.h"
 
 /* Allocate the plan's arrays for the given capacities (NULL-free on success). */
-dcp_status dcp__plan_init(dcp_plan *plan, dcp_arena *arena, int32_t max_microbatches, int32_t max_groups,
+dcp_status dcp__plan_init(dcp_plan *plan, dcp__arena *arena, int32_t max_microbatches, int32_t max_groups,
                          int32_t max_ids);
 
 /* Empty the plan for `num_ranks` ranks. */
 void dcp__plan_clear(dcp_plan *plan, int32_t num_ranks);
 
-dcp_status dcp__plan_open_microbatch(dcp_plan *plan, dcp_error *err);
+dcp_status dcp__plan_open_microbatch(dcp_plan *plan, dcp__error *err);
 dcp_status dcp__plan_push_group(dcp_plan *plan, int32_t first_rank, int32_t cp_size, const int32_t *ids,
-                               int32_t count, dcp_error *err);
+                               int32_t count, dcp__error *err);
 void dcp__plan_close_microbatch(dcp_plan *plan);
 
 /* Number of ids a rank holds in a microbatch (0 when none). */
@@ -36,7 +36,7 @@ int32_t dcp__plan_rank_count(const dcp_plan *plan, int32_t microbatch, int32_t r
  * dcp_plan_validate().  `scratch` needs dcp__validate_scratch_size() bytes.
  */
 dcp_status dcp__plan_check(const dcp_plan *plan, const dcp_config *config, const int32_t *lengths,
-                          int32_t num_lengths, dcp_arena *scratch, dcp_plan_violation *violation);
+                          int32_t num_lengths, dcp__arena *scratch, dcp_plan_violation *violation);
 size_t dcp__validate_scratch_size(const dcp_config *config);
 
 /*

@@ -1,7 +1,7 @@
 /* plan.c - building, querying and hashing plans; see plan.h. */
 #include "plan.h"
 
-dcp_status dcp__plan_init(dcp_plan *plan, dcp_arena *arena, int32_t max_microbatches, int32_t max_groups,
+dcp_status dcp__plan_init(dcp_plan *plan, dcp__arena *arena, int32_t max_microbatches, int32_t max_groups,
                          int32_t max_ids)
 {
     plan->microbatch_first_group = DCP_ARENA_NEW(arena, int32_t, (size_t)max_microbatches + 1);
@@ -31,7 +31,7 @@ void dcp__plan_clear(dcp_plan *plan, int32_t num_ranks)
     plan->seal = 0;
 }
 
-dcp_status dcp__plan_open_microbatch(dcp_plan *plan, dcp_error *err)
+dcp_status dcp__plan_open_microbatch(dcp_plan *plan, dcp__error *err)
 {
     if (plan->num_microbatches >= plan->max_microbatches)
         return dcp__fail(err, DCP_ERR_CAPACITY, "plan needs more than max_microbatches = %d microbatches",
@@ -41,7 +41,7 @@ dcp_status dcp__plan_open_microbatch(dcp_plan *plan, dcp_error *err)
 }
 
 dcp_status dcp__plan_push_group(dcp_plan *plan, int32_t first_rank, int32_t cp_size, const int32_t *ids,
-                               int32_t count, dcp_error *err)
+                               int32_t count, dcp__error *err)
 {
     if (plan->num_groups >= plan->max_groups)
         return dcp__fail(err, DCP_ERR_CAPACITY, "plan needs more than %d groups", plan->max_groups);

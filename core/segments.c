@@ -16,10 +16,10 @@ int64_t dcp__segment_work_offsets(const int64_t *length, int64_t n, int64_t *wor
     return at;
 }
 
-void dcp__segment_table_pack_cpu(const dcp_segment_table *t, const dcp_segment_field *fields, int32_t num_fields)
+void dcp__segment_table_pack_cpu(const dcp__segment_table *t, const dcp__segment_field *fields, int32_t num_fields)
 {
     for (int32_t f = 0; f < num_fields; f++) {
-        const dcp_segment_field *fd = &fields[f];
+        const dcp__segment_field *fd = &fields[f];
         const size_t e = (size_t)fd->elem_size;
         for (int64_t i = 0; i < t->num_segments; i++) {
             int32_t si = t->src_index ? t->src_index[i] : 0, di = t->dst_index ? t->dst_index[i] : 0;

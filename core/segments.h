@@ -2,7 +2,7 @@
  * segments.h - the segment table the data plane's copy kernel walks, and its
  * CPU twin.  Internal.
  *
- * A segment table generalises dcp_pack_layout (pack.h) to everything one
+ * A segment table generalises dcp__pack_layout (pack.h) to everything one
  * step moves in one launch: segment i copies length[i] elements from
  * src[src_index[i]] + src_offset[i] to dst[dst_index[i]] + dst_offset[i],
  * for every field of a field set at once (the same element offsets, each
@@ -25,7 +25,7 @@
 
 #define DCP_SEGMENT_MAX_FIELDS 8
 
-typedef struct dcp_segment_table {
+typedef struct dcp__segment_table {
     int64_t num_segments;
     const int32_t *src_index;   /* [n] or NULL (all 0); < 0: fill */
     const int64_t *src_offset;  /* [n] elements */
@@ -33,18 +33,18 @@ typedef struct dcp_segment_table {
     const int64_t *dst_offset;  /* [n] elements */
     const int64_t *length;      /* [n] elements, >= 0 */
     const int64_t *work_offset; /* [n + 1] */
-} dcp_segment_table;
+} dcp__segment_table;
 
-typedef struct dcp_segment_field {
+typedef struct dcp__segment_field {
     const void *const *src; /* indexed by src_index; NULL: padding mask (elem_size 1) */
     void *const *dst;       /* indexed by dst_index */
     int64_t elem_size;      /* bytes */
-} dcp_segment_field;
+} dcp__segment_field;
 
 /* work_offset from length (host arrays); returns the total. */
 int64_t dcp__segment_work_offsets(const int64_t *length, int64_t n, int64_t *work_offset);
 
 /* The sequential form of the kernel: every segment of every field, in order. */
-void dcp__segment_table_pack_cpu(const dcp_segment_table *table, const dcp_segment_field *fields, int32_t num_fields);
+void dcp__segment_table_pack_cpu(const dcp__segment_table *table, const dcp__segment_field *fields, int32_t num_fields);
 
 #endif

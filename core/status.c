@@ -44,7 +44,7 @@ void dcp__message_cut(char *message, size_t size)
     memcpy(message + end, mark, sizeof mark);
 }
 
-dcp_status dcp__fail(dcp_error *err, dcp_status status, const char *format, ...)
+dcp_status dcp__fail(dcp__error *err, dcp_status status, const char *format, ...)
 {
     if (err) {
         va_list args;
@@ -56,7 +56,7 @@ dcp_status dcp__fail(dcp_error *err, dcp_status status, const char *format, ...)
     return status;
 }
 
-dcp_status dcp__error_record(dcp_error *last, dcp_status status, const dcp_error *err)
+dcp_status dcp__error_record(dcp__error *last, dcp_status status, const dcp__error *err)
 {
     if (last && status != DCP_OK) {
         if (err && err->message[0]) memcpy(last, err, sizeof *err);

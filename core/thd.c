@@ -13,7 +13,7 @@
 
 static int64_t round_up(int64_t value, int64_t alignment) { return (value + alignment - 1) / alignment * alignment; }
 
-void dcp__thd_params_from_config(const dcp_config *c, int32_t cp, dcp_thd_params *p)
+void dcp__thd_params_from_config(const dcp_config *c, int32_t cp, dcp__thd_params *p)
 {
     p->cp = cp;
     p->partition = c->cp_partition;
@@ -26,8 +26,8 @@ void dcp__thd_params_from_config(const dcp_config *c, int32_t cp, dcp_thd_params
     p->max_packed_sequences = (int32_t)(s < INT32_MAX ? s : INT32_MAX); /* INT32_MAX: no cap in practice */
 }
 
-dcp_status dcp__thd_geometry_compute(const dcp_thd_params *p, const int32_t *original, const int32_t *padded, int32_t n,
-                                    dcp_thd_geometry *g, dcp_error *err)
+dcp_status dcp__thd_geometry_compute(const dcp__thd_params *p, const int32_t *original, const int32_t *padded, int32_t n,
+                                    dcp__thd_geometry *g, dcp__error *err)
 {
     const int64_t cp = p->cp;
     if (cp < 1 || n < 1)
@@ -139,7 +139,7 @@ dcp_status dcp__thd_geometry_compute(const dcp_thd_params *p, const int32_t *ori
     return DCP_OK;
 }
 
-void dcp__thd_cu_seqlens_write(const dcp_thd_geometry *g, const int32_t *original, const int32_t *padded, int32_t n,
+void dcp__thd_cu_seqlens_write(const dcp__thd_geometry *g, const int32_t *original, const int32_t *padded, int32_t n,
                               int32_t *cu_seqlens, int32_t *cu_seqlens_padded)
 {
     int32_t longest;
@@ -157,7 +157,7 @@ void dcp__thd_cu_seqlens_write(const dcp_thd_geometry *g, const int32_t *origina
     }
 }
 
-int32_t dcp__thd_real_pieces(const dcp_thd_geometry *g, const dcp_thd_params *p, const int32_t *original,
+int32_t dcp__thd_real_pieces(const dcp__thd_geometry *g, const dcp__thd_params *p, const int32_t *original,
                             const int32_t *cu_seqlens_padded, int32_t cp_rank, int32_t *seq, int64_t *seq_offset,
                             int64_t *local_offset, int64_t *length)
 {

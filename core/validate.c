@@ -37,7 +37,7 @@ static dcp_status violation_at(dcp_plan_violation *v, dcp_invariant inv, int32_t
 static int is_pow2(int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
 
 dcp_status dcp__plan_check(const dcp_plan *plan, const dcp_config *config, const int32_t *lengths,
-                          int32_t num_lengths, dcp_arena *scratch, dcp_plan_violation *v)
+                          int32_t num_lengths, dcp__arena *scratch, dcp_plan_violation *v)
 {
     if (v) {
         memset(v, 0, sizeof *v);

@@ -46,7 +46,7 @@ static void *xcalloc(size_t count, size_t size)
 }
 
 /* The reference's order on rank r against the fused pieces: same buffer, same mask. */
-static void compare_rank(const dcp_thd_params *p, const dcp_thd_geometry *g, const int32_t *cup, const int32_t *cu0,
+static void compare_rank(const dcp__thd_params *p, const dcp__thd_geometry *g, const int32_t *cup, const int32_t *cu0,
                          const int32_t *cup0, const int64_t *packed_values, int32_t r)
 {
     const int32_t n = g->num_sequences;
@@ -69,7 +69,7 @@ static void compare_rank(const dcp_thd_params *p, const dcp_thd_geometry *g, con
         DCP_FUZZ_ASSERT(dst[i] >= 0 && len[i] >= 0 && dst[i] + len[i] <= nt && src[i] >= 0 && src[i] + len[i] <= total,
                         "slice segment %lld [%lld,+%lld) -> %lld outside the buffers", (long long)i,
                         (long long)src[i], (long long)len[i], (long long)dst[i]);
-    dcp_pack_layout slice = {segments, NULL, src, dst, len};
+    dcp__pack_layout slice = {segments, NULL, src, dst, len};
     const void *values[] = {packed}, *masks[] = {mask};
     dcp__pack_cpu(&slice, values, want, sizeof *want);
     dcp__pack_cpu(&slice, masks, want_mask, 1);
@@ -82,7 +82,7 @@ static void compare_rank(const dcp_thd_params *p, const dcp_thd_geometry *g, con
     for (int32_t i = 0; i < pieces; i++) soff[i] = cup0[seq[i]] + off[i];
     int64_t *got = xcalloc((size_t)nt, sizeof *got);
     uint8_t *got_mask = xcalloc((size_t)nt, 1);
-    dcp_pack_layout fused = {pieces, NULL, soff, loc, plen};
+    dcp__pack_layout fused = {pieces, NULL, soff, loc, plen};
     dcp__pack_cpu(&fused, values, got, sizeof *got);
     dcp__padding_mask_from_layout_cpu(&fused, nt, got_mask);
     for (int64_t t = 0; t < nt; t++)
@@ -100,7 +100,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     const uint8_t b0 = fuzz_u8(&r), b1 = fuzz_u8(&r), flags = fuzz_u8(&r);
     const uint16_t alignment = fuzz_u16(&r), target = fuzz_u16(&r);
     const uint8_t capacity = fuzz_u8(&r);
-    dcp_thd_params p;
+    dcp__thd_params p;
     p.cp = (b0 & 0x80) ? 1 + b1 : 1 << (b0 & 7);
     p.partition = (flags & 1) ? DCP_CP_CONTIGUOUS : DCP_CP_ZIGZAG;
     p.tail = (flags & 2) ? DCP_THD_TAIL_EXTEND_LAST : DCP_THD_TAIL_APPEND_DUMMY;
@@ -124,9 +124,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         n++;
     }
 
-    dcp_error err;
+    dcp__error err;
     err.message[0] = '\0';
-    dcp_thd_geometry g;
+    dcp__thd_geometry g;
     dcp_status st = dcp__thd_geometry_compute(&p, original, padded, n, &g, &err);
     if (st != DCP_OK) {
         DCP_FUZZ_ASSERT(st == DCP_ERR_BAD_LENGTH || st == DCP_ERR_CAPACITY || st == DCP_ERR_OVERFLOW ||

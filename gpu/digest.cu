@@ -13,7 +13,7 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void digest_kernel(dcp_segment_table t, const void *const *src, int64_t sources, const int32_t *field_index,
+__global__ void digest_kernel(dcp__segment_table t, const void *const *src, int64_t sources, const int32_t *field_index,
                               const int64_t *elem_size, unsigned long long *out)
 {
     const int64_t s = blockIdx.x;
@@ -42,7 +42,7 @@ __global__ void digest_kernel(dcp_segment_table t, const void *const *src, int64
 
 } // namespace
 
-extern "C" int dcp__digest_cuda(const dcp_segment_table *table, const void *const *src, int64_t sources,
+extern "C" int dcp__digest_cuda(const dcp__segment_table *table, const void *const *src, int64_t sources,
                                 const int32_t *field_index, const int64_t *elem_size, int32_t num_fields,
                                 uint64_t *out, void *stream)
 {

@@ -34,7 +34,7 @@ dcp_status dcp_mtp_roll_cuda(dcp_comm *comm, uint64_t step_id, int32_t first, in
         s = DCP_ERR_UNSUPPORTED; /* the device kernels roll the zigzag layout only: roll on the host */
     if (s == DCP_OK && comm && (!exchange || !host_scratch)) s = DCP_ERR_NULL_POINTER;
     const int32_t n = num_cu - 1, r = comm ? comm->rank - first : 0;
-    dcp_mtp_roll_layout l = {0};
+    dcp__mtp_roll_layout l = {0};
     unsigned char *x = (unsigned char *)exchange;
     if (s == DCP_OK) {
         dcp__mtp_roll_layout_compute(n, elem_size, num_fields, &l);

@@ -45,8 +45,8 @@ extern "C" {
  * destination whatever the source's alignment; other sizes by halfwords or
  * bytes.
  */
-int dcp__segment_table_pack_cuda(const dcp_segment_table *table, int64_t total_elements,
-                                const dcp_segment_field *fields, int32_t num_fields, void *stream);
+int dcp__segment_table_pack_cuda(const dcp__segment_table *table, int64_t total_elements,
+                                const dcp__segment_field *fields, int32_t num_fields, void *stream);
 
 /*
  * Measurements only.  The segment kernel in another build (gpu/pack.cu lists
@@ -59,8 +59,8 @@ int dcp__segment_table_pack_cuda(const dcp_segment_table *table, int64_t total_e
  * variant 0/1 = 4/8 loads in flight a thread, 2/3 = the same with streaming
  * hints: the ceiling a kernel of this kind reaches.
  */
-int dcp__segment_table_pack_tile_cuda(const dcp_segment_table *table, int64_t total_elements,
-                                     const dcp_segment_field *fields, int32_t num_fields, int64_t variant,
+int dcp__segment_table_pack_tile_cuda(const dcp__segment_table *table, int64_t total_elements,
+                                     const dcp__segment_field *fields, int32_t num_fields, int64_t variant,
                                      void *stream);
 int dcp__flat_copy_probe_cuda(void *dst, const void *src, size_t bytes, int variant, void *stream);
 
@@ -72,22 +72,22 @@ int dcp__flat_copy_probe_cuda(void *dst, const void *src, size_t bytes, int vari
  * field_index[k].  Every array is device memory; the sum lands in *out (one
  * device uint64).  Segments fit a grid dimension (< 2^31).
  */
-int dcp__digest_cuda(const dcp_segment_table *table, const void *const *src, int64_t sources,
+int dcp__digest_cuda(const dcp__segment_table *table, const void *const *src, int64_t sources,
                      const int32_t *field_index, const int64_t *elem_size, int32_t num_fields, uint64_t *out,
                      void *stream);
 
 /* dcp__pack_cpu on device: layout arrays, work_offset ([n + 1]) and src_buffers are device memory. */
-int dcp__pack_cuda(const dcp_pack_layout *layout, const int64_t *work_offset, int64_t total_elements,
+int dcp__pack_cuda(const dcp__pack_layout *layout, const int64_t *work_offset, int64_t total_elements,
                   const void *const *src_buffers, void *dst, size_t elem_size, void *stream);
 /* dcp__padding_mask_from_layout_cpu on device (a memset to 1, then 0 on every segment). */
-int dcp__padding_mask_from_layout_cuda(const dcp_pack_layout *layout, const int64_t *work_offset,
+int dcp__padding_mask_from_layout_cuda(const dcp__pack_layout *layout, const int64_t *work_offset,
                                       int64_t total_elements, int64_t num_tokens, uint8_t *mask, void *stream);
 
 /* Block scan: cu_seqlens, cu_seqlens_padded (n + 1 entries each) and *max_seqlen (one device int32). */
 int dcp__cu_seqlens_cuda(const int32_t *original, const int32_t *padded, int32_t n, int32_t *cu_seqlens,
                         int32_t *cu_seqlens_padded, int32_t *max_seqlen, void *stream);
 /* The THD-padded cu_seqlens of a microbatch (geometry from dcp__thd_geometry_compute on the host). */
-int dcp__thd_cu_seqlens_write_cuda(const dcp_thd_geometry *geometry, const int32_t *original, const int32_t *padded,
+int dcp__thd_cu_seqlens_write_cuda(const dcp__thd_geometry *geometry, const int32_t *original, const int32_t *padded,
                                   int32_t n, int32_t *cu_seqlens, int32_t *cu_seqlens_padded, void *stream);
 /* The reference's padding mask of a packed buffer (a memset to 1, then 0 on each sequence's real slots). */
 int dcp__thd_padding_mask_cuda(const int32_t *cu_seqlens, const int32_t *cu_seqlens_padded, int32_t num_sequences,

@@ -63,7 +63,7 @@ typedef struct sizes {
     size_t table, prefix, device, host;
 } sizes;
 
-static dcp_status sizes_compute(const dcp_mover_sizes *z, sizes *out)
+static dcp_status sizes_compute(const dcp__mover_sizes *z, sizes *out)
 {
     if (z->staging == SIZE_MAX || z->body == SIZE_MAX || z->prefix == SIZE_MAX || z->segments == INT64_MAX)
         return DCP_ERR_OVERFLOW;
@@ -75,7 +75,7 @@ static dcp_status sizes_compute(const dcp_mover_sizes *z, sizes *out)
     return out->device == SIZE_MAX || out->host == SIZE_MAX ? DCP_ERR_OVERFLOW : DCP_OK;
 }
 
-dcp_status dcp__mover_cuda_workspace_size(const dcp_mover_sizes *z, size_t *device_bytes, size_t *host_bytes)
+dcp_status dcp__mover_cuda_workspace_size(const dcp__mover_sizes *z, size_t *device_bytes, size_t *host_bytes)
 {
     sizes s;
     dcp_status st = sizes_compute(z, &s);
@@ -85,7 +85,7 @@ dcp_status dcp__mover_cuda_workspace_size(const dcp_mover_sizes *z, size_t *devi
     return DCP_OK;
 }
 
-static dcp_status cuda_fail(dcp_error *err, cudaError_t e, const char *what)
+static dcp_status cuda_fail(dcp__error *err, cudaError_t e, const char *what)
 {
     return dcp__fail(err, DCP_ERR_CUDA, "%s: %s", what, cudaGetErrorString(e));
 }
@@ -119,7 +119,7 @@ static void *carve(unsigned char *base, size_t *at, size_t bytes)
  * digest kernel): table_upload() sends what upload_from says.
  */
 static dcp_status table_begin(cuda_mover *st, int64_t n, int32_t fields, int64_t sources, int64_t dests,
-                              int with_dst_index, int kernel_reads_lengths, table_build *t, dcp_error *err)
+                              int with_dst_index, int kernel_reads_lengths, table_build *t, dcp__error *err)
 {
     const size_t bytes = table_bytes(n, fields, sources, dests, with_dst_index);
     if (n > st->max_segments || sources > st->max_sources + 1 || bytes > st->table_bytes)
@@ -148,7 +148,7 @@ static dcp_status table_begin(cuda_mover *st, int64_t n, int32_t fields, int64_t
 #define ON_DEVICE(st, p) ((void *)((st)->table + ((const unsigned char *)(p) - (st)->host_table)))
 
 /* Upload the table from upload_from, and the `prefix` bytes after it (the body's prefix, to the body), in one copy. */
-static dcp_status table_upload(cuda_mover *st, const table_build *t, size_t prefix, void *stream, dcp_error *err)
+static dcp_status table_upload(cuda_mover *st, const table_build *t, size_t prefix, void *stream, dcp__error *err)
 {
     cudaError_t e = cudaMemcpyAsync(st->table + t->upload_from, st->host_table + t->upload_from,
                                     st->table_bytes - t->upload_from + prefix, cudaMemcpyHostToDevice,
@@ -157,13 +157,13 @@ static dcp_status table_upload(cuda_mover *st, const table_build *t, size_t pref
 }
 
 /* Upload the table and the `prefix` bytes after it (table_upload), then launch the segment kernel over `fields`. */
-static dcp_status table_run(cuda_mover *st, table_build *t, dcp_segment_field *fields, int32_t num_fields,
-                            size_t prefix, void *stream, dcp_error *err)
+static dcp_status table_run(cuda_mover *st, table_build *t, dcp__segment_field *fields, int32_t num_fields,
+                            size_t prefix, void *stream, dcp__error *err)
 {
     int64_t total = dcp__segment_work_offsets(t->length, t->n, t->work);
     dcp_status s = table_upload(st, t, prefix, stream, err);
     if (s != DCP_OK) return s;
-    dcp_segment_table table = {t->n,
+    dcp__segment_table table = {t->n,
                                (const int32_t *)ON_DEVICE(st, t->src_index),
                                (const int64_t *)ON_DEVICE(st, t->src_offset),
                                t->dst_index ? (const int32_t *)ON_DEVICE(st, t->dst_index) : NULL,
@@ -183,8 +183,8 @@ static dcp_status table_run(cuda_mover *st, table_build *t, dcp_segment_field *f
 /* The operations                                                            */
 /* ------------------------------------------------------------------------ */
 
-static dcp_status cuda_buffers(dcp_mover *m, const dcp_exchange_blocks *x, dcp_arena *scratch, unsigned char **send,
-                               unsigned char **recv, dcp_error *err)
+static dcp_status cuda_buffers(dcp__mover *m, const dcp__exchange_blocks *x, dcp__arena *scratch, unsigned char **send,
+                               unsigned char **recv, dcp__error *err)
 {
     (void)scratch;
     cuda_mover *st = (cuda_mover *)m->state;
@@ -196,9 +196,9 @@ static dcp_status cuda_buffers(dcp_mover *m, const dcp_exchange_blocks *x, dcp_a
     return DCP_OK;
 }
 
-static dcp_status cuda_stage(dcp_mover *m, void *stream, const dcp_step_input *in, uint32_t kept,
-                             const dcp_send_pieces *p, const dcp_exchange_blocks *x, unsigned char *send,
-                             dcp_arena *scratch, dcp_error *err)
+static dcp_status cuda_stage(dcp__mover *m, void *stream, const dcp_step_input *in, uint32_t kept,
+                             const dcp__send_pieces *p, const dcp__exchange_blocks *x, unsigned char *send,
+                             dcp__arena *scratch, dcp__error *err)
 {
     (void)scratch;
     cuda_mover *st = (cuda_mover *)m->state;
@@ -218,7 +218,7 @@ static dcp_status cuda_stage(dcp_mover *m, void *stream, const dcp_step_input *i
         t.dst_offset[i] = p->cursor[i];
         t.length[i] = p->length[i];
     }
-    dcp_segment_field fields[DCP_NUM_FIELDS];
+    dcp__segment_field fields[DCP_NUM_FIELDS];
     size_t field_offset = 0;
     int32_t k = 0;
     for (int f = 0; f < DCP_NUM_FIELDS; f++) {
@@ -241,10 +241,10 @@ static dcp_status cuda_stage(dcp_mover *m, void *stream, const dcp_step_input *i
     return e == cudaSuccess ? DCP_OK : cuda_fail(err, e, "step: gathering outgoing tokens");
 }
 
-static dcp_status cuda_land(dcp_mover *m, void *stream, uint32_t kept, const dcp_recv_pieces *r,
-                            const dcp_exchange_blocks *x, const unsigned char *recv, const dcp_own_pieces *o,
-                            const dcp_step_input *in, const dcp_body_layout *b, int64_t total_tokens,
-                            dcp_arena *scratch, dcp_error *err)
+static dcp_status cuda_land(dcp__mover *m, void *stream, uint32_t kept, const dcp__recv_pieces *r,
+                            const dcp__exchange_blocks *x, const unsigned char *recv, const dcp__own_pieces *o,
+                            const dcp_step_input *in, const dcp__body_layout *b, int64_t total_tokens,
+                            dcp__arena *scratch, dcp__error *err)
 {
     (void)scratch;
     cuda_mover *st = (cuda_mover *)m->state;
@@ -267,7 +267,7 @@ static dcp_status cuda_land(dcp_mover *m, void *stream, uint32_t kept, const dcp
     if (n < 0)
         return dcp__landing_refuse(err, bad, total_tokens);
     t.n = n; /* the carved arrays hold 2 * pieces + 1; the used prefix is what runs */
-    dcp_segment_field fields[DCP_NUM_FIELDS + 1];
+    dcp__segment_field fields[DCP_NUM_FIELDS + 1];
     /* the samples' buffers, every kept field's in one pass over the samples */
     int kept_field[DCP_NUM_FIELDS], nk = 0;
     for (int f = 0; f < DCP_NUM_FIELDS; f++)
@@ -306,8 +306,8 @@ static dcp_status cuda_land(dcp_mover *m, void *stream, uint32_t kept, const dcp
     return e == cudaSuccess ? DCP_OK : cuda_fail(err, e, "step: placing tokens");
 }
 
-static dcp_status cuda_digest(dcp_mover *m, void *stream, const dcp_step_input *in, uint32_t kept,
-                              const dcp_input_spans *spans, uint64_t *digest, dcp_error *err)
+static dcp_status cuda_digest(dcp__mover *m, void *stream, const dcp_step_input *in, uint32_t kept,
+                              const dcp__input_spans *spans, uint64_t *digest, dcp__error *err)
 {
     cuda_mover *st = (cuda_mover *)m->state;
     *digest = 0;
@@ -341,7 +341,7 @@ static dcp_status cuda_digest(dcp_mover *m, void *stream, const dcp_step_input *
         k++;
     }
     if ((s = table_upload(st, &t, 0, stream, err)) != DCP_OK) return s;
-    dcp_segment_table table = {t.n,
+    dcp__segment_table table = {t.n,
                                (const int32_t *)ON_DEVICE(st, t.src_index),
                                (const int64_t *)ON_DEVICE(st, t.src_offset),
                                NULL,
@@ -359,7 +359,7 @@ static dcp_status cuda_digest(dcp_mover *m, void *stream, const dcp_step_input *
     return DCP_OK;
 }
 
-static dcp_status cuda_read_back(dcp_mover *m, void *stream, size_t prefix_bytes, dcp_error *err)
+static dcp_status cuda_read_back(dcp__mover *m, void *stream, size_t prefix_bytes, dcp__error *err)
 {
     cuda_mover *st = (cuda_mover *)m->state;
     if (prefix_bytes > st->prefix_bytes)
@@ -369,7 +369,7 @@ static dcp_status cuda_read_back(dcp_mover *m, void *stream, size_t prefix_bytes
     return e == cudaSuccess ? DCP_OK : cuda_fail(err, e, "step: download of cu_seqlens");
 }
 
-static void cuda_release(dcp_mover *m)
+static void cuda_release(dcp__mover *m)
 {
     cuda_mover *st = (cuda_mover *)m->state;
     if (!st) return;
@@ -384,15 +384,15 @@ static void cuda_release(dcp_mover *m)
     cudaSetDevice(current);
 }
 
-static const dcp_mover_ops cuda_ops = {"cuda",     cuda_buffers,   cuda_stage,  cuda_land,
+static const dcp__mover_ops cuda_ops = {"cuda",     cuda_buffers,   cuda_stage,  cuda_land,
                                        cuda_digest, cuda_read_back, cuda_release};
 
 /* ------------------------------------------------------------------------ */
 /* Creation                                                                  */
 /* ------------------------------------------------------------------------ */
 
-dcp_status dcp__mover_cuda_create(dcp_mover *m, const dcp_mover_sizes *z, void *device_memory, size_t device_bytes,
-                                  void *host_memory, size_t host_bytes, dcp_error *err)
+dcp_status dcp__mover_cuda_create(dcp__mover *m, const dcp__mover_sizes *z, void *device_memory, size_t device_bytes,
+                                  void *host_memory, size_t host_bytes, dcp__error *err)
 {
     sizes need;
     dcp_status s = sizes_compute(z, &need);
@@ -448,4 +448,4 @@ dcp_status dcp__mover_cuda_create(dcp_mover *m, const dcp_mover_sizes *z, void *
     return DCP_OK;
 }
 
-const dcp_mover_backend dcp__mover_backend_cuda = {"cuda", dcp__mover_cuda_workspace_size, dcp__mover_cuda_create};
+const dcp__mover_backend dcp__mover_backend_cuda = {"cuda", dcp__mover_cuda_workspace_size, dcp__mover_cuda_create};

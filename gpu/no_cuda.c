@@ -33,17 +33,17 @@ dcp_status dcp_gdn_strip_cuda(const void *padded, int64_t rows, size_t row_bytes
     return DCP_ERR_UNSUPPORTED;
 }
 
-dcp_status dcp__mover_cuda_workspace_size(const dcp_mover_sizes *z, size_t *device_bytes, size_t *host_bytes)
+dcp_status dcp__mover_cuda_workspace_size(const dcp__mover_sizes *z, size_t *device_bytes, size_t *host_bytes)
 {
     (void)z, (void)device_bytes, (void)host_bytes;
     return DCP_ERR_UNSUPPORTED;
 }
 
-dcp_status dcp__mover_cuda_create(dcp_mover *m, const dcp_mover_sizes *z, void *device_memory, size_t device_bytes,
-                                  void *host_memory, size_t host_bytes, dcp_error *err)
+dcp_status dcp__mover_cuda_create(dcp__mover *m, const dcp__mover_sizes *z, void *device_memory, size_t device_bytes,
+                                  void *host_memory, size_t host_bytes, dcp__error *err)
 {
     (void)m, (void)z, (void)device_memory, (void)device_bytes, (void)host_memory, (void)host_bytes;
     return dcp__fail(err, DCP_ERR_UNSUPPORTED, "attach_cuda: built without CUDA");
 }
 
-const dcp_mover_backend dcp__mover_backend_cuda = {"cuda", dcp__mover_cuda_workspace_size, dcp__mover_cuda_create};
+const dcp__mover_backend dcp__mover_backend_cuda = {"cuda", dcp__mover_cuda_workspace_size, dcp__mover_cuda_create};

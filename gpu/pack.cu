@@ -472,8 +472,8 @@ __global__ void __launch_bounds__(kThreads) flat_copy_kernel(unsigned char *dst,
 
 } // namespace
 
-extern "C" int dcp__segment_table_pack_tile_cuda(const dcp_segment_table *table, int64_t total,
-                                                const dcp_segment_field *fields, int32_t num_fields, int64_t variant,
+extern "C" int dcp__segment_table_pack_tile_cuda(const dcp__segment_table *table, int64_t total,
+                                                const dcp__segment_field *fields, int32_t num_fields, int64_t variant,
                                                 void *stream)
 {
     Table t = {table->num_segments, table->src_index, table->src_offset, table->dst_index,
@@ -488,7 +488,7 @@ extern "C" int dcp__segment_table_pack_tile_cuda(const dcp_segment_table *table,
     return launch(t, fs, num_fields, total, stream, variant);
 }
 
-extern "C" int dcp__segment_table_pack_cuda(const dcp_segment_table *table, int64_t total, const dcp_segment_field *fields,
+extern "C" int dcp__segment_table_pack_cuda(const dcp__segment_table *table, int64_t total, const dcp__segment_field *fields,
                                            int32_t num_fields, void *stream)
 {
     Table t = {table->num_segments, table->src_index, table->src_offset, table->dst_index,
@@ -503,7 +503,7 @@ extern "C" int dcp__segment_table_pack_cuda(const dcp_segment_table *table, int6
     return launch(t, fs, num_fields, total, stream);
 }
 
-extern "C" int dcp__pack_cuda(const dcp_pack_layout *layout, const int64_t *work_offset, int64_t total,
+extern "C" int dcp__pack_cuda(const dcp__pack_layout *layout, const int64_t *work_offset, int64_t total,
                              const void *const *src_buffers, void *dst, size_t elem_size, void *stream)
 {
     Table t = {layout->num_segments, layout->src_buffer, layout->src_offset, nullptr,
@@ -516,7 +516,7 @@ extern "C" int dcp__pack_cuda(const dcp_pack_layout *layout, const int64_t *work
     return launch(t, fs, 1, total, stream);
 }
 
-extern "C" int dcp__padding_mask_from_layout_cuda(const dcp_pack_layout *layout, const int64_t *work_offset,
+extern "C" int dcp__padding_mask_from_layout_cuda(const dcp__pack_layout *layout, const int64_t *work_offset,
                                                  int64_t total, int64_t num_tokens, uint8_t *mask, void *stream)
 {
     if (num_tokens > 0) {

@@ -207,7 +207,7 @@ extern "C" int dcp__cu_seqlens_cuda(const int32_t *original, const int32_t *padd
     return (int)cudaGetLastError();
 }
 
-extern "C" int dcp__thd_cu_seqlens_write_cuda(const dcp_thd_geometry *g, const int32_t *original, const int32_t *padded,
+extern "C" int dcp__thd_cu_seqlens_write_cuda(const dcp__thd_geometry *g, const int32_t *original, const int32_t *padded,
                                              int32_t n, int32_t *cu_seqlens, int32_t *cu_seqlens_padded, void *stream)
 {
     if (n < 0 || g->num_cu_seqlens < n + 1) return (int)cudaErrorInvalidValue;

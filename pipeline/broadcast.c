@@ -11,8 +11,8 @@
 #include "step.h"
 #include "../core/agree.h"
 
-dcp_status dcp__broadcast(dcp_comm *tp, int holds_data, dcp_broadcast_header *h, dcp_mover *mover,
-                          int32_t max_microbatches, void *stream, dcp_step_stats *stats, dcp_error *err)
+dcp_status dcp__broadcast(dcp_comm *tp, int holds_data, dcp__broadcast_header *h, dcp__mover *mover,
+                          int32_t max_microbatches, void *stream, dcp_step_stats *stats, dcp__error *err)
 {
     dcp_status s = holds_data ? (dcp_status)h->status : DCP_OK;
     char why[128];
@@ -22,7 +22,7 @@ dcp_status dcp__broadcast(dcp_comm *tp, int holds_data, dcp_broadcast_header *h,
                                                  dcp__comm_why(tp, why, sizeof why));
     if (s == DCP_OK && h->status != DCP_OK)
         s = dcp__fail(err, (dcp_status)h->status, "step: TP rank 0 failed with %s", dcp_status_str((dcp_status)h->status));
-    dcp_body_layout b;
+    dcp__body_layout b;
     dcp__body_layout_compute(h->microbatches, h->cu, h->tokens, (uint32_t)h->kept, &b);
     if (s == DCP_OK && !holds_data) {
         if (h->microbatches < 0 || h->microbatches > max_microbatches || b.used != (size_t)h->body_bytes ||

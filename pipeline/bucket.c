@@ -44,7 +44,7 @@ size_t dcp__bucket_scratch_size(const dcp_config *config)
 }
 
 dcp_status dcp__bucket(const int32_t *lengths, int32_t n, const dcp_config *config, int32_t *sorted_ids,
-                      int32_t *min_cp, dcp_arena *scratch, dcp_error *err)
+                      int32_t *min_cp, dcp__arena *scratch, dcp__error *err)
 {
     const int32_t ranks = dcp_config_num_ranks(config);
     const int32_t group = config->scheduler == DCP_SCHEDULER_DP_BALANCED ? config->context_parallel_size : ranks;

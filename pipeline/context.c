@@ -30,7 +30,7 @@ int32_t dcp__step_max_microbatches(const dcp_config *c)
 
 int64_t dcp__step_cu_capacity(const dcp_config *c)
 {
-    dcp_thd_params p;
+    dcp__thd_params p;
     dcp__thd_params_from_config(c, 1, &p);
     int64_t mb = dcp__step_max_microbatches(c);
     /* each microbatch: its sequences + 1, + 1 for a dummy; or exactly S + 1 */
@@ -48,7 +48,7 @@ size_t dcp__step_send_piece_bound(const dcp_config *c)
 
 size_t dcp__step_group_cu_bound(const dcp_config *c)
 {
-    dcp_thd_params p;
+    dcp__thd_params p;
     dcp__thd_params_from_config(c, 1, &p);
     int64_t entries = (int64_t)c->max_sequences + 2;
     if ((int64_t)p.max_packed_sequences + 1 > entries) entries = (int64_t)p.max_packed_sequences + 1;
@@ -91,14 +91,14 @@ size_t dcp__step_scratch_size(const dcp_config *c)
     s = max_size(s, dcp__gather_step_scratch_size(c));
     /* the call agreement over the world: one tag per rank of DP*CP*TP*PP */
     int64_t world = (int64_t)dcp_config_num_ranks(c) * c->tensor_parallel_size * c->pipeline_parallel_size;
-    return dcp__size_add(s, DCP_ARENA_BYTES(dcp_call_tag, world));
+    return dcp__size_add(s, DCP_ARENA_BYTES(dcp__call_tag, world));
 }
 
-void dcp__step_mover_sizes(const dcp_config *c, dcp_mover_sizes *z)
+void dcp__step_mover_sizes(const dcp_config *c, dcp__mover_sizes *z)
 {
     size_t n = (size_t)dcp_config_num_ranks(c), ns = (size_t)c->max_sequences;
     z->staging = staging_bytes(c);
-    dcp_body_layout b;
+    dcp__body_layout b;
     dcp__body_layout_compute(dcp__step_max_microbatches(c), dcp__step_cu_capacity(c), c->max_tokens_per_rank,
                              c->fields, &b);
     z->body = b.used;
@@ -111,18 +111,18 @@ void dcp__step_mover_sizes(const dcp_config *c, dcp_mover_sizes *z)
     z->ranks = (int64_t)n;
 }
 
-dcp_status dcp__step_layout(dcp_context *ctx, dcp_arena *arena, const dcp_config *c)
+dcp_status dcp__step_layout(dcp_context *ctx, dcp__arena *arena, const dcp_config *c)
 {
     ctx->step = NULL;
     if (c->max_tokens_per_rank <= 0) return DCP_OK;
     /* filled here and copied in: a measuring arena hands out pointers that must not be written */
-    dcp_step_state *place = DCP_ARENA_NEW(arena, dcp_step_state, 1);
-    dcp_step_state st;
+    dcp__step_state *place = DCP_ARENA_NEW(arena, dcp__step_state, 1);
+    dcp__step_state st;
     memset(&st, 0, sizeof st);
     const int32_t ns = c->max_sequences, mb = dcp__step_max_microbatches(c);
     st.token_capacity = c->max_tokens_per_rank;
     st.cu_capacity = dcp__step_cu_capacity(c);
-    dcp_body_layout b;
+    dcp__body_layout b;
     dcp__body_layout_compute(mb, st.cu_capacity, st.token_capacity, c->fields, &b);
     if (b.used == SIZE_MAX) return DCP_ERR_OVERFLOW;
     st.original_lengths = DCP_ARENA_NEW(arena, int32_t, ns);
@@ -153,7 +153,7 @@ static size_t scratch_size(const dcp_config *c)
     return s;
 }
 
-dcp_status dcp__context_layout(dcp_context *ctx, dcp_arena *arena, const dcp_config *config)
+dcp_status dcp__context_layout(dcp_context *ctx, dcp__arena *arena, const dcp_config *config)
 {
     const int32_t max_seq = config->max_sequences;
     const int32_t max_mb = config->max_microbatches > 0 ? config->max_microbatches : max_seq;
@@ -188,7 +188,7 @@ dcp_status dcp_workspace_size(const dcp_config *config, size_t *size)
     if (st != DCP_OK) return st;
     dcp_context probe;
     memset(&probe, 0, sizeof probe);
-    dcp_arena measure;
+    dcp__arena measure;
     dcp__arena_init_measure(&measure);
     st = dcp__context_layout(&probe, &measure, config);
     if (st != DCP_OK) return st == DCP_ERR_WORKSPACE_TOO_SMALL ? DCP_ERR_OVERFLOW : st;
@@ -230,7 +230,7 @@ dcp_status dcp_context_create(const dcp_config *config, dcp_context **context)
     size_t need;
     dcp_status st = dcp_workspace_size(config, &need);
     if (st != DCP_OK) return st;
-    dcp_host_block block;
+    dcp__host_block block;
     if (dcp__host_block_alloc(&block, need, DCP_ARENA_ALIGN) != 0) return DCP_ERR_ALLOC;
     dcp_context *ctx = NULL;
     st = init_in(block.memory, need, config, &ctx);
@@ -248,7 +248,7 @@ void dcp_context_destroy(dcp_context *context)
     if (!context) return;
     if (context->step) context->step->mover.ops->release(&context->step->mover); /* device memory first */
     dcp__arena_release(&context->arena); /* caller memory is the caller's again */
-    dcp_host_block block = context->owned;  /* the context lives in it: copy before freeing */
+    dcp__host_block block = context->owned;  /* the context lives in it: copy before freeing */
     dcp__host_block_free(&block);
 }
 
@@ -256,30 +256,30 @@ void dcp_context_destroy(dcp_context *context)
 /* A device workspace                                                        */
 /* ------------------------------------------------------------------------ */
 
-dcp_status dcp__mover_workspace_size(const dcp_config *c, const dcp_mover_backend *backend, size_t *device_bytes,
+dcp_status dcp__mover_workspace_size(const dcp_config *c, const dcp__mover_backend *backend, size_t *device_bytes,
                                      size_t *host_bytes)
 {
     if (!c || !device_bytes || !host_bytes) return DCP_ERR_NULL_POINTER;
     dcp_status s = dcp_config_validate(c, NULL, 0);
     if (s != DCP_OK) return s;
     if (c->max_tokens_per_rank <= 0) return DCP_ERR_CAPACITY;
-    dcp_mover_sizes z;
+    dcp__mover_sizes z;
     dcp__step_mover_sizes(c, &z);
     return backend->workspace_size(&z, device_bytes, host_bytes);
 }
 
-dcp_status dcp__context_attach_mover(dcp_context *ctx, const dcp_mover_backend *backend, void *device_memory,
+dcp_status dcp__context_attach_mover(dcp_context *ctx, const dcp__mover_backend *backend, void *device_memory,
                                      size_t device_bytes, void *host_memory, size_t host_bytes)
 {
     if (!ctx) return DCP_ERR_NULL_POINTER;
-    dcp_error err;
+    dcp__error err;
     dcp__error_clear(&err);
     if (!ctx->step)
         return dcp__context_fail(
             ctx, dcp__fail(&err, DCP_ERR_CAPACITY, "attach_cuda: max_tokens_per_rank is 0: nothing to hold"), &err);
     if (ctx->step->mover.state)
         return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_INVALID_ARGUMENT, "attach_cuda: already attached"), &err);
-    dcp_mover_sizes z;
+    dcp__mover_sizes z;
     dcp__step_mover_sizes(&ctx->config, &z);
     dcp_status s = backend->create(&ctx->step->mover, &z, device_memory, device_bytes, host_memory, host_bytes, &err);
     return s == DCP_OK ? DCP_OK : dcp__context_fail(ctx, s, &err);
@@ -289,8 +289,8 @@ dcp_status dcp__context_attach_mover(dcp_context *ctx, const dcp_mover_backend *
 /* Calls in step                                                             */
 /* ------------------------------------------------------------------------ */
 
-dcp_status dcp__context_call_begin(dcp_context *ctx, uint32_t kind, uint64_t step_id, dcp_call_tag *tag,
-                                   dcp_error *err)
+dcp_status dcp__context_call_begin(dcp_context *ctx, uint32_t kind, uint64_t step_id, dcp__call_tag *tag,
+                                   dcp__error *err)
 {
     dcp__call_tag_init(tag, kind, ctx->calls++, step_id, ctx->config_digest);
     if (ctx->out_of_step)

@@ -19,14 +19,14 @@
 #include "../core/error.h"
 #include "../core/plan.h"
 
-struct dcp_step_state; /* step.h */
+struct dcp__step_state; /* step.h */
 
 struct dcp_context {
     dcp_config config;
     int32_t num_ranks;        /* DPxCP */
     int32_t max_microbatches; /* resolved capacity */
 
-    dcp_arena arena;          /* the workspace after this struct */
+    dcp__arena arena;          /* the workspace after this struct */
     size_t scratch_mark;      /* arena mark where scratch starts */
     size_t scratch_bytes;     /* scratch capacity reserved by the layout */
 
@@ -43,34 +43,34 @@ struct dcp_context {
     int32_t *min_cp;          /* [max_sequences]: minimal CP size per id */
 
     /* data plane (step.h); NULL when max_tokens_per_rank is 0 */
-    struct dcp_step_state *step;
+    struct dcp__step_state *step;
 
-    dcp_error last_error;
+    dcp__error last_error;
 
     /* calls in step (dcpack.h, dcp_context_resync) */
     uint64_t calls;           /* multi-rank calls made on this context */
     int out_of_step;          /* a call found the ranks out of step: refuse until resync */
     uint64_t config_digest;   /* dcp__config_digest(&config) */
 
-    dcp_host_block owned;     /* the workspace, when dcp_context_create() allocated it */
+    dcp__host_block owned;     /* the workspace, when dcp_context_create() allocated it */
 };
 
 /* Lay out the persistent buffers on `arena` and reserve the scratch. */
-dcp_status dcp__context_layout(dcp_context *ctx, dcp_arena *arena, const dcp_config *config);
+dcp_status dcp__context_layout(dcp_context *ctx, dcp__arena *arena, const dcp_config *config);
 
 /*
  * A device mover for a context: the device and pinned bytes `backend` needs
  * for configuration c (dcp_cuda_workspace_size()), and binding one to a
  * context (dcp_context_attach_cuda()); api/attach_cuda.c names the backend.
  */
-struct dcp_mover_backend;
-dcp_status dcp__mover_workspace_size(const dcp_config *c, const struct dcp_mover_backend *backend,
+struct dcp__mover_backend;
+dcp_status dcp__mover_workspace_size(const dcp_config *c, const struct dcp__mover_backend *backend,
                                      size_t *device_bytes, size_t *host_bytes);
-dcp_status dcp__context_attach_mover(dcp_context *ctx, const struct dcp_mover_backend *backend, void *device_memory,
+dcp_status dcp__context_attach_mover(dcp_context *ctx, const struct dcp__mover_backend *backend, void *device_memory,
                                      size_t device_bytes, void *host_memory, size_t host_bytes);
 
 /* A fresh scratch arena for one stage call: everything past scratch_mark is free. */
-static inline dcp_arena *dcp__context_scratch(dcp_context *ctx)
+static inline dcp__arena *dcp__context_scratch(dcp_context *ctx)
 {
     dcp__arena_reset(&ctx->arena, ctx->scratch_mark);
     return &ctx->arena;
@@ -80,8 +80,8 @@ static inline dcp_arena *dcp__context_scratch(dcp_context *ctx)
  * Start a multi-rank call: count it and fill its tag.  DCP_ERR_OUT_OF_STEP
  * (with the message in err) while the context is out of step.
  */
-dcp_status dcp__context_call_begin(dcp_context *ctx, uint32_t kind, uint64_t step_id, dcp_call_tag *tag,
-                                   dcp_error *err);
+dcp_status dcp__context_call_begin(dcp_context *ctx, uint32_t kind, uint64_t step_id, dcp__call_tag *tag,
+                                   dcp__error *err);
 /* End it: an agreed DCP_ERR_OUT_OF_STEP puts the context out of step. */
 static inline dcp_status dcp__context_call_end(dcp_context *ctx, dcp_status agreed)
 {
@@ -90,7 +90,7 @@ static inline dcp_status dcp__context_call_end(dcp_context *ctx, dcp_status agre
 }
 
 /* Record a failure in the context's last-error text and return the status. */
-static inline dcp_status dcp__context_fail(dcp_context *ctx, dcp_status status, const dcp_error *err)
+static inline dcp_status dcp__context_fail(dcp_context *ctx, dcp_status status, const dcp__error *err)
 {
     return ctx ? dcp__error_record(&ctx->last_error, status, err) : status;
 }

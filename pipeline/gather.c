@@ -16,7 +16,7 @@
 /* The step's gather                                                         */
 /* ------------------------------------------------------------------------ */
 
-static dcp_status check_cu_seqlens(const dcp_sample *s, int32_t i, dcp_error *err)
+static dcp_status check_cu_seqlens(const dcp_sample *s, int32_t i, dcp__error *err)
 {
     if (s->num_cu_seqlens < 1)
         return dcp__fail(err, DCP_ERR_CORRUPT_INPUT, "step: sample %d has %d cu_seqlens entries", i, s->num_cu_seqlens);
@@ -36,7 +36,7 @@ static dcp_status check_cu_seqlens(const dcp_sample *s, int32_t i, dcp_error *er
 
 /* The sequences of the samples into the table (count and sums in locals: the table's arrays cannot alias them). */
 static dcp_status collect(const dcp_step_input *in, const dcp_config *c, int64_t token_capacity,
-                          dcp_local_sequences *out, dcp_error *err)
+                          dcp__local_sequences *out, dcp__error *err)
 {
     int32_t count = 0;
     int64_t tokens = 0, original_tokens = 0;
@@ -113,7 +113,7 @@ static dcp_status collect(const dcp_step_input *in, const dcp_config *c, int64_t
 }
 
 dcp_status dcp__gather_local(const dcp_step_input *in, uint32_t needed, const dcp_config *c, int64_t token_capacity,
-                             dcp_local_sequences *out, dcp_error *err)
+                             dcp__local_sequences *out, dcp__error *err)
 {
     char fa[64], fb[64];
     out->count = 0;
@@ -181,9 +181,9 @@ size_t dcp__gather_step_scratch_size(const dcp_config *c)
     return dcp__size_add(s, DCP_ARENA_BYTES(int32_t, dcp__size_mul(2, (size_t)c->max_sequences)));
 }
 
-dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp_local_sequences *local, uint64_t data_digest,
-                            const dcp_config *c, dcp_step_lengths *out, dcp_arena *scratch, dcp_step_stats *stats,
-                            dcp_error *err)
+dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp__local_sequences *local, uint64_t data_digest,
+                            const dcp_config *c, dcp__step_lengths *out, dcp__arena *scratch, dcp_step_stats *stats,
+                            dcp__error *err)
 {
     const int32_t n = lane->size, cp = c->context_parallel_size, dp = c->data_parallel_size;
     rank_header mine = {HEADER_MAGIC, fields, local->count, 0, dcp__pairs_hash(local->pairs, local->count),

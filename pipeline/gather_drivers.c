@@ -28,7 +28,7 @@ size_t dcp__gather_scratch_size(const dcp_config *config)
 {
     size_t dp = (size_t)config->data_parallel_size;
     size_t s = DCP_ARENA_BYTES(int32_t, config->max_sequences); /* compacted local lengths */
-    s = dcp__size_add(s, DCP_ARENA_BYTES(dcp_call_tag, dp));     /* call tags (with the counts) */
+    s = dcp__size_add(s, DCP_ARENA_BYTES(dcp__call_tag, dp));     /* call tags (with the counts) */
     s = dcp__size_add(s, DCP_ARENA_BYTES(size_t, dp));            /* byte counts */
     s = dcp__size_add(s, DCP_ARENA_BYTES(size_t, dp));            /* byte offsets */
     return s;
@@ -50,11 +50,11 @@ static uint64_t lengths_hash(const int32_t *lengths, int64_t count)
  * local_status).  The scratch was taken before the agreement, so a rank that
  * cannot get it fails in the agreement, not alone in the all-gather.
  */
-static dcp_status gather_lengths(dcp_context *ctx, dcp_comm *comm, dcp_call_tag *tag, const int32_t *local,
-                                 int32_t count, dcp_status local_status, dcp_arena *scratch, dcp_error *err)
+static dcp_status gather_lengths(dcp_context *ctx, dcp_comm *comm, dcp__call_tag *tag, const int32_t *local,
+                                 int32_t count, dcp_status local_status, dcp__arena *scratch, dcp__error *err)
 {
     const int32_t dp = comm->size;
-    dcp_call_tag *tags = DCP_ARENA_NEW(scratch, dcp_call_tag, dp);
+    dcp__call_tag *tags = DCP_ARENA_NEW(scratch, dcp__call_tag, dp);
     size_t *bytes = DCP_ARENA_NEW(scratch, size_t, dp);
     size_t *offsets = DCP_ARENA_NEW(scratch, size_t, dp);
     if (local_status == DCP_OK && (!local || !tags || !bytes || !offsets))
@@ -97,7 +97,7 @@ static dcp_status gather_lengths(dcp_context *ctx, dcp_comm *comm, dcp_call_tag 
 }
 
 /* The communicator: without a usable one no peer can be told, so these errors are local. */
-static dcp_status check_comm(dcp_context *ctx, dcp_comm *comm, dcp_error *err)
+static dcp_status check_comm(dcp_context *ctx, dcp_comm *comm, dcp__error *err)
 {
     if (!comm || !comm->ops) return dcp__fail(err, DCP_ERR_NULL_POINTER, "gather: the communicator is NULL");
     if (comm->size != ctx->config.data_parallel_size)
@@ -108,14 +108,14 @@ static dcp_status check_comm(dcp_context *ctx, dcp_comm *comm, dcp_error *err)
 
 /* The caller's other pointers: a local error like any other, agreed before the all-gather. */
 static dcp_status check_pointers(const void *data, int32_t n, const int32_t **global_lengths, int32_t *num_global,
-                                 const int32_t **rank_offsets, dcp_error *err)
+                                 const int32_t **rank_offsets, dcp__error *err)
 {
     if (!global_lengths || !num_global || !rank_offsets || (!data && n > 0))
         return dcp__fail(err, DCP_ERR_NULL_POINTER, "gather: a required pointer is NULL");
     return DCP_OK;
 }
 
-static dcp_status finish(dcp_context *ctx, dcp_status st, dcp_error *err, const int32_t **global_lengths,
+static dcp_status finish(dcp_context *ctx, dcp_status st, dcp__error *err, const int32_t **global_lengths,
                          int32_t *num_global, const int32_t **rank_offsets)
 {
     dcp__arena_reset(&ctx->arena, ctx->scratch_mark);
@@ -133,15 +133,15 @@ dcp_status dcp_gather(dcp_context *ctx, dcp_comm *comm, uint64_t step_id, const 
                       const int32_t **global_lengths, int32_t *num_global, const int32_t **rank_offsets)
 {
     if (!ctx) return DCP_ERR_NULL_POINTER;
-    dcp_error err;
+    dcp__error err;
     dcp__error_clear(&err);
-    dcp_call_tag tag;
+    dcp__call_tag tag;
     dcp_status st = dcp__context_call_begin(ctx, DCP_CALL_GATHER, step_id, &tag, &err);
     if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* out of step: no collective */
     st = check_comm(ctx, comm, &err);
     if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* no peer can be told */
 
-    dcp_arena *scratch = dcp__context_scratch(ctx);
+    dcp__arena *scratch = dcp__context_scratch(ctx);
     int32_t *local = DCP_ARENA_NEW(scratch, int32_t, ctx->config.max_sequences);
     int32_t count = 0;
     dcp_status local_status = check_pointers(local_lengths, num_local, global_lengths, num_global, rank_offsets, &err);
@@ -171,15 +171,15 @@ dcp_status dcp_gather_packed(dcp_context *ctx, dcp_comm *comm, uint64_t step_id,
                              const int32_t **rank_offsets)
 {
     if (!ctx) return DCP_ERR_NULL_POINTER;
-    dcp_error err;
+    dcp__error err;
     dcp__error_clear(&err);
-    dcp_call_tag tag;
+    dcp__call_tag tag;
     dcp_status st = dcp__context_call_begin(ctx, DCP_CALL_GATHER, step_id, &tag, &err);
     if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* out of step: no collective */
     st = check_comm(ctx, comm, &err);
     if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* no peer can be told */
 
-    dcp_arena *scratch = dcp__context_scratch(ctx);
+    dcp__arena *scratch = dcp__context_scratch(ctx);
     int32_t *local = DCP_ARENA_NEW(scratch, int32_t, ctx->config.max_sequences);
     int32_t count = 0;
     dcp_status local_status =

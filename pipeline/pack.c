@@ -14,25 +14,25 @@
 
 #include <string.h>
 
-dcp_status dcp__pack_land(dcp_mover *mover, void *stream, uint32_t kept, const dcp_receive_table *received,
-                          const dcp_exchange_blocks *blocks, const unsigned char *recv, const dcp_step_input *input,
-                          const dcp_body_layout *b, int64_t total_tokens, dcp_arena *scratch, dcp_error *err)
+dcp_status dcp__pack_land(dcp__mover *mover, void *stream, uint32_t kept, const dcp__receive_table *received,
+                          const dcp__exchange_blocks *blocks, const unsigned char *recv, const dcp_step_input *input,
+                          const dcp__body_layout *b, int64_t total_tokens, dcp__arena *scratch, dcp__error *err)
 {
-    dcp_recv_pieces pieces = {received->count, received->sender, received->cursor, received->dst, received->length};
-    dcp_own_pieces own = {received->own_count, received->own_sample, received->own_src, received->own_dst,
+    dcp__recv_pieces pieces = {received->count, received->sender, received->cursor, received->dst, received->length};
+    dcp__own_pieces own = {received->own_count, received->own_sample, received->own_src, received->own_dst,
                           received->own_length};
     return mover->ops->land(mover, stream, kept, &pieces, blocks, recv, &own, input, b, total_tokens, scratch, err);
 }
 
 void dcp__pack_views(const dcp_config *c, int32_t pipeline_rank, uint32_t mtp, int32_t microbatches, uint32_t kept,
-                     const dcp_body_layout *b, const unsigned char *host_body, const unsigned char *data,
+                     const dcp__body_layout *b, const unsigned char *host_body, const unsigned char *data,
                      dcp_microbatch *views)
 {
-    const dcp_body_row *rows = (const dcp_body_row *)(host_body + b->rows);
+    const dcp__body_row *rows = (const dcp__body_row *)(host_body + b->rows);
     for (int32_t v = 0; v < c->virtual_pipeline_size; v++) {
         uint32_t shown = dcp__strip_view_fields(c, pipeline_rank, mtp, v, kept);
         for (int32_t m = 0; m < microbatches; m++) {
-            const dcp_body_row *row = &rows[m];
+            const dcp__body_row *row = &rows[m];
             dcp_microbatch *mb = &views[(size_t)v * (size_t)microbatches + (size_t)m];
             memset(mb, 0, sizeof *mb);
             int64_t t = row->token_offset;

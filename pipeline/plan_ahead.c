@@ -56,7 +56,7 @@ uint64_t dcp__plan_seal(uint64_t config_digest, const int32_t *lengths, int32_t 
 
 /* The check of dcp_plan_matches, into err; the plan may be anyone's, so its counts are checked before use. */
 static dcp_status check(const dcp_context *ctx, const dcp_plan *plan, const int32_t *lengths, int32_t n,
-                        dcp_error *err)
+                        dcp__error *err)
 {
     if (!plan->microbatch_first_group || !plan->group_first_rank || !plan->group_cp_size || !plan->group_first_id ||
         !plan->ids)
@@ -93,7 +93,7 @@ static dcp_status check(const dcp_context *ctx, const dcp_plan *plan, const int3
 dcp_status dcp_plan_matches(dcp_context *ctx, const dcp_plan *plan, const int32_t *lengths, int32_t num_lengths)
 {
     if (!ctx) return DCP_ERR_NULL_POINTER;
-    dcp_error err;
+    dcp__error err;
     dcp__error_clear(&err);
     if (!plan || (!lengths && num_lengths > 0))
         return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_NULL_POINTER, "dcp_plan_matches: %s is NULL",
@@ -105,7 +105,7 @@ dcp_status dcp_plan_matches(dcp_context *ctx, const dcp_plan *plan, const int32_
     return s == DCP_OK ? DCP_OK : dcp__context_fail(ctx, s, &err);
 }
 
-dcp_status dcp__plan_take(dcp_context *ctx, const dcp_plan *plan, const int32_t *lengths, int32_t n, dcp_error *err)
+dcp_status dcp__plan_take(dcp_context *ctx, const dcp_plan *plan, const int32_t *lengths, int32_t n, dcp__error *err)
 {
     dcp_status s = check(ctx, plan, lengths, n, err);
     if (s != DCP_OK) {

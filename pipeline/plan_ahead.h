@@ -18,6 +18,6 @@ uint64_t dcp__plan_seal(uint64_t config_digest, const int32_t *lengths, int32_t 
  * copied into the context's plan.  On failure the context's plan is cleared, as after a failed dcp_plan_compute.
  */
 dcp_status dcp__plan_take(dcp_context *ctx, const dcp_plan *plan, const int32_t *lengths, int32_t num_lengths,
-                          dcp_error *err);
+                          dcp__error *err);
 
 #endif

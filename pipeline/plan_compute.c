@@ -14,7 +14,7 @@
 dcp_status dcp_plan_compute(dcp_context *ctx, const int32_t *lengths, int32_t num_lengths, const dcp_plan **plan)
 {
     if (!ctx) return DCP_ERR_NULL_POINTER;
-    dcp_error err;
+    dcp__error err;
     dcp__error_clear(&err);
     if (!plan || !lengths)
         return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_NULL_POINTER, "dcp_plan_compute: %s is NULL",
@@ -30,7 +30,7 @@ dcp_status dcp_plan_compute(dcp_context *ctx, const int32_t *lengths, int32_t nu
                                &err);
     if (st != DCP_OK) goto done;
 
-    dcp_schedule_input in = {
+    dcp__schedule_input in = {
         .lengths = lengths,
         .num_sequences = num_lengths,
         .sorted_ids = ctx->sorted_ids,
@@ -61,7 +61,7 @@ done:
 }
 
 /* A plan is checked against lengths a plan could have been made of: every one at least 1 (*bad: the index). */
-static dcp_status check_lengths(const int32_t *lengths, int32_t n, int32_t *bad, dcp_error *err)
+static dcp_status check_lengths(const int32_t *lengths, int32_t n, int32_t *bad, dcp__error *err)
 {
     for (int32_t i = 0; i < n; i++)
         if (lengths[i] < 1) {
@@ -75,7 +75,7 @@ static dcp_status check_lengths(const int32_t *lengths, int32_t n, int32_t *bad,
  * An argument error of dcp_plan_validate, in *violation too (when given), so a caller that prints
  * the violation never prints a stale one: no invariant, `id` the offending length's index or -1.
  */
-static dcp_status argument_error(dcp_context *ctx, dcp_status st, int32_t id, dcp_plan_violation *v, dcp_error *err)
+static dcp_status argument_error(dcp_context *ctx, dcp_status st, int32_t id, dcp_plan_violation *v, dcp__error *err)
 {
     if (v) {
         v->invariant = DCP_INVARIANT_NONE;
@@ -90,7 +90,7 @@ dcp_status dcp_plan_validate(dcp_context *ctx, const dcp_plan *plan, const int32
                              dcp_plan_violation *violation)
 {
     if (!ctx) return DCP_ERR_NULL_POINTER;
-    dcp_error err;
+    dcp__error err;
     if (!plan || (!lengths && num_lengths > 0))
         return argument_error(ctx, dcp__fail(&err, DCP_ERR_NULL_POINTER, "dcp_plan_validate: %s is NULL",
                                              plan ? "lengths" : "plan"), -1, violation, &err);
@@ -117,7 +117,7 @@ dcp_status dcp_plan_stats_compute(dcp_context *context, const dcp_plan *plan, co
     if (!context || !plan || !lengths || !stats) return DCP_ERR_NULL_POINTER;
     const dcp_config *config = &context->config;
     /* the statistics trust the plan's offsets: check them (and every invariant) first */
-    dcp_error err;
+    dcp__error err;
     if (num_lengths < 0 || num_lengths > config->max_sequences)
         return dcp__context_fail(context, dcp__fail(&err, DCP_ERR_CAPACITY,
                                                     "plan stats: num_lengths %d outside [0, max_sequences %d]",

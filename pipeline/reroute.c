@@ -27,7 +27,7 @@ size_t dcp__group_scratch_size(const dcp_config *c)
     return dcp__size_add(s, dcp__size_mul(3, DCP_ARENA_BYTES(int64_t, own)));
 }
 
-dcp_status dcp__group_scratch_take(const dcp_config *c, dcp_arena *scratch, dcp_group_scratch *gs)
+dcp_status dcp__group_scratch_take(const dcp_config *c, dcp__arena *scratch, dcp__group_scratch *gs)
 {
     size_t ns = (size_t)c->max_sequences, own = 2 * ns, cu = dcp__step_group_cu_bound(c);
     gs->original = DCP_ARENA_NEW(scratch, int32_t, ns);
@@ -47,16 +47,16 @@ dcp_status dcp__group_scratch_take(const dcp_config *c, dcp_arena *scratch, dcp_
 size_t dcp__rank_geometry_size(const dcp_config *c)
 {
     size_t mb = (size_t)dcp__step_max_microbatches(c), ns = (size_t)c->max_sequences;
-    size_t s = DCP_ARENA_BYTES(dcp_thd_geometry, mb);
+    size_t s = DCP_ARENA_BYTES(dcp__thd_geometry, mb);
     s = dcp__size_add(s, DCP_ARENA_BYTES(int32_t, mb));
     s = dcp__size_add(s, DCP_ARENA_BYTES(int32_t, mb + 1));
     return dcp__size_add(s, dcp__size_mul(2, DCP_ARENA_BYTES(int32_t, ns)));
 }
 
-dcp_status dcp__rank_geometry_take(const dcp_config *c, int32_t microbatches, dcp_arena *scratch,
-                                   dcp_rank_geometry *g)
+dcp_status dcp__rank_geometry_take(const dcp_config *c, int32_t microbatches, dcp__arena *scratch,
+                                   dcp__rank_geometry *g)
 {
-    g->microbatch = DCP_ARENA_NEW(scratch, dcp_thd_geometry, microbatches);
+    g->microbatch = DCP_ARENA_NEW(scratch, dcp__thd_geometry, microbatches);
     g->group = DCP_ARENA_NEW(scratch, int32_t, microbatches);
     g->first = DCP_ARENA_NEW(scratch, int32_t, (size_t)microbatches + 1);
     g->original = DCP_ARENA_NEW(scratch, int32_t, c->max_sequences);
@@ -65,7 +65,7 @@ dcp_status dcp__rank_geometry_take(const dcp_config *c, int32_t microbatches, dc
 }
 
 /* Original and padded lengths of group g's sequences, in plan order. */
-static int32_t group_lengths(const dcp_plan *plan, const dcp_step_lengths *L, int32_t g, int32_t *original,
+static int32_t group_lengths(const dcp_plan *plan, const dcp__step_lengths *L, int32_t g, int32_t *original,
                              int32_t *padded)
 {
     int32_t first = plan->group_first_id[g], n = plan->group_first_id[g + 1] - first;
@@ -89,8 +89,8 @@ static int32_t owner_of(const int32_t *rank_offsets, int32_t dp, int32_t id)
     return lo;
 }
 
-dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *c, const dcp_step_lengths *L, int32_t rank,
-                                 int64_t token_capacity, int64_t cu_capacity, dcp_rank_geometry *out, dcp_error *err)
+dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *c, const dcp__step_lengths *L, int32_t rank,
+                                 int64_t token_capacity, int64_t cu_capacity, dcp__rank_geometry *out, dcp__error *err)
 {
     out->total_tokens = 0;
     out->total_cu = 0;
@@ -105,13 +105,13 @@ dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *c, cons
         group_lengths(plan, L, g, out->original + at, out->padded + at);
         out->group[m] = g;
         out->first[m] = at;
-        dcp_thd_params params;
+        dcp__thd_params params;
         dcp__thd_params_from_config(c, plan->group_cp_size[g], &params);
         dcp_status s = dcp__thd_geometry_compute(&params, out->original + at, out->padded + at, n, &out->microbatch[m],
                                                  err);
         at += n;
         if (s != DCP_OK) {
-            dcp_error inner = *err;
+            dcp__error inner = *err;
             return dcp__fail(err, s, "step: microbatch %d on rank %d: %.200s", m, rank, inner.message);
         }
         out->total_tokens += out->microbatch[m].num_tokens;
@@ -128,9 +128,9 @@ dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *c, cons
     return DCP_OK;
 }
 
-void dcp__reroute_receive(const dcp_plan *plan, const dcp_config *c, const dcp_step_lengths *L, int32_t me,
-                          const dcp_local_sequences *local, const dcp_rank_geometry *geometry, dcp_group_scratch *gs,
-                          dcp_receive_table *out)
+void dcp__reroute_receive(const dcp_plan *plan, const dcp_config *c, const dcp__step_lengths *L, int32_t me,
+                          const dcp__local_sequences *local, const dcp__rank_geometry *geometry, dcp__group_scratch *gs,
+                          dcp__receive_table *out)
 {
     const int32_t cp = c->context_parallel_size, dp = c->data_parallel_size;
     const int32_t lo = L->rank_offsets[me / cp], hi = L->rank_offsets[me / cp + 1]; /* this DP rank's ids */
@@ -138,12 +138,12 @@ void dcp__reroute_receive(const dcp_plan *plan, const dcp_config *c, const dcp_s
     for (int32_t m = 0; m < plan->num_microbatches; m++) {
         const int32_t g = geometry->group[m], count = geometry->first[m + 1] - geometry->first[m];
         const int32_t *original = geometry->original + geometry->first[m], *padded = geometry->padded + geometry->first[m];
-        const dcp_thd_geometry *geo = &geometry->microbatch[m];
-        dcp_thd_params params;
+        const dcp__thd_geometry *geo = &geometry->microbatch[m];
+        dcp__thd_params params;
         dcp__thd_params_from_config(c, plan->group_cp_size[g], &params);
         int32_t cp_rank = me - plan->group_first_rank[g];
         dcp__thd_cu_seqlens_write(geo, original, padded, count, out->cu + cu_at, out->cu_padded + cu_at);
-        dcp_body_row row = {token_at, geo->num_tokens, cu_at, geo->num_cu_seqlens, geo->max_seqlen,
+        dcp__body_row row = {token_at, geo->num_tokens, cu_at, geo->num_cu_seqlens, geo->max_seqlen,
                             plan->group_cp_size[g], cp_rank, count};
         out->rows[m] = row;
         int32_t pieces = dcp__thd_real_pieces(geo, &params, original, out->cu_padded + cu_at, cp_rank, gs->seq,
@@ -176,9 +176,9 @@ void dcp__reroute_receive(const dcp_plan *plan, const dcp_config *c, const dcp_s
     out->own_tokens = own_tokens;
 }
 
-dcp_status dcp__reroute_send(const dcp_plan *plan, const dcp_config *c, const dcp_step_lengths *L, int32_t me,
-                             const dcp_local_sequences *local, dcp_group_scratch *gs, dcp_send_table *out,
-                             dcp_error *err)
+dcp_status dcp__reroute_send(const dcp_plan *plan, const dcp_config *c, const dcp__step_lengths *L, int32_t me,
+                             const dcp__local_sequences *local, dcp__group_scratch *gs, dcp__send_table *out,
+                             dcp__error *err)
 {
     const int32_t cp = c->context_parallel_size, my_dp = me / cp, my_cp = me % cp;
     const int32_t lo = L->rank_offsets[my_dp], hi = L->rank_offsets[my_dp + 1];
@@ -196,9 +196,9 @@ dcp_status dcp__reroute_send(const dcp_plan *plan, const dcp_config *c, const dc
                 owns = plan->ids[first_id + k] >= lo && plan->ids[first_id + k] < hi;
             if (!owns) continue;
             group_lengths(plan, L, g, gs->original, gs->padded);
-            dcp_thd_params params;
+            dcp__thd_params params;
             dcp__thd_params_from_config(c, plan->group_cp_size[g], &params);
-            dcp_thd_geometry geo;
+            dcp__thd_geometry geo;
             dcp_status s = dcp__thd_geometry_compute(&params, gs->original, gs->padded, count, &geo, err);
             if (s != DCP_OK) return s; /* its ranks reported it before the exchange; not reached */
             dcp__thd_cu_seqlens_write(&geo, gs->original, gs->padded, count, gs->cu, gs->cu_padded);
@@ -232,7 +232,7 @@ static size_t round8(size_t v) { return (v + 7) & ~(size_t)7; }
 
 void dcp__reroute_blocks(const int64_t *tokens_to, const int64_t *tokens_from, int32_t n, int32_t me,
                          int64_t own_tokens, size_t per_token, size_t *send_bytes, size_t *send_offsets,
-                         size_t *recv_bytes, size_t *recv_offsets, dcp_exchange_blocks *blocks,
+                         size_t *recv_bytes, size_t *recv_offsets, dcp__exchange_blocks *blocks,
                          dcp_step_stats *stats)
 {
     size_t send_total = 0, recv_total = 0;
@@ -261,7 +261,7 @@ void dcp__reroute_blocks(const int64_t *tokens_to, const int64_t *tokens_from, i
 
 dcp_status dcp__reroute_exchange(dcp_comm *lane, const unsigned char *send, const size_t *send_bytes,
                                  const size_t *send_offsets, unsigned char *recv, const size_t *recv_bytes,
-                                 const size_t *recv_offsets, dcp_step_stats *stats, dcp_error *err)
+                                 const size_t *recv_offsets, dcp_step_stats *stats, dcp__error *err)
 {
     stats->collectives++;
     char why[128];

@@ -59,14 +59,14 @@ int32_t dcp__min_cp_size(int64_t length, int32_t max_seqlen_per_rank, int32_t mi
  * size; otherwise all DPxCP ranks.
  */
 dcp_status dcp__bucket(const int32_t *lengths, int32_t num_sequences, const dcp_config *config,
-                      int32_t *sorted_ids, int32_t *min_cp, dcp_arena *scratch, dcp_error *err);
+                      int32_t *sorted_ids, int32_t *min_cp, dcp__arena *scratch, dcp__error *err);
 size_t dcp__bucket_scratch_size(const dcp_config *config);
 
 /* ---- assign (assign/) ---- */
 
 struct dcp__scheduler;
 
-typedef struct dcp_schedule_input {
+typedef struct dcp__schedule_input {
     const int32_t *lengths;    /* [num_sequences], by global id; all validated by dcp__bucket */
     int32_t num_sequences;
     const int32_t *sorted_ids; /* [num_sequences], by length descending, stable */
@@ -75,7 +75,7 @@ typedef struct dcp_schedule_input {
     const dcp_config *config;
     /* a scheduler whose plan this one may take as one more candidate, offered by dcp__assign (NULL: none) */
     const struct dcp__scheduler *candidate;
-} dcp_schedule_input;
+} dcp__schedule_input;
 
 /*
  * One scheduler, as the assign stage picks it (pipeline/assign/assign.c holds
@@ -87,7 +87,7 @@ typedef struct dcp_schedule_input {
 typedef struct dcp__scheduler {
     const char *name;
     size_t (*scratch_size)(const dcp_config *config);
-    dcp_status (*assign)(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err);
+    dcp_status (*assign)(const dcp__schedule_input *in, dcp_plan *plan, dcp__arena *scratch, dcp__error *err);
 } dcp__scheduler;
 
 /* The table's entry for `which`; NULL for a value that names no scheduler. */
@@ -99,15 +99,15 @@ const dcp__scheduler *dcp__scheduler_candidate_of(dcp_scheduler which);
  * Plan with config->scheduler, offering it its candidate's plan.  The plan is
  * cleared first; on error its contents are unspecified.
  */
-dcp_status dcp__assign(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err);
+dcp_status dcp__assign(const dcp__schedule_input *in, dcp_plan *plan, dcp__arena *scratch, dcp__error *err);
 size_t dcp__assign_scratch_size(const dcp_config *config);
 
-dcp_status dcp__assign_dp_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch,
-                                  dcp_error *err);
+dcp_status dcp__assign_dp_balanced(const dcp__schedule_input *in, dcp_plan *plan, dcp__arena *scratch,
+                                  dcp__error *err);
 size_t dcp__assign_dp_balanced_scratch_size(const dcp_config *config);
 
-dcp_status dcp__assign_dynamic_cp(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch,
-                                 dcp_error *err);
+dcp_status dcp__assign_dynamic_cp(const dcp__schedule_input *in, dcp_plan *plan, dcp__arena *scratch,
+                                 dcp__error *err);
 size_t dcp__assign_dynamic_cp_scratch_size(const dcp_config *config);
 
 /*
@@ -115,8 +115,8 @@ size_t dcp__assign_dynamic_cp_scratch_size(const dcp_config *config);
  * sequences per rank (pipeline/assign/balanced/balanced_reference.c); its
  * scratch makes room for that candidate's when `candidate` is not NULL.
  */
-dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch,
-                               dcp_error *err);
+dcp_status dcp__assign_balanced(const dcp__schedule_input *in, dcp_plan *plan, dcp__arena *scratch,
+                               dcp__error *err);
 size_t dcp__assign_balanced_scratch_size(const dcp_config *config, const dcp__scheduler *candidate);
 /*
  * dcp__assign_balanced with its shortcuts switched for tests; each must leave
@@ -146,20 +146,20 @@ typedef struct dcp__balanced_report {
     uint64_t merge_choices; /* a hash of every merge round's choice (pair and gain), in call order */
     int budget_ran_out;     /* the polishing budget was used up during the call */
 } dcp__balanced_report;
-dcp_status dcp__assign_balanced_with(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err,
+dcp_status dcp__assign_balanced_with(const dcp__schedule_input *in, dcp_plan *plan, dcp__arena *scratch, dcp__error *err,
                                      unsigned shortcuts, dcp__balanced_report *report);
 
 /* ==== the step stages ==== */
 
 /* This rank's sequences (capacity max_sequences), as gather_local lists them. */
-typedef struct dcp_local_sequences {
+typedef struct dcp__local_sequences {
     int32_t count;
     int32_t *sample;  /* the input sample each comes from */
     int64_t *start;   /* its first element in that sample */
     int32_t *pairs;   /* [2 * count]: (padded, original) lengths */
     int64_t tokens;   /* sum of padded lengths */
     int64_t original_tokens; /* sum of original lengths */
-} dcp_local_sequences;
+} dcp__local_sequences;
 
 /* ---- gather (gather.c) ---- */
 
@@ -169,17 +169,17 @@ typedef struct dcp_local_sequences {
  * empty sub-samples are dropped.  `needed` are the fields this PP stage needs.
  */
 dcp_status dcp__gather_local(const dcp_step_input *in, uint32_t needed, const dcp_config *config,
-                             int64_t token_capacity, dcp_local_sequences *out, dcp_error *err);
+                             int64_t token_capacity, dcp__local_sequences *out, dcp__error *err);
 
 /* The gathered batch: by global id, with each DP rank's first id. */
-typedef struct dcp_step_lengths {
+typedef struct dcp__step_lengths {
     int32_t *padded;        /* [max_sequences] (the context's global_lengths) */
     int32_t *original;      /* [max_sequences] */
     int32_t *rank_offsets;  /* [data_parallel_size + 1] */
     int32_t num_sequences;
     int64_t sum, squared_sum; /* of padded lengths, exact */
     int64_t max_rank_tokens, max_rank_count; /* over DP ranks, for the reference's volume */
-} dcp_step_lengths;
+} dcp__step_lengths;
 
 /*
  * All-gather every DPxCP rank's header (fields, count, a digest of its
@@ -191,9 +191,9 @@ size_t dcp__gather_step_scratch_size(const dcp_config *config);
 
 /* A hash of `count` (padded, original) pairs: CP siblings, PP stages and TP peers that hold data compare it. */
 uint64_t dcp__pairs_hash(const int32_t *pairs, int32_t count);
-dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp_local_sequences *local,
-                            uint64_t data_digest, const dcp_config *config, dcp_step_lengths *out,
-                            dcp_arena *scratch, dcp_step_stats *stats, dcp_error *err);
+dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp__local_sequences *local,
+                            uint64_t data_digest, const dcp_config *config, dcp__step_lengths *out,
+                            dcp__arena *scratch, dcp_step_stats *stats, dcp__error *err);
 
 /* ---- strip (strip.c) ---- */
 
@@ -207,11 +207,11 @@ uint32_t dcp__strip_view_fields(const dcp_config *config, int32_t pipeline_rank,
 /* ---- reroute (reroute.c) ---- */
 
 /* Per-group scratch the route tables reuse: [max_sequences] lengths, [cu bound] cu arrays, [2 max_sequences] pieces. */
-typedef struct dcp_group_scratch {
+typedef struct dcp__group_scratch {
     int32_t *original, *padded, *cu, *cu_padded, *seq;
     int64_t *seq_offset, *local_offset, *length;
-} dcp_group_scratch;
-dcp_status dcp__group_scratch_take(const dcp_config *config, dcp_arena *scratch, dcp_group_scratch *gs);
+} dcp__group_scratch;
+dcp_status dcp__group_scratch_take(const dcp_config *config, dcp__arena *scratch, dcp__group_scratch *gs);
 size_t dcp__group_scratch_size(const dcp_config *config);
 
 /*
@@ -219,22 +219,22 @@ size_t dcp__group_scratch_size(const dcp_config *config);
  * group and THD geometry in each, the lengths of those groups' sequences
  * (kept for the receive side, which needs them again) and the totals.
  */
-typedef struct dcp_rank_geometry {
-    dcp_thd_geometry *microbatch; /* [num_microbatches] */
+typedef struct dcp__rank_geometry {
+    dcp__thd_geometry *microbatch; /* [num_microbatches] */
     int32_t *group;               /* [num_microbatches]: this rank's group in each */
     int32_t *first;               /* [num_microbatches + 1]: where each one's lengths start below */
     int32_t *original, *padded;   /* [max_sequences]: its groups' lengths in plan order, microbatch after microbatch */
     int64_t total_tokens, total_cu;
-} dcp_rank_geometry;
+} dcp__rank_geometry;
 
 /* Take the geometry's arrays for `microbatches` microbatches from scratch; DCP_ERR_CAPACITY when they do not fit. */
-dcp_status dcp__rank_geometry_take(const dcp_config *config, int32_t microbatches, dcp_arena *scratch,
-                                   dcp_rank_geometry *geometry);
+dcp_status dcp__rank_geometry_take(const dcp_config *config, int32_t microbatches, dcp__arena *scratch,
+                                   dcp__rank_geometry *geometry);
 size_t dcp__rank_geometry_size(const dcp_config *config);
 
-dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *config, const dcp_step_lengths *lengths,
-                                 int32_t rank, int64_t token_capacity, int64_t cu_capacity, dcp_rank_geometry *geometry,
-                                 dcp_error *err);
+dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *config, const dcp__step_lengths *lengths,
+                                 int32_t rank, int64_t token_capacity, int64_t cu_capacity, dcp__rank_geometry *geometry,
+                                 dcp__error *err);
 
 /*
  * The receive side: every microbatch's row and cu arrays (into the body
@@ -242,8 +242,8 @@ dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *config,
  * the exchange) or this rank's own samples (own: its DP rank's sequences,
  * never sent to itself).  Both lists by destination.
  */
-typedef struct dcp_receive_table {
-    dcp_body_row *rows;           /* [num_microbatches] */
+typedef struct dcp__receive_table {
+    dcp__body_row *rows;           /* [num_microbatches] */
     int32_t *cu, *cu_padded;      /* [total_cu] */
     int32_t *sender;              /* [2 max_sequences]: received pieces */
     int64_t *cursor, *dst, *length;
@@ -252,24 +252,24 @@ typedef struct dcp_receive_table {
     int32_t *own_sample;          /* [2 max_sequences]: own pieces */
     int64_t *own_src, *own_dst, *own_length;
     int64_t own_count, own_tokens;
-} dcp_receive_table;
+} dcp__receive_table;
 
 /* `local` is this rank's sequence table (gather_local): where its own pieces start in its samples. */
-void dcp__reroute_receive(const dcp_plan *plan, const dcp_config *config, const dcp_step_lengths *lengths,
-                          int32_t rank, const dcp_local_sequences *local, const dcp_rank_geometry *geometry,
-                          dcp_group_scratch *gs, dcp_receive_table *out);
+void dcp__reroute_receive(const dcp_plan *plan, const dcp_config *config, const dcp__step_lengths *lengths,
+                          int32_t rank, const dcp__local_sequences *local, const dcp__rank_geometry *geometry,
+                          dcp__group_scratch *gs, dcp__receive_table *out);
 
 /* The send side: the pieces of this DP rank's sequences this CP sibling sends to other ranks (none to itself). */
-typedef struct dcp_send_table {
+typedef struct dcp__send_table {
     int32_t *sample, *peer;       /* [send bound] */
     int64_t *src, *cursor, *length;
     int64_t count, capacity;
     int64_t *tokens_to;           /* [num_ranks] */
-} dcp_send_table;
+} dcp__send_table;
 
-dcp_status dcp__reroute_send(const dcp_plan *plan, const dcp_config *config, const dcp_step_lengths *lengths,
-                             int32_t rank, const dcp_local_sequences *local, dcp_group_scratch *gs,
-                             dcp_send_table *out, dcp_error *err);
+dcp_status dcp__reroute_send(const dcp_plan *plan, const dcp_config *config, const dcp__step_lengths *lengths,
+                             int32_t rank, const dcp__local_sequences *local, dcp__group_scratch *gs,
+                             dcp__send_table *out, dcp__error *err);
 
 /*
  * Per-peer blocks of both buffers (8-byte aligned runs of `per_token` bytes a
@@ -278,13 +278,13 @@ dcp_status dcp__reroute_send(const dcp_plan *plan, const dcp_config *config, con
  */
 void dcp__reroute_blocks(const int64_t *tokens_to, const int64_t *tokens_from, int32_t num_ranks, int32_t rank,
                          int64_t own_tokens, size_t per_token, size_t *send_bytes, size_t *send_offsets,
-                         size_t *recv_bytes, size_t *recv_offsets, dcp_exchange_blocks *blocks,
+                         size_t *recv_bytes, size_t *recv_offsets, dcp__exchange_blocks *blocks,
                          dcp_step_stats *stats);
 
 /* The one exchange: every other peer's block to it, over `lane` (a lane of one rank has nothing to exchange). */
 dcp_status dcp__reroute_exchange(dcp_comm *lane, const unsigned char *send, const size_t *send_bytes,
                                  const size_t *send_offsets, unsigned char *recv, const size_t *recv_bytes,
-                                 const size_t *recv_offsets, dcp_step_stats *stats, dcp_error *err);
+                                 const size_t *recv_offsets, dcp_step_stats *stats, dcp__error *err);
 
 /* ---- pack (pack.c) ---- */
 
@@ -293,28 +293,28 @@ dcp_status dcp__reroute_exchange(dcp_comm *lane, const unsigned char *send, cons
  * from `recv`, own pieces from the samples of `input`, each to its slot; 0
  * and mask 1 elsewhere.
  */
-dcp_status dcp__pack_land(dcp_mover *mover, void *stream, uint32_t kept, const dcp_receive_table *received,
-                          const dcp_exchange_blocks *blocks, const unsigned char *recv, const dcp_step_input *input,
-                          const dcp_body_layout *b, int64_t total_tokens, dcp_arena *scratch, dcp_error *err);
+dcp_status dcp__pack_land(dcp__mover *mover, void *stream, uint32_t kept, const dcp__receive_table *received,
+                          const dcp__exchange_blocks *blocks, const unsigned char *recv, const dcp_step_input *input,
+                          const dcp__body_layout *b, int64_t total_tokens, dcp__arena *scratch, dcp__error *err);
 
 /* The views of every virtual stage over a body laid out as `b` (rows read from the host body). */
 void dcp__pack_views(const dcp_config *config, int32_t pipeline_rank, uint32_t mtp_virtual_stages,
-                     int32_t microbatches, uint32_t kept, const dcp_body_layout *b, const unsigned char *host_body,
+                     int32_t microbatches, uint32_t kept, const dcp__body_layout *b, const unsigned char *host_body,
                      const unsigned char *body, dcp_microbatch *views);
 
 /* ---- broadcast (broadcast.c) ---- */
 
 /* What TP rank 0 broadcasts first: enough for its peers to lay out the body. */
-typedef struct dcp_broadcast_header {
+typedef struct dcp__broadcast_header {
     int64_t status, microbatches, cu, tokens, kept, sequences, sum, squared_sum, body_bytes;
-} dcp_broadcast_header;
+} dcp__broadcast_header;
 
 /*
  * Broadcast the header, then (when rank 0 announced success) the used body,
  * over the TP group; a peer checks the header against its capacities and
  * reads the body's prefix back to the host through the mover.
  */
-dcp_status dcp__broadcast(dcp_comm *tp, int holds_data, dcp_broadcast_header *header, dcp_mover *mover,
-                          int32_t max_microbatches, void *stream, dcp_step_stats *stats, dcp_error *err);
+dcp_status dcp__broadcast(dcp_comm *tp, int holds_data, dcp__broadcast_header *header, dcp__mover *mover,
+                          int32_t max_microbatches, void *stream, dcp_step_stats *stats, dcp__error *err);
 
 #endif

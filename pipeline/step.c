@@ -46,8 +46,8 @@ static int64_t now_ns(void)
  * An agreement after the first (phase 1: before the exchange; 2: at the end), through `tags` (world->size
  * records taken once, above what the step holds in the arena), or without scratch when there is none.
  */
-static dcp_status agree(dcp_context *ctx, dcp_comm *world, dcp_call_tag *tag, dcp_call_tag *tags, uint32_t phase,
-                        dcp_status local, dcp_error *err, dcp_step_stats *stats)
+static dcp_status agree(dcp_context *ctx, dcp_comm *world, dcp__call_tag *tag, dcp__call_tag *tags, uint32_t phase,
+                        dcp_status local, dcp__error *err, dcp_step_stats *stats)
 {
     tag->phase = phase;
     tag->status = local;
@@ -63,13 +63,13 @@ static dcp_status agree(dcp_context *ctx, dcp_comm *world, dcp_call_tag *tag, dc
  * skip_sibling_data_check) the same bytes in every field both digested.  Every rank reads the same tags, so
  * every rank returns the same verdict.
  */
-static dcp_status check_same_batch(const dcp_call_tag *tags, int32_t n, dcp_error *err)
+static dcp_status check_same_batch(const dcp__call_tag *tags, int32_t n, dcp__error *err)
 {
     for (int32_t q = 1; q < n; q++) {
-        const dcp_call_tag *b = &tags[q];
+        const dcp__call_tag *b = &tags[q];
         if (b->lane_rank < 0) continue;
         for (int32_t p = 0; p < q; p++) {
-            const dcp_call_tag *a = &tags[p];
+            const dcp__call_tag *a = &tags[p];
             if (a->lane_rank != b->lane_rank) continue;
             if (a->count != b->count || a->hash != b->hash)
                 return dcp__fail(err, DCP_ERR_CORRUPT_INPUT,
@@ -93,11 +93,11 @@ static dcp_status check_same_batch(const dcp_call_tag *tags, int32_t n, dcp_erro
 }
 
 /* The first agreement of a step: the call's tag and every rank's local status, over the world. */
-static dcp_status agree_call(dcp_context *ctx, dcp_comm *world, dcp_call_tag *tag, dcp_status local, dcp_error *err,
+static dcp_status agree_call(dcp_context *ctx, dcp_comm *world, dcp__call_tag *tag, dcp_status local, dcp__error *err,
                              dcp_step_stats *stats)
 {
     tag->status = local;
-    dcp_call_tag *tags = DCP_ARENA_NEW(dcp__context_scratch(ctx), dcp_call_tag, world->size);
+    dcp__call_tag *tags = DCP_ARENA_NEW(dcp__context_scratch(ctx), dcp__call_tag, world->size);
     stats->collectives += tags ? 1 : 2;
     dcp_status st = tags ? dcp__agree_call(world, tag, tags, err, "step", "rank")
                          : dcp__agree_call_small(world, tag, err, "step", "rank");
@@ -106,7 +106,7 @@ static dcp_status agree_call(dcp_context *ctx, dcp_comm *world, dcp_call_tag *ta
 }
 
 /* A communicator the caller hands in: operations present, this rank inside the group. */
-static dcp_status check_comm(const dcp_comm *comm, const char *name, dcp_error *err)
+static dcp_status check_comm(const dcp_comm *comm, const char *name, dcp__error *err)
 {
     if (!comm->ops) return dcp__fail(err, DCP_ERR_NULL_POINTER, "step: the %s communicator has no operations", name);
     if (comm->size < 1 || comm->rank < 0 || comm->rank >= comm->size)
@@ -115,7 +115,7 @@ static dcp_status check_comm(const dcp_comm *comm, const char *name, dcp_error *
     return DCP_OK;
 }
 
-static dcp_status check_args(const dcp_context *ctx, const dcp_step_args *a, int holds_data, dcp_error *err)
+static dcp_status check_args(const dcp_context *ctx, const dcp_step_args *a, int holds_data, dcp__error *err)
 {
     const dcp_config *c = &ctx->config;
     dcp_status s;
@@ -152,19 +152,19 @@ typedef struct step_run {
     uint32_t kept;
     int32_t rank;   /* DPxCP */
     const dcp_plan *plan;
-    dcp_step_lengths lengths;
-    dcp_rank_geometry geometry;
-    dcp_group_scratch gs;
+    dcp__step_lengths lengths;
+    dcp__rank_geometry geometry;
+    dcp__group_scratch gs;
     uint64_t data_digest; /* of the bytes this rank moves, when CP siblings compare them; else 0 */
     dcp_step_stats stats;
 } step_run;
 
 /* gather, plan, this rank's geometry: everything before the exchange. */
-static dcp_status gather_and_plan(step_run *r, dcp_error *err)
+static dcp_status gather_and_plan(step_run *r, dcp__error *err)
 {
     dcp_context *ctx = r->ctx;
-    dcp_step_state *st = ctx->step;
-    dcp_step_lengths *L = &r->lengths;
+    dcp__step_state *st = ctx->step;
+    dcp__step_lengths *L = &r->lengths;
     L->padded = ctx->global_lengths;
     L->original = st->original_lengths;
     L->rank_offsets = ctx->rank_offsets;
@@ -190,7 +190,7 @@ static dcp_status gather_and_plan(step_run *r, dcp_error *err)
         if (s != DCP_OK) return dcp__fail(err, s, "%s", ctx->last_error.message);
     }
 
-    dcp_arena *scratch = dcp__context_scratch(ctx); /* planning's scratch is free again */
+    dcp__arena *scratch = dcp__context_scratch(ctx); /* planning's scratch is free again */
     if (dcp__rank_geometry_take(&ctx->config, r->plan->num_microbatches, scratch, &r->geometry) != DCP_OK ||
         dcp__group_scratch_take(&ctx->config, scratch, &r->gs) != DCP_OK)
         return dcp__fail(err, DCP_ERR_CAPACITY, "step: geometry scratch too small");
@@ -199,12 +199,12 @@ static dcp_status gather_and_plan(step_run *r, dcp_error *err)
 }
 
 /* reroute and pack: the route tables, staging, the exchange, landing. */
-static dcp_status exchange_and_pack(step_run *r, dcp_error *err)
+static dcp_status exchange_and_pack(step_run *r, dcp__error *err)
 {
     dcp_context *ctx = r->ctx;
-    dcp_step_state *st = ctx->step;
-    dcp_mover *mover = &st->mover;
-    dcp_arena *scratch = &ctx->arena; /* after the geometry's scratch */
+    dcp__step_state *st = ctx->step;
+    dcp__mover *mover = &st->mover;
+    dcp__arena *scratch = &ctx->arena; /* after the geometry's scratch */
     const dcp_config *c = &ctx->config;
     const int32_t n = ctx->num_ranks;
     const size_t own = 2 * (size_t)c->max_sequences;
@@ -212,9 +212,9 @@ static dcp_status exchange_and_pack(step_run *r, dcp_error *err)
     void *stream = r->args->cuda_stream;
     const int64_t t_stage = now_ns();
 
-    dcp_body_layout b;
+    dcp__body_layout b;
     dcp__body_layout_compute(r->plan->num_microbatches, r->geometry.total_cu, r->geometry.total_tokens, r->kept, &b);
-    dcp_receive_table rt = {(dcp_body_row *)(st->mover.host_body + b.rows),
+    dcp__receive_table rt = {(dcp__body_row *)(st->mover.host_body + b.rows),
                             (int32_t *)(st->mover.host_body + b.cu),
                             (int32_t *)(st->mover.host_body + b.cu_padded),
                             DCP_ARENA_NEW(scratch, int32_t, own),
@@ -230,7 +230,7 @@ static dcp_status exchange_and_pack(step_run *r, dcp_error *err)
                             0,
                             0};
     const size_t send_bound = dcp__step_send_piece_bound(c);
-    dcp_send_table sendt = {DCP_ARENA_NEW(scratch, int32_t, send_bound), DCP_ARENA_NEW(scratch, int32_t, send_bound),
+    dcp__send_table sendt = {DCP_ARENA_NEW(scratch, int32_t, send_bound), DCP_ARENA_NEW(scratch, int32_t, send_bound),
                             DCP_ARENA_NEW(scratch, int64_t, send_bound), DCP_ARENA_NEW(scratch, int64_t, send_bound),
                             DCP_ARENA_NEW(scratch, int64_t, send_bound), 0, (int64_t)send_bound,
                             DCP_ARENA_NEW_ZERO(scratch, int64_t, n)};
@@ -250,14 +250,14 @@ static dcp_status exchange_and_pack(step_run *r, dcp_error *err)
         dcp_status s = dcp__reroute_send(r->plan, c, &r->lengths, r->rank, &st->local, &r->gs, &sendt, err);
         if (s != DCP_OK) return s;
     }
-    dcp_exchange_blocks blocks;
+    dcp__exchange_blocks blocks;
     dcp__reroute_blocks(sendt.tokens_to, rt.tokens_from, n, r->rank, rt.own_tokens, per_token, send_bytes,
                         send_offsets, recv_bytes, recv_offsets, &blocks, &r->stats);
     unsigned char *send = NULL, *recv = NULL;
     dcp_status s = mover->ops->buffers(mover, &blocks, scratch, &send, &recv, err);
     if (s != DCP_OK) return s;
     if (per_token > 0) {
-        dcp_send_pieces pieces = {sendt.count, sendt.sample, sendt.src, sendt.peer, sendt.cursor, sendt.length};
+        dcp__send_pieces pieces = {sendt.count, sendt.sample, sendt.src, sendt.peer, sendt.cursor, sendt.length};
         s = mover->ops->stage(mover, stream, r->input, r->kept, &pieces, &blocks, send, scratch, err);
         if (s != DCP_OK) return s;
     }
@@ -277,7 +277,7 @@ static dcp_status exchange_and_pack(step_run *r, dcp_error *err)
     return s;
 }
 
-static dcp_status finish(dcp_context *ctx, dcp_status s, dcp_error *err, const dcp_step_output **output)
+static dcp_status finish(dcp_context *ctx, dcp_status s, dcp__error *err, const dcp_step_output **output)
 {
     dcp__arena_reset(&ctx->arena, ctx->scratch_mark);
     if (s != DCP_OK) {
@@ -293,10 +293,10 @@ dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_
                     const dcp_step_output **output)
 {
     if (!ctx) return DCP_ERR_NULL_POINTER;
-    dcp_error err;
+    dcp__error err;
     dcp__error_clear(&err);
     /* every call counts, also one that fails here alone: its peers' next call will not match it */
-    dcp_call_tag tag;
+    dcp__call_tag tag;
     dcp_status begun = dcp__context_call_begin(ctx, DCP_CALL_STEP, args ? args->step_id : 0, &tag, &err);
     if (begun != DCP_OK) {
         if (ctx->step) ctx->step->output.num_microbatches = 0;
@@ -316,7 +316,7 @@ dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_
                                                 args->world->size),
                                  &err); /* an agreement through it could not be trusted */
 
-    dcp_step_state *st = ctx->step;
+    dcp__step_state *st = ctx->step;
     memset(&st->output, 0, sizeof st->output);
     step_run r;
     memset(&r, 0, sizeof r);
@@ -343,7 +343,7 @@ dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_
     const dcp_config *c = &ctx->config;
     const int peers_hold = c->pipeline_parallel_size > 1 || (args->tp_ranks_hold_data && c->tensor_parallel_size > 1);
     if (s == DCP_OK && holds_data && !c->skip_sibling_data_check && (c->context_parallel_size > 1 || peers_hold)) {
-        dcp_input_spans spans = {st->local.count, st->local.sample, st->local.start, st->local.pairs};
+        dcp__input_spans spans = {st->local.count, st->local.sample, st->local.start, st->local.pairs};
         const uint32_t fields = peers_hold ? (input->fields & c->fields) : r.kept;
         for (int f = 0; f < DCP_NUM_FIELDS && s == DCP_OK; f++) {
             if (!(fields & dcp__field_bit[f])) continue;
@@ -371,7 +371,7 @@ dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_
     }
     r.stats.time_plan_ns = now_ns() - t_plan;
     /* the later agreements' records, above the plan's geometry in the arena (the workspace reserves them) */
-    dcp_call_tag *tags = DCP_ARENA_NEW(&ctx->arena, dcp_call_tag, args->world->size);
+    dcp__call_tag *tags = DCP_ARENA_NEW(&ctx->arena, dcp__call_tag, args->world->size);
     if (s == DCP_OK && holds_data && !r.plan) /* cannot happen: gather_and_plan succeeded */
         s = dcp__fail(&err, DCP_ERR_INVALID_PLAN, "step: planning succeeded without a plan");
     s = agree(ctx, args->world, &tag, tags, 1, s, &err, &r.stats);
@@ -381,11 +381,11 @@ dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_
                       output);
 
     /* exchange and pack, then the broadcast to the TP group */
-    dcp_broadcast_header header;
+    dcp__broadcast_header header;
     memset(&header, 0, sizeof header);
     if (holds_data) {
         s = exchange_and_pack(&r, &err);
-        dcp_body_layout b;
+        dcp__body_layout b;
         dcp__body_layout_compute(r.plan->num_microbatches, r.geometry.total_cu, r.geometry.total_tokens, r.kept, &b);
         header.status = s;
         header.microbatches = r.plan->num_microbatches;
@@ -409,7 +409,7 @@ dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_
     s = agree(ctx, args->world, &tag, tags, 2, s, &err, &r.stats);
     if (s != DCP_OK) return finish(ctx, s, &err, output);
 
-    dcp_body_layout b;
+    dcp__body_layout b;
     dcp__body_layout_compute(header.microbatches, header.cu, header.tokens, (uint32_t)header.kept, &b);
     dcp__pack_views(&ctx->config, args->pipeline_rank, args->mtp_virtual_stages, (int32_t)header.microbatches,
                     (uint32_t)header.kept, &b, st->mover.host_body, st->mover.body, st->views);

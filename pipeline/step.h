@@ -3,7 +3,7 @@
  *
  * One step on one rank runs the step stages that stages.h declares (gather,
  * plan, strip, reroute, pack, broadcast), in that order, from step.c.  The
- * step's state (dcp_step_state) holds what outlives a stage: this rank's
+ * step's state (dcp__step_state) holds what outlives a stage: this rank's
  * sequence table, the gathered original lengths, the body the outputs live
  * in and the views handed to the caller.
  */
@@ -18,25 +18,25 @@
 #include "../core/pack.h"
 #include "stages.h"
 
-typedef struct dcp_step_state {
+typedef struct dcp__step_state {
     int64_t token_capacity;      /* max_tokens_per_rank */
     int64_t cu_capacity;         /* cu_seqlens entries over all microbatches of a rank */
-    dcp_local_sequences local;   /* arrays [max_sequences] */
+    dcp__local_sequences local;   /* arrays [max_sequences] */
     int32_t *original_lengths;   /* [max_sequences]: gathered, by global id */
-    dcp_mover mover;             /* where tokens are staged and landed; the body it lands in */
+    dcp__mover mover;             /* where tokens are staged and landed; the body it lands in */
     dcp_microbatch *views;       /* [virtual_pipeline_size * max_microbatches] */
     dcp_step_output output;
-} dcp_step_state;
+} dcp__step_state;
 
 /* ---- sizes (context.c) ---- */
 
 struct dcp_context;
 /* Lay out the step's state (nothing when max_tokens_per_rank is 0). */
-dcp_status dcp__step_layout(struct dcp_context *ctx, dcp_arena *arena, const dcp_config *config);
+dcp_status dcp__step_layout(struct dcp_context *ctx, dcp__arena *arena, const dcp_config *config);
 /* What one step takes from scratch, at most. */
 size_t dcp__step_scratch_size(const dcp_config *config);
 /* What a device mover must hold for this configuration. */
-void dcp__step_mover_sizes(const dcp_config *config, dcp_mover_sizes *sizes);
+void dcp__step_mover_sizes(const dcp_config *config, dcp__mover_sizes *sizes);
 /* Resolved microbatch capacity and cu_seqlens capacity of a rank. */
 int32_t dcp__step_max_microbatches(const dcp_config *config);
 int64_t dcp__step_cu_capacity(const dcp_config *config);

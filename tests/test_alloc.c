@@ -7,7 +7,7 @@
 DCP_TEST(arena_alignment_and_bounds)
 {
     static unsigned char memory[1024 + 64];
-    dcp_arena arena;
+    dcp__arena arena;
     dcp__arena_init(&arena, memory + 3, 1024); /* deliberately misaligned start */
     void *a = dcp__arena_alloc(&arena, 1, 10);
     void *b = dcp__arena_alloc(&arena, 8, 3);
@@ -27,7 +27,7 @@ DCP_TEST(arena_alignment_and_bounds)
 DCP_TEST(arena_mark_and_reset)
 {
     static unsigned char memory[4096];
-    dcp_arena arena;
+    dcp__arena arena;
     dcp__arena_init(&arena, memory, sizeof memory);
     (void)dcp__arena_alloc(&arena, 1, 100);
     size_t mark = dcp__arena_mark(&arena);
@@ -50,7 +50,7 @@ DCP_TEST(arena_mark_and_reset)
 DCP_TEST(arena_failure_flag_is_sticky_until_reset)
 {
     static unsigned char memory[1024];
-    dcp_arena arena;
+    dcp__arena arena;
     dcp__arena_init(&arena, memory, sizeof memory);
     DCP_CHECK(!dcp__arena_failed(&arena));
     DCP_REQUIRE(dcp__arena_alloc(&arena, 1, 64) != NULL);
@@ -64,7 +64,7 @@ DCP_TEST(arena_failure_flag_is_sticky_until_reset)
     DCP_CHECK(dcp__arena_alloc(&arena, SIZE_MAX / 2, 3) == NULL); /* size overflow counts too */
     DCP_CHECK(dcp__arena_failed(&arena));
     dcp__arena_reset(&arena, 0);
-    dcp_arena child;
+    dcp__arena child;
     DCP_CHECK(dcp__arena_split(&arena, 4096, &child) == -1); /* a split that does not fit */
     DCP_CHECK(dcp__arena_failed(&arena));
     dcp__arena_reset(&arena, 0);
@@ -72,14 +72,14 @@ DCP_TEST(arena_failure_flag_is_sticky_until_reset)
     DCP_CHECK(!dcp__arena_failed(&child));
     DCP_CHECK(dcp__arena_alloc(&child, 1, 512) == NULL);
     DCP_CHECK(dcp__arena_failed(&child) && !dcp__arena_failed(&arena)); /* the child's failure is its own */
-    dcp_arena measure;
+    dcp__arena measure;
     dcp__arena_init_measure(&measure);
     DCP_CHECK(dcp__arena_alloc(&measure, 1, 1u << 30) != NULL && !dcp__arena_failed(&measure));
 }
 
 DCP_TEST(arena_measure_matches_real)
 {
-    dcp_arena measure, real;
+    dcp__arena measure, real;
     static unsigned char memory[8192];
     dcp__arena_init_measure(&measure);
     dcp__arena_init(&real, memory, sizeof memory);

@@ -755,9 +755,9 @@ DCP_TEST(scratch_size_is_an_exact_bound)
         }
         unsigned char *memory = aligned_alloc(64, need);
         DCP_REQUIRE(memory != NULL);
-        dcp_arena arena;
+        dcp__arena arena;
         dcp__arena_init(&arena, memory, need);
-        dcp_error err;
+        dcp__error err;
         DCP_REQUIRE_OK(dcp__bucket(len, N_SEQ, &c, sorted, min_cp, &arena, &err));
         dcp__arena_reset(&arena, 0);
         static int32_t mb_first[N_SEQ + 1], first_rank[N_SEQ], cp[N_SEQ], first_id[N_SEQ + 1], ids[N_SEQ];
@@ -769,7 +769,7 @@ DCP_TEST(scratch_size_is_an_exact_bound)
         plan.ids = ids;
         plan.max_microbatches = plan.max_groups = plan.max_ids = N_SEQ;
         dcp__plan_clear(&plan, ranks[r]);
-        dcp_schedule_input in = {len, N_SEQ, sorted, min_cp, ranks[r], &c, offered};
+        dcp__schedule_input in = {len, N_SEQ, sorted, min_cp, ranks[r], &c, offered};
         dcp_status st = dcp__assign_balanced(&in, &plan, &arena, &err);
         if (st != DCP_OK) dcp_test_fail(__FILE__, __LINE__, "%d ranks: %s", ranks[r], err.message);
         DCP_CHECK(arena.high_water == need); /* exact: the layout takes every byte it reserves */
@@ -859,8 +859,8 @@ static void plan_both_ways(const dcp_config *c, const int32_t *lengths, int32_t 
     unsigned char *memory = aligned_alloc(64, (need + 63) / 64 * 64);
     DCP_REQUIRE(memory != NULL && n <= BOTH_WAYS_MAX_N);
     for (int run = 0; run < 2; run++) {
-        dcp_arena arena;
-        dcp_error err;
+        dcp__arena arena;
+        dcp__error err;
         dcp__arena_init(&arena, memory, need);
         DCP_REQUIRE_OK(dcp__bucket(lengths, n, c, sorted, min_cp, &arena, &err));
         dcp__arena_reset(&arena, 0);
@@ -872,7 +872,7 @@ static void plan_both_ways(const dcp_config *c, const int32_t *lengths, int32_t 
         plan.ids = ids;
         plan.max_microbatches = plan.max_groups = plan.max_ids = n;
         dcp__plan_clear(&plan, ranks);
-        dcp_schedule_input in = {lengths, n, sorted, min_cp, ranks, c, offered};
+        dcp__schedule_input in = {lengths, n, sorted, min_cp, ranks, c, offered};
         st[run] = dcp__assign_balanced_with(&in, &plan, &arena, &err, run ? with : without, &report[run]);
         hash[run] = st[run] == DCP_OK ? dcp_plan_hash(&plan) : 0;
     }

@@ -1046,7 +1046,7 @@ DCP_TEST(validate_sequence_cap)
  */
 DCP_TEST(messages_longer_than_their_buffer_end_on_a_whole_word)
 {
-    dcp_error err;
+    dcp__error err;
     char word[40];
     /* words of 1 to 13 letters, far more than the buffer holds */
     char text[2 * DCP_ERROR_MESSAGE_SIZE] = "";

@@ -69,7 +69,7 @@ static void segment_table_case(int64_t segments, int64_t max_length, int32_t sou
     int64_t total = dcp__segment_work_offsets(length, segments, work);
     enum { F = 4 };
     const int64_t elem[F] = {8, 4, 2, 1};
-    dcp_segment_field host_fields[F], dev_fields[F];
+    dcp__segment_field host_fields[F], dev_fields[F];
     void *host_src[F][8], *dev_src[F][8], *host_dst[F][8], *dev_dst[F][8];
     size_t dst_bytes[F][8];
     for (int f = 0; f < F; f++) {
@@ -93,8 +93,8 @@ static void segment_table_case(int64_t segments, int64_t max_length, int32_t sou
         dev_fields[f].dst = (void *const *)to_device(dev_dst[f], sizeof(void *) * (size_t)dests);
         dev_fields[f].elem_size = elem[f];
     }
-    dcp_segment_table host_table = {segments, src_index, src_offset, dst_index, dst_offset, length, work};
-    dcp_segment_table dev_table = {segments,
+    dcp__segment_table host_table = {segments, src_index, src_offset, dst_index, dst_offset, length, work};
+    dcp__segment_table dev_table = {segments,
                                    to_device(src_index, (size_t)segments * 4),
                                    to_device(src_offset, (size_t)segments * 8),
                                    to_device(dst_index, (size_t)segments * 4),
@@ -169,10 +169,10 @@ static void run_pack_and_mask(void)
         memset(out, 0x5A, (size_t)tokens * 8);
         uint8_t *mask = malloc((size_t)tokens + 1);
         void *dev_out = to_device(out, (size_t)tokens * 8), *dev_mask = to_device(mask, (size_t)tokens);
-        dcp_pack_layout host_layout = {n, buffer, src, dst, len};
+        dcp__pack_layout host_layout = {n, buffer, src, dst, len};
         dcp__pack_cpu(&host_layout, (const void *const *)sources, out, 8);
         dcp__padding_mask_from_layout_cpu(&host_layout, tokens, mask);
-        dcp_pack_layout dev_layout = {n, to_device(buffer, (size_t)n * 4), to_device(src, (size_t)n * 8),
+        dcp__pack_layout dev_layout = {n, to_device(buffer, (size_t)n * 4), to_device(src, (size_t)n * 8),
                                       to_device(dst, (size_t)n * 8), to_device(len, (size_t)n * 8)};
         int64_t *dev_work = to_device(work, (size_t)(n + 1) * 8);
         void *dev_table = to_device(dev_sources, sizeof dev_sources);
@@ -218,7 +218,7 @@ static void run_thd_cu_seqlens(void)
 {
     int checked = 0;
     for (int round = 0; round < 400; round++) {
-        dcp_thd_params p;
+        dcp__thd_params p;
         p.cp = 1 << rnd_range(0, 3);
         p.partition = rnd() % 2 ? DCP_CP_ZIGZAG : DCP_CP_CONTIGUOUS;
         p.target = rnd() % 4 == 0 ? (int32_t)rnd_range(1, 40) * 2 * p.cp * 8 : 0;
@@ -231,8 +231,8 @@ static void run_thd_cu_seqlens(void)
             padded[k] = (int32_t)(2 * p.cp * rnd_range(1, 30));
             original[k] = (int32_t)rnd_range(0, padded[k]);
         }
-        dcp_thd_geometry g;
-        dcp_error err;
+        dcp__thd_geometry g;
+        dcp__error err;
         if (dcp__thd_geometry_compute(&p, original, padded, n, &g, &err) == DCP_OK) {
             size_t bytes = (size_t)g.num_cu_seqlens * 4;
             int32_t *cu = malloc(bytes), *cup = malloc(bytes);
@@ -325,7 +325,7 @@ static void run_cp_slice(void)
                 unsigned char *packed = malloc(in_bytes + 1), *want = malloc(local * elems[e] + 1);
                 fill_random(packed, in_bytes);
                 const void *bufs[1] = {packed};
-                dcp_pack_layout layout = {count, NULL, src, dst, len};
+                dcp__pack_layout layout = {count, NULL, src, dst, len};
                 dcp__pack_cpu(&layout, bufs, want, elems[e]);
                 void *d_packed = to_device(packed, in_bytes), *d_out = to_device(NULL, local * elems[e]);
                 DCP_CHECK_EQ_INT(dcp__cp_slice_cuda(d_packed, n, d_cup, total, cp, r, partition, d_out, elems[e], NULL), 0);
@@ -464,7 +464,7 @@ static void run_digest(void)
     int32_t *d_fields = to_device(field_index, sizeof field_index);
     const void **d_src = to_device(src_ptrs, sizeof src_ptrs);
     uint64_t *d_out = to_device(NULL, 8);
-    dcp_segment_table t = {SPANS, d_src_index, d_src_offset, NULL, d_position, d_length, NULL};
+    dcp__segment_table t = {SPANS, d_src_index, d_src_offset, NULL, d_position, d_length, NULL};
     DCP_CHECK_EQ_INT(dcp__digest_cuda(&t, (const void *const *)d_src, SAMPLES, d_fields, d_sizes, FIELDS, d_out, NULL), 0);
     uint64_t *got = to_host(d_out, 8);
     if (*got != want)
@@ -544,20 +544,20 @@ static void mover_land_case(int32_t peers, int32_t samples, int64_t pieces, int6
     unsigned char *host_recv = malloc(recv_total + 1);
     fill_random(host_recv, recv_total);
     unsigned char *dev_recv = to_device(host_recv, recv_total);
-    dcp_exchange_blocks x = {peers, send_offsets, recv_offsets, tokens_to, tokens_from, 0, recv_total};
-    dcp_recv_pieces r = {nr, sender, cursor, rdst, rlen};
-    dcp_own_pieces o = {no, sample, src, odst, olen};
+    dcp__exchange_blocks x = {peers, send_offsets, recv_offsets, tokens_to, tokens_from, 0, recv_total};
+    dcp__recv_pieces r = {nr, sender, cursor, rdst, rlen};
+    dcp__own_pieces o = {no, sample, src, odst, olen};
     /* both bodies: one microbatch's prefix (random bytes), then the fields and the mask */
-    dcp_body_layout b;
+    dcp__body_layout b;
     dcp__body_layout_compute(1, 3, total, kept, &b);
     unsigned char *cpu_body = malloc(b.used), *gpu_host_body = malloc(b.used);
     fill_random(cpu_body, b.used);
-    dcp_mover cpu, gpu;
+    dcp__mover cpu, gpu;
     dcp__mover_cpu_init(&cpu, cpu_body, b.used);
     dcp__mover_cpu_init(&gpu, gpu_host_body, b.used);
-    dcp_mover_sizes z = {recv_total + 8, b.used, b.prefix, 2 * pieces + 1, (int64_t)samples + peers,
+    dcp__mover_sizes z = {recv_total + 8, b.used, b.prefix, 2 * pieces + 1, (int64_t)samples + peers,
                          peers > 0 ? peers : 1};
-    dcp_error err;
+    dcp__error err;
     DCP_REQUIRE_OK(dcp__mover_cuda_create(&gpu, &z, NULL, 0, NULL, 0, &err));
     DCP_CHECK(gpu.host_body != gpu_host_body); /* the prefix is written in the mover's pinned block */
     memcpy(gpu.host_body, cpu_body, b.prefix);
@@ -566,7 +566,7 @@ static void mover_land_case(int32_t peers, int32_t samples, int64_t pieces, int6
     /* scratch for the CPU mover's table */
     size_t scratch_bytes = (size_t)(2 * pieces + 1) * 64 + (size_t)(samples + peers) * 64 + 4096;
     void *scratch_memory = malloc(scratch_bytes);
-    dcp_arena scratch;
+    dcp__arena scratch;
     dcp__arena_init(&scratch, scratch_memory, scratch_bytes);
     DCP_REQUIRE_OK(cpu.ops->land(&cpu, NULL, kept, &r, &x, host_recv, &o, &host_in, &b, total, &scratch, &err));
     DCP_REQUIRE_OK(gpu.ops->land(&gpu, NULL, kept, &r, &x, dev_recv, &o, &dev_in, &b, total, &scratch, &err));
@@ -593,7 +593,7 @@ static void mover_land_case(int32_t peers, int32_t samples, int64_t pieces, int6
             span_pairs[2 * k] = (int32_t)(rnd() % (uint64_t)(sample_tokens - span_start[k] + 1));
             span_pairs[2 * k + 1] = span_pairs[2 * k];
         }
-        dcp_input_spans spans = {count, span_sample, span_start, span_pairs};
+        dcp__input_spans spans = {count, span_sample, span_start, span_pairs};
         uint64_t want = 0, got = 1;
         DCP_REQUIRE_OK(cpu.ops->digest(&cpu, NULL, &host_in, kept, &spans, &want, &err));
         DCP_REQUIRE_OK(gpu.ops->digest(&gpu, NULL, &dev_in, kept, &spans, &got, &err));

@@ -19,7 +19,7 @@ DCP_TEST(pack_copies_segments_from_several_buffers)
     const void *srcs[] = {a, b};
     int32_t buffer[] = {1, 0, 0};
     int64_t src[] = {1, 3, 0}, dst[] = {0, 2, 5}, len[] = {2, 2, 1};
-    dcp_pack_layout layout = {3, buffer, src, dst, len};
+    dcp__pack_layout layout = {3, buffer, src, dst, len};
     int64_t out[7] = {-1, -1, -1, -1, -1, -1, -1};
     dcp__pack_cpu(&layout, srcs, out, sizeof out[0]);
     const int64_t want[] = {21, 22, 13, 14, -1, 10, -1};
@@ -39,8 +39,8 @@ DCP_TEST(landing_table_tiles_the_body_and_refuses_overlaps)
     const int64_t cursor[] = {0, 5}, rdst[] = {2, 9}, rlen[] = {3, 1};
     const int32_t sample[] = {1, 0};
     const int64_t src[] = {4, 0}, odst[] = {0, 6}, olen[] = {2, 2};
-    dcp_recv_pieces r = {2, sender, cursor, rdst, rlen};
-    dcp_own_pieces o = {2, sample, src, odst, olen};
+    dcp__recv_pieces r = {2, sender, cursor, rdst, rlen};
+    dcp__own_pieces o = {2, sample, src, odst, olen};
     int32_t si[9];
     int64_t so[9], d[9], l[9], bad = 0;
     int64_t n = dcp__landing_segments(&r, &o, 2, 12, si, so, d, l, &bad);
@@ -62,8 +62,8 @@ DCP_TEST(landing_table_tiles_the_body_and_refuses_overlaps)
     memset(out, 0x5A, sizeof out);
     memset(mask, 0x5A, sizeof mask);
     void *dst_out[] = {out}, *dst_mask[] = {mask};
-    dcp_segment_field fields[2] = {{sources, dst_out, 8}, {NULL, dst_mask, 1}};
-    dcp_segment_table t = {n, si, so, NULL, d, l, NULL};
+    dcp__segment_field fields[2] = {{sources, dst_out, 8}, {NULL, dst_mask, 1}};
+    dcp__segment_table t = {n, si, so, NULL, d, l, NULL};
     dcp__segment_table_pack_cpu(&t, fields, 2);
     const int64_t want_out[] = {214, 215, 111, 112, 113, 0, 200, 201, 0, 105, 0, 0};
     const uint8_t want_mask[] = {0, 0, 0, 0, 0, 1, 0, 0, 1, 0, 1, 1};
@@ -73,13 +73,13 @@ DCP_TEST(landing_table_tiles_the_body_and_refuses_overlaps)
     }
     /* an own piece over a received one, and a piece past the body, are refused and named */
     const int64_t odst_bad[] = {3, 6};
-    dcp_own_pieces overlap = {2, sample, src, odst_bad, olen};
+    dcp__own_pieces overlap = {2, sample, src, odst_bad, olen};
     DCP_CHECK_EQ_INT(dcp__landing_segments(&r, &overlap, 2, 12, si, so, d, l, &bad), -1);
     DCP_CHECK_EQ_INT(bad, -1); /* own piece 0 starts inside received piece 0 */
     DCP_CHECK_EQ_INT(dcp__landing_segments(&r, &o, 2, 9, si, so, d, l, &bad), -1);
     DCP_CHECK_EQ_INT(bad, 1); /* received piece 1 at slot 9 of 9 */
-    dcp_recv_pieces none = {0, NULL, NULL, NULL, NULL};
-    dcp_own_pieces nothing = {0, NULL, NULL, NULL, NULL};
+    dcp__recv_pieces none = {0, NULL, NULL, NULL, NULL};
+    dcp__own_pieces nothing = {0, NULL, NULL, NULL, NULL};
     DCP_CHECK_EQ_INT(dcp__landing_segments(&none, &nothing, 0, 0, si, so, d, l, &bad), 0);
     DCP_CHECK_EQ_INT(dcp__landing_segments(&none, &nothing, 0, 5, si, so, d, l, &bad), 1);
     DCP_CHECK_EQ_INT(si[0], -1);
@@ -136,22 +136,22 @@ DCP_TEST(zigzag_and_contiguous_slices)
     DCP_CHECK_EQ_INT(dcp__cp_slice_layout_cpu(odd, 1, 7, 1, 0, DCP_CP_ZIGZAG, src, dst, len), 1);
 }
 
-static dcp_thd_params params(int32_t cp, dcp_cp_partition partition, int32_t alignment, int32_t target,
+static dcp__thd_params params(int32_t cp, dcp_cp_partition partition, int32_t alignment, int32_t target,
                              dcp_thd_tail tail, int32_t s)
 {
-    dcp_thd_params p = {cp, partition, alignment, target, tail, s};
+    dcp__thd_params p = {cp, partition, alignment, target, tail, s};
     return p;
 }
 
 DCP_TEST(geometry_hand_worked)
 {
-    dcp_error err;
-    dcp_thd_geometry g;
+    dcp__error err;
+    dcp__thd_geometry g;
     int32_t cu[8], cup[8];
     int32_t o2[] = {3, 2}, p2[] = {4, 4};
 
     /* no padding: the packed spans as they are */
-    dcp_thd_params p = params(1, DCP_CP_ZIGZAG, 0, 0, DCP_THD_TAIL_APPEND_DUMMY, 0);
+    dcp__thd_params p = params(1, DCP_CP_ZIGZAG, 0, 0, DCP_THD_TAIL_APPEND_DUMMY, 0);
     DCP_REQUIRE_OK(dcp__thd_geometry_compute(&p, o2, p2, 2, &g, &err));
     DCP_CHECK_EQ_INT(g.num_tokens, 8);
     DCP_CHECK_EQ_INT(g.num_cu_seqlens, 3);
@@ -208,14 +208,14 @@ DCP_TEST(geometry_hand_worked)
 
 DCP_TEST(geometry_zigzag_and_contiguous_pieces)
 {
-    dcp_error err;
-    dcp_thd_geometry g;
+    dcp__error err;
+    dcp__thd_geometry g;
     int32_t cu[8], cup[8], seq[8];
     int64_t off[8], loc[8], len[8];
 
     /* zigzag cp=2, alignment 8: 12 packed -> 6 local -> 8, dummy 4 */
     int32_t o[] = {7, 4}, pd[] = {8, 4};
-    dcp_thd_params p = params(2, DCP_CP_ZIGZAG, 8, 0, DCP_THD_TAIL_APPEND_DUMMY, 0);
+    dcp__thd_params p = params(2, DCP_CP_ZIGZAG, 8, 0, DCP_THD_TAIL_APPEND_DUMMY, 0);
     DCP_REQUIRE_OK(dcp__thd_geometry_compute(&p, o, pd, 2, &g, &err));
     DCP_CHECK_EQ_INT(g.local_tokens, 6);
     DCP_CHECK_EQ_INT(g.num_tokens, 8);
@@ -293,10 +293,10 @@ static uint64_t rng_next(uint64_t *s)
 }
 
 /* The reference's order on one microbatch: returns 0 if the fused form matches. */
-static int compare_one(const dcp_thd_params *p, const int32_t *o, const int32_t *pd, int32_t n, int32_t r)
+static int compare_one(const dcp__thd_params *p, const int32_t *o, const int32_t *pd, int32_t n, int32_t r)
 {
-    dcp_error err;
-    dcp_thd_geometry g;
+    dcp__error err;
+    dcp__thd_geometry g;
     if (dcp__thd_geometry_compute(p, o, pd, n, &g, &err) != DCP_OK) return -1; /* rejected shapes are tested above */
     int32_t *cu0 = calloc((size_t)n + 1, sizeof *cu0), *cup0 = calloc((size_t)n + 1, sizeof *cup0);
     int32_t *cu = calloc((size_t)g.num_cu_seqlens, sizeof *cu), *cup = calloc((size_t)g.num_cu_seqlens, sizeof *cup);
@@ -320,7 +320,7 @@ static int compare_one(const dcp_thd_params *p, const int32_t *o, const int32_t 
     uint8_t *want_mask = malloc((size_t)g.num_tokens);
     memset(want_mask, 1, (size_t)g.num_tokens);
     if (ok) {
-        dcp_pack_layout slice = {segments, NULL, src, dst, len};
+        dcp__pack_layout slice = {segments, NULL, src, dst, len};
         const void *bufs[] = {packed};
         dcp__pack_cpu(&slice, bufs, want, sizeof *want);
         const void *mbufs[] = {mask};
@@ -335,7 +335,7 @@ static int compare_one(const dcp_thd_params *p, const int32_t *o, const int32_t 
     for (int32_t i = 0; i < pieces; i++) soff[i] = cup0[seq[i]] + off[i];
     int64_t *got = calloc((size_t)g.num_tokens, sizeof *got);
     uint8_t *got_mask = malloc((size_t)g.num_tokens);
-    dcp_pack_layout fused = {pieces, NULL, soff, loc, plen};
+    dcp__pack_layout fused = {pieces, NULL, soff, loc, plen};
     const void *bufs[] = {packed};
     dcp__pack_cpu(&fused, bufs, got, sizeof *got);
     dcp__padding_mask_from_layout_cpu(&fused, g.num_tokens, got_mask);
@@ -364,7 +364,7 @@ DCP_TEST(fused_pieces_match_reference_order)
             packed += pd[k];
         }
         int32_t target = mode == 2 ? (int32_t)((packed + cp - 1) / cp + rng_next(&s) % 8) * 2 : 0;
-        dcp_thd_params p = params(cp, part, alignment, target, (dcp_thd_tail)(rng_next(&s) % 2), 0);
+        dcp__thd_params p = params(cp, part, alignment, target, (dcp_thd_tail)(rng_next(&s) % 2), 0);
         for (int32_t r = 0; r < cp; r++) {
             int bad = compare_one(&p, o, pd, n, r);
             if (bad < 0) break;

@@ -593,7 +593,7 @@ DCP_TEST(an_agreement_is_never_ok_where_this_rank_failed)
     memset(&s, 0, sizeof s);
     s.comm.ops = &scripted_ops;
     s.comm.size = 2;
-    dcp_error err;
+    dcp__error err;
     /* the backend claims every rank OK while this rank failed: not believed */
     s.agreed = DCP_OK;
     s.failed = -1;
@@ -621,8 +621,8 @@ DCP_TEST(call_records_that_do_not_check_out_fail_the_agreement)
     s.comm.ops = &scripted_ops;
     s.comm.size = 2;
     s.comm.rank = 0;
-    dcp_call_tag mine, peer, got[2], tags[2];
-    dcp_error err;
+    dcp__call_tag mine, peer, got[2], tags[2];
+    dcp__error err;
     dcp__call_tag_init(&mine, DCP_CALL_STEP, 4, 9, 77);
     peer = mine;
     peer.rank = 1;
@@ -639,7 +639,7 @@ DCP_TEST(call_records_that_do_not_check_out_fail_the_agreement)
     s.allgather_result = NULL;
     DCP_CHECK_STATUS(dcp__agree_call(&s.comm, &mine, tags, &err, "step", "rank"), DCP_ERR_COMM);
     DCP_CHECK_CONTAINS(err.message, "cannot be trusted");
-    dcp_call_tag bad[2];
+    dcp__call_tag bad[2];
     memcpy(bad, got, sizeof bad);
     memset(&bad[1], 0, sizeof bad[1]);
     s.allgather_result = bad;
@@ -654,7 +654,7 @@ DCP_TEST(call_records_that_do_not_check_out_fail_the_agreement)
     dcp__call_tag_seal(&bad[1]);
     DCP_CHECK_STATUS(dcp__agree_call(&s.comm, &mine, tags, &err, "step", "rank"), DCP_ERR_COMM);
     /* this rank's own record altered on the way (its status read as OK although it had failed) */
-    dcp_call_tag failed_mine = mine;
+    dcp__call_tag failed_mine = mine;
     failed_mine.status = DCP_ERR_BAD_LENGTH;
     memcpy(bad, got, sizeof bad); /* slot 0 holds the OK record */
     s.allgather_result = bad;

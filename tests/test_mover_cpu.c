@@ -32,7 +32,7 @@ DCP_TEST(init_read_back_and_release)
 {
     _Alignas(64) static unsigned char body[128];
     for (int i = 0; i < 128; i++) body[i] = (unsigned char)i;
-    dcp_mover m;
+    dcp__mover m;
     memset(&m, 0x5A, sizeof m);
     dcp__mover_cpu_init(&m, body, 128);
     DCP_REQUIRE(m.ops != NULL);
@@ -41,7 +41,7 @@ DCP_TEST(init_read_back_and_release)
     DCP_CHECK(m.host_body == body && m.body == body);
     DCP_CHECK_EQ_INT(m.body_capacity, 128);
     /* the body is the host body: reading back is a no-op that succeeds */
-    dcp_error err;
+    dcp__error err;
     dcp__error_clear(&err);
     DCP_CHECK_STATUS(m.ops->read_back(&m, NULL, 96, &err), DCP_OK);
     for (int i = 0; i < 128; i++) DCP_CHECK_EQ_INT(body[i], i);
@@ -52,17 +52,17 @@ DCP_TEST(init_read_back_and_release)
 DCP_TEST(buffers_come_from_scratch)
 {
     _Alignas(64) static unsigned char memory[512];
-    dcp_exchange_blocks x;
+    dcp__exchange_blocks x;
     memset(&x, 0, sizeof x);
     x.num_peers = 2;
     x.send_total = 88;
     x.recv_total = 184;
-    dcp_mover m;
+    dcp__mover m;
     dcp__mover_cpu_init(&m, NULL, 0);
-    dcp_arena a;
+    dcp__arena a;
     dcp__arena_init(&a, memory, sizeof memory);
     unsigned char *send = NULL, *recv = NULL;
-    dcp_error err;
+    dcp__error err;
     dcp__error_clear(&err);
     /* 88 + 1 -> 128 bytes, 184 + 1 -> 192 bytes, one after the other */
     DCP_REQUIRE_OK(m.ops->buffers(&m, &x, &a, &send, &recv, &err));
@@ -107,17 +107,17 @@ DCP_TEST(stage_fills_each_peer_block)
      */
     const int32_t sample[3] = {1, 0, 0}, peer[3] = {1, 0, 1};
     const int64_t src[3] = {2, 5, 0}, cursor[3] = {0, 0, 2}, length[3] = {2, 1, 1};
-    dcp_send_pieces p = {3, sample, src, peer, cursor, length};
+    dcp__send_pieces p = {3, sample, src, peer, cursor, length};
     const size_t send_offsets[2] = {0, 24}, recv_offsets[2] = {0, 0};
     const int64_t to[2] = {1, 3}, from[2] = {0, 0};
-    dcp_exchange_blocks x = {2, send_offsets, recv_offsets, to, from, 88, 0};
+    dcp__exchange_blocks x = {2, send_offsets, recv_offsets, to, from, 88, 0};
     _Alignas(64) static unsigned char send[89], memory[1024];
     memset(send, 0xCD, sizeof send);
-    dcp_mover m;
+    dcp__mover m;
     dcp__mover_cpu_init(&m, NULL, 0);
-    dcp_arena a;
+    dcp__arena a;
     dcp__arena_init(&a, memory, sizeof memory);
-    dcp_error err;
+    dcp__error err;
     dcp__error_clear(&err);
     DCP_REQUIRE_OK(m.ops->stage(&m, NULL, &in, STAGE_KEPT, &p, &x, send, &a, &err));
     dcp__arena_release(&a);
@@ -154,17 +154,17 @@ DCP_TEST(stage_with_nothing_to_send_touches_nothing)
     memset(&s, 0, sizeof s);
     s.tokens = tok, s.position_ids = pos, s.loss_mask = loss, s.num_tokens = 4;
     dcp_step_input in = {&s, 1, STAGE_KEPT};
-    dcp_send_pieces p = {0, NULL, NULL, NULL, NULL, NULL};
+    dcp__send_pieces p = {0, NULL, NULL, NULL, NULL, NULL};
     const size_t offsets[2] = {0, 0};
     const int64_t none[2] = {0, 0};
-    dcp_exchange_blocks x = {2, offsets, offsets, none, none, 0, 0};
+    dcp__exchange_blocks x = {2, offsets, offsets, none, none, 0, 0};
     _Alignas(64) static unsigned char send[8], memory[64];
     memset(send, 0xCD, sizeof send);
-    dcp_mover m;
+    dcp__mover m;
     dcp__mover_cpu_init(&m, NULL, 0);
-    dcp_arena a;
+    dcp__arena a;
     dcp__arena_init(&a, memory, 0);
-    dcp_error err;
+    dcp__error err;
     dcp__error_clear(&err);
     DCP_CHECK_STATUS(m.ops->stage(&m, NULL, &in, STAGE_KEPT, &p, &x, send, &a, &err), DCP_OK);
     DCP_CHECK_EQ_INT(a.used, 0);
@@ -174,7 +174,7 @@ DCP_TEST(stage_with_nothing_to_send_touches_nothing)
 
 #define LAND_KEPT (DCP_FIELD_POSITION_IDS | DCP_FIELD_LOSS_MASK) /* 8 + 4 = 12 bytes a token */
 
-static const dcp_own_pieces no_own = {0, NULL, NULL, NULL, NULL};
+static const dcp__own_pieces no_own = {0, NULL, NULL, NULL, NULL};
 
 DCP_TEST(land_reads_each_field_run_of_each_peer)
 {
@@ -186,7 +186,7 @@ DCP_TEST(land_reads_each_field_run_of_each_peer)
      * padding.  Body (1 microbatch, 2 cu entries, 4 tokens): prefix [0,192), position_ids [192,256),
      * loss_mask [256,320), mask [320,384).
      */
-    dcp_body_layout b;
+    dcp__body_layout b;
     dcp__body_layout_compute(1, 2, 4, LAND_KEPT, &b);
     DCP_REQUIRE_EQ_INT(b.field[2], 192);
     DCP_REQUIRE_EQ_INT(b.field[3], 256);
@@ -203,19 +203,19 @@ DCP_TEST(land_reads_each_field_run_of_each_peer)
     memset(body, 0xAB, sizeof body);
     const int32_t sender[3] = {0, 1, 0};
     const int64_t cursor[3] = {1, 0, 0}, dst[3] = {0, 1, 3}, length[3] = {1, 1, 1};
-    dcp_recv_pieces p = {3, sender, cursor, dst, length};
+    dcp__recv_pieces p = {3, sender, cursor, dst, length};
     const size_t send_offsets[2] = {0, 0}, recv_offsets[2] = {0, 24};
     const int64_t to[2] = {0, 0}, from[2] = {2, 1};
-    dcp_exchange_blocks x = {2, send_offsets, recv_offsets, to, from, 0, 40};
+    dcp__exchange_blocks x = {2, send_offsets, recv_offsets, to, from, 0, 40};
     /* no own piece: the samples are not read (their field pointers are NULL) */
     dcp_sample unread;
     memset(&unread, 0, sizeof unread);
     dcp_step_input in = {&unread, 1, LAND_KEPT};
-    dcp_mover m;
+    dcp__mover m;
     dcp__mover_cpu_init(&m, body, sizeof body);
-    dcp_arena a;
+    dcp__arena a;
     dcp__arena_init(&a, memory, sizeof memory);
-    dcp_error err;
+    dcp__error err;
     dcp__error_clear(&err);
     DCP_REQUIRE_OK(m.ops->land(&m, NULL, LAND_KEPT, &p, &x, recv, &no_own, &in, &b, 4, &a, &err));
     dcp__arena_release(&a);
@@ -293,7 +293,7 @@ static void mixed_fill(mixed *x)
 
 DCP_TEST(land_mixes_received_and_own_pieces_in_one_pass)
 {
-    dcp_body_layout b;
+    dcp__body_layout b;
     dcp__body_layout_compute(1, 2, 8, LAND_KEPT, &b);
     DCP_REQUIRE_EQ_INT(b.field[2], 192);
     DCP_REQUIRE_EQ_INT(b.field[3], 256);
@@ -303,14 +303,14 @@ DCP_TEST(land_mixes_received_and_own_pieces_in_one_pass)
     mixed_fill(&x);
     _Alignas(64) static unsigned char body[448], memory[1024];
     memset(body, 0xAB, sizeof body);
-    dcp_recv_pieces r = {2, mix_sender, mix_cursor, mix_rdst, mix_rlen};
-    dcp_own_pieces o = {3, mix_sample, mix_src, mix_odst, mix_olen};
-    dcp_exchange_blocks blocks = {3, mix_send_offsets, mix_recv_offsets, mix_to, mix_from, 0, 40};
-    dcp_mover m;
+    dcp__recv_pieces r = {2, mix_sender, mix_cursor, mix_rdst, mix_rlen};
+    dcp__own_pieces o = {3, mix_sample, mix_src, mix_odst, mix_olen};
+    dcp__exchange_blocks blocks = {3, mix_send_offsets, mix_recv_offsets, mix_to, mix_from, 0, 40};
+    dcp__mover m;
     dcp__mover_cpu_init(&m, body, sizeof body);
-    dcp_arena a;
+    dcp__arena a;
     dcp__arena_init(&a, memory, sizeof memory);
-    dcp_error err;
+    dcp__error err;
     dcp__error_clear(&err);
     DCP_REQUIRE_OK(m.ops->land(&m, NULL, LAND_KEPT, &r, &blocks, x.recv, &o, &x.in, &b, 8, &a, &err));
     dcp__arena_release(&a);
@@ -333,8 +333,8 @@ DCP_TEST(land_mixes_received_and_own_pieces_in_one_pass)
 
     /* own pieces only (nothing received, no receive block): every slot from the samples or padding */
     const int64_t nothing[3] = {0, 0, 0};
-    dcp_exchange_blocks quiet = {3, mix_send_offsets, mix_send_offsets, mix_to, nothing, 0, 0};
-    dcp_recv_pieces none = {0, NULL, NULL, NULL, NULL};
+    dcp__exchange_blocks quiet = {3, mix_send_offsets, mix_send_offsets, mix_to, nothing, 0, 0};
+    dcp__recv_pieces none = {0, NULL, NULL, NULL, NULL};
     memset(body, 0xAB, sizeof body);
     dcp__arena_init(&a, memory, sizeof memory);
     DCP_REQUIRE_OK(m.ops->land(&m, NULL, LAND_KEPT, &none, &quiet, x.recv, &o, &x.in, &b, 8, &a, &err));
@@ -350,22 +350,22 @@ DCP_TEST(land_mixes_received_and_own_pieces_in_one_pass)
 
 DCP_TEST(land_refuses_a_bad_piece_before_writing)
 {
-    dcp_body_layout b;
+    dcp__body_layout b;
     dcp__body_layout_compute(1, 2, 8, LAND_KEPT, &b);
     static mixed x;
     mixed_fill(&x);
     _Alignas(64) static unsigned char body[448], memory[1024];
     memset(body, 0xAB, sizeof body);
-    dcp_exchange_blocks blocks = {3, mix_send_offsets, mix_recv_offsets, mix_to, mix_from, 0, 40};
-    dcp_mover m;
+    dcp__exchange_blocks blocks = {3, mix_send_offsets, mix_recv_offsets, mix_to, mix_from, 0, 40};
+    dcp__mover m;
     dcp__mover_cpu_init(&m, body, sizeof body);
-    dcp_arena a;
-    dcp_error err;
+    dcp__arena a;
+    dcp__error err;
     dcp__error_clear(&err);
     /* own piece 1 moved from slot 4 to slot 6: inside received piece 1 (slots 5..6) */
     const int64_t odst[3] = {0, 6, 7};
-    dcp_recv_pieces r = {2, mix_sender, mix_cursor, mix_rdst, mix_rlen};
-    dcp_own_pieces o = {3, mix_sample, mix_src, odst, mix_olen};
+    dcp__recv_pieces r = {2, mix_sender, mix_cursor, mix_rdst, mix_rlen};
+    dcp__own_pieces o = {3, mix_sample, mix_src, odst, mix_olen};
     dcp__arena_init(&a, memory, sizeof memory);
     DCP_CHECK_STATUS(m.ops->land(&m, NULL, LAND_KEPT, &r, &blocks, x.recv, &o, &x.in, &b, 8, &a, &err),
                      DCP_ERR_INVALID_PLAN);
@@ -373,8 +373,8 @@ DCP_TEST(land_refuses_a_bad_piece_before_writing)
     dcp__arena_release(&a);
     /* received piece 1 two slots long from slot 7 of 8: past the body */
     const int64_t rdst[2] = {2, 7};
-    dcp_recv_pieces past = {2, mix_sender, mix_cursor, rdst, mix_rlen};
-    dcp_own_pieces first = {1, mix_sample, mix_src, mix_odst, mix_olen}; /* slots 0..1 only */
+    dcp__recv_pieces past = {2, mix_sender, mix_cursor, rdst, mix_rlen};
+    dcp__own_pieces first = {1, mix_sample, mix_src, mix_odst, mix_olen}; /* slots 0..1 only */
     dcp__arena_init(&a, memory, sizeof memory);
     DCP_CHECK_STATUS(m.ops->land(&m, NULL, LAND_KEPT, &past, &blocks, x.recv, &first, &x.in, &b, 8, &a, &err),
                      DCP_ERR_INVALID_PLAN);
@@ -422,8 +422,8 @@ DCP_TEST(landing_segments_tile_the_body_with_fills)
      * The mixed landing above (3 peers, so sample s is source 3 + s): no leading or tail gap, one fill at
      * slot 3, adjacent pieces with no fill between them.  2 + 3 pieces, 6 segments (the bound is 2*5 + 1).
      */
-    dcp_recv_pieces r = {2, mix_sender, mix_cursor, mix_rdst, mix_rlen};
-    dcp_own_pieces o = {3, mix_sample, mix_src, mix_odst, mix_olen};
+    dcp__recv_pieces r = {2, mix_sender, mix_cursor, mix_rdst, mix_rlen};
+    dcp__own_pieces o = {3, mix_sample, mix_src, mix_odst, mix_olen};
     int64_t n = dcp__landing_segments(&r, &o, 3, 8, si, so, d, l, &bad);
     {
         const int32_t want_si[6] = {4, 2, -1, 3, 0, 3};
@@ -439,8 +439,8 @@ DCP_TEST(landing_segments_tile_the_body_with_fills)
     const int32_t r2_sender[1] = {1}, o2_sample[1] = {0};
     const int64_t r2_cursor[1] = {4}, r2_dst[1] = {3}, r2_len[1] = {2};
     const int64_t o2_src[1] = {1}, o2_dst[1] = {6}, o2_len[1] = {1};
-    dcp_recv_pieces r2 = {1, r2_sender, r2_cursor, r2_dst, r2_len};
-    dcp_own_pieces o2 = {1, o2_sample, o2_src, o2_dst, o2_len};
+    dcp__recv_pieces r2 = {1, r2_sender, r2_cursor, r2_dst, r2_len};
+    dcp__own_pieces o2 = {1, o2_sample, o2_src, o2_dst, o2_len};
     n = dcp__landing_segments(&r2, &o2, 2, 10, si, so, d, l, &bad);
     {
         const int32_t want_si[5] = {-1, 1, -1, 2, -1};
@@ -448,7 +448,7 @@ DCP_TEST(landing_segments_tile_the_body_with_fills)
         check_segments(n, si, so, d, l, 5, want_si, want_so, want_d, want_l, 10, __LINE__);
     }
     /* own pieces only: the same table with the received piece a fill [0,5) -> fill [0,6), own [6,7), fill [7,10) */
-    dcp_recv_pieces none = {0, NULL, NULL, NULL, NULL};
+    dcp__recv_pieces none = {0, NULL, NULL, NULL, NULL};
     n = dcp__landing_segments(&none, &o2, 2, 10, si, so, d, l, &bad);
     {
         const int32_t want_si[3] = {-1, 2, -1};
@@ -470,55 +470,55 @@ DCP_TEST(landing_segments_refuse_overlaps_and_disorder_naming_the_piece)
     int64_t so[SEGS], d[SEGS], l[SEGS], bad;
     const int32_t sender[2] = {0, 1}, sample[2] = {0, 0};
     const int64_t zero[2] = {0, 0}, one[2] = {1, 1}, two[2] = {2, 2};
-    dcp_recv_pieces no_recv = {0, NULL, NULL, NULL, NULL};
-    dcp_own_pieces no_own_pieces = {0, NULL, NULL, NULL, NULL};
+    dcp__recv_pieces no_recv = {0, NULL, NULL, NULL, NULL};
+    dcp__own_pieces no_own_pieces = {0, NULL, NULL, NULL, NULL};
 
     /* received pieces out of order: slot 5, then slot 2 (before the end of the last, 6): received 1 */
     const int64_t r_back[2] = {5, 2};
-    dcp_recv_pieces rb = {2, sender, zero, r_back, one};
+    dcp__recv_pieces rb = {2, sender, zero, r_back, one};
     bad = 99;
     DCP_CHECK_EQ_INT(dcp__landing_segments(&rb, &no_own_pieces, 2, 8, si, so, d, l, &bad), -1);
     DCP_CHECK_EQ_INT(bad, 1);
     /* own pieces out of order: slot 4, then slot 1: own 1, named -1 - 1 = -2 */
     const int64_t o_back[2] = {4, 1};
-    dcp_own_pieces ob = {2, sample, zero, o_back, one};
+    dcp__own_pieces ob = {2, sample, zero, o_back, one};
     bad = 99;
     DCP_CHECK_EQ_INT(dcp__landing_segments(&no_recv, &ob, 2, 8, si, so, d, l, &bad), -1);
     DCP_CHECK_EQ_INT(bad, -2);
     /* received pieces overlapping: [1,3) then [2,4): received 1 */
     const int64_t r_over[2] = {1, 2};
-    dcp_recv_pieces ro = {2, sender, zero, r_over, two};
+    dcp__recv_pieces ro = {2, sender, zero, r_over, two};
     bad = 99;
     DCP_CHECK_EQ_INT(dcp__landing_segments(&ro, &no_own_pieces, 2, 8, si, so, d, l, &bad), -1);
     DCP_CHECK_EQ_INT(bad, 1);
     /* a received piece starting inside an own one: own [0,2) lands first, received [1,2) overlaps: received 0 */
     const int64_t r_in[1] = {1}, o_at0[1] = {0};
-    dcp_recv_pieces ri = {1, sender, zero, r_in, one};
-    dcp_own_pieces o0 = {1, sample, zero, o_at0, two};
+    dcp__recv_pieces ri = {1, sender, zero, r_in, one};
+    dcp__own_pieces o0 = {1, sample, zero, o_at0, two};
     bad = 99;
     DCP_CHECK_EQ_INT(dcp__landing_segments(&ri, &o0, 2, 8, si, so, d, l, &bad), -1);
     DCP_CHECK_EQ_INT(bad, 0);
     /* both at slot 3: the received one is taken first, the own one is refused: own 0 (-1) */
     const int64_t at3[1] = {3};
-    dcp_recv_pieces r3 = {1, sender, zero, at3, one};
-    dcp_own_pieces o3 = {1, sample, zero, at3, one};
+    dcp__recv_pieces r3 = {1, sender, zero, at3, one};
+    dcp__own_pieces o3 = {1, sample, zero, at3, one};
     bad = 99;
     DCP_CHECK_EQ_INT(dcp__landing_segments(&r3, &o3, 2, 8, si, so, d, l, &bad), -1);
     DCP_CHECK_EQ_INT(bad, -1);
     /* past total_tokens: own [7,9) of 8 (own 1, after own [0,2)); a negative length (received 0) */
     const int64_t o_past[2] = {0, 7};
-    dcp_own_pieces op = {2, sample, zero, o_past, two};
+    dcp__own_pieces op = {2, sample, zero, o_past, two};
     bad = 99;
     DCP_CHECK_EQ_INT(dcp__landing_segments(&no_recv, &op, 2, 8, si, so, d, l, &bad), -1);
     DCP_CHECK_EQ_INT(bad, -2);
     const int64_t minus[1] = {-1};
-    dcp_recv_pieces rn = {1, sender, zero, at3, minus};
+    dcp__recv_pieces rn = {1, sender, zero, at3, minus};
     bad = 99;
     DCP_CHECK_EQ_INT(dcp__landing_segments(&rn, &no_own_pieces, 2, 8, si, so, d, l, &bad), -1);
     DCP_CHECK_EQ_INT(bad, 0);
     /* the same pieces in order are accepted: [1,3) and [3,5) received, [5,7) own -> fill, 3 pieces, tail */
     const int64_t r_ok[2] = {1, 3}, o_ok[1] = {5};
-    dcp_recv_pieces rk = {2, sender, zero, r_ok, two};
-    dcp_own_pieces ok = {1, sample, zero, o_ok, two};
+    dcp__recv_pieces rk = {2, sender, zero, r_ok, two};
+    dcp__own_pieces ok = {1, sample, zero, o_ok, two};
     DCP_CHECK_EQ_INT(dcp__landing_segments(&rk, &ok, 2, 8, si, so, d, l, &bad), 5);
 }

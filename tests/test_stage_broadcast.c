@@ -19,29 +19,29 @@ typedef struct record {
     int other_calls;
 } record;
 
-static dcp_status rec_buffers(dcp_mover *m, const dcp_exchange_blocks *x, dcp_arena *s, unsigned char **a,
-                              unsigned char **b, dcp_error *e)
+static dcp_status rec_buffers(dcp__mover *m, const dcp__exchange_blocks *x, dcp__arena *s, unsigned char **a,
+                              unsigned char **b, dcp__error *e)
 {
     (void)x, (void)s, (void)a, (void)b, (void)e;
     ((record *)m->state)->other_calls++;
     return DCP_ERR_UNSUPPORTED;
 }
-static dcp_status rec_stage(dcp_mover *m, void *st, const dcp_step_input *in, uint32_t k, const dcp_send_pieces *p,
-                            const dcp_exchange_blocks *x, unsigned char *s, dcp_arena *a, dcp_error *e)
+static dcp_status rec_stage(dcp__mover *m, void *st, const dcp_step_input *in, uint32_t k, const dcp__send_pieces *p,
+                            const dcp__exchange_blocks *x, unsigned char *s, dcp__arena *a, dcp__error *e)
 {
     (void)st, (void)in, (void)k, (void)p, (void)x, (void)s, (void)a, (void)e;
     ((record *)m->state)->other_calls++;
     return DCP_ERR_UNSUPPORTED;
 }
-static dcp_status rec_land(dcp_mover *m, void *st, uint32_t k, const dcp_recv_pieces *p, const dcp_exchange_blocks *x,
-                           const unsigned char *r, const dcp_own_pieces *o, const dcp_step_input *in,
-                           const dcp_body_layout *b, int64_t t, dcp_arena *a, dcp_error *e)
+static dcp_status rec_land(dcp__mover *m, void *st, uint32_t k, const dcp__recv_pieces *p, const dcp__exchange_blocks *x,
+                           const unsigned char *r, const dcp__own_pieces *o, const dcp_step_input *in,
+                           const dcp__body_layout *b, int64_t t, dcp__arena *a, dcp__error *e)
 {
     (void)st, (void)k, (void)p, (void)x, (void)r, (void)o, (void)in, (void)b, (void)t, (void)a, (void)e;
     ((record *)m->state)->other_calls++;
     return DCP_ERR_UNSUPPORTED;
 }
-static dcp_status rec_read_back(dcp_mover *m, void *stream, size_t prefix_bytes, dcp_error *err)
+static dcp_status rec_read_back(dcp__mover *m, void *stream, size_t prefix_bytes, dcp__error *err)
 {
     (void)stream;
     record *r = m->state;
@@ -50,15 +50,15 @@ static dcp_status rec_read_back(dcp_mover *m, void *stream, size_t prefix_bytes,
     if (r->read_back_status != DCP_OK) return dcp__fail(err, r->read_back_status, "read back failed");
     return DCP_OK;
 }
-static void rec_release(dcp_mover *m) { ((record *)m->state)->other_calls++; }
-static const dcp_mover_ops record_ops = {"record", rec_buffers, rec_stage, rec_land, NULL, rec_read_back, rec_release};
+static void rec_release(dcp__mover *m) { ((record *)m->state)->other_calls++; }
+static const dcp__mover_ops record_ops = {"record", rec_buffers, rec_stage, rec_land, NULL, rec_read_back, rec_release};
 
 typedef struct bcast {
     dcp_inproc_world *world;
     dcp_inproc_fault fault[2];
     int32_t max_microbatches[2];
     size_t capacity[2];
-    dcp_broadcast_header header[2];
+    dcp__broadcast_header header[2];
     _Alignas(64) unsigned char body[2][BODY];
     record rec[2];
     dcp_status status[2];
@@ -71,9 +71,9 @@ static void bcast_rank(int32_t rank, void *arg)
     bcast *t = arg;
     dcp_comm tp;
     if ((t->status[rank] = dcp_inproc_comm(t->world, rank, &tp)) != DCP_OK) return;
-    dcp_mover mover = {&record_ops, &t->rec[rank], t->body[rank], t->capacity[rank], t->body[rank]};
+    dcp__mover mover = {&record_ops, &t->rec[rank], t->body[rank], t->capacity[rank], t->body[rank]};
     memset(&t->stats[rank], 0, sizeof t->stats[rank]);
-    dcp_error err;
+    dcp__error err;
     dcp__error_clear(&err);
     if (t->fault[rank] != DCP_FAULT_NONE) dcp_inproc_inject_fault(t->world, rank, t->fault[rank]);
     t->status[rank] = dcp__broadcast(&tp, rank == 0, &t->header[rank], &mover, t->max_microbatches[rank], NULL,
@@ -94,7 +94,7 @@ static void bcast_reset(bcast *t, dcp_status rank0_status)
         t->max_microbatches[r] = 4;
         t->capacity[r] = BODY;
     }
-    dcp_broadcast_header h = {rank0_status, 1, 2, 3, DCP_FIELD_ALL, 1, 8, 64, 512};
+    dcp__broadcast_header h = {rank0_status, 1, 2, 3, DCP_FIELD_ALL, 1, 8, 64, 512};
     t->header[0] = h;
     memset(&t->header[1], 0, sizeof t->header[1]);
     for (int i = 0; i < BODY; i++) t->body[0][i] = (unsigned char)(i < 512 ? i * 7 + 1 : 0x55);
@@ -116,7 +116,7 @@ static void check_delivered(const bcast *t, int line)
     for (int r = 0; r < 2; r++) {
         if (t->status[r] != DCP_OK)
             dcp_test_fail(__FILE__, line, "rank %d: %s: %s", r, dcp_status_str(t->status[r]), t->message[r]);
-        if (t->stats[r].collectives != 2 || t->stats[r].broadcast_bytes != (int64_t)sizeof(dcp_broadcast_header) + 512)
+        if (t->stats[r].collectives != 2 || t->stats[r].broadcast_bytes != (int64_t)sizeof(dcp__broadcast_header) + 512)
             dcp_test_fail(__FILE__, line, "rank %d: %d collectives, %lld broadcast bytes", r, t->stats[r].collectives,
                           (long long)t->stats[r].broadcast_bytes);
         if (t->rec[r].other_calls) dcp_test_fail(__FILE__, line, "rank %d: the mover was asked to do more", r);

@@ -73,12 +73,12 @@ static dcp_config config_for(int32_t ranks, int32_t m, int32_t max_seq)
 DCP_TEST(bucket_sorts_stably_descending)
 {
     static unsigned char memory[1 << 16];
-    dcp_arena arena;
+    dcp__arena arena;
     dcp__arena_init(&arena, memory, sizeof memory);
     dcp_config c = config_for(8, 1000, 64);
     const int32_t lengths[] = {5, 70000, 5, 300, 2000, 300, 1, 70000, 256, 257};
     int32_t n = 10, sorted[10], min_cp[10];
-    dcp_error err;
+    dcp__error err;
     DCP_CHECK_STATUS(dcp__bucket(lengths, n, &c, sorted, min_cp, &arena, &err), DCP_ERR_BAD_LENGTH);
     /* 70000 > 8 * 1000: rejected, naming the sequence */
     DCP_CHECK_CONTAINS(err.message, "sequence 1 has length 70000");
@@ -93,11 +93,11 @@ DCP_TEST(bucket_sorts_stably_descending)
 DCP_TEST(bucket_rejects_bad_lengths_and_capacity)
 {
     static unsigned char memory[1 << 16];
-    dcp_arena arena;
+    dcp__arena arena;
     dcp__arena_init(&arena, memory, sizeof memory);
     dcp_config c = config_for(4, 100, 4);
     int32_t sorted[8], min_cp[8];
-    dcp_error err;
+    dcp__error err;
     DCP_CHECK_STATUS(dcp__bucket((int32_t[]){5, 0, 3}, 3, &c, sorted, min_cp, &arena, &err), DCP_ERR_BAD_LENGTH);
     DCP_CHECK_CONTAINS(err.message, "sequence 1 has length 0");
     DCP_CHECK_STATUS(dcp__bucket((int32_t[]){5, -7}, 2, &c, sorted, min_cp, &arena, &err), DCP_ERR_BAD_LENGTH);
@@ -118,7 +118,7 @@ DCP_TEST(bucket_large_random_is_sorted_and_stable)
     enum { N = 20000 };
     static int32_t lengths[N], sorted[N], min_cp[N];
     static unsigned char memory[1 << 20];
-    dcp_arena arena;
+    dcp__arena arena;
     dcp__arena_init(&arena, memory, sizeof memory);
     dcp_config c = config_for(512, 8192, N);
     uint64_t x = 88172645463325252ull;
@@ -126,7 +126,7 @@ DCP_TEST(bucket_large_random_is_sorted_and_stable)
         x ^= x << 13; x ^= x >> 7; x ^= x << 17;
         lengths[i] = 1 + (int32_t)(x % ((i % 3) ? 5000 : 4000000)); /* many ties among short ones */
     }
-    dcp_error err;
+    dcp__error err;
     dcp_status st = DCP_ERR_COMM;
     DCP_CHECK_NO_ALLOC(st = dcp__bucket(lengths, N, &c, sorted, min_cp, &arena, &err));
     DCP_REQUIRE_OK(st);
@@ -150,9 +150,9 @@ DCP_TEST(bucket_all_lengths_equal_keeps_id_order)
     static int32_t lengths[N], ids[N], min_cp[N];
     for (int i = 0; i < N; i++) lengths[i] = 777;
     static unsigned char memory[1 << 20];
-    dcp_arena scratch;
+    dcp__arena scratch;
     dcp__arena_init(&scratch, memory, sizeof memory);
-    dcp_error err;
+    dcp__error err;
     DCP_REQUIRE_OK(dcp__bucket(lengths, N, &c, ids, min_cp, &scratch, &err));
     for (int i = 0; i < N; i++) DCP_CHECK_EQ_INT(ids[i], i);
     /* and below 1024 sequences (8-bit digits) */

@@ -24,7 +24,7 @@ typedef struct local_table {
     int32_t sample[CAP];
     int64_t start[CAP];
     int32_t pairs[2 * CAP];
-    dcp_local_sequences seq;
+    dcp__local_sequences seq;
 } local_table;
 
 static void local_table_init(local_table *t)
@@ -78,7 +78,7 @@ static dcp_sample padded_sample(int32_t padded, int32_t original)
 }
 
 static dcp_status local_run(const dcp_sample *samples, int32_t n, uint32_t fields, uint32_t needed,
-                            const dcp_config *c, int64_t capacity, local_table *t, dcp_error *err)
+                            const dcp_config *c, int64_t capacity, local_table *t, dcp__error *err)
 {
     dcp_step_input in = {samples, n, fields};
     local_table_init(t);
@@ -107,7 +107,7 @@ DCP_TEST(local_lists_packed_padded_and_drops_empty)
     s[3].cu_seqlens = cu3;
     s[3].num_cu_seqlens = 1;
     local_table t;
-    dcp_error err;
+    dcp__error err;
     DCP_REQUIRE_OK(local_run(s, 4, DCP_FIELD_ALL, DCP_FIELD_ALL, &c, 18, &t, &err));
     DCP_REQUIRE_EQ_INT(t.seq.count, 4);
     const int32_t want_sample[4] = {0, 0, 0, 1};
@@ -146,7 +146,7 @@ DCP_TEST(local_null_buffer_of_a_carried_field)
     dcp_config c;
     local_config(&c, 4);
     local_table t;
-    dcp_error err;
+    dcp__error err;
     dcp_sample s[2] = {padded_sample(4, 4), padded_sample(8, 8)};
     s[1].labels = NULL;
     DCP_CHECK_STATUS(local_run(s, 2, DCP_FIELD_ALL, DCP_FIELD_ALL, &c, 100, &t, &err), DCP_ERR_NULL_POINTER);
@@ -178,7 +178,7 @@ DCP_TEST(local_refuses_bad_cu_seqlens)
     dcp_config c;
     local_config(&c, 4);
     local_table t;
-    dcp_error err;
+    dcp__error err;
     const int32_t decreasing[4] = {0, 4, 2, 6};
     dcp_sample s = packed_sample(6, decreasing, 4);
     DCP_CHECK_STATUS(local_run(&s, 1, DCP_FIELD_ALL, DCP_FIELD_ALL, &c, 100, &t, &err), DCP_ERR_CORRUPT_INPUT);
@@ -209,7 +209,7 @@ DCP_TEST(local_refuses_bad_padded_samples)
     dcp_config c;
     local_config(&c, 4);
     local_table t;
-    dcp_error err;
+    dcp__error err;
     dcp_sample s = padded_sample(8, 8);
     s.padded_length = 7; /* buffer of 8 */
     DCP_CHECK_STATUS(local_run(&s, 1, DCP_FIELD_ALL, DCP_FIELD_ALL, &c, 100, &t, &err), DCP_ERR_CORRUPT_INPUT);
@@ -236,7 +236,7 @@ DCP_TEST(local_refuses_too_many_sequences_and_bad_arguments)
     dcp_config c;
     local_config(&c, 4);
     local_table t;
-    dcp_error err;
+    dcp__error err;
     /* 5 non-empty sub-samples of one token each, max_sequences 4 */
     const int32_t five[6] = {0, 1, 2, 3, 4, 5};
     dcp_sample s = packed_sample(5, five, 6);
@@ -290,7 +290,7 @@ typedef struct step_gather {
     dcp_status status[MAXR];
     char message[MAXR][DCP_ERROR_MESSAGE_SIZE];
     int32_t padded[MAXR][MAXS], original[MAXR][MAXS], offsets[MAXR][MAXR + 1];
-    dcp_step_lengths lengths[MAXR];
+    dcp__step_lengths lengths[MAXR];
     dcp_step_stats stats[MAXR];
     unsigned char scratch[MAXR][SCRATCH];
 } step_gather;
@@ -301,7 +301,7 @@ static void gather_rank(int32_t rank, void *arg)
     dcp_comm comm;
     g->status[rank] = dcp_inproc_comm(g->world, rank, &comm);
     if (g->status[rank] != DCP_OK) return;
-    dcp_local_sequences local;
+    dcp__local_sequences local;
     memset(&local, 0, sizeof local);
     local.count = g->count[rank];
     local.pairs = g->pairs[rank];
@@ -309,15 +309,15 @@ static void gather_rank(int32_t rank, void *arg)
         local.tokens += g->pairs[rank][2 * k];
         local.original_tokens += g->pairs[rank][2 * k + 1];
     }
-    dcp_step_lengths *L = &g->lengths[rank];
+    dcp__step_lengths *L = &g->lengths[rank];
     memset(L, 0, sizeof *L);
     L->padded = g->padded[rank];
     L->original = g->original[rank];
     L->rank_offsets = g->offsets[rank];
-    dcp_arena scratch;
+    dcp__arena scratch;
     dcp__arena_init(&scratch, g->scratch[rank], SCRATCH);
     memset(&g->stats[rank], 0, sizeof g->stats[rank]);
-    dcp_error err;
+    dcp__error err;
     dcp__error_clear(&err);
     if (g->fault[rank] != DCP_FAULT_NONE) dcp_inproc_inject_fault(g->world, rank, g->fault[rank]);
     g->status[rank] = dcp__gather_step(&comm, g->fields[rank], &local, g->data_digest[rank], &g->config, L, &scratch, &g->stats[rank], &err);

@@ -66,7 +66,7 @@ static void fill_recv(unsigned char *recv)
 }
 
 /* No own piece (own_count 0); the landing then never reads the samples. */
-static void land_tables(dcp_receive_table *rt, dcp_exchange_blocks *x)
+static void land_tables(dcp__receive_table *rt, dcp__exchange_blocks *x)
 {
     memset(rt, 0, sizeof *rt);
     rt->sender = (int32_t *)land_sender;
@@ -93,7 +93,7 @@ DCP_TEST(land_puts_each_field_in_its_slots)
     /* 1 microbatch, 3 cu entries, 6 tokens, tokens|labels|loss_mask:
      * rows [0,64) cu [64,128) cu_padded [128,192) tokens [192,256) labels [256,320)
      * loss_mask [320,384) mask [384,448); used 448 */
-    dcp_body_layout b;
+    dcp__body_layout b;
     dcp__body_layout_compute(1, 3, 6, LAND_KEPT, &b);
     DCP_REQUIRE_EQ_INT(b.field[0], 192);
     DCP_REQUIRE_EQ_INT(b.field[1], 256);
@@ -105,14 +105,14 @@ DCP_TEST(land_puts_each_field_in_its_slots)
     _Alignas(64) static unsigned char recv[88], body[512], scratch_memory[1024];
     fill_recv(recv);
     memset(body, 0xAB, sizeof body);
-    dcp_mover mover;
+    dcp__mover mover;
     dcp__mover_cpu_init(&mover, body, sizeof body);
-    dcp_receive_table rt;
-    dcp_exchange_blocks x;
+    dcp__receive_table rt;
+    dcp__exchange_blocks x;
     land_tables(&rt, &x);
-    dcp_arena scratch;
+    dcp__arena scratch;
     dcp__arena_init(&scratch, scratch_memory, sizeof scratch_memory);
-    dcp_error err;
+    dcp__error err;
     dcp__error_clear(&err);
     DCP_REQUIRE_OK(dcp__pack_land(&mover, NULL, LAND_KEPT, &rt, &x, recv, &unread_input, &b, 6, &scratch, &err));
     dcp__arena_release(&scratch);
@@ -143,23 +143,23 @@ DCP_TEST(land_puts_each_field_in_its_slots)
 DCP_TEST(land_without_fields_writes_only_the_mask)
 {
     /* a middle PP stage keeps nothing: rows 0, cu 64, cu_padded 128, mask 192, used 256 */
-    dcp_body_layout b;
+    dcp__body_layout b;
     dcp__body_layout_compute(1, 3, 6, 0, &b);
     DCP_REQUIRE_EQ_INT(b.mask, 192);
     DCP_REQUIRE_EQ_INT(b.used, 256);
     _Alignas(64) static unsigned char body[320], scratch_memory[1024];
     memset(body, 0xAB, sizeof body);
-    dcp_mover mover;
+    dcp__mover mover;
     dcp__mover_cpu_init(&mover, body, sizeof body);
-    dcp_receive_table rt;
-    dcp_exchange_blocks x;
+    dcp__receive_table rt;
+    dcp__exchange_blocks x;
     land_tables(&rt, &x);
     const int64_t none[2] = {0, 0};
     x.tokens_from = none; /* nothing moved */
     x.recv_total = 0;
-    dcp_arena scratch;
+    dcp__arena scratch;
     dcp__arena_init(&scratch, scratch_memory, sizeof scratch_memory);
-    dcp_error err;
+    dcp__error err;
     unsigned char recv[1] = {0};
     const dcp_step_input no_fields = {&unread_sample, 1, 0};
     DCP_REQUIRE_OK(dcp__pack_land(&mover, NULL, 0, &rt, &x, recv, &no_fields, &b, 6, &scratch, &err));
@@ -172,21 +172,21 @@ DCP_TEST(land_without_fields_writes_only_the_mask)
 
 DCP_TEST(land_refuses_too_little_scratch)
 {
-    dcp_body_layout b;
+    dcp__body_layout b;
     dcp__body_layout_compute(1, 3, 6, LAND_KEPT, &b);
     _Alignas(64) static unsigned char recv[88], body[512], scratch_memory[64];
     fill_recv(recv);
-    dcp_mover mover;
+    dcp__mover mover;
     dcp__mover_cpu_init(&mover, body, sizeof body);
-    dcp_receive_table rt;
-    dcp_exchange_blocks x;
+    dcp__receive_table rt;
+    dcp__exchange_blocks x;
     land_tables(&rt, &x);
     /* 64 bytes: the table holds 2 * (3 received + 0 own) + 1 = 7 segments; its src_index (7 * 4 = 28 bytes, one
      * 64-byte line) fits, its src_offset (7 * 8 = 56 bytes, the next line) does not */
-    dcp_arena scratch;
+    dcp__arena scratch;
     dcp__arena_init(&scratch, scratch_memory, sizeof scratch_memory);
     DCP_REQUIRE_EQ_INT(scratch.capacity, 64);
-    dcp_error err;
+    dcp__error err;
     dcp__error_clear(&err);
     DCP_CHECK_STATUS(dcp__pack_land(&mover, NULL, LAND_KEPT, &rt, &x, recv, &unread_input, &b, 6, &scratch, &err),
                      DCP_ERR_CAPACITY);
@@ -212,7 +212,7 @@ typedef struct own_input {
     dcp_step_input in;
 } own_input;
 
-static void own_setup(own_input *o, dcp_receive_table *rt, const int64_t *dst)
+static void own_setup(own_input *o, dcp__receive_table *rt, const int64_t *dst)
 {
     memset(o, 0, sizeof *o);
     for (int i = 0; i < 4; i++) {
@@ -234,7 +234,7 @@ static void own_setup(own_input *o, dcp_receive_table *rt, const int64_t *dst)
 
 DCP_TEST(land_takes_own_pieces_from_the_samples_beside_received_ones)
 {
-    dcp_body_layout b;
+    dcp__body_layout b;
     dcp__body_layout_compute(1, 3, 8, LAND_KEPT, &b);
     DCP_REQUIRE_EQ_INT(b.field[0], 192);
     DCP_REQUIRE_EQ_INT(b.field[1], 256);
@@ -245,15 +245,15 @@ DCP_TEST(land_takes_own_pieces_from_the_samples_beside_received_ones)
     static own_input o;
     fill_recv(recv);
     memset(body, 0xAB, sizeof body);
-    dcp_mover mover;
+    dcp__mover mover;
     dcp__mover_cpu_init(&mover, body, sizeof body);
-    dcp_receive_table rt;
-    dcp_exchange_blocks x;
+    dcp__receive_table rt;
+    dcp__exchange_blocks x;
     land_tables(&rt, &x);
     own_setup(&o, &rt, own_dst);
-    dcp_arena scratch;
+    dcp__arena scratch;
     dcp__arena_init(&scratch, scratch_memory, sizeof scratch_memory);
-    dcp_error err;
+    dcp__error err;
     dcp__error_clear(&err);
     DCP_REQUIRE_OK(dcp__pack_land(&mover, NULL, LAND_KEPT, &rt, &x, recv, &o.in, &b, 8, &scratch, &err));
     dcp__arena_release(&scratch);
@@ -280,22 +280,22 @@ DCP_TEST(land_refuses_an_own_piece_over_a_received_one)
      * received 0 [0,2), own 0 [2,3), received 1 [3,4), then received 2 and own 1 both at 4: the received one
      * first (a tie), so own piece 1 starts before the end of the last, 5, and is named.  Nothing is written.
      */
-    dcp_body_layout b;
+    dcp__body_layout b;
     dcp__body_layout_compute(1, 3, 8, LAND_KEPT, &b);
     _Alignas(64) static unsigned char recv[88], body[512], scratch_memory[2048];
     static own_input o;
     fill_recv(recv);
     memset(body, 0xAB, sizeof body);
-    dcp_mover mover;
+    dcp__mover mover;
     dcp__mover_cpu_init(&mover, body, sizeof body);
-    dcp_receive_table rt;
-    dcp_exchange_blocks x;
+    dcp__receive_table rt;
+    dcp__exchange_blocks x;
     land_tables(&rt, &x);
     const int64_t over[2] = {2, 4};
     own_setup(&o, &rt, over);
-    dcp_arena scratch;
+    dcp__arena scratch;
     dcp__arena_init(&scratch, scratch_memory, sizeof scratch_memory);
-    dcp_error err;
+    dcp__error err;
     dcp__error_clear(&err);
     DCP_CHECK_STATUS(dcp__pack_land(&mover, NULL, LAND_KEPT, &rt, &x, recv, &o.in, &b, 8, &scratch, &err),
                      DCP_ERR_INVALID_PLAN);
@@ -311,7 +311,7 @@ DCP_TEST(land_refuses_an_own_piece_over_a_received_one)
 static void put_row(unsigned char *host, int m, int64_t token_offset, int64_t num_tokens, int64_t cu_offset,
                     int64_t num_cu, int64_t max_seqlen, int64_t local_cp, int64_t cp_rank, int64_t sequences)
 {
-    dcp_body_row row = {token_offset, num_tokens, cu_offset, num_cu, max_seqlen, local_cp, cp_rank, sequences};
+    dcp__body_row row = {token_offset, num_tokens, cu_offset, num_cu, max_seqlen, local_cp, cp_rank, sequences};
     memcpy(host + (size_t)m * sizeof row, &row, sizeof row);
 }
 
@@ -338,7 +338,7 @@ DCP_TEST(views_of_pp2_vpp2_first_rank)
      * 2 microbatches, 5 cu entries, 6 tokens: rows [0,128) cu [128,192) cu_padded [192,256)
      * tokens [256,320) position_ids [320,384) mask [384,448)
      */
-    dcp_body_layout b;
+    dcp__body_layout b;
     dcp__body_layout_compute(2, 5, 6, kept, &b);
     DCP_REQUIRE_EQ_INT(b.cu, 128);
     DCP_REQUIRE_EQ_INT(b.cu_padded, 192);
@@ -396,7 +396,7 @@ DCP_TEST(views_of_pp2_vpp2_last_rank)
      * 2 microbatches, 5 cu entries, 6 tokens: rows [0,128) cu [128,192) cu_padded [192,256)
      * labels [256,320) loss_mask [320,384) mask [384,448)
      */
-    dcp_body_layout b;
+    dcp__body_layout b;
     dcp__body_layout_compute(2, 5, 6, kept, &b);
     DCP_REQUIRE_EQ_INT(b.field[1], 256);
     DCP_REQUIRE_EQ_INT(b.field[3], 320);
@@ -430,7 +430,7 @@ DCP_TEST(views_of_an_mtp_virtual_stage)
     c.virtual_pipeline_size = 2;
     /* 1 microbatch, 2 cu entries, 3 tokens, all fields: rows [0,64) cu [64,128) cu_padded [128,192)
      * tokens [192,256) labels [256,320) position_ids [320,384) loss_mask [384,448) mask [448,512) */
-    dcp_body_layout b;
+    dcp__body_layout b;
     dcp__body_layout_compute(1, 2, 3, DCP_FIELD_ALL, &b);
     DCP_REQUIRE_EQ_INT(b.field[0], 192);
     DCP_REQUIRE_EQ_INT(b.field[1], 256);

@@ -33,14 +33,14 @@
 typedef struct fixture {
     dcp_config c;
     _Alignas(64) unsigned char plan_memory[4096];
-    dcp_arena plan_arena;
+    dcp__arena plan_arena;
     dcp_plan plan;
     int32_t padded[3], original[3], offsets[3];
-    dcp_step_lengths L;
+    dcp__step_lengths L;
     int32_t local_sample[2][4];
     int64_t local_start[2][4];
     int32_t local_pairs[2][8];
-    dcp_local_sequences local[2];
+    dcp__local_sequences local[2];
 } fixture;
 
 static void fixture_config(fixture *f, dcp_cp_partition partition)
@@ -105,7 +105,7 @@ static void set_local(fixture *f, int p, int32_t k, int32_t sample, int64_t star
  */
 static void fixture_wipe(fixture *f)
 {
-    dcp_arena a;
+    dcp__arena a;
     dcp__arena_init(&a, f->plan_memory, sizeof f->plan_memory);
     dcp__arena_release(&a);
     memset(f, 0, sizeof *f);
@@ -167,23 +167,23 @@ static int fixture_two_microbatches_crossed(fixture *f) { return fixture_two_mic
 /* ------------------------------------------------------------------------ */
 
 typedef struct tables {
-    dcp_thd_geometry geo[4];
+    dcp__thd_geometry geo[4];
     int32_t group[4], first[5], original[8], padded[8];
-    dcp_rank_geometry geometry;
-    dcp_body_row rows[4];
+    dcp__rank_geometry geometry;
+    dcp__body_row rows[4];
     int32_t cu[16], cu_padded[16];
     int32_t sender[MAXP];
     int64_t cursor[MAXP], dst[MAXP], length[MAXP], tokens_from[NR];
     int32_t o_sample[MAXP];
     int64_t o_src[MAXP], o_dst[MAXP], o_length[MAXP];
-    dcp_receive_table rt;
+    dcp__receive_table rt;
     int32_t s_sample[MAXP], s_peer[MAXP];
     int64_t s_src[MAXP], s_cursor[MAXP], s_length[MAXP], tokens_to[NR];
-    dcp_send_table st;
+    dcp__send_table st;
     _Alignas(64) unsigned char gs_memory[16384];
-    dcp_arena gs_arena;
-    dcp_group_scratch gs;
-    dcp_error err;
+    dcp__arena gs_arena;
+    dcp__group_scratch gs;
+    dcp__error err;
 } tables;
 
 /* Geometry (capacities as given), receive and send tables of `rank`. */
@@ -203,11 +203,11 @@ static dcp_status compute_tables(const fixture *f, int32_t rank, int64_t token_c
                                          &t->err);
     if (s != DCP_OK) return s;
     /* counts -1 until the stage writes them */
-    dcp_receive_table rt = {t->rows,     t->cu,       t->cu_padded, t->sender, t->cursor, t->dst,     t->length, -1,
+    dcp__receive_table rt = {t->rows,     t->cu,       t->cu_padded, t->sender, t->cursor, t->dst,     t->length, -1,
                             t->tokens_from, t->o_sample, t->o_src, t->o_dst, t->o_length, -1, -1};
     t->rt = rt;
     dcp__reroute_receive(&f->plan, &f->c, &f->L, rank, &f->local[rank / 2], &t->geometry, &t->gs, &t->rt);
-    dcp_send_table st = {t->s_sample, t->s_peer, t->s_src, t->s_cursor, t->s_length, -1, send_capacity, t->tokens_to};
+    dcp__send_table st = {t->s_sample, t->s_peer, t->s_src, t->s_cursor, t->s_length, -1, send_capacity, t->tokens_to};
     t->st = st;
     return dcp__reroute_send(&f->plan, &f->c, &f->L, rank, &f->local[rank / 2], &t->gs, &t->st, &t->err);
 }
@@ -266,7 +266,7 @@ static void check_tables(const tables *t, const want *w, int32_t microbatches, i
     EQ(t->geometry.total_tokens, w->total_tokens, "total_tokens", 0);
     EQ(t->geometry.total_cu, w->total_cu, "total_cu", 0);
     for (int32_t m = 0; m < microbatches; m++) {
-        const dcp_body_row *r = &t->rows[m];
+        const dcp__body_row *r = &t->rows[m];
         const int64_t got[8] = {r->token_offset, r->num_tokens,  r->cu_offset, r->num_cu_seqlens,
                                 r->max_seqlen,   r->local_cp_size, r->cp_rank,   r->num_sequences};
         for (int k = 0; k < 8; k++) EQ(got[k], w->row[m][k], m == 0 ? "row 0 field" : "row 1 field", k);
@@ -710,11 +710,11 @@ DCP_TEST(rank_geometry_takes_what_its_size_says)
     c.max_sequences = 4;
     c.max_microbatches = 0;
     const size_t size = dcp__rank_geometry_size(&c);
-    DCP_CHECK_EQ_INT(size, DCP_ARENA_BYTES(dcp_thd_geometry, 4) + 4 * 64);
+    DCP_CHECK_EQ_INT(size, DCP_ARENA_BYTES(dcp__thd_geometry, 4) + 4 * 64);
     _Alignas(64) static unsigned char memory[4096];
     DCP_REQUIRE(size <= sizeof memory);
-    dcp_arena a;
-    dcp_rank_geometry g;
+    dcp__arena a;
+    dcp__rank_geometry g;
     dcp__arena_init(&a, memory, size);
     DCP_CHECK_STATUS(dcp__rank_geometry_take(&c, 4, &a, &g), DCP_OK);
     DCP_CHECK_EQ_INT(a.used, size);
@@ -770,7 +770,7 @@ DCP_TEST(blocks_round_to_8_bytes_and_count_stats)
      */
     const int64_t to[4] = {3, 0, 2, 1}, from[4] = {1, 0, 0, 6};
     size_t sb[4], so[4], rb[4], ro[4];
-    dcp_exchange_blocks x;
+    dcp__exchange_blocks x;
     dcp_step_stats stats;
     memset(&stats, 0, sizeof stats);
     dcp__reroute_blocks(to, from, 4, 1, 2, 20, sb, so, rb, ro, &x, &stats);
@@ -866,7 +866,7 @@ static void exchange_rank(int32_t rank, void *arg)
     memset(e->recv[rank], '.', sizeof e->recv[rank]);
     memset(&e->stats[rank], 0, sizeof e->stats[rank]);
     if (e->fault[rank] != DCP_FAULT_NONE) dcp_inproc_inject_fault(e->world, rank, e->fault[rank]);
-    dcp_error err;
+    dcp__error err;
     dcp__error_clear(&err);
     e->status[rank] = dcp__reroute_exchange(&comm, send, sb, so, e->recv[rank], rb, ro, &e->stats[rank], &err);
     snprintf(e->message[rank], sizeof e->message[rank], "%s", err.message);
@@ -968,19 +968,19 @@ static dcp_status move_rank_run(moved *mv, int32_t rank, tables *t, unsigned cha
         samples[1].num_tokens = 4;
     }
     size_t sb[NR], so[NR], rb[NR], ro[NR];
-    dcp_exchange_blocks x;
+    dcp__exchange_blocks x;
     dcp__reroute_blocks(t->tokens_to, t->tokens_from, NR, rank, t->rt.own_tokens, dcp__bytes_per_token(KEPT), sb, so,
                         rb, ro, &x, &mv->stats[rank]);
-    dcp_mover mover;
+    dcp__mover mover;
     dcp__mover_cpu_init(&mover, body, body_bytes);
-    dcp_arena scratch;
+    dcp__arena scratch;
     dcp__arena_init(&scratch, scratch_memory, scratch_bytes);
     unsigned char *send = NULL, *recv = NULL;
     s = mover.ops->buffers(&mover, &x, &scratch, &send, &recv, &t->err);
-    dcp_send_pieces sp = {t->st.count, t->s_sample, t->s_src, t->s_peer, t->s_cursor, t->s_length};
+    dcp__send_pieces sp = {t->st.count, t->s_sample, t->s_src, t->s_peer, t->s_cursor, t->s_length};
     if (s == DCP_OK) s = mover.ops->stage(&mover, NULL, &in, KEPT, &sp, &x, send, &scratch, &t->err);
     if (s == DCP_OK) s = dcp__reroute_exchange(&comm, send, sb, so, recv, rb, ro, &mv->stats[rank], &t->err);
-    dcp_body_layout b;
+    dcp__body_layout b;
     dcp__body_layout_compute(mv->f.plan.num_microbatches, t->geometry.total_cu, t->geometry.total_tokens, KEPT, &b);
     if (s == DCP_OK && b.used > body_bytes) s = DCP_ERR_CAPACITY;
     if (s == DCP_OK)

@@ -165,7 +165,7 @@ DCP_TEST(plan_builder_capacity)
 {
     fixture f;
     fixture_init(&f, 4);
-    dcp_error err;
+    dcp__error err;
     f.plan.max_ids = 2;
     DCP_REQUIRE_OK(dcp__plan_open_microbatch(&f.plan, &err));
     DCP_CHECK_STATUS(dcp__plan_push_group(&f.plan, 0, 4, (int32_t[]){1, 2, 3}, 3, &err), DCP_ERR_CAPACITY);

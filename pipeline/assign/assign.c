@@ -49,13 +49,13 @@ size_t dcp__assign_scratch_size(const dcp_config *config)
     return s ? s->scratch_size(config) : 0;
 }
 
-dcp_status dcp__assign(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err)
+dcp_status dcp__assign(const dcp__schedule_input *in, dcp_plan *plan, dcp__arena *scratch, dcp__error *err)
 {
     dcp__plan_clear(plan, in->num_ranks);
     if (in->num_sequences == 0) return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "empty batch: no sequences to plan");
     const dcp__scheduler *s = dcp__scheduler_of(in->config->scheduler);
     if (!s) return dcp__fail(err, DCP_ERR_INVALID_CONFIG, "unknown scheduler %d", (int)in->config->scheduler);
-    dcp_schedule_input offer = *in;
+    dcp__schedule_input offer = *in;
     offer.candidate = dcp__scheduler_candidate_of(in->config->scheduler);
     return s->assign(&offer, plan, scratch, err);
 }

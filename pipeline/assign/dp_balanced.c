@@ -37,7 +37,7 @@ size_t dcp__assign_dp_balanced_scratch_size(const dcp_config *c)
     return s;
 }
 
-dcp_status dcp__assign_dp_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err)
+dcp_status dcp__assign_dp_balanced(const dcp__schedule_input *in, dcp_plan *plan, dcp__arena *scratch, dcp__error *err)
 {
     const dcp_config *c = in->config;
     const int32_t n = in->num_sequences, dp = c->data_parallel_size, cp = c->context_parallel_size;

@@ -14,7 +14,7 @@
  * per-rank arrays at the end, so the barrier model's scratch is unchanged,
  * and a VPP group adds the state a pass keeps for its second alignment.
  */
-static int balanced_layout(balanced *b, dcp_arena *a, const dcp_config *config, int32_t n, int32_t num_ranks,
+static int balanced_layout(balanced *b, dcp__arena *a, const dcp_config *config, int32_t n, int32_t num_ranks,
                            const dcp__scheduler *candidate)
 {
     const int dependency = config->cost.step_model == DCP_STEP_MODEL_DEPENDENCY;
@@ -71,7 +71,7 @@ static int balanced_layout(balanced *b, dcp_arena *a, const dcp_config *config, 
     b->ref_region = NULL;
     b->ref_region_size = 0;
     if (candidate) {
-        dcp_arena need;
+        dcp__arena need;
         dcp__arena_init_measure(&need);
         dcp_plan tables;
         int32_t *position;
@@ -200,7 +200,7 @@ static int balanced_layout(balanced *b, dcp_arena *a, const dcp_config *config, 
 size_t dcp__assign_balanced_scratch_size(const dcp_config *config, const dcp__scheduler *candidate)
 {
     balanced b;
-    dcp_arena measure;
+    dcp__arena measure;
     dcp__arena_init_measure(&measure);
     if (!balanced_layout(&b, &measure, config, config->max_sequences, dcp_config_num_ranks(config), candidate))
         return SIZE_MAX;
@@ -241,12 +241,12 @@ static void try_pass(balanced *b, int sequential, int64_t target, const int64_t 
     }
 }
 
-dcp_status dcp__assign_balanced(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err)
+dcp_status dcp__assign_balanced(const dcp__schedule_input *in, dcp_plan *plan, dcp__arena *scratch, dcp__error *err)
 {
     return dcp__assign_balanced_with(in, plan, scratch, err, DCP__BALANCED_SHORTCUTS, NULL);
 }
 
-dcp_status dcp__assign_balanced_with(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err,
+dcp_status dcp__assign_balanced_with(const dcp__schedule_input *in, dcp_plan *plan, dcp__arena *scratch, dcp__error *err,
                                      unsigned shortcuts, dcp__balanced_report *report)
 {
     const dcp_config *c = in->config;

@@ -96,7 +96,7 @@ int32_t dcp__balanced_sort_groups(const saved_plan *k, int32_t *by_class, int32_
  * 0.  Dependency model: the plan and layout balanced_place.c chose, groups
  * in first-rank order.
  */
-dcp_status dcp__balanced_emit(balanced *b, dcp_plan *plan, dcp_error *err)
+dcp_status dcp__balanced_emit(balanced *b, dcp_plan *plan, dcp__error *err)
 {
     const saved_plan *best = &b->kept[0];
     for (int j = 1; j < b->num_kept; j++)

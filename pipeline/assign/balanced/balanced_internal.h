@@ -690,10 +690,10 @@ int dcp__balanced_place(balanced *b);
 void dcp__balanced_keep_plan(balanced *b, int64_t makespan, int slot);
 void dcp__balanced_restore_plan(balanced *b, const saved_plan *k);
 int32_t dcp__balanced_sort_groups(const saved_plan *k, int32_t *by_class, int32_t *first, int32_t *cursor, int32_t *out);
-dcp_status dcp__balanced_emit(balanced *b, dcp_plan *plan, dcp_error *err);
+dcp_status dcp__balanced_emit(balanced *b, dcp_plan *plan, dcp__error *err);
 
 /* balanced_reference.c: dynamic_cp's plan as a candidate (its tables are also sized by the layout) */
-void dcp__balanced_reference_tables(dcp_plan *plan, int32_t **position, dcp_arena *a, int32_t n);
-int dcp__balanced_read_reference(balanced *b, const dcp_schedule_input *in, int32_t max_microbatches);
+void dcp__balanced_reference_tables(dcp_plan *plan, int32_t **position, dcp__arena *a, int32_t n);
+int dcp__balanced_read_reference(balanced *b, const dcp__schedule_input *in, int32_t max_microbatches);
 
 #endif /* DCP_BALANCED_INTERNAL_H */

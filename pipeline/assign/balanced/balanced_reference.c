@@ -11,7 +11,7 @@
 #include "../../../core/plan.h"
 
 /* The candidate's plan tables and each id's position, for n sequences, from `a` (NULL where they do not fit). */
-void dcp__balanced_reference_tables(dcp_plan *plan, int32_t **position, dcp_arena *a, int32_t n)
+void dcp__balanced_reference_tables(dcp_plan *plan, int32_t **position, dcp__arena *a, int32_t n)
 {
     const size_t un = (size_t)n;
     plan->microbatch_first_group = DCP_ARENA_NEW(a, int32_t, un + 1);
@@ -29,9 +29,9 @@ void dcp__balanced_reference_tables(dcp_plan *plan, int32_t **position, dcp_aren
  * arrays restore_plan() rebuilds right after.  Returns the slot, or -1 when
  * the candidate has no plan for the batch.
  */
-int dcp__balanced_read_reference(balanced *b, const dcp_schedule_input *in, int32_t max_microbatches)
+int dcp__balanced_read_reference(balanced *b, const dcp__schedule_input *in, int32_t max_microbatches)
 {
-    dcp_arena scratch;
+    dcp__arena scratch;
     dcp__arena_init(&scratch, b->ref_region, b->ref_region_size);
     dcp_plan plan;
     int32_t *position;
@@ -41,8 +41,8 @@ int dcp__balanced_read_reference(balanced *b, const dcp_schedule_input *in, int3
         position) {
         if (max_microbatches < plan.max_microbatches) plan.max_microbatches = max_microbatches;
         dcp__plan_clear(&plan, b->num_ranks);
-        dcp_error ignored; /* no plan from the candidate (more microbatches than allowed) only means no such candidate */
-        dcp_schedule_input alone = *in;
+        dcp__error ignored; /* no plan from the candidate (more microbatches than allowed) only means no such candidate */
+        dcp__schedule_input alone = *in;
         alone.candidate = NULL;
         st = in->candidate->assign(&alone, &plan, &scratch, &ignored);
     }

@@ -8,7 +8,7 @@
 #include "../../../core/plan.h"
 
 /* Lay out every scratch array; run on a measuring arena it gives the scratch size. */
-static int dyn_alloc(dyn_state *st, dcp_arena *a, int32_t n, int32_t ranks, int32_t min_cp_size)
+static int dyn_alloc(dyn_state *st, dcp__arena *a, int32_t n, int32_t ranks, int32_t min_cp_size)
 {
     const int32_t p2 = (int32_t)1 << dcp__dynamic_cp_log2_floor(ranks);
     const int32_t j0 = dcp__dynamic_cp_log2_floor(min_cp_size), j1 = dcp__dynamic_cp_log2_floor(p2);
@@ -54,13 +54,13 @@ size_t dcp__assign_dynamic_cp_scratch_size(const dcp_config *config)
     int32_t ranks = dcp_config_num_ranks(config);
     if (ranks <= 0 || config->max_sequences <= 0) return 0;
     dyn_state st;
-    dcp_arena measure;
+    dcp__arena measure;
     dcp__arena_init_measure(&measure);
     dyn_alloc(&st, &measure, config->max_sequences, ranks, config->min_cp_size > 0 ? config->min_cp_size : 1);
     return measure.used;
 }
 
-dcp_status dcp__assign_dynamic_cp(const dcp_schedule_input *in, dcp_plan *plan, dcp_arena *scratch, dcp_error *err)
+dcp_status dcp__assign_dynamic_cp(const dcp__schedule_input *in, dcp_plan *plan, dcp__arena *scratch, dcp__error *err)
 {
     const dcp_config *c = in->config;
     const int32_t n = in->num_sequences, ranks = in->num_ranks;
@@ -81,8 +81,8 @@ dcp_status dcp__assign_dynamic_cp(const dcp_schedule_input *in, dcp_plan *plan, 
     st.n = n;
     st.max_mb = plan->max_microbatches < n ? plan->max_microbatches : n;
 
-    const dcp_u128 largest_load = (dcp_u128)in->lengths[in->sorted_ids[0]] * (dcp_u128)st.per_rank * st.pow2_ranks;
-    while ((largest_load >> st.load_shift) >= ((dcp_u128)1 << DYN_LOAD_LOG2)) st.load_shift++;
+    const dcp__u128 largest_load = (dcp__u128)in->lengths[in->sorted_ids[0]] * (dcp__u128)st.per_rank * st.pow2_ranks;
+    while ((largest_load >> st.load_shift) >= ((dcp__u128)1 << DYN_LOAD_LOG2)) st.load_shift++;
 
     for (int32_t j = st.log2_min_cp; j <= st.log2_pow2; j++) {
         dyn_node *t = st.nodes + st.tree_offset[j];

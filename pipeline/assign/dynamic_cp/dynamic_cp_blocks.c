@@ -8,7 +8,7 @@
 #include "dynamic_cp_internal.h"
 
 /* Record the finished microbatch: its groups in rank order, ids in placement order. */
-dcp_status dcp__dynamic_cp_store_microbatch(dyn_state *st, dcp_error *err)
+dcp_status dcp__dynamic_cp_store_microbatch(dyn_state *st, dcp__error *err)
 {
     if (st->num_mb >= st->max_mb || st->num_blocks + st->num_groups > st->n)
         return dcp__fail(err, DCP_ERR_CAPACITY,
@@ -100,7 +100,7 @@ static int split_microbatch(dyn_state *st, int32_t i)
     return 1;
 }
 
-dcp_status dcp__dynamic_cp_align_microbatches(dyn_state *st, dcp_error *err)
+dcp_status dcp__dynamic_cp_align_microbatches(dyn_state *st, dcp__error *err)
 {
     const int32_t multiple = st->align_group;
     int32_t remainder = (multiple - st->num_mb % multiple) % multiple;

@@ -105,9 +105,9 @@ void dcp__dynamic_cp_full_group_microbatch(dyn_state *st, int32_t first_pos)
 {
     const int32_t ranks = st->num_ranks;
     const int32_t tall = st->sorted[first_pos];
-    const dcp_u128 cap = dcp__dynamic_cp_cap_times(st->lengths[tall], st->per_rank, ranks); /* loads scaled by N: s*s */
+    const dcp__u128 cap = dcp__dynamic_cp_cap_times(st->lengths[tall], st->per_rank, ranks); /* loads scaled by N: s*s */
     int64_t tokens = st->lengths[tall];
-    dcp_u128 load = (dcp_u128)st->lengths[tall] * (dcp_u128)st->lengths[tall];
+    dcp__u128 load = (dcp__u128)st->lengths[tall] * (dcp__u128)st->lengths[tall];
     st->num_groups = 1;
     st->group_size[0] = ranks;
     st->free_rank = ranks;
@@ -119,7 +119,7 @@ void dcp__dynamic_cp_full_group_microbatch(dyn_state *st, int32_t first_pos)
         int32_t id = st->sorted[p];
         if (st->min_cp[id] <= st->pow2_ranks) break; /* the rest cannot use a group of N */
         int64_t s = st->lengths[id];
-        dcp_u128 square = (dcp_u128)s * (dcp_u128)s;
+        dcp__u128 square = (dcp__u128)s * (dcp__u128)s;
         if (tokens + s > st->per_rank * ranks || load + square > cap || st->num_placed >= st->seq_cap) continue;
         tokens += s;
         load += square;

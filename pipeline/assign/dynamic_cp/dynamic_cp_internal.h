@@ -73,7 +73,7 @@
 
 #include <string.h>
 
-typedef unsigned __int128 dcp_u128;
+typedef unsigned __int128 dcp__u128;
 
 /*
  * Loads stay below 2^60 (sums of two below 2^62): when s_tallest * M * L
@@ -180,20 +180,20 @@ static inline int32_t dcp__dynamic_cp_find_unplaced(int32_t *next, int32_t p)
 /* Per-rank load of a sequence of length s on 2^j ranks: s*s/2^j scaled by L, in units of 2^load_shift. */
 static inline int64_t dcp__dynamic_cp_load_of(const dyn_state *st, int64_t s, int32_t j)
 {
-    return (int64_t)((((dcp_u128)s * (dcp_u128)s) << (st->log2_pow2 - j)) >> st->load_shift);
+    return (int64_t)((((dcp__u128)s * (dcp__u128)s) << (st->log2_pow2 - j)) >> st->load_shift);
 }
 
 /* ---- functions the phases offer each other (each documented where it is defined) ---- */
 
 /* dynamic_cp_exact.c: the reference's binary64 arithmetic, replayed on integers */
-dcp_u128 dcp__dynamic_cp_cap_times(int64_t tall, int64_t per_rank, int64_t x);
+dcp__u128 dcp__dynamic_cp_cap_times(int64_t tall, int64_t per_rank, int64_t x);
 soft_double dcp__dynamic_cp_soft_div(int64_t s, int64_t n);
 soft_double dcp__dynamic_cp_soft_add(soft_double a, soft_double b);
 int dcp__dynamic_cp_soft_le(soft_double a, int64_t limit);
 
 /* dynamic_cp_place.c: one microbatch, from its tallest sequence to its last group (and its form for one rank) */
-dcp_status dcp__dynamic_cp_next_microbatch(dyn_state *st, int32_t first_pos, dcp_error *err);
-dcp_status dcp__dynamic_cp_next_microbatch_one_rank(dyn_state *st, int32_t first_pos, dcp_error *err);
+dcp_status dcp__dynamic_cp_next_microbatch(dyn_state *st, int32_t first_pos, dcp__error *err);
+dcp_status dcp__dynamic_cp_next_microbatch_one_rank(dyn_state *st, int32_t first_pos, dcp__error *err);
 
 /* dynamic_cp_fill.c: the microbatch's empty ranks; the groups of all N ranks */
 int dcp__dynamic_cp_fill_empty_ranks(dyn_state *st);
@@ -201,7 +201,7 @@ void dcp__dynamic_cp_full_group_fallback(dyn_state *st, int32_t first_pos);
 void dcp__dynamic_cp_full_group_microbatch(dyn_state *st, int32_t first_pos);
 
 /* dynamic_cp_blocks.c: the finished microbatches */
-dcp_status dcp__dynamic_cp_store_microbatch(dyn_state *st, dcp_error *err);
-dcp_status dcp__dynamic_cp_align_microbatches(dyn_state *st, dcp_error *err);
+dcp_status dcp__dynamic_cp_store_microbatch(dyn_state *st, dcp__error *err);
+dcp_status dcp__dynamic_cp_align_microbatches(dyn_state *st, dcp__error *err);
 
 #endif /* DCP_DYNAMIC_CP_INTERNAL_H */

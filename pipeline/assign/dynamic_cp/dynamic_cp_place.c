@@ -226,7 +226,7 @@ static void reset_microbatch(dyn_state *st)
  * Build the microbatch whose tallest sequence is at sorted position first_pos
  * (the first one unplaced) and store it.
  */
-dcp_status dcp__dynamic_cp_next_microbatch(dyn_state *st, int32_t first_pos, dcp_error *err)
+dcp_status dcp__dynamic_cp_next_microbatch(dyn_state *st, int32_t first_pos, dcp__error *err)
 {
     const int32_t tall = st->sorted[first_pos];
     const int32_t c0 = st->min_cp[tall];
@@ -283,7 +283,7 @@ dcp_status dcp__dynamic_cp_next_microbatch(dyn_state *st, int32_t first_pos, dcp
  * length is the group's room, and place() always takes the group then),
  * without the class trees.
  */
-dcp_status dcp__dynamic_cp_next_microbatch_one_rank(dyn_state *st, int32_t first_pos, dcp_error *err)
+dcp_status dcp__dynamic_cp_next_microbatch_one_rank(dyn_state *st, int32_t first_pos, dcp__error *err)
 {
     const int32_t tall = st->sorted[first_pos];
     st->num_groups = 1;
