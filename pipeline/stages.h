@@ -297,9 +297,12 @@ dcp_status dcp__pack_land(dcp__mover *mover, void *stream, uint32_t kept, const 
                           const dcp__exchange_blocks *blocks, const unsigned char *recv, const dcp_step_input *input,
                           const dcp__body_layout *b, int64_t total_tokens, dcp__arena *scratch, dcp__error *err);
 
-/* The views of every virtual stage over a body laid out as `b` (rows read from the host body). */
-void dcp__pack_views(const dcp_config *config, int32_t pipeline_rank, uint32_t mtp_virtual_stages,
-                     int32_t microbatches, uint32_t kept, const dcp__body_layout *b, const unsigned char *host_body,
+/*
+ * One virtual stage's views, [microbatches], over a body laid out as `b`
+ * (rows read from the host body), showing the fields in `shown` (what
+ * dcp__strip_view_fields decides for that stage; the driver passes it on).
+ */
+void dcp__pack_views(int32_t microbatches, uint32_t shown, const dcp__body_layout *b, const unsigned char *host_body,
                      const unsigned char *body, dcp_microbatch *views);
 
 /* ---- broadcast (broadcast.c) ---- */

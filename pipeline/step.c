@@ -289,6 +289,19 @@ static dcp_status finish(dcp_context *ctx, dcp_status s, dcp__error *err, const 
     return DCP_OK;
 }
 
+/*
+ * The views of every virtual stage, [vpp][microbatches]: strip decides which
+ * of the kept fields virtual stage v shows, pack builds its list.
+ */
+void dcp__step_views(const dcp_config *c, int32_t pipeline_rank, uint32_t mtp, int32_t microbatches, uint32_t kept,
+                     const dcp__body_layout *b, const unsigned char *host_body, const unsigned char *body,
+                     dcp_microbatch *views)
+{
+    for (int32_t v = 0; v < c->virtual_pipeline_size; v++)
+        dcp__pack_views(microbatches, dcp__strip_view_fields(c, pipeline_rank, mtp, v, kept), b, host_body, body,
+                        views + (size_t)v * (size_t)microbatches);
+}
+
 dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_input *input,
                     const dcp_step_output **output)
 {
@@ -411,7 +424,7 @@ dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_
 
     dcp__body_layout b;
     dcp__body_layout_compute(header.microbatches, header.cu, header.tokens, (uint32_t)header.kept, &b);
-    dcp__pack_views(&ctx->config, args->pipeline_rank, args->mtp_virtual_stages, (int32_t)header.microbatches,
+    dcp__step_views(&ctx->config, args->pipeline_rank, args->mtp_virtual_stages, (int32_t)header.microbatches,
                     (uint32_t)header.kept, &b, st->mover.host_body, st->mover.body, st->views);
     st->output.num_microbatches = (int32_t)header.microbatches;
     st->output.num_virtual_stages = ctx->config.virtual_pipeline_size;

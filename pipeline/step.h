@@ -28,6 +28,15 @@ typedef struct dcp__step_state {
     dcp_step_output output;
 } dcp__step_state;
 
+/*
+ * The views of every virtual stage, [virtual_pipeline_size][microbatches],
+ * over a body laid out as `b`: the fields dcp__strip_view_fields gives each
+ * stage, lists built by dcp__pack_views (step.c, the driver, composes them).
+ */
+void dcp__step_views(const dcp_config *config, int32_t pipeline_rank, uint32_t mtp_virtual_stages,
+                     int32_t microbatches, uint32_t kept, const dcp__body_layout *b, const unsigned char *host_body,
+                     const unsigned char *body, dcp_microbatch *views);
+
 /* ---- sizes (context.c) ---- */
 
 struct dcp_context;
