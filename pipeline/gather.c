@@ -5,7 +5,6 @@
  * its errors.  The public dcp_gather() and dcp_gather_packed() are in
  * gather_drivers.c.
  */
-#include "context.h"
 #include "stages.h"
 #include "step.h"
 #include "../core/agree.h"

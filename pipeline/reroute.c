@@ -14,6 +14,7 @@
  */
 #include "step.h"
 #include "../core/agree.h"
+#include "../core/capacity.h"
 #include "../core/plan.h"
 
 #include <string.h>

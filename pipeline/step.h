@@ -13,6 +13,7 @@
 #include "dcpack.h"
 #include "../alloc/arena.h"
 #include "../core/body.h"
+#include "../core/capacity.h"
 #include "../core/error.h"
 #include "../core/mover.h"
 #include "../core/pack.h"
@@ -46,12 +47,5 @@ dcp_status dcp__step_layout(struct dcp_context *ctx, dcp__arena *arena, const dc
 size_t dcp__step_scratch_size(const dcp_config *config);
 /* What a device mover must hold for this configuration. */
 void dcp__step_mover_sizes(const dcp_config *config, dcp__mover_sizes *sizes);
-/* Resolved microbatch capacity and cu_seqlens capacity of a rank. */
-int32_t dcp__step_max_microbatches(const dcp_config *config);
-int64_t dcp__step_cu_capacity(const dcp_config *config);
-/* Pieces one rank may send in one step, at most. */
-size_t dcp__step_send_piece_bound(const dcp_config *config);
-/* cu_seqlens entries one microbatch may need, at most. */
-size_t dcp__step_group_cu_bound(const dcp_config *config);
 
 #endif
