@@ -37,18 +37,10 @@ size_t dcp__step_scratch_size(const dcp_config *c)
     if (c->max_tokens_per_rank <= 0) return 0;
     size_t n = (size_t)dcp_config_num_ranks(c), ns = (size_t)c->max_sequences;
     size_t own = dcp__size_mul(2, ns), send = dcp__step_send_piece_bound(c);
-    /* after planning: geometry, group scratch, both route tables, blocks, buffers, the mover's staging and landing */
-    size_t s = dcp__rank_geometry_size(c);
-    s = dcp__size_add(s, dcp__group_scratch_size(c));
-    s = dcp__size_add(s, DCP_ARENA_BYTES(int32_t, own));                       /* receive: sender */
-    s = dcp__size_add(s, dcp__size_mul(3, DCP_ARENA_BYTES(int64_t, own)));     /* receive: cursor, dst, length */
-    s = dcp__size_add(s, dcp__size_mul(2, DCP_ARENA_BYTES(int32_t, send)));    /* send: sample, peer */
-    s = dcp__size_add(s, dcp__size_mul(3, DCP_ARENA_BYTES(int64_t, send)));    /* send: src, cursor, length */
-    s = dcp__size_add(s, dcp__size_mul(2, DCP_ARENA_BYTES(int64_t, n)));       /* tokens to / from each peer */
-    s = dcp__size_add(s, dcp__size_mul(4, DCP_ARENA_BYTES(size_t, n)));        /* block bytes and offsets */
+    /* after planning: reroute's geometry, group scratch and tables (measured from their layout code), the
+       exchange buffers, the mover's staging and landing */
+    size_t s = dcp__reroute_scratch_size(c);
     s = dcp__size_add(s, dcp__size_mul(2, dcp__arena_bytes(1, dcp__size_add(staging_bytes(c), 1))));
-    s = dcp__size_add(s, DCP_ARENA_BYTES(int32_t, own));                       /* own: sample */
-    s = dcp__size_add(s, dcp__size_mul(3, DCP_ARENA_BYTES(int64_t, own)));     /* own: src, dst, length */
     /* the CPU mover: staging (field bases, offsets, sample buffers), then landing (its segment table) */
     size_t stage = dcp__size_add(DCP_ARENA_BYTES(int64_t, n), DCP_ARENA_BYTES(int64_t, send));
     stage = dcp__size_add(stage, DCP_ARENA_BYTES(const void *, ns));

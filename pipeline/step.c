@@ -207,40 +207,20 @@ static dcp_status exchange_and_pack(step_run *r, dcp__error *err)
     dcp__arena *scratch = &ctx->arena; /* after the geometry's scratch */
     const dcp_config *c = &ctx->config;
     const int32_t n = ctx->num_ranks;
-    const size_t own = 2 * (size_t)c->max_sequences;
     const size_t per_token = dcp__bytes_per_token(r->kept);
     void *stream = r->args->cuda_stream;
     const int64_t t_stage = now_ns();
 
     dcp__body_layout b;
     dcp__body_layout_compute(r->plan->num_microbatches, r->geometry.total_cu, r->geometry.total_tokens, r->kept, &b);
-    dcp__receive_table rt = {(dcp__body_row *)(st->mover.host_body + b.rows),
-                            (int32_t *)(st->mover.host_body + b.cu),
-                            (int32_t *)(st->mover.host_body + b.cu_padded),
-                            DCP_ARENA_NEW(scratch, int32_t, own),
-                            DCP_ARENA_NEW(scratch, int64_t, own),
-                            DCP_ARENA_NEW(scratch, int64_t, own),
-                            DCP_ARENA_NEW(scratch, int64_t, own),
-                            0,
-                            DCP_ARENA_NEW_ZERO(scratch, int64_t, n),
-                            DCP_ARENA_NEW(scratch, int32_t, own),
-                            DCP_ARENA_NEW(scratch, int64_t, own),
-                            DCP_ARENA_NEW(scratch, int64_t, own),
-                            DCP_ARENA_NEW(scratch, int64_t, own),
-                            0,
-                            0};
-    const size_t send_bound = dcp__step_send_piece_bound(c);
-    dcp__send_table sendt = {DCP_ARENA_NEW(scratch, int32_t, send_bound), DCP_ARENA_NEW(scratch, int32_t, send_bound),
-                            DCP_ARENA_NEW(scratch, int64_t, send_bound), DCP_ARENA_NEW(scratch, int64_t, send_bound),
-                            DCP_ARENA_NEW(scratch, int64_t, send_bound), 0, (int64_t)send_bound,
-                            DCP_ARENA_NEW_ZERO(scratch, int64_t, n)};
-    size_t *send_bytes = DCP_ARENA_NEW(scratch, size_t, n), *send_offsets = DCP_ARENA_NEW(scratch, size_t, n);
-    size_t *recv_bytes = DCP_ARENA_NEW(scratch, size_t, n), *recv_offsets = DCP_ARENA_NEW(scratch, size_t, n);
-    if (!rt.sender || !rt.cursor || !rt.dst || !rt.length || !rt.tokens_from || !rt.own_sample || !rt.own_src ||
-        !rt.own_dst || !rt.own_length || !sendt.sample || !sendt.peer ||
-        !sendt.src || !sendt.cursor || !sendt.length || !sendt.tokens_to || !send_bytes || !send_offsets ||
-        !recv_bytes || !recv_offsets)
+    dcp__receive_table rt;
+    dcp__send_table sendt;
+    dcp__block_arrays xa;
+    if (dcp__reroute_tables_take(c, scratch, &rt, &sendt, &xa) != DCP_OK)
         return dcp__fail(err, DCP_ERR_CAPACITY, "step: exchange scratch too small");
+    rt.rows = (dcp__body_row *)(st->mover.host_body + b.rows);
+    rt.cu = (int32_t *)(st->mover.host_body + b.cu);
+    rt.cu_padded = (int32_t *)(st->mover.host_body + b.cu_padded);
 
     dcp__reroute_receive(r->plan, c, &r->lengths, r->rank, &st->local, &r->geometry, &r->gs, &rt);
     r->stats.tokens_computed += rt.own_tokens;
@@ -251,8 +231,8 @@ static dcp_status exchange_and_pack(step_run *r, dcp__error *err)
         if (s != DCP_OK) return s;
     }
     dcp__exchange_blocks blocks;
-    dcp__reroute_blocks(sendt.tokens_to, rt.tokens_from, n, r->rank, rt.own_tokens, per_token, send_bytes,
-                        send_offsets, recv_bytes, recv_offsets, &blocks, &r->stats);
+    dcp__reroute_blocks(sendt.tokens_to, rt.tokens_from, n, r->rank, rt.own_tokens, per_token, xa.send_bytes,
+                        xa.send_offsets, xa.recv_bytes, xa.recv_offsets, &blocks, &r->stats);
     unsigned char *send = NULL, *recv = NULL;
     dcp_status s = mover->ops->buffers(mover, &blocks, scratch, &send, &recv, err);
     if (s != DCP_OK) return s;
@@ -265,8 +245,8 @@ static dcp_status exchange_and_pack(step_run *r, dcp__error *err)
     const int64_t t_exchange = now_ns();
     r->stats.time_stage_ns += t_exchange - t_stage;
     if (per_token > 0 && n > 1) { /* a lane of one rank keeps every token: nothing travels */
-        s = dcp__reroute_exchange(r->lane, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets, &r->stats,
-                                  err);
+        s = dcp__reroute_exchange(r->lane, send, xa.send_bytes, xa.send_offsets, recv, xa.recv_bytes, xa.recv_offsets,
+                                  &r->stats, err);
         if (s != DCP_OK) return s;
     }
     const int64_t t_pack = now_ns();
