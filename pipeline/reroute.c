@@ -74,7 +74,12 @@ dcp_status dcp__reroute_tables_take(const dcp_config *c, dcp__arena *scratch, dc
     blocks->send_offsets = DCP_ARENA_NEW(scratch, size_t, n);
     blocks->recv_bytes = DCP_ARENA_NEW(scratch, size_t, n);
     blocks->recv_offsets = DCP_ARENA_NEW(scratch, size_t, n);
-    return dcp__arena_failed(scratch) ? DCP_ERR_CAPACITY : DCP_OK;
+    /* each pointer, not the arena's sticky flag: the step's arena may hold an earlier failed (optional) take */
+    int ok = rt->sender && rt->cursor && rt->dst && rt->length && rt->tokens_from && rt->own_sample && rt->own_src &&
+             rt->own_dst && rt->own_length && send->sample && send->peer && send->src && send->cursor &&
+             send->length && send->tokens_to && blocks->send_bytes && blocks->send_offsets && blocks->recv_bytes &&
+             blocks->recv_offsets;
+    return ok ? DCP_OK : DCP_ERR_CAPACITY;
 }
 
 /* What the take functions above lay out, measured by running them on a measuring arena (no second formula). */
