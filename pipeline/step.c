@@ -17,7 +17,7 @@
  *   broadcast header + body to the TP group (one block for everything)
  *                                                                  -> agree over world
  *
- * The stages are in step.h; this file only sequences them and agrees their
+ * The stages are in stages.h; this file only sequences them and agrees their
  * errors.  Local errors are agreed before any data moves, capacity and
  * geometry errors before the exchange, and communicator failures at the end,
  * so every rank of the step returns the same status and caller memory is
