@@ -11,6 +11,7 @@
 #include "context.h"
 #include "stages.h"
 #include "step.h"
+#include "../core/capacity.h"
 #include "../core/plan.h"
 
 #include <string.h>
@@ -22,38 +23,6 @@ static size_t max_size(size_t a, size_t b) { return a > b ? a : b; }
 /* ------------------------------------------------------------------------ */
 /* The step's sizes                                                          */
 /* ------------------------------------------------------------------------ */
-
-int32_t dcp__step_max_microbatches(const dcp_config *c)
-{
-    return c->max_microbatches > 0 ? c->max_microbatches : c->max_sequences;
-}
-
-int64_t dcp__step_cu_capacity(const dcp_config *c)
-{
-    dcp__thd_params p;
-    dcp__thd_params_from_config(c, 1, &p);
-    int64_t mb = dcp__step_max_microbatches(c);
-    /* each microbatch: its sequences + 1, + 1 for a dummy; or exactly S + 1 */
-    int64_t free_form = (int64_t)c->max_sequences + 2 * mb;
-    return p.max_packed_sequences > 0 ? mb * ((int64_t)p.max_packed_sequences + 1) + free_form : free_form;
-}
-
-/* Pieces one rank may send: <= 2 per (sequence, receiver), receivers of a sequence <= ceil(N / cp); >= 1 token each. */
-size_t dcp__step_send_piece_bound(const dcp_config *c)
-{
-    size_t n = (size_t)dcp_config_num_ranks(c), cp = (size_t)c->context_parallel_size;
-    size_t bound = dcp__size_mul(dcp__size_mul(2, (size_t)c->max_sequences), (n + cp - 1) / cp);
-    return bound < (size_t)c->max_tokens_per_rank ? bound : (size_t)c->max_tokens_per_rank;
-}
-
-size_t dcp__step_group_cu_bound(const dcp_config *c)
-{
-    dcp__thd_params p;
-    dcp__thd_params_from_config(c, 1, &p);
-    int64_t entries = (int64_t)c->max_sequences + 2;
-    if ((int64_t)p.max_packed_sequences + 1 > entries) entries = (int64_t)p.max_packed_sequences + 1;
-    return (size_t)entries;
-}
 
 /* One exchange buffer: every kept field of every token, each peer's block rounded to 8 bytes. */
 static size_t staging_bytes(const dcp_config *c)
@@ -68,18 +37,10 @@ size_t dcp__step_scratch_size(const dcp_config *c)
     if (c->max_tokens_per_rank <= 0) return 0;
     size_t n = (size_t)dcp_config_num_ranks(c), ns = (size_t)c->max_sequences;
     size_t own = dcp__size_mul(2, ns), send = dcp__step_send_piece_bound(c);
-    /* after planning: geometry, group scratch, both route tables, blocks, buffers, the mover's staging and landing */
-    size_t s = dcp__rank_geometry_size(c);
-    s = dcp__size_add(s, dcp__group_scratch_size(c));
-    s = dcp__size_add(s, DCP_ARENA_BYTES(int32_t, own));                       /* receive: sender */
-    s = dcp__size_add(s, dcp__size_mul(3, DCP_ARENA_BYTES(int64_t, own)));     /* receive: cursor, dst, length */
-    s = dcp__size_add(s, dcp__size_mul(2, DCP_ARENA_BYTES(int32_t, send)));    /* send: sample, peer */
-    s = dcp__size_add(s, dcp__size_mul(3, DCP_ARENA_BYTES(int64_t, send)));    /* send: src, cursor, length */
-    s = dcp__size_add(s, dcp__size_mul(2, DCP_ARENA_BYTES(int64_t, n)));       /* tokens to / from each peer */
-    s = dcp__size_add(s, dcp__size_mul(4, DCP_ARENA_BYTES(size_t, n)));        /* block bytes and offsets */
+    /* after planning: reroute's geometry, group scratch and tables (measured from their layout code), the
+       exchange buffers, the mover's staging and landing */
+    size_t s = dcp__reroute_scratch_size(c);
     s = dcp__size_add(s, dcp__size_mul(2, dcp__arena_bytes(1, dcp__size_add(staging_bytes(c), 1))));
-    s = dcp__size_add(s, DCP_ARENA_BYTES(int32_t, own));                       /* own: sample */
-    s = dcp__size_add(s, dcp__size_mul(3, DCP_ARENA_BYTES(int64_t, own)));     /* own: src, dst, length */
     /* the CPU mover: staging (field bases, offsets, sample buffers), then landing (its segment table) */
     size_t stage = dcp__size_add(DCP_ARENA_BYTES(int64_t, n), DCP_ARENA_BYTES(int64_t, send));
     stage = dcp__size_add(stage, DCP_ARENA_BYTES(const void *, ns));

@@ -5,7 +5,6 @@
  * its errors.  The public dcp_gather() and dcp_gather_packed() are in
  * gather_drivers.c.
  */
-#include "context.h"
 #include "stages.h"
 #include "step.h"
 #include "../core/agree.h"
@@ -173,12 +172,29 @@ uint64_t dcp__pairs_hash(const int32_t *pairs, int32_t count)
     return h;
 }
 
+/* The step gather's scratch for n ranks: their headers, the all-gather's bytes and offsets, every (padded, original) pair. */
+typedef struct gather_scratch {
+    rank_header *headers;
+    size_t *bytes, *offsets;
+    int32_t *pairs;
+} gather_scratch;
+
+static int gather_scratch_take(const dcp_config *c, size_t n, dcp__arena *scratch, gather_scratch *g)
+{
+    g->headers = DCP_ARENA_NEW(scratch, rank_header, n);
+    g->bytes = DCP_ARENA_NEW(scratch, size_t, n);
+    g->offsets = DCP_ARENA_NEW(scratch, size_t, n);
+    g->pairs = DCP_ARENA_NEW(scratch, int32_t, dcp__size_mul(2, (size_t)c->max_sequences));
+    return g->headers && g->bytes && g->offsets && g->pairs; /* not the sticky flag: the arena may have failed before */
+}
+
+/* What gather_scratch_take lays out, measured on a measuring arena. */
 size_t dcp__gather_step_scratch_size(const dcp_config *c)
 {
-    size_t n = (size_t)dcp_config_num_ranks(c);
-    size_t s = DCP_ARENA_BYTES(rank_header, n);
-    s = dcp__size_add(s, dcp__size_mul(2, DCP_ARENA_BYTES(size_t, n)));
-    return dcp__size_add(s, DCP_ARENA_BYTES(int32_t, dcp__size_mul(2, (size_t)c->max_sequences)));
+    dcp__arena m;
+    dcp__arena_init_measure(&m);
+    gather_scratch g;
+    return gather_scratch_take(c, (size_t)dcp_config_num_ranks(c), &m, &g) ? m.used : SIZE_MAX;
 }
 
 dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp__local_sequences *local, uint64_t data_digest,
@@ -191,11 +207,12 @@ dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp__local_se
     mine.check = header_check(&mine);
     char why[128];
 
-    rank_header *headers = DCP_ARENA_NEW(scratch, rank_header, n);
-    size_t *bytes = DCP_ARENA_NEW(scratch, size_t, n), *offsets = DCP_ARENA_NEW(scratch, size_t, n);
-    int32_t *pairs = DCP_ARENA_NEW(scratch, int32_t, 2 * (size_t)c->max_sequences);
-    if (!headers || !bytes || !offsets || !pairs)
+    gather_scratch g;
+    if (!gather_scratch_take(c, (size_t)n, scratch, &g))
         return dcp__fail(err, DCP_ERR_CAPACITY, "step: gather scratch too small for %d ranks", n);
+    rank_header *headers = g.headers;
+    size_t *bytes = g.bytes, *offsets = g.offsets;
+    int32_t *pairs = g.pairs;
     stats->collectives++;
     memset(headers, 0, (size_t)n * sizeof *headers); /* a backend that writes nothing leaves no header */
     dcp_status s = lane->ops->allgather(lane, &mine, sizeof mine, headers);

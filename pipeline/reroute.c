@@ -14,18 +14,10 @@
  */
 #include "step.h"
 #include "../core/agree.h"
+#include "../core/capacity.h"
 #include "../core/plan.h"
 
 #include <string.h>
-
-size_t dcp__group_scratch_size(const dcp_config *c)
-{
-    size_t ns = (size_t)c->max_sequences, own = dcp__size_mul(2, ns), cu = dcp__step_group_cu_bound(c);
-    size_t s = dcp__size_mul(2, DCP_ARENA_BYTES(int32_t, ns));
-    s = dcp__size_add(s, dcp__size_mul(2, DCP_ARENA_BYTES(int32_t, cu)));
-    s = dcp__size_add(s, DCP_ARENA_BYTES(int32_t, own));
-    return dcp__size_add(s, dcp__size_mul(3, DCP_ARENA_BYTES(int64_t, own)));
-}
 
 dcp_status dcp__group_scratch_take(const dcp_config *c, dcp__arena *scratch, dcp__group_scratch *gs)
 {
@@ -44,15 +36,6 @@ dcp_status dcp__group_scratch_take(const dcp_config *c, dcp__arena *scratch, dcp
     return DCP_OK;
 }
 
-size_t dcp__rank_geometry_size(const dcp_config *c)
-{
-    size_t mb = (size_t)dcp__step_max_microbatches(c), ns = (size_t)c->max_sequences;
-    size_t s = DCP_ARENA_BYTES(dcp__thd_geometry, mb);
-    s = dcp__size_add(s, DCP_ARENA_BYTES(int32_t, mb));
-    s = dcp__size_add(s, DCP_ARENA_BYTES(int32_t, mb + 1));
-    return dcp__size_add(s, dcp__size_mul(2, DCP_ARENA_BYTES(int32_t, ns)));
-}
-
 dcp_status dcp__rank_geometry_take(const dcp_config *c, int32_t microbatches, dcp__arena *scratch,
                                    dcp__rank_geometry *g)
 {
@@ -62,6 +45,57 @@ dcp_status dcp__rank_geometry_take(const dcp_config *c, int32_t microbatches, dc
     g->original = DCP_ARENA_NEW(scratch, int32_t, c->max_sequences);
     g->padded = DCP_ARENA_NEW(scratch, int32_t, c->max_sequences);
     return g->microbatch && g->group && g->first && g->original && g->padded ? DCP_OK : DCP_ERR_CAPACITY;
+}
+
+dcp_status dcp__reroute_tables_take(const dcp_config *c, dcp__arena *scratch, dcp__receive_table *rt,
+                                    dcp__send_table *send, dcp__block_arrays *blocks)
+{
+    const size_t n = (size_t)dcp_config_num_ranks(c), own = 2 * (size_t)c->max_sequences;
+    const size_t bound = dcp__step_send_piece_bound(c);
+    memset(rt, 0, sizeof *rt);
+    rt->sender = DCP_ARENA_NEW(scratch, int32_t, own);
+    rt->cursor = DCP_ARENA_NEW(scratch, int64_t, own);
+    rt->dst = DCP_ARENA_NEW(scratch, int64_t, own);
+    rt->length = DCP_ARENA_NEW(scratch, int64_t, own);
+    rt->tokens_from = DCP_ARENA_NEW_ZERO(scratch, int64_t, n);
+    rt->own_sample = DCP_ARENA_NEW(scratch, int32_t, own);
+    rt->own_src = DCP_ARENA_NEW(scratch, int64_t, own);
+    rt->own_dst = DCP_ARENA_NEW(scratch, int64_t, own);
+    rt->own_length = DCP_ARENA_NEW(scratch, int64_t, own);
+    memset(send, 0, sizeof *send);
+    send->sample = DCP_ARENA_NEW(scratch, int32_t, bound);
+    send->peer = DCP_ARENA_NEW(scratch, int32_t, bound);
+    send->src = DCP_ARENA_NEW(scratch, int64_t, bound);
+    send->cursor = DCP_ARENA_NEW(scratch, int64_t, bound);
+    send->length = DCP_ARENA_NEW(scratch, int64_t, bound);
+    send->capacity = (int64_t)bound;
+    send->tokens_to = DCP_ARENA_NEW_ZERO(scratch, int64_t, n);
+    blocks->send_bytes = DCP_ARENA_NEW(scratch, size_t, n);
+    blocks->send_offsets = DCP_ARENA_NEW(scratch, size_t, n);
+    blocks->recv_bytes = DCP_ARENA_NEW(scratch, size_t, n);
+    blocks->recv_offsets = DCP_ARENA_NEW(scratch, size_t, n);
+    /* each pointer, not the arena's sticky flag: the step's arena may hold an earlier failed (optional) take */
+    int ok = rt->sender && rt->cursor && rt->dst && rt->length && rt->tokens_from && rt->own_sample && rt->own_src &&
+             rt->own_dst && rt->own_length && send->sample && send->peer && send->src && send->cursor &&
+             send->length && send->tokens_to && blocks->send_bytes && blocks->send_offsets && blocks->recv_bytes &&
+             blocks->recv_offsets;
+    return ok ? DCP_OK : DCP_ERR_CAPACITY;
+}
+
+/* What the take functions above lay out, measured by running them on a measuring arena (no second formula). */
+size_t dcp__reroute_scratch_size(const dcp_config *c)
+{
+    dcp__arena m;
+    dcp__arena_init_measure(&m);
+    dcp__rank_geometry geometry;
+    dcp__group_scratch gs;
+    dcp__receive_table rt;
+    dcp__send_table send;
+    dcp__block_arrays blocks;
+    if (dcp__rank_geometry_take(c, dcp__step_max_microbatches(c), &m, &geometry) != DCP_OK ||
+        dcp__group_scratch_take(c, &m, &gs) != DCP_OK || dcp__reroute_tables_take(c, &m, &rt, &send, &blocks) != DCP_OK)
+        return SIZE_MAX;
+    return m.used;
 }
 
 /* Original and padded lengths of group g's sequences, in plan order. */

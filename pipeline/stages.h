@@ -212,7 +212,6 @@ typedef struct dcp__group_scratch {
     int64_t *seq_offset, *local_offset, *length;
 } dcp__group_scratch;
 dcp_status dcp__group_scratch_take(const dcp_config *config, dcp__arena *scratch, dcp__group_scratch *gs);
-size_t dcp__group_scratch_size(const dcp_config *config);
 
 /*
  * This rank's place in the plan, from one pass over its microbatches: its
@@ -230,7 +229,6 @@ typedef struct dcp__rank_geometry {
 /* Take the geometry's arrays for `microbatches` microbatches from scratch; DCP_ERR_CAPACITY when they do not fit. */
 dcp_status dcp__rank_geometry_take(const dcp_config *config, int32_t microbatches, dcp__arena *scratch,
                                    dcp__rank_geometry *geometry);
-size_t dcp__rank_geometry_size(const dcp_config *config);
 
 dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *config, const dcp__step_lengths *lengths,
                                  int32_t rank, int64_t token_capacity, int64_t cu_capacity, dcp__rank_geometry *geometry,
@@ -267,6 +265,27 @@ typedef struct dcp__send_table {
     int64_t *tokens_to;           /* [num_ranks] */
 } dcp__send_table;
 
+/* Each peer's block bytes and offsets in both buffers, [num_ranks] each. */
+typedef struct dcp__block_arrays {
+    size_t *send_bytes, *send_offsets, *recv_bytes, *recv_offsets;
+} dcp__block_arrays;
+
+/*
+ * Take the route tables' arrays from scratch (the receive table's piece
+ * arrays, not its rows and cu arrays, which live in the body), the send
+ * table's [send piece bound] arrays, and the block arrays; DCP_ERR_CAPACITY
+ * when they do not fit.
+ */
+dcp_status dcp__reroute_tables_take(const dcp_config *config, dcp__arena *scratch, dcp__receive_table *received,
+                                    dcp__send_table *send, dcp__block_arrays *blocks);
+
+/*
+ * The scratch reroute takes, at most: the geometry (for the largest number
+ * of microbatches), the group scratch and the tables, measured by running
+ * their take functions on a measuring arena.
+ */
+size_t dcp__reroute_scratch_size(const dcp_config *config);
+
 dcp_status dcp__reroute_send(const dcp_plan *plan, const dcp_config *config, const dcp__step_lengths *lengths,
                              int32_t rank, const dcp__local_sequences *local, dcp__group_scratch *gs,
                              dcp__send_table *out, dcp__error *err);
@@ -297,9 +316,12 @@ dcp_status dcp__pack_land(dcp__mover *mover, void *stream, uint32_t kept, const 
                           const dcp__exchange_blocks *blocks, const unsigned char *recv, const dcp_step_input *input,
                           const dcp__body_layout *b, int64_t total_tokens, dcp__arena *scratch, dcp__error *err);
 
-/* The views of every virtual stage over a body laid out as `b` (rows read from the host body). */
-void dcp__pack_views(const dcp_config *config, int32_t pipeline_rank, uint32_t mtp_virtual_stages,
-                     int32_t microbatches, uint32_t kept, const dcp__body_layout *b, const unsigned char *host_body,
+/*
+ * One virtual stage's views, [microbatches], over a body laid out as `b`
+ * (rows read from the host body), showing the fields in `shown` (what
+ * dcp__strip_view_fields decides for that stage; the driver passes it on).
+ */
+void dcp__pack_views(int32_t microbatches, uint32_t shown, const dcp__body_layout *b, const unsigned char *host_body,
                      const unsigned char *body, dcp_microbatch *views);
 
 /* ---- broadcast (broadcast.c) ---- */

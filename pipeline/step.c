@@ -17,7 +17,7 @@
  *   broadcast header + body to the TP group (one block for everything)
  *                                                                  -> agree over world
  *
- * The stages are in step.h; this file only sequences them and agrees their
+ * The stages are in stages.h; this file only sequences them and agrees their
  * errors.  Local errors are agreed before any data moves, capacity and
  * geometry errors before the exchange, and communicator failures at the end,
  * so every rank of the step returns the same status and caller memory is
@@ -207,40 +207,20 @@ static dcp_status exchange_and_pack(step_run *r, dcp__error *err)
     dcp__arena *scratch = &ctx->arena; /* after the geometry's scratch */
     const dcp_config *c = &ctx->config;
     const int32_t n = ctx->num_ranks;
-    const size_t own = 2 * (size_t)c->max_sequences;
     const size_t per_token = dcp__bytes_per_token(r->kept);
     void *stream = r->args->cuda_stream;
     const int64_t t_stage = now_ns();
 
     dcp__body_layout b;
     dcp__body_layout_compute(r->plan->num_microbatches, r->geometry.total_cu, r->geometry.total_tokens, r->kept, &b);
-    dcp__receive_table rt = {(dcp__body_row *)(st->mover.host_body + b.rows),
-                            (int32_t *)(st->mover.host_body + b.cu),
-                            (int32_t *)(st->mover.host_body + b.cu_padded),
-                            DCP_ARENA_NEW(scratch, int32_t, own),
-                            DCP_ARENA_NEW(scratch, int64_t, own),
-                            DCP_ARENA_NEW(scratch, int64_t, own),
-                            DCP_ARENA_NEW(scratch, int64_t, own),
-                            0,
-                            DCP_ARENA_NEW_ZERO(scratch, int64_t, n),
-                            DCP_ARENA_NEW(scratch, int32_t, own),
-                            DCP_ARENA_NEW(scratch, int64_t, own),
-                            DCP_ARENA_NEW(scratch, int64_t, own),
-                            DCP_ARENA_NEW(scratch, int64_t, own),
-                            0,
-                            0};
-    const size_t send_bound = dcp__step_send_piece_bound(c);
-    dcp__send_table sendt = {DCP_ARENA_NEW(scratch, int32_t, send_bound), DCP_ARENA_NEW(scratch, int32_t, send_bound),
-                            DCP_ARENA_NEW(scratch, int64_t, send_bound), DCP_ARENA_NEW(scratch, int64_t, send_bound),
-                            DCP_ARENA_NEW(scratch, int64_t, send_bound), 0, (int64_t)send_bound,
-                            DCP_ARENA_NEW_ZERO(scratch, int64_t, n)};
-    size_t *send_bytes = DCP_ARENA_NEW(scratch, size_t, n), *send_offsets = DCP_ARENA_NEW(scratch, size_t, n);
-    size_t *recv_bytes = DCP_ARENA_NEW(scratch, size_t, n), *recv_offsets = DCP_ARENA_NEW(scratch, size_t, n);
-    if (!rt.sender || !rt.cursor || !rt.dst || !rt.length || !rt.tokens_from || !rt.own_sample || !rt.own_src ||
-        !rt.own_dst || !rt.own_length || !sendt.sample || !sendt.peer ||
-        !sendt.src || !sendt.cursor || !sendt.length || !sendt.tokens_to || !send_bytes || !send_offsets ||
-        !recv_bytes || !recv_offsets)
+    dcp__receive_table rt;
+    dcp__send_table sendt;
+    dcp__block_arrays xa;
+    if (dcp__reroute_tables_take(c, scratch, &rt, &sendt, &xa) != DCP_OK)
         return dcp__fail(err, DCP_ERR_CAPACITY, "step: exchange scratch too small");
+    rt.rows = (dcp__body_row *)(st->mover.host_body + b.rows);
+    rt.cu = (int32_t *)(st->mover.host_body + b.cu);
+    rt.cu_padded = (int32_t *)(st->mover.host_body + b.cu_padded);
 
     dcp__reroute_receive(r->plan, c, &r->lengths, r->rank, &st->local, &r->geometry, &r->gs, &rt);
     r->stats.tokens_computed += rt.own_tokens;
@@ -251,8 +231,8 @@ static dcp_status exchange_and_pack(step_run *r, dcp__error *err)
         if (s != DCP_OK) return s;
     }
     dcp__exchange_blocks blocks;
-    dcp__reroute_blocks(sendt.tokens_to, rt.tokens_from, n, r->rank, rt.own_tokens, per_token, send_bytes,
-                        send_offsets, recv_bytes, recv_offsets, &blocks, &r->stats);
+    dcp__reroute_blocks(sendt.tokens_to, rt.tokens_from, n, r->rank, rt.own_tokens, per_token, xa.send_bytes,
+                        xa.send_offsets, xa.recv_bytes, xa.recv_offsets, &blocks, &r->stats);
     unsigned char *send = NULL, *recv = NULL;
     dcp_status s = mover->ops->buffers(mover, &blocks, scratch, &send, &recv, err);
     if (s != DCP_OK) return s;
@@ -265,8 +245,8 @@ static dcp_status exchange_and_pack(step_run *r, dcp__error *err)
     const int64_t t_exchange = now_ns();
     r->stats.time_stage_ns += t_exchange - t_stage;
     if (per_token > 0 && n > 1) { /* a lane of one rank keeps every token: nothing travels */
-        s = dcp__reroute_exchange(r->lane, send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets, &r->stats,
-                                  err);
+        s = dcp__reroute_exchange(r->lane, send, xa.send_bytes, xa.send_offsets, recv, xa.recv_bytes, xa.recv_offsets,
+                                  &r->stats, err);
         if (s != DCP_OK) return s;
     }
     const int64_t t_pack = now_ns();
@@ -289,84 +269,166 @@ static dcp_status finish(dcp_context *ctx, dcp_status s, dcp__error *err, const 
     return DCP_OK;
 }
 
+/*
+ * The views of every virtual stage, [vpp][microbatches]: strip decides which
+ * of the kept fields virtual stage v shows, pack builds its list.
+ */
+void dcp__step_views(const dcp_config *c, int32_t pipeline_rank, uint32_t mtp, int32_t microbatches, uint32_t kept,
+                     const dcp__body_layout *b, const unsigned char *host_body, const unsigned char *body,
+                     dcp_microbatch *views)
+{
+    for (int32_t v = 0; v < c->virtual_pipeline_size; v++)
+        dcp__pack_views(microbatches, dcp__strip_view_fields(c, pipeline_rank, mtp, v, kept), b, host_body, body,
+                        views + (size_t)v * (size_t)microbatches);
+}
+
+/* Before any collective: the call in step with its peers, a context that holds data, a world to agree through. */
+static dcp_status step_begin(dcp_context *ctx, const dcp_step_args *args, dcp__call_tag *tag, dcp__error *err)
+{
+    /* every call counts, also one that fails here alone: its peers' next call will not match it */
+    dcp_status begun = dcp__context_call_begin(ctx, DCP_CALL_STEP, args ? args->step_id : 0, tag, err);
+    if (begun != DCP_OK) {
+        if (ctx->step) ctx->step->output.num_microbatches = 0;
+        return dcp__context_fail(ctx, begun, err); /* out of step: no collective */
+    }
+    if (!ctx->step)
+        return dcp__context_fail(ctx, dcp__fail(err, DCP_ERR_CAPACITY,
+                                                "step: max_tokens_per_rank is 0: this context plans but holds no data"),
+                                 err);
+    if (!args || !args->world || !args->world->ops)
+        return dcp__context_fail(ctx, dcp__fail(err, DCP_ERR_NULL_POINTER,
+                                                "step: args and the world communicator are required"),
+                                 err); /* no communicator to tell the others through */
+    if (args->world->size < 1 || args->world->rank < 0 || args->world->rank >= args->world->size)
+        return dcp__context_fail(ctx, dcp__fail(err, DCP_ERR_INVALID_ARGUMENT,
+                                                "step: world communicator rank %d outside [0, %d)", args->world->rank,
+                                                args->world->size),
+                                 err); /* an agreement through it could not be trusted */
+    return DCP_OK;
+}
+
+/*
+ * This rank's local checks (arguments, its input) and its part of the call's
+ * tag: its lengths always; unless skip_sibling_data_check, a digest of each
+ * field -- the kept ones for its CP siblings, every one it carries for its PP
+ * stages and TP peers (a digest that fails, a device error, is a local
+ * error).  The first agreement carries the result.
+ */
+static dcp_status check_local(step_run *r, dcp__call_tag *tag, int holds_data, int has_output, dcp__error *err)
+{
+    dcp_context *ctx = r->ctx;
+    dcp__step_state *st = ctx->step;
+    const dcp_step_args *args = r->args;
+    const dcp_step_input *input = r->input;
+    dcp_status s = has_output ? check_args(ctx, args, holds_data, err)
+                              : dcp__fail(err, DCP_ERR_NULL_POINTER, "step: output is NULL");
+    st->local.count = 0;
+    if (s == DCP_OK && holds_data) {
+        r->rank = r->lane->rank;
+        s = dcp__gather_local(input, r->kept, &ctx->config, st->token_capacity, &st->local, err);
+    }
+    if (s == DCP_OK && holds_data) r->kept &= input->fields;
+    const dcp_config *c = &ctx->config;
+    const int peers_hold = c->pipeline_parallel_size > 1 || (args->tp_ranks_hold_data && c->tensor_parallel_size > 1);
+    if (s == DCP_OK && holds_data && !c->skip_sibling_data_check && (c->context_parallel_size > 1 || peers_hold)) {
+        dcp__input_spans spans = {st->local.count, st->local.sample, st->local.start, st->local.pairs};
+        const uint32_t fields = peers_hold ? (input->fields & c->fields) : r->kept;
+        for (int f = 0; f < DCP_NUM_FIELDS && s == DCP_OK; f++) {
+            if (!(fields & dcp__field_bit[f])) continue;
+            s = st->mover.ops->digest(&st->mover, args->cuda_stream, input, dcp__field_bit[f], &spans,
+                                      &tag->field_digest[f], err);
+            tag->field_mask |= dcp__field_bit[f];
+            if (r->kept & dcp__field_bit[f]) r->data_digest += tag->field_digest[f]; /* the digest is a sum over fields */
+        }
+        if (c->context_parallel_size == 1) r->data_digest = 0;
+    }
+    if (s == DCP_OK && holds_data) {
+        tag->lane_rank = r->lane->rank;
+        tag->count = st->local.count;
+        tag->hash = dcp__pairs_hash(st->local.pairs, st->local.count);
+    }
+    tag->stage = args->pipeline_rank;
+    return s;
+}
+
+/* What TP rank 0 broadcasts first: the exchange's status, what lays out the body, the batch's numbers. */
+static void broadcast_header_fill(const step_run *r, dcp_status s, dcp__broadcast_header *header)
+{
+    const dcp_step_output *out = &r->ctx->step->output;
+    dcp__body_layout b;
+    dcp__body_layout_compute(r->plan->num_microbatches, r->geometry.total_cu, r->geometry.total_tokens, r->kept, &b);
+    header->status = s;
+    header->microbatches = r->plan->num_microbatches;
+    header->cu = r->geometry.total_cu;
+    header->tokens = r->geometry.total_tokens;
+    header->kept = r->kept;
+    header->sequences = out->num_sequences;
+    header->sum = out->seqlen_sum;
+    header->squared_sum = out->seqlen_squared_sum;
+    header->body_bytes = (int64_t)b.used;
+}
+
+/* The broadcast to the TP group; a peer takes the batch's numbers from the header. */
+static dcp_status broadcast_to_tp(step_run *r, int holds_data, dcp__broadcast_header *header, dcp__error *err)
+{
+    dcp_context *ctx = r->ctx;
+    dcp__step_state *st = ctx->step;
+    dcp_status s = dcp__broadcast(r->args->tensor_parallel, holds_data, header, &st->mover, ctx->max_microbatches,
+                                  r->args->cuda_stream, &r->stats, err);
+    if (!holds_data) {
+        st->output.num_sequences = (int32_t)header->sequences;
+        st->output.seqlen_sum = header->sum;
+        st->output.seqlen_squared_sum = header->squared_sum;
+    }
+    return s;
+}
+
+/* The output: every virtual stage's views over the body the header lays out, and the step's numbers. */
+static void publish_output(step_run *r, int holds_data, const dcp__broadcast_header *header)
+{
+    dcp_context *ctx = r->ctx;
+    dcp__step_state *st = ctx->step;
+    dcp__body_layout b;
+    dcp__body_layout_compute(header->microbatches, header->cu, header->tokens, (uint32_t)header->kept, &b);
+    dcp__step_views(&ctx->config, r->args->pipeline_rank, r->args->mtp_virtual_stages, (int32_t)header->microbatches,
+                    (uint32_t)header->kept, &b, st->mover.host_body, st->mover.body, st->views);
+    st->output.num_microbatches = (int32_t)header->microbatches;
+    st->output.num_virtual_stages = ctx->config.virtual_pipeline_size;
+    st->output.microbatches = st->views;
+    st->output.plan = holds_data ? r->plan : NULL;
+    st->output.stats = r->stats;
+}
+
 dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_input *input,
                     const dcp_step_output **output)
 {
     if (!ctx) return DCP_ERR_NULL_POINTER;
     dcp__error err;
     dcp__error_clear(&err);
-    /* every call counts, also one that fails here alone: its peers' next call will not match it */
     dcp__call_tag tag;
-    dcp_status begun = dcp__context_call_begin(ctx, DCP_CALL_STEP, args ? args->step_id : 0, &tag, &err);
-    if (begun != DCP_OK) {
-        if (ctx->step) ctx->step->output.num_microbatches = 0;
-        return dcp__context_fail(ctx, begun, &err); /* out of step: no collective */
-    }
-    if (!ctx->step)
-        return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_CAPACITY,
-                                                "step: max_tokens_per_rank is 0: this context plans but holds no data"),
-                                 &err);
-    if (!args || !args->world || !args->world->ops)
-        return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_NULL_POINTER,
-                                                "step: args and the world communicator are required"),
-                                 &err); /* no communicator to tell the others through */
-    if (args->world->size < 1 || args->world->rank < 0 || args->world->rank >= args->world->size)
-        return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_INVALID_ARGUMENT,
-                                                "step: world communicator rank %d outside [0, %d)", args->world->rank,
-                                                args->world->size),
-                                 &err); /* an agreement through it could not be trusted */
+    dcp_status s = step_begin(ctx, args, &tag, &err);
+    if (s != DCP_OK) return s;
 
-    dcp__step_state *st = ctx->step;
-    memset(&st->output, 0, sizeof st->output);
+    memset(&ctx->step->output, 0, sizeof ctx->step->output);
     step_run r;
     memset(&r, 0, sizeof r);
     r.ctx = ctx;
     r.args = args;
     r.input = input;
     r.lane = args->data_context_parallel;
-    r.kept = dcp__strip_fields(&ctx->config, args->pipeline_rank, args->mtp_virtual_stages);
+    r.kept = dcp__strip_fields(&ctx->config, args->pipeline_rank, args->mtp_virtual_stages); /* strip */
     const int broadcasts = !args->tp_ranks_hold_data && args->tensor_parallel && args->tensor_parallel->size > 1;
     const int holds_data = !broadcasts || args->tensor_parallel->rank == 0;
 
     /* local checks, agreed before any data collective */
-    dcp_status s = output ? check_args(ctx, args, holds_data, &err)
-                          : dcp__fail(&err, DCP_ERR_NULL_POINTER, "step: output is NULL");
-    st->local.count = 0;
-    if (s == DCP_OK && holds_data) {
-        r.rank = r.lane->rank;
-        s = dcp__gather_local(input, r.kept, &ctx->config, st->token_capacity, &st->local, &err);
-    }
-    if (s == DCP_OK && holds_data) r.kept &= input->fields;
-    /* what this rank holds, for the ranks that must hold the same: its lengths always; unless
-       skip_sibling_data_check, a digest of each field -- the kept ones for its CP siblings, every one it
-       carries for its PP stages and TP peers (a digest that fails, a device error, is a local error) */
-    const dcp_config *c = &ctx->config;
-    const int peers_hold = c->pipeline_parallel_size > 1 || (args->tp_ranks_hold_data && c->tensor_parallel_size > 1);
-    if (s == DCP_OK && holds_data && !c->skip_sibling_data_check && (c->context_parallel_size > 1 || peers_hold)) {
-        dcp__input_spans spans = {st->local.count, st->local.sample, st->local.start, st->local.pairs};
-        const uint32_t fields = peers_hold ? (input->fields & c->fields) : r.kept;
-        for (int f = 0; f < DCP_NUM_FIELDS && s == DCP_OK; f++) {
-            if (!(fields & dcp__field_bit[f])) continue;
-            s = st->mover.ops->digest(&st->mover, args->cuda_stream, input, dcp__field_bit[f], &spans,
-                                      &tag.field_digest[f], &err);
-            tag.field_mask |= dcp__field_bit[f];
-            if (r.kept & dcp__field_bit[f]) r.data_digest += tag.field_digest[f]; /* the digest is a sum over fields */
-        }
-        if (c->context_parallel_size == 1) r.data_digest = 0;
-    }
-    if (s == DCP_OK && holds_data) {
-        tag.lane_rank = r.lane->rank;
-        tag.count = st->local.count;
-        tag.hash = dcp__pairs_hash(st->local.pairs, st->local.count);
-    }
-    tag.stage = args->pipeline_rank;
+    s = check_local(&r, &tag, holds_data, output != NULL, &err);
     s = agree_call(ctx, args->world, &tag, s, &err, &r.stats);
     if (s != DCP_OK) return finish(ctx, s, &err, output);
 
     /* gather, plan, this rank's geometry; agreed before the exchange */
     const int64_t t_plan = now_ns();
     if (holds_data) {
-        r.stats.tokens_in = st->local.original_tokens;
+        r.stats.tokens_in = ctx->step->local.original_tokens;
         s = gather_and_plan(&r, &err);
     }
     r.stats.time_plan_ns = now_ns() - t_plan;
@@ -380,43 +442,17 @@ dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_
         return finish(ctx, dcp__fail(&err, DCP_ERR_COMM, "step: the agreement passed a rank that has no plan"), &err,
                       output);
 
-    /* exchange and pack, then the broadcast to the TP group */
+    /* reroute and pack, then the broadcast to the TP group; agreed at the end */
     dcp__broadcast_header header;
     memset(&header, 0, sizeof header);
     if (holds_data) {
         s = exchange_and_pack(&r, &err);
-        dcp__body_layout b;
-        dcp__body_layout_compute(r.plan->num_microbatches, r.geometry.total_cu, r.geometry.total_tokens, r.kept, &b);
-        header.status = s;
-        header.microbatches = r.plan->num_microbatches;
-        header.cu = r.geometry.total_cu;
-        header.tokens = r.geometry.total_tokens;
-        header.kept = r.kept;
-        header.sequences = st->output.num_sequences;
-        header.sum = st->output.seqlen_sum;
-        header.squared_sum = st->output.seqlen_squared_sum;
-        header.body_bytes = (int64_t)b.used;
+        broadcast_header_fill(&r, s, &header);
     }
-    if (broadcasts) {
-        s = dcp__broadcast(args->tensor_parallel, holds_data, &header, &st->mover, ctx->max_microbatches,
-                           args->cuda_stream, &r.stats, &err);
-        if (!holds_data) {
-            st->output.num_sequences = (int32_t)header.sequences;
-            st->output.seqlen_sum = header.sum;
-            st->output.seqlen_squared_sum = header.squared_sum;
-        }
-    }
+    if (broadcasts) s = broadcast_to_tp(&r, holds_data, &header, &err);
     s = agree(ctx, args->world, &tag, tags, 2, s, &err, &r.stats);
     if (s != DCP_OK) return finish(ctx, s, &err, output);
 
-    dcp__body_layout b;
-    dcp__body_layout_compute(header.microbatches, header.cu, header.tokens, (uint32_t)header.kept, &b);
-    dcp__pack_views(&ctx->config, args->pipeline_rank, args->mtp_virtual_stages, (int32_t)header.microbatches,
-                    (uint32_t)header.kept, &b, st->mover.host_body, st->mover.body, st->views);
-    st->output.num_microbatches = (int32_t)header.microbatches;
-    st->output.num_virtual_stages = ctx->config.virtual_pipeline_size;
-    st->output.microbatches = st->views;
-    st->output.plan = holds_data ? r.plan : NULL;
-    st->output.stats = r.stats;
+    publish_output(&r, holds_data, &header);
     return finish(ctx, DCP_OK, &err, output);
 }

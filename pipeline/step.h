@@ -13,6 +13,7 @@
 #include "dcpack.h"
 #include "../alloc/arena.h"
 #include "../core/body.h"
+#include "../core/capacity.h"
 #include "../core/error.h"
 #include "../core/mover.h"
 #include "../core/pack.h"
@@ -28,6 +29,15 @@ typedef struct dcp__step_state {
     dcp_step_output output;
 } dcp__step_state;
 
+/*
+ * The views of every virtual stage, [virtual_pipeline_size][microbatches],
+ * over a body laid out as `b`: the fields dcp__strip_view_fields gives each
+ * stage, lists built by dcp__pack_views (step.c, the driver, composes them).
+ */
+void dcp__step_views(const dcp_config *config, int32_t pipeline_rank, uint32_t mtp_virtual_stages,
+                     int32_t microbatches, uint32_t kept, const dcp__body_layout *b, const unsigned char *host_body,
+                     const unsigned char *body, dcp_microbatch *views);
+
 /* ---- sizes (context.c) ---- */
 
 struct dcp_context;
@@ -37,12 +47,5 @@ dcp_status dcp__step_layout(struct dcp_context *ctx, dcp__arena *arena, const dc
 size_t dcp__step_scratch_size(const dcp_config *config);
 /* What a device mover must hold for this configuration. */
 void dcp__step_mover_sizes(const dcp_config *config, dcp__mover_sizes *sizes);
-/* Resolved microbatch capacity and cu_seqlens capacity of a rank. */
-int32_t dcp__step_max_microbatches(const dcp_config *config);
-int64_t dcp__step_cu_capacity(const dcp_config *config);
-/* Pieces one rank may send in one step, at most. */
-size_t dcp__step_send_piece_bound(const dcp_config *config);
-/* cu_seqlens entries one microbatch may need, at most. */
-size_t dcp__step_group_cu_bound(const dcp_config *config);
 
 #endif

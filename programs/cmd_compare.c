@@ -234,166 +234,201 @@ static void print_grouped(double v, int width)
     printf("%*s", width, grouped);
 }
 
-int dcp_cli_compare(int argc, char **argv)
-{
-    dcp_cli_input input = {0};
+/* What the command line asks for: the input, the configurations and how to show them. */
+typedef struct compare_options {
+    dcp_cli_input input;
     dcp_cli_setup defaults;
-    dcp_cli_setup_default(&defaults);
-    const char *default_cost = NULL, *traces_dir = NULL, *scheduler_list = NULL;
+    const char *default_cost, *traces_dir, *scheduler_list;
     const char *trace_files[256];
-    int num_trace_files = 0;
+    int num_trace_files;
     const char *config_specs[MAX_CONFIGS];
-    int num_config_specs = 0, json = 0, no_timing = 0, no_progress = 0, steps_set = 0;
-    int64_t steps = 10, repeat = 1;
+    int num_config_specs, json, no_timing, no_progress, steps_set;
+    int64_t steps, repeat;
+} compare_options;
+
+/* Parse argv into *o; *help is set when the usage was printed (nothing left to do). */
+static int parse_options(int argc, char **argv, compare_options *o, int *help)
+{
+    memset(o, 0, sizeof *o);
+    dcp_cli_setup_default(&o->defaults);
+    o->steps = 10;
+    o->repeat = 1;
+    *help = 0;
     dcp_cli_args args = {argc, argv, 1, "compare"};
     for (; args.i < argc; args.i++) {
         const char *v = NULL;
         int st = DCP_EXIT_OK, got;
         if (dcp_cli_flag(&args, "-h") || dcp_cli_flag(&args, "--help")) {
             fputs(compare_usage, stdout);
+            *help = 1;
             return DCP_EXIT_OK;
         }
         if ((got = dcp_cli_option(&args, "--trace", &v)) != 0) {
             if (got < 0) return DCP_EXIT_USAGE;
-            if (num_trace_files == (int)(sizeof trace_files / sizeof trace_files[0]))
+            if (o->num_trace_files == (int)(sizeof o->trace_files / sizeof o->trace_files[0]))
                 return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "too many --trace options: use --traces DIR");
-            trace_files[num_trace_files++] = v;
+            o->trace_files[o->num_trace_files++] = v;
             continue;
         }
-        if ((got = dcp_cli_input_option(&args, &input, &st)) != 0 ||
-            (got = dcp_cli_setup_option(&args, &defaults, &default_cost, &st)) != 0) {
+        if ((got = dcp_cli_input_option(&args, &o->input, &st)) != 0 ||
+            (got = dcp_cli_setup_option(&args, &o->defaults, &o->default_cost, &st)) != 0) {
             if (got < 0) return st;
             continue;
         }
         if ((got = dcp_cli_option(&args, "--traces", &v)) != 0) {
             if (got < 0) return DCP_EXIT_USAGE;
-            traces_dir = v;
+            o->traces_dir = v;
             continue;
         }
         if ((got = dcp_cli_option(&args, "--steps", &v)) != 0) {
-            if (got < 0 || dcp_cli_parse_int("compare", "--steps", v, 1, 100000, &steps) != DCP_EXIT_OK)
+            if (got < 0 || dcp_cli_parse_int("compare", "--steps", v, 1, 100000, &o->steps) != DCP_EXIT_OK)
                 return DCP_EXIT_USAGE;
-            steps_set = 1;
+            o->steps_set = 1;
             continue;
         }
         if ((got = dcp_cli_option(&args, "--repeat", &v)) != 0) {
-            if (got < 0 || dcp_cli_parse_int("compare", "--repeat", v, 1, 100000, &repeat) != DCP_EXIT_OK)
+            if (got < 0 || dcp_cli_parse_int("compare", "--repeat", v, 1, 100000, &o->repeat) != DCP_EXIT_OK)
                 return DCP_EXIT_USAGE;
             continue;
         }
         if ((got = dcp_cli_option(&args, "--scheduler", &v)) != 0) {
             if (got < 0) return DCP_EXIT_USAGE;
-            scheduler_list = v;
+            o->scheduler_list = v;
             continue;
         }
         if ((got = dcp_cli_option(&args, "--config", &v)) != 0) {
             if (got < 0) return DCP_EXIT_USAGE;
-            if (num_config_specs == MAX_CONFIGS)
+            if (o->num_config_specs == MAX_CONFIGS)
                 return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "at most %d --config options", MAX_CONFIGS);
-            config_specs[num_config_specs++] = v;
+            o->config_specs[o->num_config_specs++] = v;
             continue;
         }
         if ((got = dcp_cli_option(&args, "--format", &v)) != 0) {
             if (got < 0) return DCP_EXIT_USAGE;
-            if (strcmp(v, "json") == 0) json = 1;
-            else if (strcmp(v, "text") == 0) json = 0;
+            if (strcmp(v, "json") == 0) o->json = 1;
+            else if (strcmp(v, "text") == 0) o->json = 0;
             else return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--format: '%s' is not text or json", v);
             continue;
         }
         if (dcp_cli_flag(&args, "--no-timing")) {
-            no_timing = 1;
+            o->no_timing = 1;
             continue;
         }
         if (dcp_cli_flag(&args, "--no-progress")) {
-            no_progress = 1;
+            o->no_progress = 1;
             continue;
         }
         return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "unknown argument '%s' (see dcpack compare --help)",
                             argv[args.i]);
     }
-    int inputs = (traces_dir != NULL) + (num_trace_files > 0) + (input.generate != NULL);
+    int inputs = (o->traces_dir != NULL) + (o->num_trace_files > 0) + (o->input.generate != NULL);
     if (inputs > 1) return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "give one of --traces, --trace and --generate");
-    if (steps_set && (traces_dir || num_trace_files))
+    if (o->steps_set && (o->traces_dir || o->num_trace_files))
         return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--steps counts generated batches: it needs --generate");
-    if (scheduler_list && num_config_specs)
+    if (o->scheduler_list && o->num_config_specs)
         return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "give --scheduler or --config, not both");
-    if ((input.column || input.input_format) && !(traces_dir || num_trace_files))
+    if ((o->input.column || o->input.input_format) && !(o->traces_dir || o->num_trace_files))
         return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--column and --input-format describe trace files");
+    return DCP_EXIT_OK;
+}
 
-    /* configurations */
-    static config_row rows[MAX_CONFIGS];
-    int num_rows = 0;
-    if (num_config_specs) {
-        for (int k = 0; k < num_config_specs; k++) {
-            int st = parse_config_spec(config_specs[k], &defaults, default_cost, &rows[num_rows]);
+/* The generator spec of generated batches (the default input). */
+static const char *generate_spec(const compare_options *o)
+{
+    return o->input.generate ? o->input.generate : "mlmdefault:n=1024";
+}
+
+/* One row per --config, or per scheduler of --scheduler (default: every scheduler). */
+static int make_rows(const compare_options *o, config_row *rows, int *num_rows)
+{
+    *num_rows = 0;
+    if (o->num_config_specs) {
+        for (int k = 0; k < o->num_config_specs; k++) {
+            int st = parse_config_spec(o->config_specs[k], &o->defaults, o->default_cost, &rows[*num_rows]);
             if (st != DCP_EXIT_OK) return st;
-            num_rows++;
+            (*num_rows)++;
         }
-    } else {
-        char list[256], *rest = list, *name = NULL;
-        const char *given = scheduler_list ? scheduler_list : "dp_balanced,dynamic_cp,balanced";
-        if (strlen(given) >= sizeof list)
-            return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--scheduler: the list is longer than %d characters",
-                                (int)sizeof list - 1);
-        snprintf(list, sizeof list, "%s", given);
-        for (int got; (got = dcp_cli_next_item(&rest, &name)) != 0;) {
-            if (got < 0)
-                return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--scheduler %s: an empty name (a stray ',')", given);
-            if (num_rows == MAX_CONFIGS) return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "too many schedulers");
-            config_row *row = &rows[num_rows];
-            memset(row, 0, sizeof *row);
-            row->setup = defaults;
-            row->cost_path = default_cost;
-            if (dcp_scheduler_from_name(name, &row->setup.scheduler) != DCP_OK)
-                return dcp_cli_fail(DCP_EXIT_USAGE, "compare",
-                                    "--scheduler: '%s' is not dp_balanced, dynamic_cp or balanced", name);
-            if (row->setup.scheduler != DCP_SCHEDULER_DP_BALANCED) row->setup.cp = 0;
-            snprintf(row->label, sizeof row->label, "%s", name);
-            num_rows++;
-        }
-        if (num_rows == 0) return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--scheduler: empty list");
+        return DCP_EXIT_OK;
     }
+    char list[256], *rest = list, *name = NULL;
+    const char *given = o->scheduler_list ? o->scheduler_list : "dp_balanced,dynamic_cp,balanced";
+    if (strlen(given) >= sizeof list)
+        return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--scheduler: the list is longer than %d characters",
+                            (int)sizeof list - 1);
+    snprintf(list, sizeof list, "%s", given);
+    for (int got; (got = dcp_cli_next_item(&rest, &name)) != 0;) {
+        if (got < 0) return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--scheduler %s: an empty name (a stray ',')", given);
+        if (*num_rows == MAX_CONFIGS) return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "too many schedulers");
+        config_row *row = &rows[*num_rows];
+        memset(row, 0, sizeof *row);
+        row->setup = o->defaults;
+        row->cost_path = o->default_cost;
+        if (dcp_scheduler_from_name(name, &row->setup.scheduler) != DCP_OK)
+            return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--scheduler: '%s' is not dp_balanced, dynamic_cp or balanced",
+                                name);
+        if (row->setup.scheduler != DCP_SCHEDULER_DP_BALANCED) row->setup.cp = 0;
+        snprintf(row->label, sizeof row->label, "%s", name);
+        (*num_rows)++;
+    }
+    if (*num_rows == 0) return dcp_cli_fail(DCP_EXIT_USAGE, "compare", "--scheduler: empty list");
+    return DCP_EXIT_OK;
+}
 
-    /* batches */
-    dcp_cli_trace *batches = NULL;
-    int num_batches = 0, status = DCP_EXIT_OK;
+/*
+ * Read or generate every batch.  *batches (calloc'd) holds the *num_batches
+ * read before a failure too: the caller frees them whatever the status.
+ */
+static int read_batches(const compare_options *o, dcp_cli_trace **batches, int *num_batches)
+{
+    *batches = NULL;
+    *num_batches = 0;
     char **dir_files = NULL;
-    int num_dir_files = 0;
-    if (traces_dir) {
-        status = list_directory(traces_dir, &dir_files, &num_dir_files);
+    int num_dir_files = 0, status = DCP_EXIT_OK;
+    if (o->traces_dir) {
+        status = list_directory(o->traces_dir, &dir_files, &num_dir_files);
         if (status != DCP_EXIT_OK) return status;
     }
-    const char *spec = input.generate ? input.generate : "mlmdefault:n=1024";
-    int total = traces_dir ? num_dir_files : num_trace_files ? num_trace_files : (int)steps;
-    batches = calloc((size_t)total, sizeof *batches);
-    if (!batches) return dcp_cli_fail(DCP_EXIT_ERROR, "compare", "out of memory");
+    int total = o->traces_dir ? num_dir_files : o->num_trace_files ? o->num_trace_files : (int)o->steps;
+    *batches = calloc((size_t)total, sizeof **batches);
+    if (!*batches) status = dcp_cli_fail(DCP_EXIT_ERROR, "compare", "out of memory");
     for (int b = 0; b < total && status == DCP_EXIT_OK; b++) {
-        if (traces_dir) status = dcp_cli_trace_read("compare", dir_files[b], input.input_format, input.column, &batches[b]);
-        else if (num_trace_files)
-            status = dcp_cli_trace_read("compare", trace_files[b], input.input_format, input.column, &batches[b]);
-        else status = dcp_cli_trace_generate("compare", spec, b, &batches[b]);
-        if (status == DCP_EXIT_OK) num_batches++;
+        dcp_cli_trace *batch = &(*batches)[b];
+        if (o->traces_dir) status = dcp_cli_trace_read("compare", dir_files[b], o->input.input_format, o->input.column, batch);
+        else if (o->num_trace_files)
+            status = dcp_cli_trace_read("compare", o->trace_files[b], o->input.input_format, o->input.column, batch);
+        else status = dcp_cli_trace_generate("compare", generate_spec(o), b, batch);
+        if (status == DCP_EXIT_OK) (*num_batches)++;
     }
     for (int i = 0; i < num_dir_files; i++) free(dir_files[i]);
     free(dir_files);
-    const dcp_cli_trace **views = malloc(sizeof *views * (size_t)(num_batches ? num_batches : 1));
-    if (status == DCP_EXIT_OK && !views) status = dcp_cli_fail(DCP_EXIT_ERROR, "compare", "out of memory");
-    for (int b = 0; b < num_batches && views; b++) views[b] = &batches[b];
+    return status;
+}
 
-    /* a context per configuration, sized for the largest batch */
+/* A context per configuration, sized for the largest batch, and room for its plan times. */
+static int size_rows(const compare_options *o, config_row *rows, int num_rows, const dcp_cli_trace **views,
+                     int num_batches)
+{
+    int status = DCP_EXIT_OK;
     for (int k = 0; k < num_rows && status == DCP_EXIT_OK; k++) {
         char message[700];
         int st = dcp_cli_config_make(&rows[k].setup, views, num_batches, &rows[k].config, &rows[k].cp, message,
                                      sizeof message);
         if (st != DCP_EXIT_OK) status = dcp_cli_fail(st, "compare", "%s: %s", rows[k].label, message);
-        else if (!num_config_specs && rows[k].cp)
+        else if (!o->num_config_specs && rows[k].cp)
             snprintf(rows[k].label, sizeof rows[k].label, "%s (cp %d)", dcp_scheduler_name(rows[k].setup.scheduler),
                      rows[k].cp);
-        rows[k].seconds = malloc(sizeof *rows[k].seconds * (size_t)num_batches * (size_t)repeat);
+        rows[k].seconds = malloc(sizeof *rows[k].seconds * (size_t)num_batches * (size_t)o->repeat);
         if (status == DCP_EXIT_OK && !rows[k].seconds) status = dcp_cli_fail(DCP_EXIT_ERROR, "compare", "out of memory");
     }
+    return status;
+}
 
-    int show_progress = !no_progress && isatty(STDERR_FILENO);
+/* Plan every batch under every configuration, adding each plan's statistics to its row. */
+static int plan_rows(const compare_options *o, config_row *rows, int num_rows, const dcp_cli_trace *batches,
+                     int num_batches)
+{
+    int status = DCP_EXIT_OK;
+    int show_progress = !o->no_progress && isatty(STDERR_FILENO);
     int64_t done = 0, work = (int64_t)num_rows * num_batches;
     for (int k = 0; k < num_rows && status == DCP_EXIT_OK; k++) {
         config_row *row = &rows[k];
@@ -404,10 +439,10 @@ int dcp_cli_compare(int argc, char **argv)
         for (int b = 0; b < num_batches; b++) {
             const dcp_plan *plan = NULL;
             dcp_plan_stats s;
-            dcp_status st = dcp_cli_plan_timed(&planner, &batches[b], (int32_t)repeat,
+            dcp_status st = dcp_cli_plan_timed(&planner, &batches[b], (int32_t)o->repeat,
                                                row->seconds + row->num_seconds, &plan, &s);
             if (st == DCP_OK) {
-                row->num_seconds += repeat;
+                row->num_seconds += o->repeat;
                 row->planned++;
                 row->microbatches += s.num_microbatches;
                 row->sequences += batches[b].count;
@@ -435,118 +470,162 @@ int dcp_cli_compare(int argc, char **argv)
         row->p99 = dcp_cli_percentile(row->seconds, row->num_seconds, 99.0);
     }
     if (show_progress) fprintf(stderr, "\r\033[K");
+    return status;
+}
 
-    if (status == DCP_EXIT_OK) {
-        int best = -1, any_failed = 0;
-        for (int k = 0; k < num_rows; k++) {
-            /* a scheduler this build lacks is left out of the default set, not a failure */
-            int unavailable = !scheduler_list && !num_config_specs && rows[k].planned == 0 &&
-                              rows[k].first_status == DCP_ERR_UNSUPPORTED;
-            if (rows[k].failed && !unavailable) {
-                any_failed = 1;
-                fprintf(stderr, "dcpack compare: %s failed on %d of %d batches; first: %s\n", rows[k].label,
-                        rows[k].failed, num_batches, rows[k].first_error);
-            }
-            if (rows[k].planned == num_batches && (best < 0 || rows[k].model_makespan < rows[best].model_makespan))
-                best = k;
-        }
-        if (json) {
-            printf("{\n  \"batches\": [");
-            for (int b = 0; b < num_batches; b++) {
-                printf("%s", b ? ", " : "");
-                dcp_cli_json_string(stdout, batches[b].name);
-            }
-            printf("],\n  \"configurations\": [\n");
-            for (int k = 0; k < num_rows; k++) {
-                const config_row *r = &rows[k];
-                double per = r->planned ? 1.0 / r->planned : 0.0;
-                printf("    {\"label\": ");
-                dcp_cli_json_string(stdout, r->label);
-                printf(", \"scheduler\": ");
-                dcp_cli_json_string(stdout, dcp_scheduler_name(r->setup.scheduler));
-                printf(", \"ranks\": %d, \"cp\": %d, \"max_seqlen_per_rank\": %d, \"min_cp_size\": %d, "
-                       "\"vpp_group\": %d, \"cost_model\": ",
-                       r->setup.ranks, r->cp, r->setup.max_seqlen_per_rank, r->setup.min_cp_size, r->setup.vpp_group);
-                dcp_cli_json_string(stdout, r->cost_path ? r->cost_path : "default");
-                printf(",\n     \"batches\": %d, \"planned\": %d, \"failed\": %d, \"microbatches_mean\": %.6f, "
-                       "\"makespan_mean\": %.1f, \"lower_bound_mean\": %.1f, \"efficiency\": %.6f, \"imbalance\": "
-                       "%.6f, \"mean_cp_size\": %.6f, \"padding_waste\": %.6f,\n     \"plan_seconds_median\": %.9f, "
-                       "\"plan_seconds_p99\": %.9f, \"first_error\": ",
-                       num_batches, r->planned, r->failed, r->microbatches * per, r->makespan * per,
-                       r->lower_bound * per, r->model_makespan > 0 ? r->model_lower_bound / r->model_makespan : 0.0,
-                       r->busy > 0 ? r->max_rank * r->setup.ranks / r->busy : 0.0,
-                       r->sequences ? (double)r->cp_size_sum / (double)r->sequences : 0.0,
-                       r->slots > 0 ? 1.0 - (double)r->tokens / r->slots : 0.0, r->median, r->p99);
-                if (r->failed) dcp_cli_json_string(stdout, r->first_error);
-                else printf("null");
-                printf(",\n     \"step_model\": ");
-                dcp_cli_json_string(stdout, dcp_step_model_name((dcp_step_model)r->setup.cost.step_model));
-                printf(", \"dependency_makespan_mean\": %.1f, \"dependency_lower_bound_mean\": %.1f, "
-                       "\"model_makespan_mean\": %.1f, \"model_lower_bound_mean\": %.1f",
-                       r->dependency_makespan * per, r->dependency_lower_bound * per, r->model_makespan * per,
-                       r->model_lower_bound * per);
-                printf("}%s\n", k + 1 < num_rows ? "," : "");
-            }
-            printf("  ],\n  \"best\": ");
-            if (best >= 0) dcp_cli_json_string(stdout, rows[best].label);
-            else printf("null");
-            printf("\n}\n");
-        } else {
-            int64_t seqs = 0;
-            for (int b = 0; b < num_batches; b++) seqs += batches[b].count;
-            printf("dcpack compare: %d batches (%s), %lld sequences in all\n", num_batches,
-                   traces_dir ? traces_dir : num_trace_files ? "trace files" : spec, (long long)seqs);
-            printf("ranks %d, max_seqlen_per_rank %d unless a configuration says otherwise; cost model: %s, step "
-                   "model %s\n\n",
-                   defaults.ranks, defaults.max_seqlen_per_rank, default_cost ? default_cost : "defaults (docs/planning.md, Cost model)",
-                   dcp_step_model_name((dcp_step_model)defaults.cost.step_model));
-            printf("%-28s %7s %9s %16s %16s %10s %9s %7s %7s %10s %10s\n", "configuration", "batches", "microbat.",
-                   "makespan/batch", "dependency/b.", "efficiency", "imbalance", "mean CP", "padding", "plan med.",
-                   "plan p99");
-            for (int k = 0; k < num_rows; k++) {
-                const config_row *r = &rows[k];
-                printf("%-28s ", r->label);
-                if (r->planned == 0) {
-                    printf("%7s  %s: %s\n", "0", r->first_status == DCP_ERR_UNSUPPORTED ? "not available" : "failed",
-                           r->first_error);
-                    continue;
-                }
-                char planned[16], med[32], p99[32];
-                snprintf(planned, sizeof planned, r->failed ? "%d/%d" : "%d", r->planned, num_batches);
-                double per = 1.0 / r->planned;
-                printf("%7s %9.1f ", planned, r->microbatches * per);
-                print_grouped(r->makespan * per, 16);
-                printf(" ");
-                print_grouped(r->dependency_makespan * per, 16);
-                printf(" %10.3f %9.3f %7.2f %7.3f %10s %10s\n",
-                       r->model_makespan > 0 ? r->model_lower_bound / r->model_makespan : 0.0,
-                       r->busy > 0 ? r->max_rank * r->setup.ranks / r->busy : 0.0,
-                       (double)r->cp_size_sum / (double)r->sequences, 1.0 - (double)r->tokens / r->slots,
-                       no_timing ? "-" : dcp_cli_format_seconds(r->median, med, sizeof med),
-                       no_timing ? "-" : dcp_cli_format_seconds(r->p99, p99, sizeof p99));
-            }
-            printf("\n");
-            if (best < 0) {
-                printf("no configuration planned every batch.\n");
-            } else {
-                int second = -1;
-                for (int k = 0; k < num_rows; k++)
-                    if (k != best && rows[k].planned == num_batches &&
-                        (second < 0 || rows[k].model_makespan < rows[second].model_makespan))
-                        second = k;
-                const config_row *b = &rows[best];
-                if (second < 0)
-                    printf("%s is the only configuration that planned every batch: efficiency %.3f.\n", b->label,
-                           b->model_lower_bound / b->model_makespan);
-                else
-                    printf("%s has the lowest total makespan: %.1f%% below %s and %.1f%% above the lower bound.\n",
-                           b->label, 100.0 * (1.0 - b->model_makespan / rows[second].model_makespan),
-                           rows[second].label, 100.0 * (b->model_makespan / b->model_lower_bound - 1.0));
-            }
-        }
-        status = dcp_cli_output_status("compare");
-        if (status == DCP_EXIT_OK && any_failed) status = DCP_EXIT_ERROR;
+static void print_json(const config_row *rows, int num_rows, int best, const dcp_cli_trace *batches, int num_batches)
+{
+    printf("{\n  \"batches\": [");
+    for (int b = 0; b < num_batches; b++) {
+        printf("%s", b ? ", " : "");
+        dcp_cli_json_string(stdout, batches[b].name);
     }
+    printf("],\n  \"configurations\": [\n");
+    for (int k = 0; k < num_rows; k++) {
+        const config_row *r = &rows[k];
+        double per = r->planned ? 1.0 / r->planned : 0.0;
+        printf("    {\"label\": ");
+        dcp_cli_json_string(stdout, r->label);
+        printf(", \"scheduler\": ");
+        dcp_cli_json_string(stdout, dcp_scheduler_name(r->setup.scheduler));
+        printf(", \"ranks\": %d, \"cp\": %d, \"max_seqlen_per_rank\": %d, \"min_cp_size\": %d, "
+               "\"vpp_group\": %d, \"cost_model\": ",
+               r->setup.ranks, r->cp, r->setup.max_seqlen_per_rank, r->setup.min_cp_size, r->setup.vpp_group);
+        dcp_cli_json_string(stdout, r->cost_path ? r->cost_path : "default");
+        printf(",\n     \"batches\": %d, \"planned\": %d, \"failed\": %d, \"microbatches_mean\": %.6f, "
+               "\"makespan_mean\": %.1f, \"lower_bound_mean\": %.1f, \"efficiency\": %.6f, \"imbalance\": "
+               "%.6f, \"mean_cp_size\": %.6f, \"padding_waste\": %.6f,\n     \"plan_seconds_median\": %.9f, "
+               "\"plan_seconds_p99\": %.9f, \"first_error\": ",
+               num_batches, r->planned, r->failed, r->microbatches * per, r->makespan * per,
+               r->lower_bound * per, r->model_makespan > 0 ? r->model_lower_bound / r->model_makespan : 0.0,
+               r->busy > 0 ? r->max_rank * r->setup.ranks / r->busy : 0.0,
+               r->sequences ? (double)r->cp_size_sum / (double)r->sequences : 0.0,
+               r->slots > 0 ? 1.0 - (double)r->tokens / r->slots : 0.0, r->median, r->p99);
+        if (r->failed) dcp_cli_json_string(stdout, r->first_error);
+        else printf("null");
+        printf(",\n     \"step_model\": ");
+        dcp_cli_json_string(stdout, dcp_step_model_name((dcp_step_model)r->setup.cost.step_model));
+        printf(", \"dependency_makespan_mean\": %.1f, \"dependency_lower_bound_mean\": %.1f, "
+               "\"model_makespan_mean\": %.1f, \"model_lower_bound_mean\": %.1f",
+               r->dependency_makespan * per, r->dependency_lower_bound * per, r->model_makespan * per,
+               r->model_lower_bound * per);
+        printf("}%s\n", k + 1 < num_rows ? "," : "");
+    }
+    printf("  ],\n  \"best\": ");
+    if (best >= 0) dcp_cli_json_string(stdout, rows[best].label);
+    else printf("null");
+    printf("\n}\n");
+}
+
+static void print_table(const compare_options *o, const config_row *rows, int num_rows, int best,
+                        const dcp_cli_trace *batches, int num_batches)
+{
+    int64_t seqs = 0;
+    for (int b = 0; b < num_batches; b++) seqs += batches[b].count;
+    printf("dcpack compare: %d batches (%s), %lld sequences in all\n", num_batches,
+           o->traces_dir ? o->traces_dir : o->num_trace_files ? "trace files" : generate_spec(o), (long long)seqs);
+    printf("ranks %d, max_seqlen_per_rank %d unless a configuration says otherwise; cost model: %s, step "
+           "model %s\n\n",
+           o->defaults.ranks, o->defaults.max_seqlen_per_rank,
+           o->default_cost ? o->default_cost : "defaults (docs/planning.md, Cost model)",
+           dcp_step_model_name((dcp_step_model)o->defaults.cost.step_model));
+    printf("%-28s %7s %9s %16s %16s %10s %9s %7s %7s %10s %10s\n", "configuration", "batches", "microbat.",
+           "makespan/batch", "dependency/b.", "efficiency", "imbalance", "mean CP", "padding", "plan med.",
+           "plan p99");
+    for (int k = 0; k < num_rows; k++) {
+        const config_row *r = &rows[k];
+        printf("%-28s ", r->label);
+        if (r->planned == 0) {
+            printf("%7s  %s: %s\n", "0", r->first_status == DCP_ERR_UNSUPPORTED ? "not available" : "failed",
+                   r->first_error);
+            continue;
+        }
+        char planned[16], med[32], p99[32];
+        snprintf(planned, sizeof planned, r->failed ? "%d/%d" : "%d", r->planned, num_batches);
+        double per = 1.0 / r->planned;
+        printf("%7s %9.1f ", planned, r->microbatches * per);
+        print_grouped(r->makespan * per, 16);
+        printf(" ");
+        print_grouped(r->dependency_makespan * per, 16);
+        printf(" %10.3f %9.3f %7.2f %7.3f %10s %10s\n",
+               r->model_makespan > 0 ? r->model_lower_bound / r->model_makespan : 0.0,
+               r->busy > 0 ? r->max_rank * r->setup.ranks / r->busy : 0.0,
+               (double)r->cp_size_sum / (double)r->sequences, 1.0 - (double)r->tokens / r->slots,
+               o->no_timing ? "-" : dcp_cli_format_seconds(r->median, med, sizeof med),
+               o->no_timing ? "-" : dcp_cli_format_seconds(r->p99, p99, sizeof p99));
+    }
+    printf("\n");
+    if (best < 0) {
+        printf("no configuration planned every batch.\n");
+        return;
+    }
+    int second = -1;
+    for (int k = 0; k < num_rows; k++)
+        if (k != best && rows[k].planned == num_batches &&
+            (second < 0 || rows[k].model_makespan < rows[second].model_makespan))
+            second = k;
+    const config_row *b = &rows[best];
+    if (second < 0)
+        printf("%s is the only configuration that planned every batch: efficiency %.3f.\n", b->label,
+               b->model_lower_bound / b->model_makespan);
+    else
+        printf("%s has the lowest total makespan: %.1f%% below %s and %.1f%% above the lower bound.\n", b->label,
+               100.0 * (1.0 - b->model_makespan / rows[second].model_makespan), rows[second].label,
+               100.0 * (b->model_makespan / b->model_lower_bound - 1.0));
+}
+
+/*
+ * Report the rows: failures on stderr, then the table or JSON; the best is the
+ * configuration with the lowest total makespan (its step model's) among those
+ * that planned every batch.
+ */
+static int report(const compare_options *o, const config_row *rows, int num_rows, const dcp_cli_trace *batches,
+                  int num_batches)
+{
+    int best = -1, any_failed = 0;
+    for (int k = 0; k < num_rows; k++) {
+        /* a scheduler this build lacks is left out of the default set, not a failure */
+        int unavailable = !o->scheduler_list && !o->num_config_specs && rows[k].planned == 0 &&
+                          rows[k].first_status == DCP_ERR_UNSUPPORTED;
+        if (rows[k].failed && !unavailable) {
+            any_failed = 1;
+            fprintf(stderr, "dcpack compare: %s failed on %d of %d batches; first: %s\n", rows[k].label,
+                    rows[k].failed, num_batches, rows[k].first_error);
+        }
+        if (rows[k].planned == num_batches && (best < 0 || rows[k].model_makespan < rows[best].model_makespan))
+            best = k;
+    }
+    if (o->json) print_json(rows, num_rows, best, batches, num_batches);
+    else print_table(o, rows, num_rows, best, batches, num_batches);
+    int status = dcp_cli_output_status("compare");
+    if (status == DCP_EXIT_OK && any_failed) status = DCP_EXIT_ERROR;
+    return status;
+}
+
+int dcp_cli_compare(int argc, char **argv)
+{
+    compare_options o;
+    int help = 0;
+    int status = parse_options(argc, argv, &o, &help);
+    if (status != DCP_EXIT_OK || help) return status;
+
+    static config_row rows[MAX_CONFIGS];
+    int num_rows = 0;
+    status = make_rows(&o, rows, &num_rows);
+    if (status != DCP_EXIT_OK) return status;
+
+    dcp_cli_trace *batches = NULL;
+    int num_batches = 0;
+    status = read_batches(&o, &batches, &num_batches);
+    if (status != DCP_EXIT_OK && !batches) return status;
+    const dcp_cli_trace **views = malloc(sizeof *views * (size_t)(num_batches ? num_batches : 1));
+    if (status == DCP_EXIT_OK && !views) status = dcp_cli_fail(DCP_EXIT_ERROR, "compare", "out of memory");
+    for (int b = 0; b < num_batches && views; b++) views[b] = &batches[b];
+
+    if (status == DCP_EXIT_OK) status = size_rows(&o, rows, num_rows, views, num_batches);
+    if (status == DCP_EXIT_OK) status = plan_rows(&o, rows, num_rows, batches, num_batches);
+    if (status == DCP_EXIT_OK) status = report(&o, rows, num_rows, batches, num_batches);
+
     for (int k = 0; k < num_rows; k++) free(rows[k].seconds);
     for (int b = 0; b < num_batches; b++) dcp_cli_trace_free(&batches[b]);
     free(batches);

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Install dcpack into a temporary prefix, then build a consumer two ways:
 # with find_package(dcpack) and with pkg-config.  Proves the installed header,
-# library, CMake package and .pc file work for a user.
+# library, CMake package and .pc file work for a user, and that the version both
+# package files announce is the one the installed header defines (the header is
+# the only place the version number is written).
 set -euo pipefail
 dcpack_bin="$1"; src="$2"
 build_dir="$(dirname "$dcpack_bin")"
@@ -10,6 +12,12 @@ cmake --install "$build_dir" --prefix "$tmp/prefix" >/dev/null
 test -f "$tmp/prefix/include/dcpack.h"
 lib=$(find "$tmp/prefix" -name libdcpack.a | head -1); test -n "$lib"
 pc=$(find "$tmp/prefix" -name dcpack.pc | head -1); test -n "$pc"
+hdr_version=$(for part in MAJOR MINOR PATCH; do
+  sed -n "s/^#define DCP_VERSION_${part} *\([0-9][0-9]*\) *$/\1/p" "$tmp/prefix/include/dcpack.h"
+done | paste -sd.)
+[[ "$hdr_version" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "cannot read DCP_VERSION_* from the installed dcpack.h: '$hdr_version'"; exit 1; }
+pc_version=$(sed -n 's/^Version: *//p' "$pc")
+[ "$pc_version" = "$hdr_version" ] || { echo "dcpack.pc says Version: $pc_version, dcpack.h says $hdr_version"; exit 1; }
 
 mkdir -p "$tmp/consumer"
 cat > "$tmp/consumer/main.c" <<'C'
@@ -32,10 +40,13 @@ cat > "$tmp/consumer/CMakeLists.txt" <<'CM'
 cmake_minimum_required(VERSION 3.20)
 project(consumer C)
 find_package(dcpack REQUIRED)
+if(NOT dcpack_VERSION STREQUAL HDR_VERSION)
+  message(FATAL_ERROR "find_package(dcpack) found version ${dcpack_VERSION}, dcpack.h says ${HDR_VERSION}")
+endif()
 add_executable(consumer main.c)
 target_link_libraries(consumer PRIVATE dcpack::dcpack)
 CM
-cmake -S "$tmp/consumer" -B "$tmp/consumer/build" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" >/dev/null
+cmake -S "$tmp/consumer" -B "$tmp/consumer/build" -G Ninja -DCMAKE_PREFIX_PATH="$tmp/prefix" -DHDR_VERSION="$hdr_version" >/dev/null
 cmake --build "$tmp/consumer/build" >/dev/null
 out=$("$tmp/consumer/build/consumer")
 echo "find_package consumer: $out"
@@ -43,6 +54,7 @@ echo "find_package consumer: $out"
 
 export PKG_CONFIG_PATH="$(dirname "$pc")"
 if command -v pkg-config >/dev/null; then
+  [ "$(pkg-config --modversion dcpack)" = "$hdr_version" ] || { echo "pkg-config --modversion dcpack: $(pkg-config --modversion dcpack), dcpack.h says $hdr_version"; exit 1; }
   cc "$tmp/consumer/main.c" -o "$tmp/consumer/pc" $(pkg-config --cflags --static --libs dcpack) $(pkg-config --variable=libdir dcpack | sed 's/^/-L/') 
   out=$("$tmp/consumer/pc")
   echo "pkg-config consumer: $out"
@@ -51,3 +63,4 @@ else
   grep -q -- "-ldcpack" "$pc"
   echo "pkg-config not installed; checked dcpack.pc names -ldcpack"
 fi
+echo "version $hdr_version in dcpack.h, dcpack.pc and dcpackConfigVersion.cmake"

@@ -16,6 +16,10 @@ the file names:
              CUDA's allocators (in the source, and as undefined symbols)
   names      no file name (with its extension) appears twice in the layers'
              folders, at any depth: a name says what one file holds
+  stages     a stage's objects use no symbol another stage defines: the stages
+             are the "---- name (file.c) ----" / "---- name (dir/) ----"
+             sections of pipeline/stages.h, and only the drivers (step.c,
+             plan_compute.c, ...) compose them
 
     layering.py --source DIR --build DIR           check the tree; exit 1 on a violation
     layering.py --source DIR --build DIR --plant   plant one violation of each rule in a
@@ -163,6 +167,57 @@ def check_file_names(source):
     return problems
 
 
+STAGE_SECTION = re.compile(r"^/\* ---- (\w+) \(([\w./]+)\) ---- \*/$", re.M)
+
+
+def read_stages(source):
+    """{stage: [paths under pipeline/ (a file, or a folder ending in /)]} from pipeline/stages.h's sections."""
+    with open(os.path.join(source, "pipeline", "stages.h")) as f:
+        text = f.read()
+    stages = {}
+    for name, where in STAGE_SECTION.findall(text):
+        stages.setdefault(name, []).append(where)
+    return stages
+
+
+def stage_of_object(stages, obj):
+    """The stage an object of pipeline/ was compiled from, or None (a driver, or a file of no stage)."""
+    path = obj.replace(os.sep, "/")
+    if path.endswith(".o"):
+        path = path[:-2]
+    marker = "/pipeline/"
+    if marker not in path:
+        return None
+    rel = path[path.rindex(marker) + len(marker):]
+    for name, places in stages.items():
+        for where in places:
+            if (where.endswith("/") and rel.startswith(where)) or rel == where:
+                return name
+    return None
+
+
+def check_stages(source, objects):
+    stages = read_stages(source)
+    if len(stages) < 2:
+        return [f"pipeline/stages.h names {len(stages)} stage(s) in its '---- name (file) ----' sections"]
+    by_stage = {}
+    for obj in objects:
+        name = stage_of_object(stages, obj)
+        if name is not None:
+            by_stage.setdefault(name, []).append(obj)
+    empty = sorted(name for name in stages if name not in by_stage)
+    if empty:
+        return [f"stage {' '.join(empty)} of pipeline/stages.h has no object in the pipeline layer"]
+    symbols = {name: nm_symbols(objs) for name, objs in by_stage.items()}
+    problems = []
+    for name, (_, undefined) in sorted(symbols.items()):
+        for sym in sorted(undefined):
+            owners = [other for other, (defined, _) in symbols.items() if other != name and sym in defined]
+            if owners:
+                problems.append(f"stage {name} uses {sym} of stage {owners[0]}; the driver composes stages")
+    return problems
+
+
 def check(source, build, objects=None):
     graph = read_graph(build)
     missing = [layer for layer in LAYER_DIRS if layer not in graph]
@@ -171,7 +226,8 @@ def check(source, build, objects=None):
     if objects is None:
         objects = {layer: read_objects(build, layer) for layer in graph}
     return (check_includes(source, graph) + check_allocation_calls(source, graph) +
-            check_symbols(source, graph, objects) + check_file_names(source))
+            check_symbols(source, graph, objects) + check_file_names(source) +
+            check_stages(source, objects["pipeline"]))
 
 
 def plant(source, build):
@@ -244,6 +300,19 @@ def plant(source, build):
         planted_objects["pipeline"] = objects["pipeline"] + [sibling_o]
         expect("pipeline object naming dcp__mover_backend_cuda (gpu)", check(copy, build, planted_objects),
                "layer pipeline uses dcp__mover_backend_cuda, defined only in layer gpu")
+
+        # a pack object that calls strip's function (stages.h: pack is pipeline/pack.c, strip pipeline/strip.c)
+        os.makedirs(os.path.join(tmp, "obj", "pipeline"))
+        stage_c = os.path.join(tmp, "stage.c")
+        with open(stage_c, "w") as f:
+            f.write("unsigned dcp__strip_fields(const void *config, int pipeline_rank, unsigned mtp);\n"
+                    "unsigned dcp__planted_stage(void) { return dcp__strip_fields(0, 0, 0); }\n")
+        stage_o = os.path.join(tmp, "obj", "pipeline", "pack.c.o")
+        subprocess.run([os.environ.get("CC", "cc"), "-c", stage_c, "-o", stage_o], check=True)
+        planted_objects = dict(objects)
+        planted_objects["pipeline"] = objects["pipeline"] + [stage_o]
+        expect("pack stage object calling dcp__strip_fields (strip stage)", check(copy, build, planted_objects),
+               "stage pack uses dcp__strip_fields of stage strip")
     return 1 if failures else 0
 
 

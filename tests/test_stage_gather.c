@@ -293,6 +293,7 @@ typedef struct step_gather {
     dcp__step_lengths lengths[MAXR];
     dcp_step_stats stats[MAXR];
     unsigned char scratch[MAXR][SCRATCH];
+    size_t scratch_bytes; /* each rank's scratch arena; 0: SCRATCH */
 } step_gather;
 
 static void gather_rank(int32_t rank, void *arg)
@@ -315,7 +316,12 @@ static void gather_rank(int32_t rank, void *arg)
     L->original = g->original[rank];
     L->rank_offsets = g->offsets[rank];
     dcp__arena scratch;
-    dcp__arena_init(&scratch, g->scratch[rank], SCRATCH);
+    if (g->scratch_bytes) { /* exactly that many bytes, from a 64-byte boundary (the struct is calloc'd) */
+        uintptr_t at = ((uintptr_t)g->scratch[rank] + 63) & ~(uintptr_t)63;
+        dcp__arena_init(&scratch, (void *)at, g->scratch_bytes);
+    } else {
+        dcp__arena_init(&scratch, g->scratch[rank], SCRATCH);
+    }
     memset(&g->stats[rank], 0, sizeof g->stats[rank]);
     dcp__error err;
     dcp__error_clear(&err);
@@ -405,6 +411,31 @@ DCP_TEST(step_gather_dp2_cp2_siblings_agree)
         DCP_CHECK_EQ_INT(g->stats[r].collectives, 2);
         DCP_CHECK_EQ_INT(g->stats[r].metadata_bytes_received, want_metadata[r]);
     }
+    step_gather_free(g);
+}
+
+DCP_TEST(step_gather_scratch_size_is_what_it_takes)
+{
+    /*
+     * 4 ranks, max_sequences 4: 4 headers of 48 bytes (192, three lines), bytes and offsets [4] size_t
+     * (32 bytes, a line each), pairs [8] int32 (32 bytes, a line): 384.  The size is measured from the same
+     * layout code the gather runs, so the gather fits in exactly that and fails one line short.
+     */
+    step_gather *g = step_gather_new(2, 2, 4);
+    DCP_REQUIRE(g);
+    DCP_CHECK_EQ_INT(dcp__gather_step_scratch_size(&g->config), 384);
+    const int32_t pairs[2] = {8, 8};
+    for (int32_t r = 0; r < 4; r++) set_pairs(g, r, pairs, 1);
+    g->scratch_bytes = 384;
+    DCP_REQUIRE(run_ranks(g));
+    for (int32_t r = 0; r < 4; r++) DCP_CHECK_STATUS(g->status[r], DCP_OK);
+    step_gather_free(g);
+    g = step_gather_new(2, 2, 4);
+    DCP_REQUIRE(g);
+    for (int32_t r = 0; r < 4; r++) set_pairs(g, r, pairs, 1);
+    g->scratch_bytes = 384 - 64;
+    DCP_REQUIRE(run_ranks(g));
+    for (int32_t r = 0; r < 4; r++) DCP_CHECK_STATUS(g->status[r], DCP_ERR_CAPACITY);
     step_gather_free(g);
 }
 

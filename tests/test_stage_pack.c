@@ -2,8 +2,10 @@
  * test_stage_pack.c - the pack stage (pipeline/pack.c) on its own:
  * dcp__pack_land through the CPU mover from a receive buffer filled by hand
  * and, for the pieces a rank keeps, straight from its samples (the receive
- * table's own pieces), and dcp__pack_views over a body whose rows are
- * written by hand.
+ * table's own pieces), and the views over a body whose rows are written by
+ * hand: dcp__pack_views for one virtual stage given its fields, and
+ * dcp__step_views, the driver's composition of strip (which fields each
+ * virtual stage shows) and pack over every virtual stage.
  *
  * Body layouts are checked against offsets worked out by hand first: every
  * part of a body starts on a 64-byte boundary (arena rounding), in the order
@@ -353,7 +355,7 @@ DCP_TEST(views_of_pp2_vpp2_first_rank)
     dcp_microbatch views[5];
     memset(views, 0xEE, sizeof views);
     const unsigned char *d = data, *h = host;
-    dcp__pack_views(&c, 0, 0, 2, kept, &b, host, data, views);
+    dcp__step_views(&c, 0, 0, 2, kept, &b, host, data, views);
 
     /* v0 (first stage): tokens and position_ids; mb 1 starts 4 tokens (32 bytes, 4 mask bytes) and 3 cu
      * entries (12 bytes) in */
@@ -408,7 +410,7 @@ DCP_TEST(views_of_pp2_vpp2_last_rank)
     dcp_microbatch views[4];
     memset(views, 0xEE, sizeof views);
     const unsigned char *d = data;
-    dcp__pack_views(&c, 1, 0, 2, kept, &b, host, data, views);
+    dcp__step_views(&c, 1, 0, 2, kept, &b, host, data, views);
     /* v0 (views[0], [1]): nothing; v1 (last, views[2], [3]): labels and loss_mask; mb 1 is 4 tokens in:
      * labels + 4*8 = 288, loss_mask + 4*4 = 336, mask + 4 = 388 */
     for (int m = 0; m < 2; m++)
@@ -444,7 +446,7 @@ DCP_TEST(views_of_an_mtp_virtual_stage)
     memset(views, 0xEE, sizeof views);
     const unsigned char *h = host;
     /* the CPU body: data == host */
-    dcp__pack_views(&c, 0, 0x2, 1, DCP_FIELD_ALL, &b, host, host, views);
+    dcp__step_views(&c, 0, 0x2, 1, DCP_FIELD_ALL, &b, host, host, views);
     /* v0: first stage, inputs only */
     DCP_CHECK(SAME(views[0].tokens, h + 192) && SAME(views[0].position_ids, h + 320));
     DCP_CHECK(views[0].labels == NULL && views[0].loss_mask == NULL);
@@ -459,9 +461,35 @@ DCP_TEST(views_of_an_mtp_virtual_stage)
     }
     /* with MTP on v0 instead: v0 all four, v1 (last) the targets */
     memset(views, 0xEE, sizeof views);
-    dcp__pack_views(&c, 0, 0x1, 1, DCP_FIELD_ALL, &b, host, host, views);
+    dcp__step_views(&c, 0, 0x1, 1, DCP_FIELD_ALL, &b, host, host, views);
     DCP_CHECK(SAME(views[0].labels, h + 256) && SAME(views[0].loss_mask, h + 384));
     DCP_CHECK(SAME(views[0].tokens, h + 192) && SAME(views[0].position_ids, h + 320));
     DCP_CHECK(views[1].tokens == NULL && views[1].position_ids == NULL);
     DCP_CHECK(SAME(views[1].labels, h + 256) && SAME(views[1].loss_mask, h + 384));
+}
+
+DCP_TEST(pack_views_shows_exactly_the_fields_it_is_given)
+{
+    /* one virtual stage's list: only the fields in `shown`, whatever the body keeps; nothing past [microbatches] */
+    dcp__body_layout b;
+    dcp__body_layout_compute(1, 2, 3, DCP_FIELD_ALL, &b);
+    _Alignas(64) static unsigned char host[512];
+    memset(host, 0, sizeof host);
+    put_row(host, 0, 0, 3, 0, 2, 3, 1, 0, 1);
+    const unsigned char *h = host;
+    dcp_microbatch views[2];
+    memset(views, 0xEE, sizeof views);
+    dcp__pack_views(1, DCP_FIELD_LABELS, &b, host, host, views);
+    DCP_CHECK(SAME(views[0].labels, h + b.field[1]));
+    DCP_CHECK(views[0].tokens == NULL && views[0].position_ids == NULL && views[0].loss_mask == NULL);
+    DCP_CHECK(SAME(views[0].padding_mask, h + b.mask) && SAME(views[0].cu_seqlens, h + b.cu));
+    check_meta(&views[0], 3, 2, 1, 3, 1, 0, __LINE__);
+    unsigned char untouched[sizeof views[1]];
+    memset(untouched, 0xEE, sizeof untouched);
+    DCP_CHECK(memcmp(&views[1], untouched, sizeof untouched) == 0);
+    /* no field at all: the shape and the mask still */
+    dcp__pack_views(1, 0, &b, host, host, views);
+    DCP_CHECK(views[0].tokens == NULL && views[0].labels == NULL && views[0].position_ids == NULL &&
+              views[0].loss_mask == NULL);
+    check_meta(&views[0], 3, 2, 1, 3, 1, 0, __LINE__);
 }

@@ -709,10 +709,9 @@ DCP_TEST(rank_geometry_takes_what_its_size_says)
     dcp_config_default(&c);
     c.max_sequences = 4;
     c.max_microbatches = 0;
-    const size_t size = dcp__rank_geometry_size(&c);
-    DCP_CHECK_EQ_INT(size, DCP_ARENA_BYTES(dcp__thd_geometry, 4) + 4 * 64);
-    _Alignas(64) static unsigned char memory[4096];
-    DCP_REQUIRE(size <= sizeof memory);
+    c.max_tokens_per_rank = 64;
+    const size_t size = DCP_ARENA_BYTES(dcp__thd_geometry, 4) + 4 * 64;
+    _Alignas(64) static unsigned char memory[65536];
     dcp__arena a;
     dcp__rank_geometry g;
     dcp__arena_init(&a, memory, size);
@@ -729,6 +728,27 @@ DCP_TEST(rank_geometry_takes_what_its_size_says)
     DCP_CHECK_STATUS(dcp__rank_geometry_take(&c, 2, &a, &g), DCP_OK);
     DCP_CHECK(a.used <= size);
     dcp__arena_release(&a);
+
+    /*
+     * reroute's scratch size is its take functions run on a measuring arena: the geometry (above), the
+     * group scratch and the tables fit in exactly that many bytes, one line less does not
+     */
+    const size_t all = dcp__reroute_scratch_size(&c);
+    DCP_REQUIRE(all > size && all <= sizeof memory);
+    dcp__group_scratch gs;
+    dcp__receive_table rt;
+    dcp__send_table st;
+    dcp__block_arrays blocks;
+    for (int less = 0; less <= 1; less++) {
+        dcp__arena_init(&a, memory, all - (size_t)less * 64);
+        dcp_status s = dcp__rank_geometry_take(&c, 4, &a, &g);
+        if (s == DCP_OK) s = dcp__group_scratch_take(&c, &a, &gs);
+        if (s == DCP_OK) s = dcp__reroute_tables_take(&c, &a, &rt, &st, &blocks);
+        DCP_CHECK_STATUS(s, less ? DCP_ERR_CAPACITY : DCP_OK);
+        if (!less) DCP_CHECK_EQ_INT(a.used, all);
+        if (!less) DCP_CHECK(st.capacity == (int64_t)dcp__step_send_piece_bound(&c) && rt.tokens_from[0] == 0);
+        dcp__arena_release(&a);
+    }
 }
 
 DCP_TEST(send_refuses_more_pieces_than_its_capacity)
