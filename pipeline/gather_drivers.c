@@ -129,6 +129,21 @@ static dcp_status finish(dcp_context *ctx, dcp_status st, dcp__error *err, const
     return DCP_OK;
 }
 
+/* The call's tag, then the communicator: either failing, this rank makes no collective. */
+static dcp_status gather_begin(dcp_context *ctx, dcp_comm *comm, uint64_t step_id, dcp__call_tag *tag,
+                               dcp__error *err)
+{
+    dcp_status st = dcp__context_call_begin(ctx, DCP_CALL_GATHER, step_id, tag, err);
+    return st != DCP_OK ? st : check_comm(ctx, comm, err);
+}
+
+/* The scratch for this rank's lengths, or DCP_ERR_CAPACITY: a failure the peers hear of in the gather. */
+static dcp_status check_scratch(const dcp_context *ctx, const int32_t *local, dcp__error *err)
+{
+    if (local) return DCP_OK;
+    return dcp__fail(err, DCP_ERR_CAPACITY, "gather: scratch too small for %d sequences", ctx->config.max_sequences);
+}
+
 dcp_status dcp_gather(dcp_context *ctx, dcp_comm *comm, uint64_t step_id, const int32_t *local_lengths, int32_t num_local,
                       const int32_t **global_lengths, int32_t *num_global, const int32_t **rank_offsets)
 {
@@ -136,18 +151,14 @@ dcp_status dcp_gather(dcp_context *ctx, dcp_comm *comm, uint64_t step_id, const 
     dcp__error err;
     dcp__error_clear(&err);
     dcp__call_tag tag;
-    dcp_status st = dcp__context_call_begin(ctx, DCP_CALL_GATHER, step_id, &tag, &err);
-    if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* out of step: no collective */
-    st = check_comm(ctx, comm, &err);
-    if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* no peer can be told */
+    dcp_status st = gather_begin(ctx, comm, step_id, &tag, &err);
+    if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* no collective: no peer can be told */
 
     dcp__arena *scratch = dcp__context_scratch(ctx);
     int32_t *local = DCP_ARENA_NEW(scratch, int32_t, ctx->config.max_sequences);
     int32_t count = 0;
     dcp_status local_status = check_pointers(local_lengths, num_local, global_lengths, num_global, rank_offsets, &err);
-    if (local_status == DCP_OK && !local)
-        local_status = dcp__fail(&err, DCP_ERR_CAPACITY, "gather: scratch too small for %d sequences",
-                                ctx->config.max_sequences);
+    if (local_status == DCP_OK) local_status = check_scratch(ctx, local, &err);
     if (local_status == DCP_OK && num_local < 0)
         local_status = dcp__fail(&err, DCP_ERR_INVALID_ARGUMENT, "gather: num_local %d is negative", num_local);
     for (int32_t i = 0; i < num_local && local_status == DCP_OK; i++) {
@@ -174,19 +185,15 @@ dcp_status dcp_gather_packed(dcp_context *ctx, dcp_comm *comm, uint64_t step_id,
     dcp__error err;
     dcp__error_clear(&err);
     dcp__call_tag tag;
-    dcp_status st = dcp__context_call_begin(ctx, DCP_CALL_GATHER, step_id, &tag, &err);
-    if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* out of step: no collective */
-    st = check_comm(ctx, comm, &err);
-    if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* no peer can be told */
+    dcp_status st = gather_begin(ctx, comm, step_id, &tag, &err);
+    if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* no collective: no peer can be told */
 
     dcp__arena *scratch = dcp__context_scratch(ctx);
     int32_t *local = DCP_ARENA_NEW(scratch, int32_t, ctx->config.max_sequences);
     int32_t count = 0;
     dcp_status local_status =
         check_pointers(cu_seqlens, num_cu_seqlens, global_lengths, num_global, rank_offsets, &err);
-    if (local_status == DCP_OK && !local)
-        local_status = dcp__fail(&err, DCP_ERR_CAPACITY, "gather: scratch too small for %d sequences",
-                                ctx->config.max_sequences);
+    if (local_status == DCP_OK) local_status = check_scratch(ctx, local, &err);
     if (local_status == DCP_OK && (num_cu_seqlens < 1 || total_tokens < 0))
         local_status = dcp__fail(&err, DCP_ERR_CORRUPT_INPUT, "gather: %d cu_seqlens entries for %lld tokens",
                                 num_cu_seqlens, (long long)total_tokens);
