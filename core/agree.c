@@ -236,5 +236,11 @@ uint64_t dcp__config_digest(const dcp_config *c)
     uint64_t h = 14695981039346656037ull;
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) h = mix(h, fields[i]);
     for (int i = 0; i <= DCP_MAX_LOG2_CP; i++) h = mix(h, c->cost.kv[i]);
+    /* the step's terms and the pipeline's: ranks planning with different ones must not meet */
+    const int64_t step_terms[] = {c->cost.small_knee, c->cost.small_slope, c->cost.margin_ppm,
+                                  c->cost.pipeline_schedule, c->cost.forward_ppm, c->cost.first_stage_per_token,
+                                  c->cost.last_stage_per_token};
+    for (size_t i = 0; i < sizeof step_terms / sizeof step_terms[0]; i++) h = mix(h, step_terms[i]);
+    for (int i = 0; i <= DCP_MAX_LOG2_CP; i++) h = mix(h, c->cost.cp_gather[i]);
     return h;
 }

@@ -20,6 +20,8 @@ void dcp_cost_model_default(dcp_cost_model *model)
     model->round_latency = 491520;
     model->microbatch_overhead = 819200;
     model->step_model = DCP_STEP_MODEL_BARRIER;
+    model->pipeline_schedule = DCP_PIPELINE_1F1B;
+    model->forward_ppm = 333333;
 }
 
 static int64_t saturate(__int128 v)

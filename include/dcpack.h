@@ -130,7 +130,45 @@ typedef struct dcp_cost_model {
     int64_t round_latency;                /* per ring round (default 491520) */
     int64_t microbatch_overhead;          /* per microbatch (default 819200) */
     int32_t step_model;                   /* a dcp_step_model (default DCP_STEP_MODEL_BARRIER) */
+    /*
+     * Terms of the step that runs (docs/planning.md, cost model); 0 in the
+     * default model, which so plans as before.
+     *  - cp_gather[k] (k = log2 cp >= 1): exposed, undivided CP cost per token
+     *    of the group's whole sequence on every rank of a CP group (trainers
+     *    that gather K/V before attention: dcpack.thd, TransformerEngine's
+     *    all-gather CP).  Added to cost(s, cp) as cp_gather[k] * s.
+     *  - small_knee, small_slope: a rank that holds t < small_knee token slots
+     *    in a microbatch costs small_slope * (small_knee - t) more (kernels that
+     *    stop filling the GPU below the knee).  Charged per rank per microbatch
+     *    in plan statistics and the balanced search, not by dcp_cost().
+     *  - margin_ppm: balanced keeps dynamic_cp's plan unless its own plan's
+     *    model makespan is lower by at least margin_ppm parts per million of
+     *    dynamic_cp's (a calibrated profile's measured error; 0: any gain).
+     */
+    int64_t cp_gather[DCP_MAX_LOG2_CP + 1];
+    int64_t small_knee;
+    int64_t small_slope;
+    int64_t margin_ppm;
+    /*
+     * The pipeline (docs/planning.md, pipeline step model), used when the
+     * configuration's pipeline_parallel_size > 1: a microbatch of per-rank cost
+     * c runs forward_ppm/1e6 of c forward and the rest backward on every stage;
+     * the first stage adds first_stage_per_token and the last
+     * last_stage_per_token per token slot of the microbatch's slowest rank
+     * (embedding; output head, loss, MTP).  pipeline_schedule is a
+     * dcp_pipeline_schedule.  Defaults: 1F1B, forward 333333 ppm, no extra work.
+     */
+    int32_t pipeline_schedule;
+    int32_t forward_ppm;
+    int64_t first_stage_per_token;
+    int64_t last_stage_per_token;
 } dcp_cost_model;
+
+/* Pipeline schedules the pipeline step model computes (docs/planning.md). */
+typedef enum dcp_pipeline_schedule {
+    DCP_PIPELINE_1F1B = 0,        /* one forward one backward, one chunk per stage */
+    DCP_PIPELINE_INTERLEAVED = 1  /* Megatron-LM's interleaved 1F1B with virtual_pipeline_size chunks per stage */
+} dcp_pipeline_schedule;
 
 /* Name ("barrier", "dependency") <-> enum ("unknown" for another value; DCP_ERR_INVALID_ARGUMENT for another name). */
 const char *dcp_step_model_name(dcp_step_model model);

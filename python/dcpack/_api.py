@@ -53,6 +53,7 @@ _TAIL_NAMES = {"append_dummy": 0, "extend_last": 1}
 _PARTITION_NAMES = {"zigzag": 0, "contiguous": 1}
 _SCHEDULERS = ("dp_balanced", "dynamic_cp", "balanced")
 _STEP_MODELS = ("barrier", "dependency")
+_PIPELINE_SCHEDULES = ("1f1b", "interleaved")
 _EFFORTS = ("full", "fast")
 
 _DEFAULTS = _core.config_default()
@@ -97,12 +98,35 @@ class CostModel:
     round_latency: int = _DEFAULTS["cost"]["round_latency"]
     microbatch_overhead: int = _DEFAULTS["cost"]["microbatch_overhead"]
     step_model: str | int = _STEP_MODELS[_DEFAULTS["cost"]["step_model"]]
+    cp_gather: tuple[int, ...] = tuple(_DEFAULTS["cost"]["cp_gather"])
+    small_knee: int = _DEFAULTS["cost"]["small_knee"]
+    small_slope: int = _DEFAULTS["cost"]["small_slope"]
+    margin_ppm: int = _DEFAULTS["cost"]["margin_ppm"]
+    pipeline_schedule: str | int = _PIPELINE_SCHEDULES[_DEFAULTS["cost"]["pipeline_schedule"]]
+    forward_ppm: int = _DEFAULTS["cost"]["forward_ppm"]
+    first_stage_per_token: int = _DEFAULTS["cost"]["first_stage_per_token"]
+    last_stage_per_token: int = _DEFAULTS["cost"]["last_stage_per_token"]
 
     def _to_dict(self) -> dict[str, Any]:
         kv = tuple(self.kv)
         if len(kv) != _core.MAX_LOG2_CP + 1:
             raise InvalidConfigError(f"cost.kv must have {_core.MAX_LOG2_CP + 1} entries, got {len(kv)}")
+        cp_gather = tuple(self.cp_gather)
+        if len(cp_gather) != _core.MAX_LOG2_CP + 1:
+            raise InvalidConfigError(
+                f"cost.cp_gather must have {_core.MAX_LOG2_CP + 1} entries, got {len(cp_gather)}"
+            )
         return {
+            "cp_gather": tuple(_check_int(f"cost.cp_gather[{k}]", v, *_INT64) for k, v in enumerate(cp_gather)),
+            "small_knee": _check_int("cost.small_knee", self.small_knee, *_INT64),
+            "small_slope": _check_int("cost.small_slope", self.small_slope, *_INT64),
+            "margin_ppm": _check_int("cost.margin_ppm", self.margin_ppm, *_INT64),
+            "pipeline_schedule": _enum(
+                "cost.pipeline_schedule", self.pipeline_schedule, {n: i for i, n in enumerate(_PIPELINE_SCHEDULES)}
+            ),
+            "forward_ppm": _check_int("cost.forward_ppm", self.forward_ppm, *_INT32),
+            "first_stage_per_token": _check_int("cost.first_stage_per_token", self.first_stage_per_token, *_INT64),
+            "last_stage_per_token": _check_int("cost.last_stage_per_token", self.last_stage_per_token, *_INT64),
             "quadratic": _check_int("cost.quadratic", self.quadratic, *_INT64),
             "linear": _check_int("cost.linear", self.linear, *_INT64),
             "kv": tuple(_check_int(f"cost.kv[{k}]", v, *_INT64) for k, v in enumerate(kv)),
@@ -198,8 +222,12 @@ class Config:
         c = d.get("cost")
         if isinstance(c, dict):
             c = {**c, "kv": tuple(c["kv"])}
+            if "cp_gather" in c:
+                c["cp_gather"] = tuple(c["cp_gather"])
             if isinstance(c.get("step_model"), int) and 0 <= c["step_model"] < len(_STEP_MODELS):
                 c["step_model"] = _STEP_MODELS[c["step_model"]]
+            if isinstance(c.get("pipeline_schedule"), int) and 0 <= c["pipeline_schedule"] < len(_PIPELINE_SCHEDULES):
+                c["pipeline_schedule"] = _PIPELINE_SCHEDULES[c["pipeline_schedule"]]
             d["cost"] = CostModel(**c)
         return cls(**d)
 

@@ -60,6 +60,9 @@ static int get_i32(PyObject *dict, const char *key, int32_t *out)
     return 0;
 }
 
+static int get_i64_tuple(PyObject *dict, const char *key, int64_t *out);
+static PyObject *i64_tuple(const int64_t *values);
+
 /* A configuration dict (every dcp_config field; cost as a dict with kv a sequence) -> dcp_config. */
 int config_from_dict(PyObject *dict, dcp_config *c)
 {
@@ -106,19 +109,50 @@ int config_from_dict(PyObject *dict, dcp_config *c)
     if (get_i64(cost, "quadratic", &c->cost.quadratic) < 0 || get_i64(cost, "linear", &c->cost.linear) < 0 ||
         get_i64(cost, "round_latency", &c->cost.round_latency) < 0 ||
         get_i64(cost, "microbatch_overhead", &c->cost.microbatch_overhead) < 0 ||
-        get_i32(cost, "step_model", &c->cost.step_model) < 0)
+        get_i32(cost, "step_model", &c->cost.step_model) < 0 ||
+        get_i64(cost, "small_knee", &c->cost.small_knee) < 0 ||
+        get_i64(cost, "small_slope", &c->cost.small_slope) < 0 ||
+        get_i64(cost, "margin_ppm", &c->cost.margin_ppm) < 0 ||
+        get_i32(cost, "pipeline_schedule", &c->cost.pipeline_schedule) < 0 ||
+        get_i32(cost, "forward_ppm", &c->cost.forward_ppm) < 0 ||
+        get_i64(cost, "first_stage_per_token", &c->cost.first_stage_per_token) < 0 ||
+        get_i64(cost, "last_stage_per_token", &c->cost.last_stage_per_token) < 0)
         return -1;
-    PyObject *kv = PyDict_GetItemString(cost, "kv");
-    if (!kv || !PyTuple_Check(kv) || PyTuple_Size(kv) != DCP_MAX_LOG2_CP + 1) {
-        PyErr_Format(PyExc_TypeError, "cost kv must be a tuple of %d ints", DCP_MAX_LOG2_CP + 1);
+    if (get_i64_tuple(cost, "kv", c->cost.kv) < 0 || get_i64_tuple(cost, "cp_gather", c->cost.cp_gather) < 0)
+        return -1;
+    return 0;
+}
+
+/* A tuple of DCP_MAX_LOG2_CP + 1 ints at dict[key] -> out (per-log2(cp) coefficients). */
+static int get_i64_tuple(PyObject *dict, const char *key, int64_t *out)
+{
+    PyObject *t = PyDict_GetItemString(dict, key);
+    if (!t || !PyTuple_Check(t) || PyTuple_Size(t) != DCP_MAX_LOG2_CP + 1) {
+        PyErr_Format(PyExc_TypeError, "cost %s must be a tuple of %d ints", key, DCP_MAX_LOG2_CP + 1);
         return -1;
     }
     for (int k = 0; k <= DCP_MAX_LOG2_CP; k++) {
-        long long v = PyLong_AsLongLong(PyTuple_GetItem(kv, k));
+        long long v = PyLong_AsLongLong(PyTuple_GetItem(t, k));
         if (v == -1 && PyErr_Occurred()) return -1;
-        c->cost.kv[k] = (int64_t)v;
+        out[k] = (int64_t)v;
     }
     return 0;
+}
+
+/* out (DCP_MAX_LOG2_CP + 1 coefficients) -> a new tuple, or NULL with an exception set. */
+static PyObject *i64_tuple(const int64_t *values)
+{
+    PyObject *t = PyTuple_New(DCP_MAX_LOG2_CP + 1);
+    if (!t) return NULL;
+    for (int k = 0; k <= DCP_MAX_LOG2_CP; k++) {
+        PyObject *v = PyLong_FromLongLong(values[k]);
+        if (!v) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SetItem(t, k, v);
+    }
+    return t;
 }
 
 PyObject *config_to_dict(const dcp_config *c)
@@ -130,21 +164,15 @@ PyObject *config_to_dict(const dcp_config *c)
     SET_ITEM(cost, "round_latency", PyLong_FromLongLong(c->cost.round_latency));
     SET_ITEM(cost, "microbatch_overhead", PyLong_FromLongLong(c->cost.microbatch_overhead));
     SET_ITEM(cost, "step_model", PyLong_FromLong(c->cost.step_model));
-    PyObject *kv = PyTuple_New(DCP_MAX_LOG2_CP + 1);
-    if (!kv) {
-        Py_DECREF(cost);
-        return NULL;
-    }
-    for (int k = 0; k <= DCP_MAX_LOG2_CP; k++) {
-        PyObject *v = PyLong_FromLongLong(c->cost.kv[k]);
-        if (!v) {
-            Py_DECREF(kv);
-            Py_DECREF(cost);
-            return NULL;
-        }
-        PyTuple_SetItem(kv, k, v);
-    }
-    SET_ITEM(cost, "kv", kv);
+    SET_ITEM(cost, "small_knee", PyLong_FromLongLong(c->cost.small_knee));
+    SET_ITEM(cost, "small_slope", PyLong_FromLongLong(c->cost.small_slope));
+    SET_ITEM(cost, "margin_ppm", PyLong_FromLongLong(c->cost.margin_ppm));
+    SET_ITEM(cost, "pipeline_schedule", PyLong_FromLong(c->cost.pipeline_schedule));
+    SET_ITEM(cost, "forward_ppm", PyLong_FromLong(c->cost.forward_ppm));
+    SET_ITEM(cost, "first_stage_per_token", PyLong_FromLongLong(c->cost.first_stage_per_token));
+    SET_ITEM(cost, "last_stage_per_token", PyLong_FromLongLong(c->cost.last_stage_per_token));
+    SET_ITEM(cost, "kv", i64_tuple(c->cost.kv));
+    SET_ITEM(cost, "cp_gather", i64_tuple(c->cost.cp_gather));
     PyObject *d = PyDict_New();
     if (!d) {
         Py_DECREF(cost);
