@@ -246,9 +246,9 @@ int64_t dcp_cli_group_cost(const dcp_cost_model *model, const dcp_plan *plan, co
 
 /* ---- SVG ---- */
 
-/* Draw a plan; DCP_EXIT_OK or DCP_EXIT_ERROR when the file cannot be written. */
+/* Draw a plan (time axis in ms when time_unit_ps > 0); DCP_EXIT_OK or DCP_EXIT_ERROR when the file cannot be written. */
 int dcp_cli_svg_write(const char *command, const char *path, const dcp_plan *plan, const dcp_cli_trace *trace,
-                      const dcp_config *config, const dcp_plan_stats *stats, const char *title);
+                      const dcp_config *config, const dcp_plan_stats *stats, const char *title, int64_t time_unit_ps);
 
 /* ---- commands ---- */
 

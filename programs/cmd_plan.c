@@ -543,7 +543,7 @@ int dcp_cli_plan(int argc, char **argv)
             label_of(&r, label, sizeof label);
             snprintf(title, sizeof title, "%s on %d ranks, max_seqlen_per_rank %d: %s", label, o.setup.ranks,
                      o.setup.max_seqlen_per_rank, trace.name);
-            st = dcp_cli_svg_write("plan", o.svg, r.plan, &trace, &r.config, &r.stats, title);
+            st = dcp_cli_svg_write("plan", o.svg, r.plan, &trace, &r.config, &r.stats, title, o.setup.time_unit_ps);
         }
     }
     dcp_cli_planner_destroy(&r.planner);

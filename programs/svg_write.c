@@ -5,12 +5,16 @@
  * wide as its slowest rank plus the per-microbatch overhead (grey).  Every
  * sequence is one box per rank that holds it (class "seq"), as wide as its
  * per-rank cost and coloured by its CP size.  A red bar marks the slowest
- * rank(s) of each microbatch; a dashed line marks the lower bound.  Row
+ * rank(s) of each microbatch (a triangle under the plot points at it); a
+ * dashed line marks the lower bound; the axis under the plot is in ms with a
+ * calibrated profile (time_unit_ps), else in cost units.  Row
  * heights, labels and strokes scale so the picture reads at 8 ranks and at 512.
  */
 #include "cli.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const palette[] = {"#4e79a7", "#59a14f", "#f28e2b", "#b07aa1", "#edc948", "#76b7b2",
@@ -58,18 +62,70 @@ static void xml_text(FILE *out, const char *s)
     }
 }
 
+/* A round tick step (1, 2 or 5 times a power of ten) giving at most about `ticks` ticks over `span`. */
+static double tick_step(double span, int ticks)
+{
+    double raw = span / ticks, p = pow(10.0, floor(log10(raw)));
+    return raw <= p ? p : raw <= 2 * p ? 2 * p : raw <= 5 * p ? 5 * p : 10 * p;
+}
+
+/* The time axis under the plot: ms with a calibrated profile, else cost units. */
+static void time_axis(FILE *out, double left, double y, double plot_w, int64_t span, int64_t time_unit_ps)
+{
+    const double ms_per_unit = time_unit_ps > 0 ? (double)time_unit_ps * 1e-9 : 0.0;
+    const double total = time_unit_ps > 0 ? (double)span * ms_per_unit : (double)span;
+    fprintf(out, "<g class=\"time-axis\">\n");
+    fprintf(out, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#555\" stroke-width=\"1\"/>\n", left, y,
+            left + plot_w, y);
+    if (total > 0) {
+        double step = tick_step(total, 10);
+        for (int i = 0; i * step <= total * (1 + 1e-9); i++) {
+            double v = i * step, x = left + plot_w * v / total;
+            char label[48], digits[40];
+            if (time_unit_ps > 0) snprintf(label, sizeof label, "%g", v);
+            else snprintf(label, sizeof label, "%s", grouped((int64_t)llround(v), digits, sizeof digits));
+            fprintf(out, "<line x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\" stroke=\"#555\" stroke-width=\"1\"/>\n",
+                    x, y, x, y + 4);
+            fprintf(out,
+                    "<text class=\"tick\" x=\"%.2f\" y=\"%.2f\" font-size=\"10\" text-anchor=\"middle\" "
+                    "fill=\"#555\">%s</text>\n",
+                    x, y + 15, label);
+        }
+    }
+    fprintf(out, "<text x=\"%.2f\" y=\"%.2f\" font-size=\"11\" text-anchor=\"end\" fill=\"#555\">%s</text>\n",
+            left + plot_w, y + 29, time_unit_ps > 0 ? "time (ms)" : "cost units (a profile with time_unit_ps gives ms)");
+    fprintf(out, "</g>\n");
+}
+
+/* Labels go above the microbatches that have room (34 px from the previous label); the last one is always
+   labelled, taking the place of a previous label it would overlap. */
+static void choose_labels(const double *x, int32_t count, unsigned char *labelled)
+{
+    double last = -1e9;
+    int32_t previous = -1;
+    for (int32_t i = 0; i < count; i++) {
+        labelled[i] = x[i] - last >= 34.0;
+        if (labelled[i]) last = x[i], previous = i;
+    }
+    if (count > 0 && !labelled[count - 1]) {
+        if (previous >= 0 && x[count - 1] - x[previous] < 34.0 && previous > 0) labelled[previous] = 0;
+        labelled[count - 1] = 1;
+    }
+}
+
 int dcp_cli_svg_write(const char *command, const char *path, const dcp_plan *plan, const dcp_cli_trace *trace,
-                      const dcp_config *config, const dcp_plan_stats *stats, const char *title)
+                      const dcp_config *config, const dcp_plan_stats *stats, const char *title, int64_t time_unit_ps)
 {
     FILE *out = fopen(path, "w");
-    if (!out) return dcp_cli_fail(DCP_EXIT_ERROR, command, "cannot write %s", path);
+    if (!out) return dcp_cli_fail(DCP_EXIT_ERROR, command, "cannot write %s: %s", path, strerror(errno));
     const dcp_cost_model *model = &config->cost;
     const int32_t ranks = plan->num_ranks;
     const double plot_w = 1400.0;
     const double row_h = fmax(1.5, fmin(24.0, 960.0 / ranks));
     const double left = 78.0, top = 92.0;
     const double plot_h = row_h * ranks;
-    const double legend_h = 54.0;
+    const double axis_h = 40.0; /* the slowest-rank markers and the time axis under the plot */
+    const double legend_h = 54.0 + axis_h;
     const double width = left + plot_w + 24.0, height = top + plot_h + legend_h;
     const int64_t span = stats->makespan > stats->lower_bound ? stats->makespan : stats->lower_bound;
     const double scale = span > 0 ? plot_w / (double)span : 0.0;
@@ -88,11 +144,17 @@ int dcp_cli_svg_write(const char *command, const char *path, const dcp_plan *pla
     fprintf(out, "</text>\n");
     double efficiency = stats->makespan > 0 ? (double)stats->lower_bound / (double)stats->makespan : 0.0;
     char makespan[40], bound[40];
+    if (time_unit_ps > 0) {
+        snprintf(makespan, sizeof makespan, "%.2f ms", dcp_cli_units_ms(stats->makespan, time_unit_ps));
+        snprintf(bound, sizeof bound, "%.2f ms", dcp_cli_units_ms(stats->lower_bound, time_unit_ps));
+    } else {
+        grouped(stats->makespan, makespan, sizeof makespan);
+        grouped(stats->lower_bound, bound, sizeof bound);
+    }
     fprintf(out,
             "<text x=\"%.0f\" y=\"40\">%d sequences, %d microbatches, makespan %s, lower bound %s, "
             "efficiency %.3f. Box width = per-rank cost; colour = CP size.</text>\n",
-            left, trace->count, plan->num_microbatches, grouped(stats->makespan, makespan, sizeof makespan),
-            grouped(stats->lower_bound, bound, sizeof bound), efficiency);
+            left, trace->count, plan->num_microbatches, makespan, bound, efficiency);
     fprintf(out, "<text x=\"%.0f\" y=\"%.0f\" text-anchor=\"end\" fill=\"#555\">rank</text>\n", left - 8, top - 8);
     fprintf(out, "<text x=\"%.0f\" y=\"%.0f\" fill=\"#555\">microbatch</text>\n", left, top - 30);
 
@@ -107,15 +169,35 @@ int dcp_cli_svg_write(const char *command, const char *path, const dcp_plan *pla
         fprintf(out, "<text x=\"%.0f\" y=\"%.2f\" text-anchor=\"end\" font-size=\"11\" dominant-baseline=\"middle\">%d</text>\n",
                 left - 8, top + (r + 0.5) * row_h, r);
 
-    double x0 = left, last_label = -1e9;
-    for (int32_t m = 0; m < plan->num_microbatches; m++) {
-        int32_t first = plan->microbatch_first_group[m], last = plan->microbatch_first_group[m + 1];
+    /* where each microbatch starts, and its slowest group (the first of the slowest) */
+    const int32_t nmb = plan->num_microbatches;
+    double *xs = malloc(sizeof *xs * (size_t)(nmb > 0 ? nmb : 1));
+    int32_t *slowest_of = malloc(sizeof *slowest_of * (size_t)(nmb > 0 ? nmb : 1));
+    unsigned char *labelled = malloc((size_t)(nmb > 0 ? nmb : 1));
+    if (!xs || !slowest_of || !labelled) {
+        free(xs);
+        free(slowest_of);
+        free(labelled);
+        fclose(out);
+        return dcp_cli_fail(DCP_EXIT_ERROR, command, "out of memory drawing %s", path);
+    }
+    double x0 = left;
+    for (int32_t m = 0; m < nmb; m++) {
         int64_t slowest = -1;
-        int32_t slowest_group = first;
-        for (int32_t g = first; g < last; g++) {
+        slowest_of[m] = plan->microbatch_first_group[m];
+        for (int32_t g = plan->microbatch_first_group[m]; g < plan->microbatch_first_group[m + 1]; g++) {
             int64_t c = dcp_cli_group_cost(model, plan, trace->lengths, g);
-            if (c > slowest) slowest = c, slowest_group = g;
+            if (c > slowest) slowest = c, slowest_of[m] = g;
         }
+        xs[m] = x0;
+        x0 += (double)slowest * scale + (double)model->microbatch_overhead * scale;
+    }
+    choose_labels(xs, nmb, labelled);
+
+    for (int32_t m = 0; m < nmb; m++) {
+        int32_t first = plan->microbatch_first_group[m], last = plan->microbatch_first_group[m + 1];
+        int64_t slowest = dcp_cli_group_cost(model, plan, trace->lengths, slowest_of[m]);
+        x0 = xs[m];
         double busy_w = (double)slowest * scale, overhead_w = (double)model->microbatch_overhead * scale;
         fprintf(out, "<g class=\"microbatch\" id=\"mb%d\">\n", m);
         fprintf(out, "<rect class=\"lane\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"/>\n", x0, top,
@@ -124,14 +206,14 @@ int dcp_cli_svg_write(const char *command, const char *path, const dcp_plan *pla
             fprintf(out,
                     "<rect class=\"overhead\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"#d9d9d9\"/>\n",
                     x0 + busy_w, top, overhead_w, plot_h);
-        if (x0 - last_label >= 34.0) {
-            fprintf(out, "<text x=\"%.2f\" y=\"%.0f\" font-size=\"11\">%d</text>\n", x0 + 1, top - 14, m);
-            last_label = x0;
+        if (labelled[m]) { /* the last one: right-aligned when it is a sliver at the end */
+            int sliver = m == nmb - 1 && busy_w + overhead_w < 14.0;
+            fprintf(out, "<text class=\"microbatch-label\" x=\"%.2f\" y=\"%.0f\" font-size=\"11\"%s>%d</text>\n",
+                    sliver ? x0 + busy_w + overhead_w : x0 + 1, top - 14, sliver ? " text-anchor=\"end\"" : "", m);
         }
         for (int32_t g = first; g < last; g++) {
             int32_t cp = plan->group_cp_size[g];
             const char *colour = cp_colour(cp);
-            int64_t group_cost = dcp_cli_group_cost(model, plan, trace->lengths, g);
             for (int32_t r = plan->group_first_rank[g]; r < plan->group_first_rank[g] + cp; r++) {
                 double x = x0, y = top + r * row_h;
                 for (int32_t i = plan->group_first_id[g]; i < plan->group_first_id[g + 1]; i++) {
@@ -154,23 +236,32 @@ int dcp_cli_svg_write(const char *command, const char *path, const dcp_plan *pla
                     x += w;
                 }
             }
-            if (group_cost == slowest && g == slowest_group) /* a red triangle over the column points at it */
-                fprintf(out,
-                        "<polygon class=\"slowest-marker\" points=\"%.2f,%.2f %.2f,%.2f %.2f,%.2f\" fill=\"%s\"/>\n",
-                        x0 + busy_w - 5, top - 9, x0 + busy_w + 5, top - 9, x0 + busy_w, top - 1, SLOWEST_COLOUR);
-            if (group_cost == slowest) { /* the slowest rank(s): a red bar at their end */
-                double bar = fmax(2.0, fmin(4.0, row_h / 3));
-                fprintf(out,
-                        "<rect class=\"slowest\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\">"
-                        "<title>microbatch %d: slowest rank%s %d-%d, cost %lld</title></rect>\n",
-                        x0 + busy_w - bar / 2, top + plan->group_first_rank[g] * row_h, bar, cp * row_h,
-                        SLOWEST_COLOUR, m, cp > 1 ? "s" : "", plan->group_first_rank[g],
-                        plan->group_first_rank[g] + cp - 1, (long long)slowest);
-            }
         }
         fprintf(out, "</g>\n");
-        x0 += busy_w + overhead_w;
     }
+
+    /* The slowest rank(s) of each microbatch, drawn last so no later box covers them: a red bar inside the
+       end of their boxes (at least 3 px wide and tall) and a red triangle under the plot pointing up at it. */
+    for (int32_t m = 0; m < nmb; m++) {
+        int64_t slowest = dcp_cli_group_cost(model, plan, trace->lengths, slowest_of[m]);
+        double end = xs[m] + (double)slowest * scale;
+        double bar = fmax(3.0, fmin(5.0, row_h / 3));
+        for (int32_t g = plan->microbatch_first_group[m]; g < plan->microbatch_first_group[m + 1]; g++) {
+            if (dcp_cli_group_cost(model, plan, trace->lengths, g) != slowest) continue;
+            int32_t cp = plan->group_cp_size[g], r0 = plan->group_first_rank[g];
+            fprintf(out,
+                    "<rect class=\"slowest\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\">"
+                    "<title>microbatch %d: slowest rank%s %d-%d, cost %lld</title></rect>\n",
+                    fmax(xs[m], end - bar), top + r0 * row_h, fmin(bar, fmax(end - xs[m], 1.0)), fmax(3.0, cp * row_h),
+                    SLOWEST_COLOUR, m, cp > 1 ? "s" : "", r0, r0 + cp - 1, (long long)slowest);
+        }
+        fprintf(out, "<polygon class=\"slowest-marker\" points=\"%.2f,%.2f %.2f,%.2f %.2f,%.2f\" fill=\"%s\"/>\n", end - 5,
+                top + plot_h + 10, end + 5, top + plot_h + 10, end, top + plot_h + 2, SLOWEST_COLOUR);
+    }
+    free(xs);
+    free(slowest_of);
+    free(labelled);
+    time_axis(out, left, top + plot_h + 14, plot_w, span, time_unit_ps);
 
     double lb = left + (double)stats->lower_bound * scale;
     fprintf(out,
@@ -181,7 +272,7 @@ int dcp_cli_svg_write(const char *command, const char *path, const dcp_plan *pla
             top - 30);
 
     /* legend: the CP sizes present, the slowest-rank bar, the lower-bound line */
-    double ly = top + plot_h + 30, lx = left;
+    double ly = top + plot_h + axis_h + 30, lx = left;
     int present[64] = {0};
     for (int32_t g = 0; g < plan->num_groups; g++) present[log2_floor(plan->group_cp_size[g])] = 1;
     for (int k = 0; k < 64; k++) {
