@@ -263,7 +263,15 @@ _DEFAULT_MAPPING = {"dp_balanced": "dp_balanced", "default_dynamic_cp": "dynamic
 def _data_schedule_module(module: Any = None) -> Any:
     if module is not None:
         return module
-    from megatron.core.datasets import data_schedule  # imported only when installing
+    try:
+        from megatron.core.datasets import data_schedule  # imported only when installing
+    except ImportError as e:
+        raise ModuleNotFoundError(
+            "dcpack.megatron.install needs Megatron-LM's megatron.core.datasets.data_schedule (the sequence-packing "
+            "path of NVIDIA/Megatron-LM, branch dev, matched at d48bd6be0a85): put a checkout on PYTHONPATH "
+            f"(docs/megatron.md); the import failed with: {e}",
+            name="megatron",
+        ) from e
 
     return data_schedule
 
@@ -594,7 +602,9 @@ class DataPath:
 
     def __init__(self, config: Config, groups: Any = None, mtp_virtual_stages: int = 0, *,
                  plan_ahead: bool = False, data_parallel: Any = None) -> None:
-        import torch
+        from ._require import require_torch
+
+        torch = require_torch("dcpack.megatron.DataPath")
 
         from ._step import StepArgs, Stepper
 

@@ -34,8 +34,12 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
-import torch.distributed as dist
+
+from ._require import require_torch
+
+require_torch("dcpack.torch")
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
 
 from . import _core
 from ._api import Config, _view

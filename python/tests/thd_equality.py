@@ -44,14 +44,22 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 import numpy as np
-import torch
-import torch.distributed as dist
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = HERE.parent.parent / "tests" / "data" / "workloads"
 
-import dcpack  # noqa: E402
-from dcpack.thd import CPGroups, ModelConfig, THDBatch, THDTransformer, train_step  # noqa: E402
+try:
+    import torch
+    import torch.distributed as dist
+
+    import dcpack  # noqa: E402
+    from dcpack.thd import CPGroups, ModelConfig, THDBatch, THDTransformer, train_step  # noqa: E402
+except ImportError as _missing:
+    # run as a program: --help works without torch, anything else says what to install
+    if __name__ != "__main__":
+        raise
+    if not any(a in ("-h", "--help") for a in sys.argv[1:]):
+        raise SystemExit(f"thd_equality.py needs torch and dcpack.thd: {_missing}") from None
 
 FAMILIES = ("mlmdefault", "longsft", "bimodal", "uniform32k")
 PLANTS = ("swap_chunks", "shift_position", "pad_in_loss", "pad_in_attention", "cu_off_by_one")

@@ -13,6 +13,10 @@
 See docs/training.md.
 """
 
+from .._require import require_torch
+
+require_torch("dcpack.thd")
+
 from .attention import LOCAL_REPLAY, AttentionLayout, GatherKV, LayoutError, layout, math_attention, varlen_attention, \
     varlen_available  # noqa: F401
 from .model import ModelConfig, THDTransformer  # noqa: F401
