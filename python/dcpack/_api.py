@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -694,7 +695,16 @@ class Planner:
         if not isinstance(config, Config):
             raise InvalidArgumentError(f"config must be a dcpack.Config, got {type(config).__name__}")
         self._config = config
-        self._ctx = _core.Context(config.to_dict())
+        d = config.to_dict()
+        self._ctx = _core.Context(d)
+        ranks = d["data_parallel_size"] * d["context_parallel_size"]
+        if d["scheduler"] != _SCHEDULERS.index("dp_balanced") and ranks & (ranks - 1):
+            # the same note the dcpack program prints: the dynamic schedulers' groups are powers of two
+            warnings.warn(
+                f"{ranks} DPxCP ranks is not a power of two: a sequence that needs more ranks than the largest "
+                f"power of two below runs on all {ranks} (the reference's full-group fallback)",
+                stacklevel=2,
+            )
 
     @property
     def config(self) -> Config:

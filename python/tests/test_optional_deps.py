@@ -62,3 +62,14 @@ def test_equality_script_without_torch_says_what_it_needs():
     code = BLOCK_TORCH + f"import runpy, sys; sys.argv = [{str(path)!r}, '--out', 'x']; runpy.run_path({str(path)!r}, run_name='__main__')"
     r = _run(code)
     assert r.returncode != 0 and "needs torch" in r.stderr, r.stderr
+
+
+def test_planner_warns_on_ranks_not_a_power_of_two():
+    with pytest.warns(UserWarning, match="3 DPxCP ranks is not a power of two"):
+        dcpack.Planner(data_parallel_size=3)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        dcpack.Planner(data_parallel_size=4)
+        dcpack.Planner(data_parallel_size=3, scheduler="dp_balanced")  # static groups: no fallback
