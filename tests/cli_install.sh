@@ -59,6 +59,10 @@ if command -v pkg-config >/dev/null; then
   out=$("$tmp/consumer/pc")
   echo "pkg-config consumer: $out"
   [ "$out" = "DCP_OK 1" ] || { echo "unexpected output from the pkg-config consumer: $out"; exit 1; }
+  # the library is static only: plain --libs (no --static) must link too
+  cc "$tmp/consumer/main.c" -o "$tmp/consumer/pc_plain" $(pkg-config --cflags --libs dcpack)
+  out=$("$tmp/consumer/pc_plain")
+  [ "$out" = "DCP_OK 1" ] || { echo "unexpected output from the pkg-config --libs consumer: $out"; exit 1; }
 else
   grep -q -- "-ldcpack" "$pc"
   echo "pkg-config not installed; checked dcpack.pc names -ldcpack"
