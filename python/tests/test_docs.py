@@ -1,7 +1,8 @@
-"""The Python snippets of docs/python.md run as printed, so the manual stays true.
+"""The Python snippets of the README and of every page in docs/ run as printed, so the manual stays true.
 
-Every ```python block of the page runs, in order, in one namespace (a block may use what an
-earlier one defined).  A block preceded by ``<!-- doc-test: needs X -->`` runs only where X is
+Every ```python block of a page runs, in order, in one namespace per page (a block may use what
+an earlier one on the same page defined; docs/python.md says so where its chain starts, and the
+README's blocks each run alone).  A block preceded by ``<!-- doc-test: needs X -->`` runs only where X is
 there, and is skipped with a message otherwise: ``torch`` (importable), ``cuda`` (torch with a
 GPU and a dcpack built with CUDA and NCCL), ``megatron`` (Megatron-LM importable as ``megatron``).
 """
@@ -13,13 +14,15 @@ from pathlib import Path
 
 import pytest
 
-DOC = Path(__file__).resolve().parent.parent.parent / "docs" / "python.md"
+ROOT = Path(__file__).resolve().parent.parent.parent
+DOC = ROOT / "docs" / "python.md"
+PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
 MARK = re.compile(r"<!--\s*doc-test:\s*needs\s+([\w ,]+?)\s*-->\s*$")
 
 
-def snippets():
+def snippets(page: Path = DOC):
     """(line, needs, code) of every python block of the page."""
-    lines = DOC.read_text().splitlines()
+    lines = page.read_text().splitlines()
     out, i = [], 0
     while i < len(lines):
         if lines[i].strip() == "```python":
@@ -60,6 +63,7 @@ def missing(needs):
 
 
 SNIPPETS = snippets()
+ALL = [(page, line, needs, code) for page in PAGES for line, needs, code in snippets(page)]
 
 
 def test_the_page_has_snippets():
@@ -78,3 +82,31 @@ def test_snippet_runs(namespace, line, needs, code):
     if why:
         pytest.skip(f"docs/python.md line {line} needs {', '.join(sorted(needs))}: {why}")
     exec(compile(code, f"docs/python.md:{line}", "exec"), namespace)
+
+
+@pytest.fixture(scope="module")
+def page_namespaces():
+    return {}
+
+
+@pytest.mark.parametrize("page,line,needs,code", [a for a in ALL if a[0] != DOC],
+                         ids=[f"{a[0].name}:{a[1]}" for a in ALL if a[0] != DOC])
+def test_other_pages_snippets_run(page_namespaces, page, line, needs, code, tmp_path, monkeypatch):
+    why = missing(needs)
+    if why:
+        pytest.skip(f"{page.name} line {line} needs {', '.join(sorted(needs))}: {why}")
+    monkeypatch.chdir(ROOT)
+    ns = page_namespaces.setdefault(page, {"__name__": f"docs_{page.stem}"})
+    exec(compile(code, f"{page.relative_to(ROOT)}:{line}", "exec"), ns)
+
+
+def test_readme_snippet_prints():
+    """The README's first Python block runs alone and shows what it computes."""
+    import contextlib
+    import io
+
+    line, needs, code = snippets(ROOT / "README.md")[0]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, f"README.md:{line}", "exec"), {"__name__": "readme"})
+    assert out.getvalue().strip(), "the README's Python snippet prints nothing"
