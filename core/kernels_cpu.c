@@ -1,5 +1,5 @@
 /*
- * pack.c - CPU twins of the data plane's kernels (see pack.h).  Each loop is
+ * kernels_cpu.c - CPU twins of the data plane's kernels (see pack.h).  Each loop is
  * the sequential form of a kernel whose threads each own one segment or one
  * slot; nothing here allocates.
  */

@@ -1,4 +1,4 @@
-/* plan.c - building, querying and hashing plans; see plan.h. */
+/* plan_tables.c - building, querying and hashing plans; see plan.h. */
 #include "plan.h"
 
 dcp_status dcp__plan_init(dcp_plan *plan, dcp__arena *arena, int32_t max_microbatches, int32_t max_groups,

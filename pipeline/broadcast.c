@@ -8,7 +8,7 @@
  * peer waits for it in vain.  With a device body the peers read its prefix
  * (rows, cu arrays) back to the host through the token mover.
  */
-#include "step.h"
+#include "stages.h"
 #include "../core/agree.h"
 
 dcp_status dcp__broadcast(dcp_comm *tp, int holds_data, dcp__broadcast_header *h, dcp__mover *mover,

@@ -6,7 +6,6 @@
  * gather_drivers.c.
  */
 #include "stages.h"
-#include "step.h"
 #include "../core/agree.h"
 
 #include <string.h>

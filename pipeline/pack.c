@@ -11,7 +11,7 @@
  * arrays, showing the fields the driver says it takes (strip decides which,
  * step.c passes that on: one stage never calls another).
  */
-#include "step.h"
+#include "stages.h"
 
 #include <string.h>
 

@@ -1,5 +1,5 @@
 /*
- * plan.c - the planning driver: bucket -> assign -> validate, from gathered
+ * plan_compute.c - the planning driver: bucket -> assign -> validate, from gathered
  * lengths, into the context's plan; and the public checks of a plan
  * (validation, statistics).  Every stage's scratch is released when the call
  * returns, successful or not.

@@ -12,7 +12,7 @@
  * listed as own pieces, landed straight from the samples, and take no part
  * in the exchange.
  */
-#include "step.h"
+#include "stages.h"
 #include "../core/agree.h"
 #include "../core/capacity.h"
 #include "../core/plan.h"

@@ -5,7 +5,7 @@
  * both, as Megatron-LM's reference does.  The fields a rank does not keep
  * are never moved.
  */
-#include "step.h"
+#include "stages.h"
 
 uint32_t dcp__strip_fields(const dcp_config *c, int32_t pipeline_rank, uint32_t mtp)
 {
