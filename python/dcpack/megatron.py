@@ -676,6 +676,11 @@ class DataPath:
     Megatron's arguments.  ``groups``: a dcpack.torch.NcclGroups (default:
     ``NcclGroups.from_megatron(config)``).
 
+    A rank whose data iterator ends (or raises) at a call steps without
+    input before raising it, so every other rank of the step fails that
+    step at once (NullPointerError, its message saying a rank's batch is
+    missing) instead of waiting out the timeout.
+
     ``groups`` may also be a :class:`dcpack.StepArgs` (e.g.
     ``InprocCluster.args(rank)``): the step then runs on the host with a
     :class:`dcpack.Stepper` and the microbatches are CPU tensors, the same
@@ -770,9 +775,9 @@ class DataPath:
         return self.stepper.step(samples, mtp_virtual_stages=self.mtp_virtual_stages, plan=plan)
 
     def _stop(self, ahead: _Ahead) -> None:
-        """Some DP rank has no next global batch: step without input, which every rank of the step (TP ranks
-        that receive, other pipeline stages) fails at once, agreed, instead of waiting out the timeout for this
-        rank; then raise this rank's error or the peers' end."""
+        """This rank, or with plan_ahead a DP peer, has no next global batch: step without input, which every
+        rank of the step (DP peers, TP ranks that receive, other pipeline stages) fails at once, agreed, instead
+        of waiting out the timeout for this rank; then raise this rank's error or the peers' end."""
         cause = None
         try:
             self._step(None, None)
@@ -796,7 +801,12 @@ class DataPath:
             if ahead is None:
                 if self._reader is not None:
                     self._reader.batches += 1  # the gathers' step ids count every batch
-                items = self._items(source, num_microbatches)
+                try:
+                    items = self._items(source, num_microbatches)
+                except Exception as e:  # noqa: BLE001 - the iterator's end or failure: stop every rank at once
+                    ahead = _Ahead()
+                    ahead.error = e
+                    self._stop(ahead)
             else:
                 ahead.join()
                 self.last_plan_ahead = {"gather_ms": ahead.gather_ns / 1e6, "plan_ms": ahead.plan_ns / 1e6,
@@ -818,11 +828,11 @@ class DataPath:
         try:
             out = self._step(samples, plan)
         except NullPointerError as e:
-            if not (self.plan_ahead and "failed with DCP_ERR_NULL_POINTER" in e.message):
+            if "failed with DCP_ERR_NULL_POINTER" not in e.message:
                 raise
             raise NullPointerError(
-                f"{e.message}: with plan_ahead, a DataPath rank whose next global batch is missing (its data "
-                "iterator or a DP peer's ended or raised) steps without input, so that every rank stops at once",
+                f"{e.message}: a DataPath rank whose global batch is missing (its data iterator ended or raised, "
+                "or with plan_ahead a DP peer's) steps without input, so that every rank stops at once",
                 e.status) from e
         del plan
         self.last_output = out

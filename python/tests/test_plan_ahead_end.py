@@ -154,10 +154,13 @@ def test_a_negative_length_is_not_taken_for_an_end_of_data():
 # ---------------------------------------------------------------------------------------------------------
 
 
-def test_datapath_stops_every_rank_at_once_when_one_dp_rank_ends_early():
+@pytest.mark.parametrize("plan_ahead", [True, False], ids=["plan_ahead", "no_plan_ahead"])
+def test_datapath_stops_every_rank_at_once_when_one_dp_rank_ends_early(plan_ahead):
     """DP 2 x TP 2 on the host: DP rank 1's iterator holds 2 global batches, DP rank 0's 3.  The third call
-    raises at once on every rank: StopIteration on both data ranks (the peer's names DP rank 1), the step's
-    agreed error on the TP ranks that receive; no plan was lost."""
+    raises at once on every rank.  With plan_ahead: StopIteration on both data ranks (the peer's names DP
+    rank 1), and no plan was lost.  Without: StopIteration on DP rank 1, which steps without input, so DP
+    rank 0 raises the step's agreed NullPointerError saying why.  The TP ranks that receive raise that
+    NullPointerError either way."""
     torch = pytest.importorskip("torch", reason="torch is not installed: DataPath not run")
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from megatron_harness import Batch, Layout, drain, megatron_config
@@ -173,7 +176,7 @@ def test_datapath_stops_every_rank_at_once_when_one_dp_rank_ends_early():
     def rank(w):
         args = cluster.args(w)
         dpxcp, _, _ = cluster.coordinates(w)
-        path = dm.DataPath(dconfig, args, plan_ahead=True, data_parallel=cluster.data_parallel(w))
+        path = dm.DataPath(dconfig, args, plan_ahead=plan_ahead, data_parallel=cluster.data_parallel(w))
         batches = data if dpxcp == 0 else data[:2]
         per_step = [b.items(dpxcp, 2) for b in batches]
         count = len(per_step[0])
@@ -185,17 +188,18 @@ def test_datapath_stops_every_rank_at_once_when_one_dp_rank_ends_early():
                 iters, _, _, _ = path.wrap_data_iterator(it, cfg, count)
             except BaseException as e:  # noqa: BLE001 - the end
                 times.append(time.monotonic() - t0)
-                return args.holds_data, times, e, getattr(path, "plan_ahead_lost", None)
+                return args.holds_data, dpxcp, times, e, getattr(path, "plan_ahead_lost", None)
             drain(iters)
             times.append(time.monotonic() - t0)
-        return args.holds_data, times, None, getattr(path, "plan_ahead_lost", None)
+        return args.holds_data, dpxcp, times, None, getattr(path, "plan_ahead_lost", None)
 
     for w, r in enumerate(cluster.run(rank, return_exceptions=True)):
         assert not isinstance(r, BaseException), f"rank {w}: {r!r}"
-        holds, times, error, lost = r
+        holds, dp_rank, times, error, lost = r
         assert len(times) == 3 and max(times) < FAST, f"rank {w}: calls took {times}"
-        if holds:
+        if holds and (plan_ahead or dp_rank == 1):
             assert isinstance(error, StopIteration), f"rank {w}: {error!r}"
         else:
-            assert isinstance(error, dcpack.NullPointerError) and "plan_ahead" in str(error), f"rank {w}: {error!r}"
+            assert isinstance(error, dcpack.NullPointerError), f"rank {w}: {error!r}"
+            assert "global batch is missing" in str(error), f"rank {w}: {error!r}"
         assert lost == 0
