@@ -366,6 +366,15 @@ def as_lengths(lengths: Any) -> np.ndarray:
     return np.ascontiguousarray(arr, dtype=np.int32)
 
 
+def _owned_lengths(arr: np.ndarray, given: Any) -> np.ndarray:
+    """``arr`` (as_lengths of ``given``) as a read-only array no caller holds: copied unless as_lengths
+    just made it.  A Plan keeps it: its stats, matches and copy must not follow a refilled input buffer."""
+    if arr is given or not arr.flags.owndata:
+        arr = arr.copy()
+    arr.flags.writeable = False
+    return arr
+
+
 def _address(arr: np.ndarray) -> int:
     return int(arr.__array_interface__["data"][0])
 
@@ -481,7 +490,9 @@ class Plan:
             a.flags.writeable = False
         desc = _core.PlanDescriptor([_address(arrays[k]) if k in arrays else getattr(self._desc, k)
                                      for k in _core.PlanDescriptor.__match_args__])
-        return Plan(self._ctx, None, desc, np.array(self._lengths, copy=True), arrays)
+        lengths = np.array(self._lengths, copy=True)
+        lengths.flags.writeable = False
+        return Plan(self._ctx, None, desc, lengths, arrays)
 
     # -- the arrays -----------------------------------------------------------
 
@@ -540,7 +551,7 @@ class Plan:
 
     @property
     def lengths(self) -> np.ndarray:
-        """The lengths this plan was computed for (the array handed to plan(), not copied)."""
+        """The lengths this plan was computed for: a read-only array the plan owns (a copy of plan()'s input)."""
         self._check()
         return self._lengths
 
@@ -737,13 +748,15 @@ class Planner:
         """Plan one global batch; returns a :class:`Plan` view valid until the next call on this planner.
 
         ``lengths``: a list of ints, a numpy integer array or a CPU torch
-        tensor (int32 and contiguous: used in place, no copy).  Raises
+        tensor.  The plan keeps a read-only copy of them (:attr:`Plan.lengths`,
+        O(n) int32), so refilling the caller's buffer for the next batch
+        leaves this plan, its stats and its seal alone.  Raises
         CapacityError (more sequences than ``max_sequences``),
         BadLengthError (a length <= 0 or longer than all ranks hold),
         InfeasibleError, InvalidArgumentError (empty batch, wrong type or
         dtype).
         """
-        arr = as_lengths(lengths)
+        arr = _owned_lengths(as_lengths(lengths), lengths)
         if arr.size == 0:  # the library refuses an empty batch; give it a real pointer so it says so
             arr = _EMPTY_LENGTHS
         desc = self._ctx.plan(_address(arr), arr.size if arr is not _EMPTY_LENGTHS else 0)

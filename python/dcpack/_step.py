@@ -636,6 +636,26 @@ def _fields_of(samples: Sequence[Any]) -> int:
     return mask
 
 
+def _receives_by_broadcast(args: StepArgs) -> bool:
+    """Whether dcp_step gives this rank its microbatches by TP broadcast (it then ignores a plan): TP rank > 0 of
+    a TP group of several ranks, without tp_ranks_hold_data.  The C step's own rule (pipeline/step.c)."""
+    tp = args.tensor_parallel
+    if args.tp_ranks_hold_data or tp is None:
+        return False
+    try:
+        return tp.size > 1 and tp.rank != 0
+    except Exception:  # noqa: BLE001 - not a communicator: the binding refuses it on its own
+        return False
+
+
+# A stale plan view on a rank that holds data goes to the step as a plan with no arrays: the step refuses it
+# (InvalidArgumentError, "not a computed plan") and agrees that over the world, so every rank raises at once,
+# where a Python-side StaleViewError on that rank alone would leave its peers waiting out the timeout.
+_REFUSED_PLAN = _core.PlanDescriptor((0, 0, 0, 0, None, None, None, None, None, 0, 0, 0, 0, 0))
+_STALE_PLAN = ("the plan handed to step() is a stale view: a later plan() on its planner replaced it; hand in "
+               "the current plan or a Plan.copy()")
+
+
 class Stepper:
     """Runs ``dcp_step`` for one rank: one context sized by ``config`` (max_tokens_per_rank > 0).
 
@@ -699,9 +719,11 @@ class Stepper:
         plan of the lengths it gathers and copies it, so the planner may plan
         again as soon as ``step()`` returns.  A plan of other lengths or of
         another configuration, on any one rank, raises InvalidArgumentError on
-        every rank (never a batch cut by another plan).  Ignored on ranks that
-        receive by broadcast.  Errors are agreed over the world: every rank
-        raises the same dcpack.Error subclass.
+        every rank (never a batch cut by another plan); so does a stale view
+        (:class:`dcpack.StaleViewError` on its rank, a subclass).  Ignored on
+        ranks that receive by TP broadcast, whatever it is: not checked, not
+        read.  Errors are agreed over the world: every rank raises the same
+        dcpack.Error subclass.
         """
         try:
             if args is None:
@@ -760,21 +782,32 @@ class Stepper:
                 if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= _I32[1]:
                     raise InvalidArgumentError(f"{name} must be a non-negative int, got {v!r}")
             sid = _check_uint64("step_id", args.step_id if step_id is None else step_id)
-            if plan is not None and not isinstance(plan, Plan):
-                raise InvalidArgumentError(f"plan must be a dcpack.Plan or None, got {type(plan).__name__}")
-            desc = plan._step_descriptor() if plan is not None else None
-            keep.append(plan)  # its arrays are read during the call
+            desc, stale = None, None
+            if plan is not None and not _receives_by_broadcast(args):  # ignored where the step receives
+                if not isinstance(plan, Plan):
+                    raise InvalidArgumentError(f"plan must be a dcpack.Plan or None, got {type(plan).__name__}")
+                if plan.is_valid_view:
+                    desc = plan._step_descriptor()
+                    keep.append(plan)  # its arrays are read during the call
+                else:  # refused by the step itself, so every rank raises at once (no lone failure)
+                    desc, stale = _REFUSED_PLAN, _STALE_PLAN
         except BaseException:
             self._count_lone_failure()
             raise
         # from here on the C binding counts the call, whatever happens
         t0 = time.perf_counter_ns()
-        raw = self._ctx.step(world=args.world, data_context_parallel=args.data_context_parallel,
-                             tensor_parallel=args.tensor_parallel, pipeline_rank=args.pipeline_rank,
-                             mtp_virtual_stages=args.mtp_virtual_stages,
-                             tp_ranks_hold_data=int(bool(args.tp_ranks_hold_data)), cuda_stream=args.cuda_stream,
-                             fields=int(fields), samples=table, step_id=sid, plan=desc)
-        self.last_step_ns = time.perf_counter_ns() - t0
+        try:
+            raw = self._ctx.step(world=args.world, data_context_parallel=args.data_context_parallel,
+                                 tensor_parallel=args.tensor_parallel, pipeline_rank=args.pipeline_rank,
+                                 mtp_virtual_stages=args.mtp_virtual_stages,
+                                 tp_ranks_hold_data=int(bool(args.tp_ranks_hold_data)), cuda_stream=args.cuda_stream,
+                                 fields=int(fields), samples=table, step_id=sid, plan=desc)
+        except InvalidArgumentError as e:
+            if stale is None:
+                raise
+            raise StaleViewError(f"{stale} (the step failed on every rank: {e.message})") from e
+        finally:
+            self.last_step_ns = time.perf_counter_ns() - t0
         del keep
         return raw
 

@@ -35,7 +35,16 @@ from typing import Any
 import numpy as np
 
 from ._api import Config, CostModel, Planner, as_lengths
-from ._errors import InvalidArgumentError, InvalidConfigError
+from ._errors import (
+    CommError,
+    DcpTimeoutError,
+    Error,
+    InvalidArgumentError,
+    InvalidConfigError,
+    NcclError,
+    NullPointerError,
+    OutOfStepError,
+)
 
 __all__ = [
     "DcpackPackingScheduler",
@@ -494,16 +503,38 @@ def _lengths_of_items(items: list[dict[str, Any]]) -> np.ndarray:
     return np.ascontiguousarray(out[out != 0], dtype=np.int32)
 
 
+def _read_items(source: Any, num_microbatches: int) -> list[dict[str, Any]]:
+    """The DP rank's samples of one global batch, as the data iterator gives them."""
+    items: list[dict[str, Any]] = []
+    for _ in range(num_microbatches):
+        item = next(source)
+        items.extend(item if isinstance(item, list) else [item])
+    return items
+
+
+# What a DP rank tells its peers in the read-ahead's gather.  A rank with no next global batch (its iterator
+# ended or raised) still takes part and gathers one length -1: dcp_gather agrees that over the DP ranks as
+# BadLengthError on every rank at once (the lengths a DataPath gathers are never negative otherwise), and a
+# second gather of one code per rank then says which ranks have no batch, and why.
+_NO_BATCH = np.array([-1], dtype=np.int32)
+_HAS_BATCH, _ENDED, _FAILED = 1, 2, 3
+# failures of the communicator itself: a second gather would only wait out the timeout again
+_COMM_FAILURES = (DcpTimeoutError, CommError, NcclError, OutOfStepError)
+
+
 class _Ahead:
     """The next global batch, read one step early: its samples (as the iterator gave them: converted at the step
     they are for) and the plan of its lengths (planned in a thread).
 
-    ``error``: what reading it raised (raised again at the step it was for, as without plan-ahead).  A
-    failed gather or plan leaves ``plan`` None: the step then plans the batch itself and raises the same
-    error, agreed over every rank.
+    ``error``: what reading it raised on this rank.  ``ended`` / ``failed``: the DP ranks (this one included)
+    whose iterator ended / raised reading it, agreed in the read-ahead's gather.  When any rank has no batch
+    (``missing``), the call it was for steps without input, so every rank of the step stops at once, and raises
+    (``end_error``).  A failed gather or plan leaves ``plan`` None: the step then plans the batch itself and
+    raises the same error, agreed over every rank.
     """
 
-    __slots__ = ("items", "plan", "error", "plan_error", "thread", "plan_ns", "wait_ns", "gather_ns")
+    __slots__ = ("items", "plan", "error", "plan_error", "thread", "plan_ns", "wait_ns", "gather_ns", "ended",
+                 "failed")
 
     def __init__(self) -> None:
         self.items: list[dict[str, Any]] = []
@@ -514,6 +545,25 @@ class _Ahead:
         self.plan_ns = 0
         self.wait_ns = 0
         self.gather_ns = 0
+        self.ended: list[int] = []
+        self.failed: list[int] = []
+
+    @property
+    def missing(self) -> bool:
+        """Whether some DP rank (this one or a peer) has no next global batch."""
+        return self.error is not None or bool(self.ended or self.failed)
+
+    def end_error(self) -> BaseException:
+        """What the call this batch was for raises: this rank's own error, else the peers' end or failure."""
+        if self.error is not None:
+            return self.error  # the iterator's, as without plan-ahead
+        if self.failed:
+            return RuntimeError(
+                f"DataPath: the data iterator of DP rank(s) {self.failed} raised reading the next global batch "
+                "(read a call early, plan_ahead): this rank's batch cannot be stepped without theirs")
+        return StopIteration(
+            f"DataPath: the data iterator of DP rank(s) {self.ended} ended a global batch before this rank's: "
+            f"the data ended (this rank's {len(self.items)} samples read ahead are dropped)")
 
     def start(self, planner: Planner, lengths: np.ndarray) -> None:
         def run() -> None:
@@ -533,6 +583,67 @@ class _Ahead:
             self.thread.join()
             self.wait_ns = time.perf_counter_ns() - t0
             self.thread = None
+
+
+class _ReadAhead:
+    """One data rank's read-ahead for DataPath(plan_ahead=True), without torch: read the next global batch,
+    gather its lengths over the DP communicator (``step_id``: the batch number), agree whether every DP rank
+    has one, and start planning it.  ``lengths_of(items)``: the padded lengths of a batch's samples.
+    ``lost``: batches whose plan made ahead was lost (a failed gather or plan), each also warned of."""
+
+    def __init__(self, planner: Planner, comm: Any, lengths_of: Any) -> None:
+        self.planner, self.comm, self.lengths_of = planner, comm, lengths_of
+        self.batches = 0
+        self.lost = 0
+
+    def read(self, source: Any, num_microbatches: int) -> _Ahead:
+        ahead = _Ahead()
+        self.batches += 1
+        mine = _HAS_BATCH
+        try:
+            ahead.items = _read_items(source, num_microbatches)
+        except StopIteration as e:  # the iterator's end: agreed below, raised at the next call
+            ahead.error, mine = e, _ENDED
+        except BaseException as e:  # noqa: BLE001 - the iterator's failure: likewise
+            ahead.error, mine = e, _FAILED
+        lengths = _NO_BATCH
+        if mine == _HAS_BATCH:
+            try:
+                lengths = np.ascontiguousarray(self.lengths_of(ahead.items), dtype=np.int32)
+                if lengths.size and int(lengths.min()) < 0:  # only _NO_BATCH may be negative
+                    raise ValueError("a negative padded length")
+            except Exception:  # noqa: BLE001 - malformed samples: the next call's conversion raises as without
+                lengths = np.empty(0, dtype=np.int32)  # plan-ahead; this rank still takes part in the gather
+        t0 = time.perf_counter_ns()
+        try:
+            global_lengths, _ = self.planner.gather(self.comm, lengths, step_id=self.batches)
+        except Exception as e:  # noqa: BLE001 - agreed over the DP ranks: every rank takes the same branch
+            ahead.gather_ns = time.perf_counter_ns() - t0
+            if not isinstance(e, _COMM_FAILURES):
+                self._who_has_none(ahead, mine)
+            ahead.plan_error = e
+            return ahead
+        ahead.gather_ns = time.perf_counter_ns() - t0
+        ahead.start(self.planner, global_lengths)
+        return ahead
+
+    def _who_has_none(self, ahead: _Ahead, mine: int) -> None:
+        """After an agreed gather failure: one code per DP rank says which have no batch (none: a real error)."""
+        try:
+            codes, _ = self.planner.gather(self.comm, [mine], step_id=self.batches)
+        except Exception:  # noqa: BLE001 - a rank without a batch still steps without input at the next call
+            return
+        ahead.ended = [r for r, c in enumerate(codes.tolist()) if c == _ENDED]
+        ahead.failed = [r for r, c in enumerate(codes.tolist()) if c == _FAILED]
+
+    def lose(self, error: BaseException | None) -> None:
+        """A batch stepped without its plan made ahead: count it and say so."""
+        self.lost += 1
+        hint = (" (the planner is out of step: later batches are not planned ahead either)"
+                if isinstance(error, OutOfStepError) else "")
+        warnings.warn(f"DataPath: a global batch was not planned ahead ({type(error).__name__}: {error}); its "
+                      f"step plans it itself{hint}; DataPath.plan_ahead_lost counts such batches",
+                      RuntimeWarning, stacklevel=3)
 
 
 class _HostMicrobatch:
@@ -573,6 +684,11 @@ class DataPath:
     Megatron's arguments.  ``groups``: a dcpack.torch.NcclGroups (default:
     ``NcclGroups.from_megatron(config)``).
 
+    A rank whose data iterator ends (or raises) at a call steps without
+    input before raising it, so every other rank of the step fails that
+    step at once (NullPointerError, its message saying a rank's batch is
+    missing) instead of waiting out the timeout.
+
     ``groups`` may also be a :class:`dcpack.StepArgs` (e.g.
     ``InprocCluster.args(rank)``): the step then runs on the host with a
     :class:`dcpack.Stepper` and the microbatches are CPU tensors, the same
@@ -593,9 +709,17 @@ class DataPath:
     step.  The microbatches are the same, bit for bit, in the same order.
     The next batch's samples are held as the iterator gave them a call early
     (moved to the device at the call that steps them), and one batch more is
-    read from the iterator than the trainer consumes.  A plan that fails (or
-    a gather) leaves the step to plan the batch itself, which then raises the
-    same error on every rank.
+    read from the iterator than the trainer consumes.  End of data is agreed
+    in that read-ahead: a DP rank whose iterator ends (or raises) still takes
+    part in the gather and says so, and the call that would step the missing
+    batch raises at once on every rank: StopIteration on the data ranks (the
+    iterator's own where it ended, else one naming the DP ranks that ended),
+    the iterator's error where it raised and RuntimeError on its DP peers;
+    those ranks first step without input, which fails the step at once on
+    every other rank of it (TP ranks that receive: NullPointerError saying
+    so).  A plan that fails (or a gather) leaves the step to plan the batch
+    itself, which then raises the same error on every rank; each such batch
+    is counted in ``plan_ahead_lost`` and warned of (RuntimeWarning).
     ``last_plan_ahead`` says how long the last plan took on its thread and
     how long the step waited for it.
     """
@@ -632,50 +756,44 @@ class DataPath:
         planned itself)}; None before the first batch read ahead is stepped."""
         self._total_tokens_set = _sets_total_tokens(config)
         self._ahead: _Ahead | None = None
-        self._batches = 0
         self._planner: Planner | None = None
         self._dp_comm = None
+        self._reader: _ReadAhead | None = None
         if self.plan_ahead and self.groups.holds_data:
             self._dp_comm = data_parallel if data_parallel is not None else getattr(self.groups, "data_parallel", None)
             if self._dp_comm is None:
                 raise InvalidArgumentError("plan_ahead needs a DP communicator: pass data_parallel= or groups with "
                                            "data_parallel (NcclGroups(..., data_parallel=True))")
             self._planner = Planner(config.replace(max_tokens_per_rank=0))
+            self._reader = _ReadAhead(self._planner, self._dp_comm, _lengths_of_items)
+
+    @property
+    def plan_ahead_lost(self) -> int:
+        """With plan_ahead: global batches stepped without their plan made ahead because its gather or plan
+        failed (each also a RuntimeWarning; the step planned the batch itself).  0 on ranks without data."""
+        return self._reader.lost if self._reader is not None else 0
 
     def _lone_failure(self) -> None:
         (self.stepper if self._host else self.stepper._stepper)._count_lone_failure()
 
-    @staticmethod
-    def _items(source: Any, num_microbatches: int) -> list[dict[str, Any]]:
-        """The DP rank's samples of one global batch, as the data iterator gives them."""
-        items: list[dict[str, Any]] = []
-        for _ in range(num_microbatches):
-            item = next(source)
-            items.extend(item if isinstance(item, list) else [item])
-        return items
+    _items = staticmethod(_read_items)
 
-    def _read_ahead(self, source: Any, num_microbatches: int) -> _Ahead:
-        """Read the next global batch, gather its lengths and start planning them (see the class)."""
-        ahead = _Ahead()
-        self._batches += 1
+    def _step(self, samples: Any, plan: Any) -> Any:
+        if self._host:
+            args = dataclasses.replace(self.groups, mtp_virtual_stages=self.mtp_virtual_stages)
+            return self.stepper.step(samples, args, plan=plan)
+        return self.stepper.step(samples, mtp_virtual_stages=self.mtp_virtual_stages, plan=plan)
+
+    def _stop(self, ahead: _Ahead) -> None:
+        """This rank, or with plan_ahead a DP peer, has no next global batch: step without input, which every
+        rank of the step (DP peers, TP ranks that receive, other pipeline stages) fails at once, agreed, instead
+        of waiting out the timeout for this rank; then raise this rank's error or the peers' end."""
+        cause = None
         try:
-            ahead.items = self._items(source, num_microbatches)
-        except BaseException as e:  # noqa: BLE001 - the iterator's end or failure: raised at the next call
-            ahead.error = e
-            return ahead
-        try:
-            lengths = _lengths_of_items(ahead.items)
-        except Exception:  # noqa: BLE001 - malformed samples: the next call's conversion raises as without
-            lengths = np.empty(0, dtype=np.int32)  # plan-ahead; this rank still takes part in the gather
-        t0 = time.perf_counter_ns()
-        try:
-            global_lengths, _ = self._planner.gather(self._dp_comm, lengths, step_id=self._batches)
-        except Exception as e:  # noqa: BLE001 - agreed over the DP ranks: every rank steps without a plan
-            ahead.plan_error = e
-            return ahead
-        ahead.gather_ns = time.perf_counter_ns() - t0
-        ahead.start(self._planner, global_lengths)
-        return ahead
+            self._step(None, None)
+        except Error as e:
+            cause = e
+        raise ahead.end_error() from cause
 
     def wrap_data_iterator(self, data_iterator: Any, config: Any, num_microbatches: int,
                            pg_collection: Any = None) -> tuple[Any, int, float, float]:
@@ -691,15 +809,22 @@ class DataPath:
                 raise ValueError("this rank holds data but its data_iterator is None")
             ahead, self._ahead = self._ahead, None
             if ahead is None:
-                if self.plan_ahead:
-                    self._batches += 1
-                items = self._items(source, num_microbatches)
+                if self._reader is not None:
+                    self._reader.batches += 1  # the gathers' step ids count every batch
+                try:
+                    items = self._items(source, num_microbatches)
+                except Exception as e:  # noqa: BLE001 - the iterator's end or failure: stop every rank at once
+                    ahead = _Ahead()
+                    ahead.error = e
+                    self._stop(ahead)
             else:
                 ahead.join()
                 self.last_plan_ahead = {"gather_ms": ahead.gather_ns / 1e6, "plan_ms": ahead.plan_ns / 1e6,
                                         "wait_ms": ahead.wait_ns / 1e6, "planned": ahead.plan is not None}
-                if ahead.error is not None:
-                    raise ahead.error  # the iterator's, as without plan-ahead
+                if ahead.missing:
+                    self._stop(ahead)
+                if ahead.plan is None:
+                    self._reader.lose(ahead.plan_error)
                 items, plan = ahead.items, ahead.plan
                 del ahead
             try:
@@ -710,11 +835,15 @@ class DataPath:
                 self._lone_failure()
                 raise
             del items
-        if self._host:
-            args = dataclasses.replace(self.groups, mtp_virtual_stages=self.mtp_virtual_stages)
-            out = self.stepper.step(samples, args, plan=plan)
-        else:
-            out = self.stepper.step(samples, mtp_virtual_stages=self.mtp_virtual_stages, plan=plan)
+        try:
+            out = self._step(samples, plan)
+        except NullPointerError as e:
+            if "failed with DCP_ERR_NULL_POINTER" not in e.message:
+                raise
+            raise NullPointerError(
+                f"{e.message}: a DataPath rank whose global batch is missing (its data iterator ended or raised, "
+                "or with plan_ahead a DP peer's) steps without input, so that every rank stops at once",
+                e.status) from e
         del plan
         self.last_output = out
         mbs = out.microbatches  # checks the output is current, once
@@ -740,8 +869,8 @@ class DataPath:
                 "seq_idx": idx,
             })
         nm = out.num_microbatches
-        if self._planner is not None:  # the next global batch: read, gathered, planned while this one trains
-            self._ahead = self._read_ahead(source, num_microbatches)
+        if self._reader is not None:  # the next global batch: read, gathered, planned while this one trains
+            self._ahead = self._reader.read(source, num_microbatches)
         per_stage = [iter(batches_all[v * nm:(v + 1) * nm]) for v in range(vpp)]
         iterators: Any = per_stage if vpp > 1 else per_stage[0]
         return iterators, out.num_microbatches, float(out.seqlen_sum), float(out.seqlen_squared_sum)

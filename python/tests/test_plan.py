@@ -166,12 +166,14 @@ def test_plan_effort_round_trips_and_fast_is_never_above_dynamic_cp():
     assert made["full"] < made["fast"]
 
 
-def test_input_kinds_and_zero_copy():
+def test_input_kinds_and_the_plans_own_lengths():
     lengths = read_trace("bimodal_n256_seed1.txt")
     planner = dcpack.Planner(data_parallel_size=16, max_sequences=256, max_seqlen_per_rank=8192)
     reference = planner.plan(lengths).hash()
     plan = planner.plan(lengths)
-    assert plan.lengths is lengths  # int32 contiguous: used in place
+    # the plan keeps its own read-only copy (test_plan_owns_lengths.py: a refilled input changes nothing)
+    assert plan.lengths is not lengths and np.array_equal(plan.lengths, lengths)
+    assert not np.shares_memory(plan.lengths, lengths) and not plan.lengths.flags.writeable
     assert planner.plan(lengths.tolist()).hash() == reference
     assert planner.plan(tuple(lengths.tolist())).hash() == reference
     assert planner.plan(lengths.astype(np.int64)).hash() == reference
@@ -190,7 +192,8 @@ def test_torch_cpu_tensor_if_available():
     reference = planner.plan(lengths).hash()
     t = torch.from_numpy(lengths.copy())
     plan = planner.plan(t)
-    assert plan.lengths.__array_interface__["data"][0] == t.data_ptr()  # zero copy
+    assert plan.lengths.__array_interface__["data"][0] != t.data_ptr()  # the plan's own copy
+    assert plan.lengths.tolist() == t.tolist()
     assert plan.hash() == reference
     assert planner.plan(t.to(torch.int64)).hash() == reference
 

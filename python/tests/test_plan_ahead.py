@@ -146,9 +146,17 @@ def test_matches_and_argument_errors():
     with pytest.raises(dcpack.InvalidArgumentError, match="plan must be a dcpack.Plan"):
         stepper.step([], world=world.comm(0), plan=plan.to_lists())
     planner.plan(lengths[:10].copy())  # the first plan's view is now stale
-    with pytest.raises(dcpack.StaleViewError):
+    with pytest.raises(dcpack.Error):  # the step refuses it (here its missing DPxCP communicator comes first)
         stepper.step([], world=world.comm(0), plan=plan)
     assert stepper.calls == 2  # both refusals counted as this rank's failed steps
+    # one rank, its communicators all there: the stale view is what the step refuses, as StaleViewError
+    one = config("balanced", data_parallel_size=1, context_parallel_size=1, max_seqlen_per_rank=8192)
+    planner_one, stepper_one = dcpack.Planner(one), dcpack.Stepper(one)
+    view = planner_one.plan(lengths)
+    planner_one.plan(lengths[:10].copy())  # view is now stale
+    with pytest.raises(dcpack.StaleViewError, match="stale view"):
+        stepper_one.step(samples_of(batches(40, 1)[0], range(40)), dcpack.InprocCluster(one).args(0), plan=view)
+    assert stepper_one.calls == 1
 
 
 def test_a_changed_plan_does_not_match():
