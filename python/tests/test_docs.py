@@ -4,7 +4,8 @@ Every ```python block of a page runs, in order, in one namespace per page (a blo
 an earlier one on the same page defined; docs/python.md says so where its chain starts, and the
 README's blocks each run alone).  A block preceded by ``<!-- doc-test: needs X -->`` runs only where X is
 there, and is skipped with a message otherwise: ``torch`` (importable), ``cuda`` (torch with a
-GPU and a dcpack built with CUDA and NCCL), ``megatron`` (Megatron-LM importable as ``megatron``).
+GPU and a dcpack built with CUDA and NCCL), ``megatron`` (Megatron-LM importable as ``megatron``), ``megatron-run`` (inside an initialised
+Megatron-LM training process: never here, always skipped with that reason).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent.parent
 DOC = ROOT / "docs" / "python.md"
 PAGES = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
-MARK = re.compile(r"<!--\s*doc-test:\s*needs\s+([\w ,]+?)\s*-->\s*$")
+MARK = re.compile(r"<!--\s*doc-test:\s*needs\s+([\w ,-]+?)\s*-->\s*$")
 
 
 def snippets(page: Path = DOC):
@@ -56,7 +57,9 @@ def missing(needs):
             return "dcpack was built without CUDA and NCCL"
     if "megatron" in needs and importlib.util.find_spec("megatron") is None:
         return "Megatron-LM is not importable (megatron)"
-    unknown = needs - {"torch", "cuda", "megatron"}
+    if "megatron-run" in needs:  # needs Megatron-LM's initialised training process (get_args() and friends)
+        return "it runs inside a Megatron-LM training process"
+    unknown = needs - {"torch", "cuda", "megatron", "megatron-run"}
     if unknown:
         raise AssertionError(f"unknown doc-test needs: {sorted(unknown)}")
     return None
