@@ -420,7 +420,14 @@ typedef struct dcp_plan {
        dcp_plan_hash() leaves them out. */
     uint64_t config_digest;
     uint64_t seal;
+    /* Whose plan `balanced` emitted: DCP_PLAN_SOURCE_DYNAMIC_CP when its margin rule kept dynamic_cp's
+       plan (docs/planning.md, the margin), else DCP_PLAN_SOURCE_SEARCH (0, also every other scheduler's
+       plan).  dcp_plan_hash() and the seal leave it out. */
+    int32_t source;
 } dcp_plan;
+
+/* dcp_plan.source. */
+enum { DCP_PLAN_SOURCE_SEARCH = 0, DCP_PLAN_SOURCE_DYNAMIC_CP = 1 };
 
 /* Group of `rank` in microbatch `microbatch`, or -1 if the rank holds nothing. O(log groups). */
 int32_t dcp_plan_group_of_rank(const dcp_plan *plan, int32_t microbatch, int32_t rank);
