@@ -139,8 +139,11 @@ typedef struct dcp_cost_model {
      *    all-gather CP).  Added to cost(s, cp) as cp_gather[k] * s.
      *  - small_knee, small_slope: a rank that holds t < small_knee token slots
      *    in a microbatch costs small_slope * (small_knee - t) more (kernels that
-     *    stop filling the GPU below the knee).  Charged per rank per microbatch
-     *    in plan statistics and the balanced search, not by dcp_cost().
+     *    stop filling the GPU below the knee), t = the group's tokens / cp.
+     *    Charged once per group per microbatch in plan statistics and in
+     *    balanced's choice against dynamic_cp's plan (margin_ppm), not by
+     *    dcp_cost() and not inside balanced's passes; never in lower bounds
+     *    (they stay bounds: the hinge is >= 0).
      *  - margin_ppm: balanced keeps dynamic_cp's plan unless its own plan's
      *    model makespan is lower by at least margin_ppm parts per million of
      *    dynamic_cp's (a calibrated profile's measured error; 0: any gain).
