@@ -2,7 +2,8 @@
  * test_margin.c - balanced's margin rule (docs/planning.md, the margin): the plan emitted is
  * dynamic_cp's, exactly, unless balanced's own is lower under the configured step model (every term:
  * the layout, the gather, the hinge) by at least margin_ppm parts per million of dynamic_cp's; and
- * so, under any model, neither effort level is above dynamic_cp's model makespan.
+ * so, under any model, neither effort level is above dynamic_cp's model makespan.  Every plan made
+ * here (all three schedulers' where they plan) also keeps both lower bounds below its makespans.
  */
 #include "dcp_test.h"
 
@@ -40,6 +41,10 @@ static outcome plan_with(const dcp_config *c, int32_t n)
         dcp_plan_validate(ctx, plan, lengths, n, NULL) == DCP_OK &&
         dcp_plan_stats_compute(ctx, plan, lengths, n, &st) == DCP_OK) {
         o.ok = 1;
+        /* with the gather and the hinge the bounds stay bounds, and D <= B still holds */
+        DCP_CHECK(st.lower_bound <= st.makespan);
+        DCP_CHECK(st.dependency_lower_bound <= st.dependency_makespan);
+        DCP_CHECK(st.dependency_makespan <= st.makespan);
         o.hash = dcp_plan_hash(plan);
         o.model_makespan = st.model_makespan;
         o.source = plan->source;
@@ -91,6 +96,7 @@ DCP_TEST(random_batches_never_above_dynamic_cp_under_the_configured_model)
             c.cost.small_slope = 60000;
             c.cost.margin_ppm = (trial % 3) * 10000;
         }
+        (void)plan_as(c, n, DCP_SCHEDULER_DP_BALANCED, DCP_PLAN_EFFORT_FULL); /* its bounds, where it plans */
         const outcome dyn = plan_as(c, n, DCP_SCHEDULER_DYNAMIC_CP, DCP_PLAN_EFFORT_FULL);
         if (!dyn.ok) continue;
         planned++;
