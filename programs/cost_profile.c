@@ -26,7 +26,12 @@
  *                               Not part of dcp_cost_model: it changes no plan, only how commands
  *                               print makespans (milliseconds beside cost units)
  */
+#define _DEFAULT_SOURCE /* readlink, opendir */
 #include "cli.h"
+
+#include <dirent.h>
+#include <limits.h>
+#include <unistd.h>
 
 #include <errno.h>
 #include <stdlib.h>
@@ -35,12 +40,80 @@
 /* Profiles are a few hundred bytes: a file larger than this is not one (and is not read into memory). */
 #define PROFILE_MAX_BYTES ((size_t)16 << 20)
 
+/*
+ * The folders that hold the profiles shipped with dcpack, in the order a bare name is looked up:
+ * beside the installed program (<prefix>/share/dcpack/profiles, found from /proc/self/exe) and the
+ * source tree's bench/profiles (for a program run from its build folder).
+ */
+static int profile_dir(int which, char *dir, size_t size)
+{
+    if (which == 0) {
+        char exe[PATH_MAX];
+        ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+        if (n <= 0) return 0;
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (!slash) return 0;
+        *slash = '\0';
+        return snprintf(dir, size, "%s/../share/dcpack/profiles", exe) < (int)size;
+    }
+#ifdef DCP_SOURCE_PROFILE_DIR
+    if (which == 1) return snprintf(dir, size, "%s", DCP_SOURCE_PROFILE_DIR) < (int)size;
+#endif
+    return 0;
+}
+
+/* A bare name (no '/') that is not a file: the shipped profile of that name (".profile" optional). */
+static FILE *open_shipped(const char *name, char *found, size_t size)
+{
+    if (strchr(name, '/')) return NULL;
+    const size_t len = strlen(name);
+    const int has_suffix = len > 8 && strcmp(name + len - 8, ".profile") == 0;
+    char dir[PATH_MAX];
+    for (int which = 0; which < 2; which++) {
+        if (!profile_dir(which, dir, sizeof dir)) continue;
+        if (snprintf(found, size, "%s/%s%s", dir, name, has_suffix ? "" : ".profile") >= (int)size) continue;
+        FILE *f = fopen(found, "rb");
+        if (f) return f;
+    }
+    return NULL;
+}
+
+/* ", or a shipped profile: NAME, NAME" for the message of a name that opened nothing. */
+static void shipped_names(char *out, size_t size)
+{
+    size_t o = 0;
+    out[0] = '\0';
+    char dir[PATH_MAX];
+    for (int which = 0; which < 2 && o == 0; which++) {
+        if (!profile_dir(which, dir, sizeof dir)) continue;
+        DIR *d = opendir(dir);
+        if (!d) continue;
+        struct dirent *e;
+        while ((e = readdir(d)) != NULL) {
+            size_t n = strlen(e->d_name);
+            if (n <= 8 || strcmp(e->d_name + n - 8, ".profile") != 0) continue;
+            int w = snprintf(out + o, size - o, "%s%.*s", o == 0 ? "; shipped profiles: " : ", ", (int)(n - 8),
+                             e->d_name);
+            if (w < 0 || (size_t)w >= size - o) break;
+            o += (size_t)w;
+        }
+        closedir(d);
+    }
+}
+
 int dcp_cli_cost_profile_load(const char *command, const char *path, dcp_cost_model *model, int64_t *time_unit_ps)
 {
+    char shipped[PATH_MAX + 64];
     FILE *f = fopen(path, "rb");
-    if (!f) /* out of memory is no fault of the file's */
-        return dcp_cli_fail(errno == ENOMEM ? DCP_EXIT_ERROR : DCP_EXIT_INPUT, command, "cannot open cost profile %s: %s",
-                            path, strerror(errno));
+    if (!f && errno == ENOENT && (f = open_shipped(path, shipped, sizeof shipped)) != NULL) path = shipped;
+    if (!f) { /* out of memory is no fault of the file's */
+        int err = errno;
+        char names[512];
+        shipped_names(names, sizeof names);
+        return dcp_cli_fail(err == ENOMEM ? DCP_EXIT_ERROR : DCP_EXIT_INPUT, command, "cannot open cost profile %s: %s%s",
+                            path, strerror(err), err == ENOENT ? names : "");
+    }
     size_t size = 0, cap = 4096;
     char *text = malloc(cap);
     int status = DCP_EXIT_OK;
