@@ -52,7 +52,7 @@ _Static_assert(ATOMIC_LLONG_LOCK_FREE == 2 && ATOMIC_INT_LOCK_FREE == 2,
 enum { OP_ALLGATHER = 1, OP_ALLGATHERV = 2, OP_ALLTOALLV = 3, OP_BROADCAST = 4, OP_AGREE = 5 };
 
 typedef struct shm_header {
-    uint64_t magic;
+    _Atomic uint64_t magic; /* 0 until rank 0 has sized and set up the segment: then SHM_MAGIC (release) */
     int32_t world_size;
     int32_t reserved;
     uint64_t region_bytes, slot_bytes, regions_at, total_bytes;
@@ -520,6 +520,108 @@ static dcp_status job_fail_open(char *message, size_t size, dcp_status s, const 
     return s;
 }
 
+/*
+ * A rank other than 0: map the segment `name` once rank 0 has published it.  Rank 0 creates the name empty,
+ * sizes it, sets it up and only then stores the magic (release), so until the name exists, holds its full size
+ * and carries the magic (acquire) the segment is not ready and this rank tries again (every millisecond, up to
+ * timeout_ms; 0: forever).  A size or magic that can only be another job's is DCP_ERR_INVALID_CONFIG at once.
+ * Nothing of a mapping is read after it is unmapped.
+ */
+static dcp_status open_published(const char *name, int32_t world, size_t region_bytes, size_t slot_bytes,
+                                 size_t regions_at, size_t total, int32_t timeout_ms, void **out, char *message,
+                                 size_t message_size)
+{
+    const int64_t deadline = timeout_ms > 0 ? now_ns() + (int64_t)timeout_ms * 1000000 : INT64_MAX;
+    const char *waiting = "does not exist yet";
+    for (;;) {
+        int fd = shm_open(name, O_RDWR, 0);
+        if (fd < 0 && errno != ENOENT)
+            return job_fail_open(message, message_size, DCP_ERR_COMM, "shm_open(%s): %s", name, strerror(errno));
+        if (fd >= 0) {
+            struct stat st;
+            if (fstat(fd, &st) != 0) {
+                int e = errno;
+                close(fd);
+                return job_fail_open(message, message_size, DCP_ERR_COMM, "fstat(%s): %s", name, strerror(e));
+            }
+            if (st.st_size != 0 && (size_t)st.st_size != total) { /* rank 0 sizes it in one step: another job's */
+                close(fd);
+                return job_fail_open(message, message_size, DCP_ERR_INVALID_CONFIG,
+                                     "shared memory %s holds %lld bytes, this rank expects %zu (another world or "
+                                     "region size)",
+                                     name, (long long)st.st_size, total);
+            }
+            waiting = "is not sized yet";
+            if (st.st_size != 0) {
+                void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+                int e = errno;
+                close(fd);
+                fd = -1;
+                if (base == MAP_FAILED)
+                    return job_fail_open(message, message_size, DCP_ERR_COMM, "mmap(%s, %zu): %s", name, total,
+                                         strerror(e));
+                shm_header *h = (shm_header *)base;
+                const uint64_t magic = atomic_load_explicit(&h->magic, memory_order_acquire);
+                if (magic == SHM_MAGIC && h->world_size == world && h->region_bytes == region_bytes &&
+                    h->slot_bytes == slot_bytes && h->regions_at == regions_at) {
+                    *out = base;
+                    return DCP_OK;
+                }
+                const int32_t their_world = h->world_size; /* read before the mapping goes */
+                const unsigned long long their_region = (unsigned long long)h->region_bytes;
+                munmap(base, total);
+                if (magic != 0)
+                    return job_fail_open(message, message_size, DCP_ERR_INVALID_CONFIG,
+                                         "shared memory %s was made for another job (world %d, region %llu bytes)",
+                                         name, their_world, their_region);
+                waiting = "is not set up yet";
+            }
+            if (fd >= 0) close(fd);
+        }
+        if (now_ns() >= deadline)
+            return job_fail_open(message, message_size, DCP_ERR_TIMEOUT,
+                                 "shared memory %s %s after %d ms: rank 0 did not publish it", name, waiting,
+                                 timeout_ms);
+        struct timespec pause = {0, 1000000};
+        nanosleep(&pause, NULL);
+    }
+}
+
+/* Rank 0: create `name` empty, size it, set up the header, then publish it (the magic, release). */
+static dcp_status create_and_publish(const char *name, int32_t world, size_t region_bytes, size_t slot_bytes,
+                                     size_t regions_at, size_t total, void **out, char *message, size_t message_size)
+{
+    shm_unlink(name);
+    int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) return job_fail_open(message, message_size, DCP_ERR_COMM, "shm_open(%s): %s", name, strerror(errno));
+    if (ftruncate(fd, (off_t)total) != 0) {
+        int e = errno;
+        close(fd);
+        shm_unlink(name);
+        return job_fail_open(message, message_size, DCP_ERR_COMM, "ftruncate(%s, %zu): %s", name, total, strerror(e));
+    }
+    void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    int e = errno;
+    close(fd);
+    if (base == MAP_FAILED) {
+        shm_unlink(name);
+        return job_fail_open(message, message_size, DCP_ERR_COMM, "mmap(%s, %zu): %s", name, total, strerror(e));
+    }
+    shm_header *h = (shm_header *)base;
+    h->world_size = world;
+    h->region_bytes = region_bytes;
+    h->slot_bytes = slot_bytes;
+    h->regions_at = regions_at;
+    h->total_bytes = total;
+    atomic_init(&h->wake, 0u);
+    atomic_init(&h->failure, 0);
+    atomic_init(&h->failure_claim, 0);
+    h->failure_rank = -1;
+    atomic_store_explicit(&h->magic, SHM_MAGIC, memory_order_release); /* published: openers may use it now */
+    *out = base;
+    return DCP_OK;
+}
+
 dcp_status shm_job_open(const char *name, int32_t world, int32_t rank, size_t region_bytes, int32_t timeout_ms,
                         shm_job **out, char *message, size_t message_size)
 {
@@ -537,50 +639,12 @@ dcp_status shm_job_open(const char *name, int32_t world, int32_t rank, size_t re
                              region_bytes);
     const size_t total = regions_at + (size_t)world * region_bytes;
 
-    int fd = rank == 0 ? (shm_unlink(name), shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600)) : shm_open(name, O_RDWR, 0);
-    if (fd < 0)
-        return job_fail_open(message, message_size, DCP_ERR_COMM, "shm_open(%s): %s", name, strerror(errno));
-    if (rank == 0 && ftruncate(fd, (off_t)total) != 0) {
-        int e = errno;
-        close(fd);
-        shm_unlink(name);
-        return job_fail_open(message, message_size, DCP_ERR_COMM, "ftruncate(%s, %zu): %s", name, total, strerror(e));
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || (size_t)st.st_size != total) {
-        close(fd);
-        if (rank == 0) shm_unlink(name);
-        return job_fail_open(message, message_size, DCP_ERR_INVALID_CONFIG,
-                             "shared memory %s holds %lld bytes, this rank expects %zu (another world or region size)",
-                             name, (long long)st.st_size, total);
-    }
-    void *base = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-    int e = errno;
-    close(fd);
-    if (base == MAP_FAILED) {
-        if (rank == 0) shm_unlink(name);
-        return job_fail_open(message, message_size, DCP_ERR_COMM, "mmap(%s, %zu): %s", name, total, strerror(e));
-    }
-    shm_header *h = (shm_header *)base;
-    if (rank == 0) {
-        h->world_size = world;
-        h->region_bytes = region_bytes;
-        h->slot_bytes = slot_bytes;
-        h->regions_at = regions_at;
-        h->total_bytes = total;
-        atomic_init(&h->wake, 0u);
-        atomic_init(&h->failure, 0);
-        atomic_init(&h->failure_claim, 0);
-        h->failure_rank = -1;
-        atomic_thread_fence(memory_order_release);
-        h->magic = SHM_MAGIC; /* the others open the segment only after rank 0 publishes its name */
-    } else if (h->magic != SHM_MAGIC || h->world_size != world || h->region_bytes != region_bytes ||
-               h->slot_bytes != slot_bytes || h->regions_at != regions_at) {
-        munmap(base, total);
-        return job_fail_open(message, message_size, DCP_ERR_INVALID_CONFIG,
-                             "shared memory %s was made for another job (world %d, region %llu bytes)", name,
-                             h->world_size, (unsigned long long)h->region_bytes);
-    }
+    void *base = NULL;
+    dcp_status s = rank == 0 ? create_and_publish(name, world, region_bytes, slot_bytes, regions_at, total, &base,
+                                                  message, message_size)
+                             : open_published(name, world, region_bytes, slot_bytes, regions_at, total, timeout_ms,
+                                              &base, message, message_size);
+    if (s != DCP_OK) return s;
     atomic_store(&((shm_slot *)((unsigned char *)base + align_up(sizeof(shm_header), 64) + (size_t)rank * slot_bytes))->pid,
                  (int64_t)getpid());
     shm_job *j = calloc(1, sizeof *j);
@@ -590,7 +654,7 @@ dcp_status shm_job_open(const char *name, int32_t world, int32_t rank, size_t re
         return DCP_ERR_ALLOC;
     }
     j->base = (unsigned char *)base;
-    j->h = h;
+    j->h = (shm_header *)base;
     j->map_bytes = total;
     j->rank = rank;
     j->world = world;

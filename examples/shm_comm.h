@@ -50,10 +50,14 @@ typedef struct shm_job shm_job;
 /*
  * Rank 0 creates the segment `name` (a POSIX shared-memory name, "/...": an
  * existing one of that name is replaced) for `world_size` ranks with
- * `region_bytes` of data region each; the others open it once rank 0 has
- * published the name.  Errors: DCP_ERR_INVALID_ARGUMENT, DCP_ERR_COMM (the
- * system call's message in `message`), DCP_ERR_INVALID_CONFIG (the segment
- * was made for another world size or region size), DCP_ERR_ALLOC.
+ * `region_bytes` of data region each: it creates the name empty, sizes it,
+ * sets it up, and only then publishes it (a magic stored with release
+ * order).  The others wait, up to `timeout_ms` (0: forever), until the name
+ * exists, holds its full size and is published, so they never map a segment
+ * rank 0 has not finished.  Errors: DCP_ERR_INVALID_ARGUMENT, DCP_ERR_COMM
+ * (the system call's message in `message`), DCP_ERR_INVALID_CONFIG (the
+ * segment was made for another world size or region size), DCP_ERR_TIMEOUT
+ * (rank 0 did not publish it in time), DCP_ERR_ALLOC.
  */
 dcp_status shm_job_open(const char *name, int32_t world_size, int32_t rank, size_t region_bytes, int32_t timeout_ms,
                         shm_job **job, char *message, size_t message_size);

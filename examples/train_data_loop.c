@@ -69,6 +69,27 @@ static void on_abort_alarm(int sig)
 
 static int peer_lost(dcp_status s) { return s == DCP_ERR_TIMEOUT || s == DCP_ERR_COMM || s == DCP_ERR_NCCL; }
 
+/*
+ * The gather of a batch's lengths for planning ahead failed (over the DP group only: `step` is the step it
+ * ran after, -1 before the first).  Said with its reason.  A lost peer ends the loop; an agreed refusal
+ * (another configuration on a rank of the group: another --effort or --scheduler) does not: the step then
+ * plans the batch itself, and its first agreement, over the whole world, gives every rank - those of the
+ * other DP groups too, whose gathers succeeded - the same error at once instead of a wait for ranks that
+ * left.
+ */
+static int ahead_failed(const plan_ahead *a, const layout *L, int32_t step, dcp_status s)
+{
+    if (step < 0)
+        fprintf(stderr, "rank %d: gather of step 0's lengths to plan ahead: %s: %s\n", L->rank, dcp_status_str(s),
+                dcp_context_last_error(a->ctx));
+    else
+        fprintf(stderr, "rank %d: step %d: gather of the next lengths to plan ahead: %s: %s\n", L->rank, step,
+                dcp_status_str(s), dcp_context_last_error(a->ctx));
+    if (peer_lost(s)) return RC_PEER_LOST;
+    fprintf(stderr, "rank %d: the next step plans its batch itself\n", L->rank);
+    return RC_OK;
+}
+
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -345,7 +366,7 @@ int main(int argc, char **argv)
     rc = rc >= 0 ? rc : RC_OK;
     if (rc == RC_OK && planning_ahead) { /* step 0's plan: nothing runs before it to hide it behind */
         batch_fill(&next, trace, trace_count, 0, o.batch, L.dp, L.n);
-        if ((s = plan_ahead_start(&ahead, &next, L.dp_rank, 0)) != DCP_OK) rc = peer_lost(s) ? RC_PEER_LOST : RC_STEP_FAILED;
+        if ((s = plan_ahead_start(&ahead, &next, L.dp_rank, 0)) != DCP_OK) rc = ahead_failed(&ahead, &L, -1, s);
     }
 
     /* ---- one rank's loop ---- */
@@ -357,8 +378,9 @@ int main(int argc, char **argv)
             rc = RC_SETUP;
             break;
         }
+        const int gathered = !planning_ahead || ahead.running || ahead.status == DCP_OK;
         const dcp_plan *plan = planning_ahead ? plan_ahead_take(&ahead) : NULL; /* made while step-1 ran */
-        if (planning_ahead && !plan) /* the step plans the batch itself: its error, agreed, says why */
+        if (planning_ahead && !plan && gathered) /* the step plans the batch itself: its error, agreed, says why */
             fprintf(stderr, "rank %d: step %d planned ahead: %s: %s\n", L.rank, step, dcp_status_str(ahead.status),
                     dcp_context_last_error(ahead.ctx));
         const int64_t ahead_ns = plan ? ahead.plan_ns : 0;
@@ -377,12 +399,9 @@ int main(int argc, char **argv)
         }
         if (planning_ahead && step + 1 < o.steps) { /* the next batch's lengths, planned while this step goes on */
             batch_fill(&next, trace, trace_count, step + 1, o.batch, L.dp, L.n);
-            if ((s = plan_ahead_start(&ahead, &next, L.dp_rank, step + 1)) != DCP_OK) {
-                fprintf(stderr, "rank %d: step %d: gather of the next lengths: %s: %s\n", L.rank, step,
-                        dcp_status_str(s), dcp_context_last_error(ahead.ctx));
-                rc = peer_lost(s) ? RC_PEER_LOST : RC_STEP_FAILED;
+            if ((s = plan_ahead_start(&ahead, &next, L.dp_rank, step + 1)) != DCP_OK &&
+                (rc = ahead_failed(&ahead, &L, step, s)) != RC_OK)
                 break;
-            }
         }
         /* the rest of a training step (forward, backward) would run here; this loop checks the outputs */
         dcp_status cs = DCP_OK;

@@ -50,6 +50,7 @@ struct dcp_context {
     /* calls in step (dcpack.h, dcp_context_resync) */
     uint64_t calls;           /* multi-rank calls made on this context */
     int out_of_step;          /* a call found the ranks out of step: refuse until resync */
+    uint32_t steps_skipped;   /* dcp_step calls since the last first agreement that failed here before one (step.c) */
     uint64_t config_digest;   /* dcp__config_digest(&config) */
 
     dcp__host_block owned;     /* the workspace, when dcp_context_create() allocated it */

@@ -92,17 +92,43 @@ static dcp_status check_same_batch(const dcp__call_tag *tags, int32_t n, dcp__er
     return DCP_OK;
 }
 
-/* The first agreement of a step: the call's tag and every rank's local status, over the world. */
+/*
+ * The first agreement of a step: the call's tag and every rank's local status, over the world.
+ *
+ * A step that failed on this rank alone before its first agreement (step_begin) made no collective; peers
+ * that waited for it there timed out, one collective ahead of this rank.  On a communicator that hands a
+ * late rank the outcomes it missed, in order (the in-process one), this rank's next agreement is answered
+ * at once with that timeout, and ranks kept in step by the caller (joined between steps) would stay one
+ * collective apart: every later step a timeout.  So while such skipped steps are owed, a timed-out first
+ * agreement is made again, once per skipped step: the replayed timeouts go by at once and the agreement
+ * meets the peers' current one, where the tags decide (the same call: the step goes on; another: out of
+ * step).  Each retry can cost at most one timeout the peers already paid for the skipped step.
+ */
 static dcp_status agree_call(dcp_context *ctx, dcp_comm *world, dcp__call_tag *tag, dcp_status local, dcp__error *err,
                              dcp_step_stats *stats)
 {
     tag->status = local;
     dcp__call_tag *tags = DCP_ARENA_NEW(dcp__context_scratch(ctx), dcp__call_tag, world->size);
-    stats->collectives += tags ? 1 : 2;
-    dcp_status st = tags ? dcp__agree_call(world, tag, tags, err, "step", "rank")
-                         : dcp__agree_call_small(world, tag, err, "step", "rank");
+    dcp__error own = *err; /* this rank's local error, kept for a retry */
+    dcp_status st;
+    for (;;) {
+        stats->collectives += tags ? 1 : 2;
+        st = tags ? dcp__agree_call(world, tag, tags, err, "step", "rank")
+                  : dcp__agree_call_small(world, tag, err, "step", "rank");
+        if (st != DCP_ERR_TIMEOUT || ctx->steps_skipped == 0) break;
+        ctx->steps_skipped--;
+        *err = own;
+    }
+    ctx->steps_skipped = 0;
     if (st == DCP_OK && tags) st = check_same_batch(tags, world->size, err);
     return dcp__context_call_end(ctx, st);
+}
+
+/* A step that fails here before its first agreement: its peers may wait for it (see agree_call). */
+static dcp_status skipped(dcp_context *ctx, dcp_status status, const dcp__error *err)
+{
+    if (ctx->steps_skipped < UINT32_MAX) ctx->steps_skipped++;
+    return dcp__context_fail(ctx, status, err);
 }
 
 /* A communicator the caller hands in: operations present, this rank inside the group. */
@@ -292,18 +318,16 @@ static dcp_status step_begin(dcp_context *ctx, const dcp_step_args *args, dcp__c
         return dcp__context_fail(ctx, begun, err); /* out of step: no collective */
     }
     if (!ctx->step)
-        return dcp__context_fail(ctx, dcp__fail(err, DCP_ERR_CAPACITY,
-                                                "step: max_tokens_per_rank is 0: this context plans but holds no data"),
-                                 err);
+        return skipped(ctx, dcp__fail(err, DCP_ERR_CAPACITY,
+                                      "step: max_tokens_per_rank is 0: this context plans but holds no data"),
+                       err);
     if (!args || !args->world || !args->world->ops)
-        return dcp__context_fail(ctx, dcp__fail(err, DCP_ERR_NULL_POINTER,
-                                                "step: args and the world communicator are required"),
-                                 err); /* no communicator to tell the others through */
+        return skipped(ctx, dcp__fail(err, DCP_ERR_NULL_POINTER, "step: args and the world communicator are required"),
+                       err); /* no communicator to tell the others through */
     if (args->world->size < 1 || args->world->rank < 0 || args->world->rank >= args->world->size)
-        return dcp__context_fail(ctx, dcp__fail(err, DCP_ERR_INVALID_ARGUMENT,
-                                                "step: world communicator rank %d outside [0, %d)", args->world->rank,
-                                                args->world->size),
-                                 err); /* an agreement through it could not be trusted */
+        return skipped(ctx, dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "step: world communicator rank %d outside [0, %d)",
+                                      args->world->rank, args->world->size),
+                       err); /* an agreement through it could not be trusted */
     return DCP_OK;
 }
 

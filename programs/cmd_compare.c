@@ -81,6 +81,11 @@ typedef struct config_row {
     double makespan, lower_bound, busy, max_rank, slots;
     double dependency_makespan, dependency_lower_bound; /* the dependency step model's */
     double model_makespan, model_lower_bound;           /* the configured step model's: efficiency and "best" */
+    /* exact sums, for the printed means and "best"; a batch whose value saturated (INT64_MAX: only known to be
+       at least that) marks its sum saturated: said, never printed as a number, compared or made a ratio */
+    __int128 makespan_exact, lower_bound_exact, dependency_exact, dependency_lower_exact, model_exact;
+    int makespan_saturated, lower_bound_saturated, dependency_saturated, dependency_lower_saturated;
+    int model_saturated, balance_saturated;
     double *seconds;
     int64_t num_seconds;
     double median, p99;
@@ -232,6 +237,34 @@ static void print_grouped(double v, int width)
     }
     grouped[o] = '\0';
     printf("%*s", width, grouped);
+}
+
+/* The mean of an exact sum over `n` batches, rounded, grouped; "saturated" for a saturated one. */
+static void print_mean(__int128 sum, int32_t n, int sat, int width)
+{
+    if (sat) {
+        printf("%*s", width, "saturated");
+        return;
+    }
+    char digits[48], grouped[64];
+    int len = snprintf(digits, sizeof digits, "%lld", (long long)((sum + n / 2) / n)), o = 0; /* <= one batch's */
+    for (int i = 0; i < len; i++) {
+        if (i > 0 && digits[i - 1] != '-' && (len - i) % 3 == 0) grouped[o++] = ',';
+        grouped[o++] = digits[i];
+    }
+    grouped[o] = '\0';
+    printf("%*s", width, grouped);
+}
+
+/* ... in JSON: one decimal, exact; null for a saturated one. */
+static void print_mean_json(const char *key, __int128 sum, int32_t n, int sat)
+{
+    if (sat || n <= 0) {
+        printf("\"%s\": null", key);
+        return;
+    }
+    __int128 tenths = (sum * 10 + n / 2) / n;
+    printf("\"%s\": %lld.%d", key, (long long)(tenths / 10), (int)(tenths % 10));
 }
 
 /* What the command line asks for: the input, the configurations and how to show them. */
@@ -448,6 +481,17 @@ static int plan_rows(const compare_options *o, config_row *rows, int num_rows, c
                 row->sequences += batches[b].count;
                 row->cp_size_sum += s.cp_size_sum;
                 row->tokens += s.total_tokens;
+                row->makespan_exact += s.makespan;
+                row->lower_bound_exact += s.lower_bound;
+                row->dependency_exact += s.dependency_makespan;
+                row->dependency_lower_exact += s.dependency_lower_bound;
+                row->model_exact += s.model_makespan;
+                row->makespan_saturated |= s.makespan == INT64_MAX;
+                row->lower_bound_saturated |= s.lower_bound == INT64_MAX;
+                row->dependency_saturated |= s.dependency_makespan == INT64_MAX;
+                row->dependency_lower_saturated |= s.dependency_lower_bound == INT64_MAX;
+                row->model_saturated |= s.model_makespan == INT64_MAX || s.model_lower_bound == INT64_MAX;
+                row->balance_saturated |= s.busy_sum == INT64_MAX || s.max_rank_sum == INT64_MAX;
                 row->makespan += (double)s.makespan;
                 row->lower_bound += (double)s.lower_bound;
                 row->dependency_makespan += (double)s.dependency_makespan;
@@ -473,7 +517,8 @@ static int plan_rows(const compare_options *o, config_row *rows, int num_rows, c
     return status;
 }
 
-static void print_json(const config_row *rows, int num_rows, int best, const dcp_cli_trace *batches, int num_batches)
+static void print_json(const config_row *rows, int num_rows, int best, int saturated, const dcp_cli_trace *batches,
+                       int num_batches)
 {
     printf("{\n  \"batches\": [");
     for (int b = 0; b < num_batches; b++) {
@@ -492,32 +537,45 @@ static void print_json(const config_row *rows, int num_rows, int best, const dcp
                "\"vpp_group\": %d, \"cost_model\": ",
                r->setup.ranks, r->cp, r->setup.max_seqlen_per_rank, r->setup.min_cp_size, r->setup.vpp_group);
         dcp_cli_json_string(stdout, r->cost_path ? r->cost_path : "default");
-        printf(",\n     \"batches\": %d, \"planned\": %d, \"failed\": %d, \"microbatches_mean\": %.6f, "
-               "\"makespan_mean\": %.1f, \"lower_bound_mean\": %.1f, \"efficiency\": %.6f, \"imbalance\": "
-               "%.6f, \"mean_cp_size\": %.6f, \"padding_waste\": %.6f,\n     \"plan_seconds_median\": %.9f, "
-               "\"plan_seconds_p99\": %.9f, \"first_error\": ",
-               num_batches, r->planned, r->failed, r->microbatches * per, r->makespan * per,
-               r->lower_bound * per, r->model_makespan > 0 ? r->model_lower_bound / r->model_makespan : 0.0,
-               r->busy > 0 ? r->max_rank * r->setup.ranks / r->busy : 0.0,
+        printf(",\n     \"batches\": %d, \"planned\": %d, \"failed\": %d, \"microbatches_mean\": %.6f, ", num_batches,
+               r->planned, r->failed, r->microbatches * per);
+        print_mean_json("makespan_mean", r->makespan_exact, r->planned, r->makespan_saturated);
+        printf(", ");
+        print_mean_json("lower_bound_mean", r->lower_bound_exact, r->planned, r->lower_bound_saturated);
+        if (r->model_saturated) printf(", \"efficiency\": null");
+        else printf(", \"efficiency\": %.6f", r->model_makespan > 0 ? r->model_lower_bound / r->model_makespan : 0.0);
+        if (r->balance_saturated) printf(", \"imbalance\": null");
+        else printf(", \"imbalance\": %.6f", r->busy > 0 ? r->max_rank * r->setup.ranks / r->busy : 0.0);
+        printf(", \"mean_cp_size\": %.6f, \"padding_waste\": %.6f,\n     \"plan_seconds_median\": %.9f, "
+               "\"plan_seconds_p99\": %.9f, \"saturated\": %s, \"first_error\": ",
                r->sequences ? (double)r->cp_size_sum / (double)r->sequences : 0.0,
-               r->slots > 0 ? 1.0 - (double)r->tokens / r->slots : 0.0, r->median, r->p99);
+               r->slots > 0 ? 1.0 - (double)r->tokens / r->slots : 0.0, r->median, r->p99,
+               r->makespan_saturated || r->lower_bound_saturated || r->dependency_saturated ||
+                       r->dependency_lower_saturated || r->model_saturated || r->balance_saturated
+                   ? "true"
+                   : "false");
         if (r->failed) dcp_cli_json_string(stdout, r->first_error);
         else printf("null");
         printf(",\n     \"step_model\": ");
         dcp_cli_json_string(stdout, dcp_step_model_name((dcp_step_model)r->setup.cost.step_model));
-        printf(", \"dependency_makespan_mean\": %.1f, \"dependency_lower_bound_mean\": %.1f, "
-               "\"model_makespan_mean\": %.1f, \"model_lower_bound_mean\": %.1f",
-               r->dependency_makespan * per, r->dependency_lower_bound * per, r->model_makespan * per,
-               r->model_lower_bound * per);
+        printf(", ");
+        print_mean_json("dependency_makespan_mean", r->dependency_exact, r->planned, r->dependency_saturated);
+        printf(", ");
+        print_mean_json("dependency_lower_bound_mean", r->dependency_lower_exact, r->planned,
+                        r->dependency_lower_saturated);
+        printf(", ");
+        print_mean_json("model_makespan_mean", r->model_exact, r->planned, r->model_saturated);
+        if (r->model_saturated) printf(", \"model_lower_bound_mean\": null");
+        else printf(", \"model_lower_bound_mean\": %.1f", r->model_lower_bound * per);
         printf("}%s\n", k + 1 < num_rows ? "," : "");
     }
     printf("  ],\n  \"best\": ");
     if (best >= 0) dcp_cli_json_string(stdout, rows[best].label);
     else printf("null");
-    printf("\n}\n");
+    printf(",\n  \"saturated\": %s\n}\n", saturated ? "true" : "false");
 }
 
-static void print_table(const compare_options *o, const config_row *rows, int num_rows, int best,
+static void print_table(const compare_options *o, const config_row *rows, int num_rows, int best, int saturated,
                         const dcp_cli_trace *batches, int num_batches)
 {
     int64_t seqs = 0;
@@ -544,28 +602,44 @@ static void print_table(const compare_options *o, const config_row *rows, int nu
         snprintf(planned, sizeof planned, r->failed ? "%d/%d" : "%d", r->planned, num_batches);
         double per = 1.0 / r->planned;
         printf("%7s %9.1f ", planned, r->microbatches * per);
-        print_grouped(r->makespan * per, 16);
+        print_mean(r->makespan_exact, r->planned, r->makespan_saturated, 16);
         printf(" ");
-        print_grouped(r->dependency_makespan * per, 16);
-        printf(" %10.3f %9.3f %7.2f %7.3f %10s %10s\n",
-               r->model_makespan > 0 ? r->model_lower_bound / r->model_makespan : 0.0,
-               r->busy > 0 ? r->max_rank * r->setup.ranks / r->busy : 0.0,
+        print_mean(r->dependency_exact, r->planned, r->dependency_saturated, 16);
+        char eff[16], imb[16];
+        if (r->model_saturated) snprintf(eff, sizeof eff, "saturated");
+        else snprintf(eff, sizeof eff, "%.3f", r->model_makespan > 0 ? r->model_lower_bound / r->model_makespan : 0.0);
+        if (r->balance_saturated) snprintf(imb, sizeof imb, "saturated");
+        else snprintf(imb, sizeof imb, "%.3f", r->busy > 0 ? r->max_rank * r->setup.ranks / r->busy : 0.0);
+        printf(" %10s %9s %7.2f %7.3f %10s %10s\n", eff, imb,
                (double)r->cp_size_sum / (double)r->sequences, 1.0 - (double)r->tokens / r->slots,
                o->no_timing ? "-" : dcp_cli_format_seconds(r->median, med, sizeof med),
                o->no_timing ? "-" : dcp_cli_format_seconds(r->p99, p99, sizeof p99));
     }
     printf("\n");
+    if (saturated) {
+        printf("no best: the makespans of some configurations that planned every batch saturate int64 (shown\n"
+               "\"saturated\": the cost model's coefficients are too large for these lengths), so they cannot be\n"
+               "compared; use a model whose costs fit (docs/planning.md, Cost model).\n");
+        return;
+    }
     if (best < 0) {
         printf("no configuration planned every batch.\n");
         return;
     }
     int second = -1;
     for (int k = 0; k < num_rows; k++)
-        if (k != best && rows[k].planned == num_batches &&
-            (second < 0 || rows[k].model_makespan < rows[second].model_makespan))
+        if (k != best && rows[k].planned == num_batches && !rows[k].model_saturated &&
+            (second < 0 || rows[k].model_exact < rows[second].model_exact))
             second = k;
     const config_row *b = &rows[best];
-    if (second < 0)
+    int others_saturated = 0;
+    for (int k = 0; k < num_rows; k++)
+        others_saturated += k != best && rows[k].planned == num_batches && rows[k].model_saturated;
+    if (second < 0 && others_saturated)
+        printf("%s has the lowest total makespan (%.1f%% above the lower bound); every other configuration's "
+               "saturates int64.\n",
+               b->label, 100.0 * (b->model_makespan / b->model_lower_bound - 1.0));
+    else if (second < 0)
         printf("%s is the only configuration that planned every batch: efficiency %.3f.\n", b->label,
                b->model_lower_bound / b->model_makespan);
     else
@@ -582,7 +656,7 @@ static void print_table(const compare_options *o, const config_row *rows, int nu
 static int report(const compare_options *o, const config_row *rows, int num_rows, const dcp_cli_trace *batches,
                   int num_batches)
 {
-    int best = -1, any_failed = 0;
+    int best = -1, any_failed = 0, saturated = 0;
     for (int k = 0; k < num_rows; k++) {
         /* a scheduler this build lacks is left out of the default set, not a failure */
         int unavailable = !o->scheduler_list && !o->num_config_specs && rows[k].planned == 0 &&
@@ -592,11 +666,19 @@ static int report(const compare_options *o, const config_row *rows, int num_rows
             fprintf(stderr, "dcpack compare: %s failed on %d of %d batches; first: %s\n", rows[k].label,
                     rows[k].failed, num_batches, rows[k].first_error);
         }
-        if (rows[k].planned == num_batches && (best < 0 || rows[k].model_makespan < rows[best].model_makespan))
+        if (rows[k].planned == num_batches && !rows[k].model_saturated &&
+            (best < 0 || rows[k].model_exact < rows[best].model_exact))
             best = k;
     }
-    if (o->json) print_json(rows, num_rows, best, batches, num_batches);
-    else print_table(o, rows, num_rows, best, batches, num_batches);
+    /* a saturated sum is only a lower bound of the true one: a configuration with one is beaten only by a sum
+       below that bound; else no best can be named */
+    for (int k = 0; k < num_rows; k++)
+        if (rows[k].planned == num_batches && rows[k].model_saturated &&
+            (best < 0 || rows[k].model_exact <= rows[best].model_exact))
+            saturated = 1;
+    if (saturated) best = -1;
+    if (o->json) print_json(rows, num_rows, best, saturated, batches, num_batches);
+    else print_table(o, rows, num_rows, best, saturated, batches, num_batches);
     int status = dcp_cli_output_status("compare");
     if (status == DCP_EXIT_OK && any_failed) status = DCP_EXIT_ERROR;
     return status;

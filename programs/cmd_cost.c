@@ -66,16 +66,31 @@ static void print_grouped(int64_t v, int width)
     printf("%*s", width, grouped);
 }
 
-/* The CP size with the smallest per-rank cost: the fastest the sequence can run. */
+/*
+ * dcp_cost saturates at INT64_MAX: such a cost is only known to be at least that, so it is said
+ * ("saturated"), and a choice that would fall on one has no answer (0).
+ */
+static int saturated(int64_t cost) { return cost == INT64_MAX; }
+
+static void print_cost(int64_t v, int width)
+{
+    if (saturated(v)) printf("%*s", width, "saturated");
+    else print_grouped(v, width);
+}
+
+/* The CP size with the smallest per-rank cost: the fastest the sequence can run; 0 when that cost saturated. */
 static int32_t fastest_cp(const dcp_cost_model *m, int64_t s, int32_t max_cp)
 {
     int32_t best = 1;
     for (int32_t cp = 2; cp <= max_cp; cp *= 2)
         if (dcp_cost(m, s, cp) < dcp_cost(m, s, best)) best = cp;
-    return best;
+    return saturated(dcp_cost(m, s, best)) ? 0 : best;
 }
 
-/* The CP size whose total GPU time cp * cost(s, cp) is smallest (the lower bound's choice). */
+/*
+ * The CP size whose total GPU time cp * cost(s, cp) is smallest (the lower bound's choice); 0 when the
+ * smallest is a saturated cost's (its true total could be above any other).
+ */
 static int32_t cheapest_cp(const dcp_cost_model *m, int64_t s, int32_t max_cp)
 {
     int32_t best = 1;
@@ -84,7 +99,21 @@ static int32_t cheapest_cp(const dcp_cost_model *m, int64_t s, int32_t max_cp)
         __int128 total = (__int128)cp * dcp_cost(m, s, cp);
         if (best_total < 0 || total < best_total) best_total = total, best = cp;
     }
-    return best;
+    return saturated(dcp_cost(m, s, best)) ? 0 : best;
+}
+
+/* A CP size in the text table, or "saturated" for no answer. */
+static void print_choice(int32_t cp, int width)
+{
+    if (cp > 0) printf(" %*d", width, cp);
+    else printf(" %*s", width, "saturated");
+}
+
+/* ... and in JSON: null for no answer. */
+static void print_choice_json(const char *key, int32_t cp)
+{
+    if (cp > 0) printf("\"%s\": %d", key, cp);
+    else printf("\"%s\": null", key);
 }
 
 int dcp_cli_cost(int argc, char **argv)
@@ -171,9 +200,13 @@ int dcp_cli_cost(int argc, char **argv)
             printf("    {\"length\": %lld, \"cost\": {", (long long)lengths[i]);
             for (int32_t cp = 1; cp <= max_cp; cp *= 2)
                 printf("%s\"%d\": %lld", cp > 1 ? ", " : "", cp, (long long)dcp_cost(&model, lengths[i], cp));
-            printf("}, \"fastest_cp\": %d, \"cheapest_total_cp\": %d}%s\n",
-                   fastest_cp(&model, lengths[i], (int32_t)max_cp), cheapest_cp(&model, lengths[i], (int32_t)max_cp),
-                   i + 1 < num_lengths ? "," : "");
+            int any = 0;
+            for (int32_t cp = 1; cp <= max_cp; cp *= 2) any |= saturated(dcp_cost(&model, lengths[i], cp));
+            printf("}, ");
+            print_choice_json("fastest_cp", fastest_cp(&model, lengths[i], (int32_t)max_cp));
+            printf(", ");
+            print_choice_json("cheapest_total_cp", cheapest_cp(&model, lengths[i], (int32_t)max_cp));
+            printf(", \"saturated\": %s}%s\n", any ? "true" : "false", i + 1 < num_lengths ? "," : "");
         }
         printf("  ]\n}\n");
     } else {
@@ -205,15 +238,21 @@ int dcp_cli_cost(int argc, char **argv)
             printf(" %15s", head);
         }
         printf(" %8s %9s\n", "fastest", "cheapest");
+        int any_saturated = 0;
         for (int i = 0; i < num_lengths; i++) {
             print_grouped(lengths[i], 10);
             for (int32_t cp = 1; cp <= max_cp; cp *= 2) {
                 printf(" ");
-                print_grouped(dcp_cost(&model, lengths[i], cp), 15);
+                print_cost(dcp_cost(&model, lengths[i], cp), 15);
+                any_saturated |= saturated(dcp_cost(&model, lengths[i], cp));
             }
-            printf(" %8d %9d\n", fastest_cp(&model, lengths[i], (int32_t)max_cp),
-                   cheapest_cp(&model, lengths[i], (int32_t)max_cp));
+            print_choice(fastest_cp(&model, lengths[i], (int32_t)max_cp), 8);
+            print_choice(cheapest_cp(&model, lengths[i], (int32_t)max_cp), 9);
+            printf("\n");
         }
+        if (any_saturated)
+            printf("\nsaturated: the cost exceeds int64 (dcp_cost returns INT64_MAX): the model's coefficients are too\n"
+                   "large for that length; where the smallest cost is saturated no CP size is fastest or cheapest.\n");
         printf("\na microbatch adds microbatch_overhead = ");
         print_grouped(model.microbatch_overhead, 0);
         if (model.step_model == DCP_STEP_MODEL_DEPENDENCY)

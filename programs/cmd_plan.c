@@ -116,6 +116,30 @@ static void print_number(FILE *out, int64_t v, int width)
     fprintf(out, "%*s", width, grouped);
 }
 
+/*
+ * A cost the model saturated (INT64_MAX: dcp_cost and the plan's sums saturate instead of wrapping): its
+ * true value is unknown, only that it is at least INT64_MAX, so it is said, never printed as a number or
+ * compared into a ratio or a winner.
+ */
+static int saturated(int64_t v) { return v == INT64_MAX; }
+
+static void print_cost(FILE *out, int64_t v, int width)
+{
+    if (saturated(v)) fprintf(out, "%*s", width, "saturated");
+    else print_number(out, v, width);
+}
+
+/* Any of a plan's cost sums saturated. */
+static int stats_saturated(const dcp_plan_stats *s)
+{
+    return saturated(s->makespan) || saturated(s->lower_bound) || saturated(s->dependency_makespan) ||
+           saturated(s->dependency_lower_bound) || saturated(s->model_makespan) || saturated(s->model_lower_bound) ||
+           saturated(s->busy_sum) || saturated(s->max_rank_sum);
+}
+
+/* imbalance and idle come from busy_sum and max_rank_sum */
+static int balance_saturated(const dcp_plan_stats *s) { return saturated(s->busy_sum) || saturated(s->max_rank_sum); }
+
 static const char *time_text(const plan_options *o, double seconds, char *buf, size_t size)
 {
     if (o->no_timing) {
@@ -161,23 +185,36 @@ static void print_plan_text(const plan_options *o, const plan_run *r, const dcp_
     printf("  microbatches   %d\n", s->num_microbatches);
     const int64_t unit_ps = o->setup.time_unit_ps;
     printf("  makespan       ");
-    print_number(stdout, s->makespan, 0);
-    if (unit_ps > 0) printf(" = %.3f ms", dcp_cli_units_ms(s->makespan, unit_ps));
+    print_cost(stdout, s->makespan, 0);
+    if (unit_ps > 0 && !saturated(s->makespan)) printf(" = %.3f ms", dcp_cli_units_ms(s->makespan, unit_ps));
     printf("   (lower bound ");
-    print_number(stdout, s->lower_bound, 0);
+    print_cost(stdout, s->lower_bound, 0);
     printf(")   barrier: every rank waits for each microbatch's slowest rank\n");
     printf("  dependency     ");
-    print_number(stdout, s->dependency_makespan, 0);
-    if (unit_ps > 0) printf(" = %.3f ms", dcp_cli_units_ms(s->dependency_makespan, unit_ps));
+    print_cost(stdout, s->dependency_makespan, 0);
+    if (unit_ps > 0 && !saturated(s->dependency_makespan))
+        printf(" = %.3f ms", dcp_cli_units_ms(s->dependency_makespan, unit_ps));
     printf("   (lower bound ");
-    print_number(stdout, s->dependency_lower_bound, 0);
+    print_cost(stdout, s->dependency_lower_bound, 0);
     printf(")   a rank waits only for the ranks of its CP groups\n");
     if (unit_ps > 0)
         printf("  time unit      %lld ps per cost unit (the profile's time_unit_ps)\n", (long long)unit_ps);
-    printf("  efficiency     %.3f   lower bound / makespan, %s step model\n", m->efficiency,
-           dcp_step_model_name((dcp_step_model)s->step_model));
-    printf("  imbalance      %.3f   slowest rank / mean rank, summed over microbatches\n", m->imbalance);
-    printf("  idle           %.3f   fraction of rank time spent waiting for the slowest rank\n", m->idle_fraction);
+    if (saturated(s->model_makespan))
+        printf("  efficiency     saturated   the %s step model's makespan saturates int64: no ratio\n",
+               dcp_step_model_name((dcp_step_model)s->step_model));
+    else
+        printf("  efficiency     %.3f   lower bound / makespan, %s step model\n", m->efficiency,
+               dcp_step_model_name((dcp_step_model)s->step_model));
+    if (balance_saturated(s)) {
+        printf("  imbalance      saturated   the ranks' summed costs saturate int64\n");
+        printf("  idle           saturated\n");
+    } else {
+        printf("  imbalance      %.3f   slowest rank / mean rank, summed over microbatches\n", m->imbalance);
+        printf("  idle           %.3f   fraction of rank time spent waiting for the slowest rank\n", m->idle_fraction);
+    }
+    if (stats_saturated(s))
+        printf("  saturated      the cost model's costs exceed int64 on this batch (INT64_MAX, said \"saturated\"):\n"
+               "                 its coefficients are too large for these lengths (docs/planning.md, Cost model)\n");
     printf("  padding waste  %.3f   fraction of token slots (microbatches x ranks x M) left empty\n", m->padding_waste);
     printf("  mean CP size   %.2f\n", m->mean_cp_size);
     printf("  plan time      %s   median of %d runs\n", time_text(o, r->median_seconds, t, sizeof t), o->repeat);
@@ -194,7 +231,7 @@ static void print_plan_text(const plan_options *o, const plan_run *r, const dcp_
         }
         printf("\nmicrobatch %d: %d group%s, slowest rank %d (cost ", mb, last - first, last - first == 1 ? "" : "s",
                slowest_rank);
-        print_number(stdout, slowest, 0);
+        print_cost(stdout, slowest, 0);
         printf(")\n");
         for (int32_t g = first; g < last; g++) {
             char ranks[48];
@@ -233,9 +270,15 @@ static void print_stats_json(const plan_options *o, const plan_run *r, const dcp
     printf("%s  \"microbatches\": %d,\n", indent, s->num_microbatches);
     printf("%s  \"makespan\": %lld,\n", indent, (long long)s->makespan);
     printf("%s  \"lower_bound\": %lld,\n", indent, (long long)s->lower_bound);
-    printf("%s  \"efficiency\": %.6f,\n", indent, m->efficiency);
-    printf("%s  \"imbalance\": %.6f,\n", indent, m->imbalance);
-    printf("%s  \"idle_fraction\": %.6f,\n", indent, m->idle_fraction);
+    /* a saturated makespan has no ratio: null, and "saturated" says why */
+    if (saturated(s->model_makespan)) printf("%s  \"efficiency\": null,\n", indent);
+    else printf("%s  \"efficiency\": %.6f,\n", indent, m->efficiency);
+    if (balance_saturated(s)) printf("%s  \"imbalance\": null,\n%s  \"idle_fraction\": null,\n", indent, indent);
+    else {
+        printf("%s  \"imbalance\": %.6f,\n", indent, m->imbalance);
+        printf("%s  \"idle_fraction\": %.6f,\n", indent, m->idle_fraction);
+    }
+    printf("%s  \"saturated\": %s,\n", indent, stats_saturated(s) ? "true" : "false");
     printf("%s  \"padding_waste\": %.6f,\n", indent, m->padding_waste);
     printf("%s  \"mean_cp_size\": %.6f,\n", indent, m->mean_cp_size);
     printf("%s  \"quad_makespan\": %lld,\n", indent, (long long)s->quad_makespan);
@@ -344,12 +387,15 @@ static int compare_schedulers(const plan_options *o, const dcp_cli_trace *trace)
             runs[k].status = DCP_ERR_INVALID_CONFIG;
         }
     }
-    /* judged by the configured step model's makespan (the barrier one by default) */
+    /* judged by the configured step model's makespan (the barrier one by default); a saturated makespan is
+       only known to be at least INT64_MAX, so when the lowest is saturated there is no winner */
     for (int k = 0; k < COUNT; k++)
         if (runs[k].status == DCP_OK) {
             planned++;
             if (best < 0 || runs[k].stats.model_makespan < runs[best].stats.model_makespan) best = k;
         }
+    const int all_saturated = best >= 0 && saturated(runs[best].stats.model_makespan);
+    if (all_saturated) best = -1;
 
     if (o->json) {
         printf("{\n  \"comparison\": [\n");
@@ -373,7 +419,7 @@ static int compare_schedulers(const plan_options *o, const dcp_cli_trace *trace)
         printf("  ],\n  \"best\": ");
         if (best >= 0) dcp_cli_json_string(stdout, dcp_scheduler_name(all[best]));
         else printf("null");
-        printf("\n}\n");
+        printf(",\n  \"saturated\": %s\n}\n", all_saturated ? "true" : "false");
     } else {
         printf("dcpack plan: every scheduler on one global batch\n");
         print_header(o, trace);
@@ -388,14 +434,25 @@ static int compare_schedulers(const plan_options *o, const dcp_cli_trace *trace)
             printf("%-20s ", label);
             if (r->status == DCP_OK) {
                 printf("%12d ", r->stats.num_microbatches);
-                print_number(stdout, r->stats.makespan, 16);
+                print_cost(stdout, r->stats.makespan, 16);
                 printf(" ");
-                print_number(stdout, r->stats.dependency_makespan, 16);
-                if (unit_ps > 0)
-                    printf(" %12.3f %12.3f", dcp_cli_units_ms(r->stats.makespan, unit_ps),
-                           dcp_cli_units_ms(r->stats.dependency_makespan, unit_ps));
-                printf(" %10.3f %9.3f %7.2f %10s\n", r->metrics.efficiency, r->metrics.imbalance,
-                       r->metrics.mean_cp_size, time_text(o, r->median_seconds, t, sizeof t));
+                print_cost(stdout, r->stats.dependency_makespan, 16);
+                if (unit_ps > 0) {
+                    char ms[2][32];
+                    for (int i = 0; i < 2; i++) {
+                        const int64_t v = i ? r->stats.dependency_makespan : r->stats.makespan;
+                        if (saturated(v)) snprintf(ms[i], sizeof ms[i], "saturated");
+                        else snprintf(ms[i], sizeof ms[i], "%.3f", dcp_cli_units_ms(v, unit_ps));
+                    }
+                    printf(" %12s %12s", ms[0], ms[1]);
+                }
+                char eff[16], imb[16];
+                if (saturated(r->stats.model_makespan)) snprintf(eff, sizeof eff, "saturated");
+                else snprintf(eff, sizeof eff, "%.3f", r->metrics.efficiency);
+                if (balance_saturated(&r->stats)) snprintf(imb, sizeof imb, "saturated");
+                else snprintf(imb, sizeof imb, "%.3f", r->metrics.imbalance);
+                printf(" %10s %9s %7.2f %10s\n", eff, imb, r->metrics.mean_cp_size,
+                       time_text(o, r->median_seconds, t, sizeof t));
             } else {
                 const char *what = r->status == DCP_ERR_UNSUPPORTED      ? "not available"
                                    : r->status == DCP_ERR_INVALID_CONFIG ? "not configurable"
@@ -412,7 +469,12 @@ static int compare_schedulers(const plan_options *o, const dcp_cli_trace *trace)
         if (unit_ps > 0)
             printf("ms: the two makespans in milliseconds; the profile's cost unit is %lld ps (time_unit_ps).\n\n",
                    (long long)unit_ps);
-        if (best < 0) {
+        if (all_saturated) {
+            printf("every scheduler's %s saturates int64 (shown \"saturated\"): the cost model's coefficients are\n"
+                   "too large for these lengths, so no scheduler is lowest and there is no efficiency; use a model\n"
+                   "whose costs fit (docs/planning.md, Cost model).\n",
+                   model_makespan_name(&o->setup));
+        } else if (best < 0) {
             printf("no scheduler could plan this batch.\n");
         } else {
             char best_label[64], other_label[64];
@@ -426,6 +488,12 @@ static int compare_schedulers(const plan_options *o, const dcp_cli_trace *trace)
             if (second < 0) {
                 printf("%s is the only scheduler that planned this batch: efficiency %.3f.\n", best_label,
                        runs[best].metrics.efficiency);
+            } else if (saturated(runs[second].stats.model_makespan)) {
+                printf("%s has the lowest %s (%.1f%% above the lower bound); every other scheduler's saturates "
+                       "int64.\n",
+                       best_label, model_makespan_name(&o->setup),
+                       100.0 * ((double)runs[best].stats.model_makespan / (double)runs[best].stats.model_lower_bound -
+                                1.0));
             } else {
                 const dcp_plan_stats *b = &runs[best].stats, *o2 = &runs[second].stats;
                 label_of(&runs[second], other_label, sizeof other_label);

@@ -52,7 +52,8 @@ int dcp_cli_strtoi64(const char *text, int64_t *out)
     errno = 0;
     char *end = NULL;
     long long v = strtoll(text, &end, 10);
-    if (errno == ERANGE || end == text || *end != '\0') return -1;
+    if (end == text || *end != '\0') return -1;
+    if (errno == ERANGE) return -2; /* an integer, past int64: out of range, not "not an integer" */
     *out = (int64_t)v;
     return 0;
 }
@@ -60,8 +61,11 @@ int dcp_cli_strtoi64(const char *text, int64_t *out)
 int dcp_cli_parse_int(const char *command, const char *name, const char *text, int64_t lo, int64_t hi, int64_t *out)
 {
     int64_t v = 0;
-    if (dcp_cli_strtoi64(text, &v) != 0)
-        return dcp_cli_fail(DCP_EXIT_USAGE, command, "%s: '%s' is not an integer", name, text);
+    int got = dcp_cli_strtoi64(text, &v);
+    if (got == -2)
+        return dcp_cli_fail(DCP_EXIT_USAGE, command, "%s: %s is outside [%lld, %lld]", name, text, (long long)lo,
+                            (long long)hi);
+    if (got != 0) return dcp_cli_fail(DCP_EXIT_USAGE, command, "%s: '%s' is not an integer", name, text);
     if (v < lo || v > hi)
         return dcp_cli_fail(DCP_EXIT_USAGE, command, "%s: %lld is outside [%lld, %lld]", name, (long long)v,
                             (long long)lo, (long long)hi);

@@ -72,5 +72,16 @@ expect_usage lognormal:mean=-1
 expect_usage uniform:min=10,max=5
 expect_usage mlmdefault:n
 expect_usage
+# past int64 is out of range like any other value outside the bounds, not "not an integer"
+for spec in uniform:n=99999999999999999999 uniform:seed=9223372036854775808 uniform:seed=-99999999999999999999 \
+            uniform:max=99999999999999999999 lognormal:min=18446744073709551616 uniform:n=99999999999; do
+  expect_usage "$spec"
+  key="${spec#*:}"; key="${key%%=*}"; value="${spec#*=}"
+  grep -q -- "--generate $key: $value is outside \[" "$tmp/err" ||
+    { echo "FAIL generate $spec: not said out of range:"; cat "$tmp/err"; exit 1; }
+  ! grep -q "not an integer" "$tmp/err" || { echo "FAIL generate $spec: said not an integer"; exit 1; }
+done
+expect_usage uniform:n=1e3
+grep -q "'1e3' is not an integer" "$tmp/err" || { echo "FAIL generate n=1e3 message"; cat "$tmp/err"; exit 1; }
 grep -q "unknown family 'nosuchfamily'" <("$dcpack" generate nosuchfamily 2>&1) || { echo "FAIL unknown family message"; exit 1; }
 echo "cli_generate: ok"

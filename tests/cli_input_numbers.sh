@@ -109,6 +109,8 @@ printf '100\n200\n' >two.txt
 expect 2 "--ranks: '\+4' is not an integer" -- plan --trace two.txt --ranks +4
 expect 2 "--ranks: ' 4' is not an integer" -- plan --trace two.txt --ranks ' 4'
 expect 2 "--dp: '\+2' is not an integer" -- step --trace two.txt --dp +2
+expect 2 "--ranks: 99999999999999999999 is outside \[" -- plan --trace two.txt --ranks 99999999999999999999
+expect 2 "--dp: -9223372036854775809 is outside \[" -- step --trace two.txt --dp -9223372036854775809
 
 if [ "$failures" -ne 0 ]; then
   echo "cli_input_numbers: $failures failures"

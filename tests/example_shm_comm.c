@@ -7,13 +7,19 @@
  * DCP_ERR_TIMEOUT on every other rank within the timeout (2 s times
  * DCP_TEST_TIME_SCALE), and so is every later
  * operation; abort fails the job for everyone.  Exits 0 when every rank passed.
+ * `example_shm_comm rendezvous [ROUNDS]`: the openers wait through rank 0's
+ * set-up (an empty, then a sized but unpublished segment) and meet it, then
+ * ROUNDS more rendezvous in a row.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "shm_comm.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -43,14 +49,8 @@ static int rank_main(int me, const char *name, int32_t timeout_ms)
     shm_job *job = NULL;
     char message[256];
     dcp_status s = DCP_ERR_COMM;
-    /* rank 0 creates the segment; the others open it once it exists */
-    for (int tries = 0; tries < 500 && s != DCP_OK; tries++) {
-        s = shm_job_open(name, N, me, 1 << 16, timeout_ms, &job, message, sizeof message);
-        if (s != DCP_OK && me != 0) {
-            struct timespec pause = {0, 10000000};
-            nanosleep(&pause, NULL);
-        }
-    }
+    /* rank 0 creates the segment; the others wait in shm_job_open until rank 0 has published it */
+    s = shm_job_open(name, N, me, 1 << 16, timeout_ms, &job, message, sizeof message);
     if (s != DCP_OK) {
         fprintf(stderr, "rank %d: open: %s: %s\n", me, dcp_status_str(s), message);
         return 1;
@@ -139,13 +139,112 @@ static int rank_main(int me, const char *name, int32_t timeout_ms)
     return failures != 0;
 }
 
-int main(void)
+/* ---- the rendezvous: openers never map a segment rank 0 has not finished ---- */
+
+static void pause_ms(int ms)
+{
+    struct timespec pause = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&pause, NULL);
+}
+
+/* A rank that opens the job (waiting for rank 0 to publish it) and all-gathers over it. */
+static int opener_main(int me, const char *name, int32_t timeout_ms)
+{
+    shm_job *job = NULL;
+    char message[256] = "";
+    dcp_status s = shm_job_open(name, N, me, 1 << 12, timeout_ms, &job, message, sizeof message);
+    EXPECT(s == DCP_OK, "open while rank 0 had not published the segment: %s: %s", dcp_status_str(s), message);
+    if (s != DCP_OK) return 1;
+    dcp_comm world;
+    int64_t mine = 100 + me, all[N] = {0};
+    EXPECT(shm_comm_world(job, &world) == DCP_OK, "world");
+    EXPECT(world.ops->allgather(&world, &mine, sizeof mine, all) == DCP_OK, "allgather");
+    for (int r = 0; r < N; r++) EXPECT(all[r] == 100 + r, "allgather[%d] = %lld", r, (long long)all[r]);
+    shm_comm_destroy(&world);
+    shm_job_close(job);
+    return failures != 0;
+}
+
+/*
+ * Rank 0 caught in each phase of its set-up, with openers already retrying: the name created but empty (before
+ * ftruncate), then sized but not yet published (the magic not yet stored: made here by clearing it).  The
+ * openers must wait through both - not fail with "another job", not read a mapping they gave back - and meet
+ * rank 0 once it publishes.  Then `rounds` plain rendezvous in a row, openers started with rank 0.
+ */
+static int rendezvous_main(int32_t timeout_ms, int rounds)
+{
+    const int me = 0;
+    char name[64], message[256] = "";
+    snprintf(name, sizeof name, "/dcpack-shm-rendezvous-test-%ld", (long)getpid());
+    int bad = 0;
+    for (int round = 0; round <= rounds && !bad; round++) {
+        const int staged = round == 0;
+        if (staged) {
+            shm_unlink(name);
+            int fd = shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600); /* rank 0 before its ftruncate */
+            EXPECT(fd >= 0, "shm_open: %s", strerror(errno));
+            if (fd >= 0) close(fd);
+        }
+        pid_t pids[N];
+        for (int r = 1; r < N; r++) {
+            pids[r] = fork();
+            if (pids[r] == 0) _exit(opener_main(r, name, timeout_ms));
+        }
+        if (staged) pause_ms(100); /* the openers see an empty segment */
+        shm_job *job = NULL;
+        dcp_status s;
+        if (staged) {
+            /* sized and set up, then unpublished again: what an opener sees between rank 0's ftruncate and its
+               magic; the first 8 bytes of the segment are the magic */
+            int fd = -1;
+            s = shm_job_open(name, N, 0, 1 << 12, timeout_ms, &job, message, sizeof message);
+            uint64_t *magic = MAP_FAILED, saved = 0;
+            if (s == DCP_OK && (fd = shm_open(name, O_RDWR, 0)) >= 0)
+                magic = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+            if (fd >= 0) close(fd);
+            EXPECT(magic != MAP_FAILED, "map the header");
+            if (magic != MAP_FAILED) {
+                saved = __atomic_exchange_n(magic, 0, __ATOMIC_SEQ_CST);
+                pause_ms(100); /* the openers see a sized, unpublished segment */
+                __atomic_store_n(magic, saved, __ATOMIC_RELEASE);
+                munmap(magic, 4096);
+            }
+        } else {
+            s = shm_job_open(name, N, 0, 1 << 12, timeout_ms, &job, message, sizeof message);
+        }
+        EXPECT(s == DCP_OK, "rank 0 open: %s: %s", dcp_status_str(s), message);
+        if (s == DCP_OK) {
+            dcp_comm world;
+            int64_t mine = 100, all[N] = {0};
+            EXPECT(shm_comm_world(job, &world) == DCP_OK, "world");
+            EXPECT(world.ops->allgather(&world, &mine, sizeof mine, all) == DCP_OK, "allgather");
+            for (int r = 0; r < N; r++) EXPECT(all[r] == 100 + r, "allgather[%d] = %lld", r, (long long)all[r]);
+            shm_comm_destroy(&world);
+            shm_job_close(job);
+        }
+        for (int r = 1; r < N; r++) {
+            int status = 0;
+            waitpid(pids[r], &status, 0);
+            if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+                fprintf(stderr, "round %d: rank %d failed (status %d)\n", round, r, status);
+                bad = 1;
+            }
+        }
+        bad |= failures != 0;
+    }
+    shm_unlink(name);
+    printf("%s\n", bad ? "FAIL" : "PASS: the shared-memory rendezvous (rank 0 caught mid-way, then repeated rounds)");
+    return bad;
+}
+
+int main(int argc, char **argv)
 {
     /* slow tools (sanitizers, valgrind) stretch the timeout as the other tests do */
     const char *scale_text = getenv("DCP_TEST_TIME_SCALE");
     int scale = scale_text ? atoi(scale_text) : 1;
     if (scale < 1) scale = 1;
     const int32_t timeout_ms = 2000 * scale;
+    if (argc > 1 && strcmp(argv[1], "rendezvous") == 0) return rendezvous_main(timeout_ms, argc > 2 ? atoi(argv[2]) : 50);
     char name[64];
     snprintf(name, sizeof name, "/dcpack-shm-comm-test-%ld", (long)getpid());
     pid_t pids[N];

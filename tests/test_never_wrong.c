@@ -181,6 +181,8 @@ typedef struct skip_test {
     int joined;                   /* 1: one dcp_inproc_run per step (threads joined between steps) */
     int repeat;                   /* 1: rank 1 repeats its step 1 instead of skipping step 0 */
     int run;                      /* with joined: which step this run makes */
+    int32_t lone_rank;            /* the rank whose first lone_steps steps fail on it alone (NULL args) */
+    int lone_steps;
     dcp_context *ctx[2];
     dcp_status status[2][STEPS + 2];
     int64_t tokens[2][STEPS + 2][TOKENS];
@@ -208,7 +210,7 @@ static void skip_rank(int32_t rank, void *arg)
        collective would otherwise wait the world's whole timeout for a call its peer never makes */
     if (rank == 1 && t->repeat && !t->joined) last--;
     for (int k = first; k < last; k++) {
-        if (rank == 1 && k == 0 && !t->repeat) {
+        if (rank == t->lone_rank && k < t->lone_steps && !t->repeat) {
             step_once(t, rank, k, 1); /* fails here alone: no communicator to tell the others through */
             continue;
         }
@@ -265,6 +267,8 @@ static void check_never_wrong(skip_test *t)
 static void skip_setup(skip_test *t)
 {
     dcp_config c = small_config(2, 1);
+    t->lone_rank = 1;
+    t->lone_steps = 1;
     for (int r = 0; r < 2; r++) DCP_REQUIRE_OK(dcp_context_create(&c, &t->ctx[r]));
 }
 
@@ -302,28 +306,60 @@ DCP_TEST(a_lone_failure_never_pairs_two_steps)
     skip_teardown(&t);
 }
 
-DCP_TEST(a_lone_failure_with_threads_joined_between_steps_is_never_wrong)
+/*
+ * Ranks kept in step by their caller (threads joined between steps): the lone rank's first lone_steps steps
+ * fail on it alone, each making its peer wait out the world's timeout; the next step realigns them (the
+ * lone rank's first agreement lets the timeouts it missed go by) and it and every later one succeed on both
+ * ranks with the right data: never an endless run of timeouts, never a mixed batch.
+ */
+static void lone_failures_joined(int32_t lone_rank, int lone_steps)
 {
     skip_test t;
     memset(&t, 0, sizeof t);
     skip_setup(&t);
+    t.lone_rank = lone_rank;
+    t.lone_steps = lone_steps;
     DCP_REQUIRE_OK(dcp_inproc_world_create(2, 300, &t.world));
     t.joined = 1;
+    const int32_t peer = 1 - lone_rank;
     for (t.run = 0; t.run < STEPS; t.run++) {
         int before[2] = {t.calls[0], t.calls[1]};
         DCP_REQUIRE_OK(dcp_inproc_run(2, skip_rank, &t));
-        /* rank 0's step 0 waits for a peer that never comes; from then on the world's collectives are one apart
-           (rank 0 made one more), so every later step times out on both ranks alike until the world is made
-           anew: never a step that pairs two different steps' data */
-        if (t.run == 0) DCP_CHECK_STATUS(t.status[0][0], DCP_ERR_TIMEOUT);
-        else {
-            DCP_CHECK_STATUS(t.status[0][before[0]], DCP_ERR_TIMEOUT);
-            DCP_CHECK_STATUS(t.status[1][before[1]], DCP_ERR_TIMEOUT);
+        if (t.run < lone_steps) {
+            DCP_CHECK_STATUS(t.status[lone_rank][before[lone_rank]], DCP_ERR_NULL_POINTER);
+            DCP_CHECK_STATUS(t.status[peer][before[peer]], DCP_ERR_TIMEOUT); /* it waited for a call never made */
+        } else {
+            for (int r = 0; r < 2; r++) {
+                DCP_CHECK_STATUS(t.status[r][before[r]], DCP_OK);
+                /* the step's own batch: both ranks' step t.run, in this rank's slots */
+                int64_t base = base_of(r, t.run);
+                DCP_CHECK_EQ_INT(t.count[r][before[r]], TOKENS);
+                for (int i = 0; i < t.count[r][before[r]]; i++)
+                    if (t.tokens[r][before[r]][i] != base + i && t.tokens[r][before[r]][i] != base_of(1 - r, t.run) + i)
+                        dcp_test_fail(__FILE__, __LINE__, "rank %d step %d token %d is %lld, not of step %d", r, t.run,
+                                      i, (long long)t.tokens[r][before[r]][i], t.run);
+            }
         }
+        for (int r = 0; r < 2; r++) DCP_CHECK_EQ_INT(dcp_context_calls(t.ctx[r]), t.run + 1);
     }
     check_never_wrong(&t);
     dcp_inproc_world_destroy(t.world);
     skip_teardown(&t);
+}
+
+DCP_TEST(a_lone_failure_with_threads_joined_between_steps_is_never_wrong)
+{
+    lone_failures_joined(1, 1);
+}
+
+DCP_TEST(ranks_in_lockstep_realign_after_rank_0_fails_alone)
+{
+    lone_failures_joined(0, 1);
+}
+
+DCP_TEST(ranks_in_lockstep_realign_after_two_lone_failures_in_a_row)
+{
+    lone_failures_joined(0, 2);
 }
 
 DCP_TEST(a_repeated_call_is_out_of_step)
