@@ -435,3 +435,77 @@ DCP_TEST(stats_are_allocation_free)
     DCP_CHECK(s.pipeline_makespan > 0);
     dcp_context_destroy(ctx);
 }
+
+/* ---- balanced planned for the pipeline ---- */
+
+static int64_t planned_pipeline(dcp_config *c, dcp_scheduler scheduler, const int32_t *lengths, int32_t n,
+                                int32_t *num_microbatches)
+{
+    c->scheduler = scheduler;
+    dcp_context *ctx = NULL;
+    if (dcp_context_create(c, &ctx) != DCP_OK) return -2;
+    const dcp_plan *plan = NULL;
+    int64_t m = -1;
+    dcp_plan_stats s;
+    if (dcp_plan_compute(ctx, lengths, n, &plan) == DCP_OK) {
+        m = dcp_plan_stats_compute(ctx, plan, lengths, n, &s) == DCP_OK ? s.pipeline_makespan : -2;
+        if (num_microbatches) *num_microbatches = plan->num_microbatches;
+    }
+    dcp_context_destroy(ctx);
+    return m;
+}
+
+/*
+ * Random batches, PP 2..8, VPP 1..2, first and last stages unequal: balanced's pipeline makespan is
+ * never above dynamic_cp's, and below it on most batches (its plan and order are searched).
+ */
+DCP_TEST(balanced_never_above_dynamic_cp)
+{
+    int lower = 0, planned = 0;
+    for (int trial = 0; trial < 60; trial++) {
+        const int32_t pp = 2 << rng_range(0, 2), vpp = rng_range(1, 2), ranks = 4 << rng_range(0, 2);
+        dcp_config c = pipeline_config(DCP_SCHEDULER_BALANCED, pp, vpp, ranks);
+        c.cost.last_stage_per_token = rng_range(0, 1) * 2000;
+        c.cost.first_stage_per_token = rng_range(0, 1) * 500;
+        int32_t lengths[300];
+        const int32_t n = random_batch(lengths, 300, 16384 * ranks);
+        const int64_t dyn = planned_pipeline(&c, DCP_SCHEDULER_DYNAMIC_CP, lengths, n, NULL);
+        const int64_t bal = planned_pipeline(&c, DCP_SCHEDULER_BALANCED, lengths, n, NULL);
+        DCP_CHECK(dyn != -2 && bal != -2);
+        if (dyn < 0) continue;
+        planned++;
+        DCP_CHECK(bal >= 0);
+        if (bal > dyn) fprintf(stderr, "trial %d: balanced %lld above dynamic_cp %lld\n", trial, (long long)bal, (long long)dyn);
+        DCP_CHECK(bal <= dyn);
+        lower += bal < dyn;
+    }
+    DCP_CHECK(planned >= 50);
+    DCP_CHECK(lower * 2 >= planned);
+}
+
+/* dynamic_cp and dp_balanced plan with PP as without it: the pipeline changes only balanced's choice */
+DCP_TEST(reference_schedulers_ignore_the_pipeline)
+{
+    for (int trial = 0; trial < 10; trial++) {
+        int32_t lengths[200];
+        const int32_t n = random_batch(lengths, 200, 16384 * 8);
+        for (int s = 0; s < 2; s++) {
+            const dcp_scheduler which = s ? DCP_SCHEDULER_DYNAMIC_CP : DCP_SCHEDULER_DP_BALANCED;
+            dcp_config flat = pipeline_config(which, 1, 1, 8), piped = pipeline_config(which, 4, 1, 8);
+            dcp_context *a = NULL, *b = NULL;
+            DCP_REQUIRE_OK(dcp_context_create(&flat, &a));
+            DCP_REQUIRE_OK(dcp_context_create(&piped, &b));
+            const dcp_plan *pa = NULL, *pb = NULL;
+            dcp_status sa = dcp_plan_compute(a, lengths, n, &pa), sb = dcp_plan_compute(b, lengths, n, &pb);
+            DCP_CHECK_EQ_INT(sa, sb);
+            if (sa == DCP_OK) {
+                DCP_CHECK_EQ_INT(pa->num_microbatches, pb->num_microbatches);
+                DCP_CHECK_EQ_INT(pa->num_groups, pb->num_groups);
+                DCP_CHECK(memcmp(pa->ids, pb->ids, sizeof(int32_t) * (size_t)n) == 0);
+                DCP_CHECK(memcmp(pa->group_cp_size, pb->group_cp_size, sizeof(int32_t) * (size_t)pa->num_groups) == 0);
+            }
+            dcp_context_destroy(a);
+            dcp_context_destroy(b);
+        }
+    }
+}
