@@ -58,6 +58,18 @@ static dcp_context *context_of(const small_config *s)
 }
 
 /* Plan with `ctx`; on success the makespan (and the plan's hash) are returned through the pointers. */
+/* The plan's model makespan: the pipeline's with PP > 1 (what balanced minimises there), else the barrier's. */
+static dcp_status plan_model_makespan(dcp_context *ctx, const int32_t *lengths, int32_t n, int64_t *makespan)
+{
+    const dcp_plan *plan = NULL;
+    dcp_status st = dcp_plan_compute(ctx, lengths, n, &plan);
+    if (st != DCP_OK) return st;
+    dcp_plan_stats stats;
+    st = dcp_plan_stats_compute(ctx, plan, lengths, n, &stats);
+    *makespan = stats.model_makespan;
+    return st;
+}
+
 static dcp_status plan_makespan(dcp_context *ctx, const int32_t *lengths, int32_t n, int64_t *makespan,
                                 uint64_t *hash)
 {
@@ -581,12 +593,13 @@ DCP_TEST(golden_traces_beat_dynamic_cp)
             int64_t ours = 0, reference = 0;
             dcp_context *ctx = context_of(&s);
             DCP_REQUIRE(ctx != NULL);
-            dcp_status st = plan_makespan(ctx, len, n, &ours, NULL);
+            /* with VPP (PP 2) the step is the pipeline's: balanced minimises that */
+            dcp_status st = plan_model_makespan(ctx, len, n, &ours);
             dcp_context_destroy(ctx);
             s.scheduler = DCP_SCHEDULER_DYNAMIC_CP;
             ctx = context_of(&s);
             DCP_REQUIRE(ctx != NULL);
-            dcp_status dst = plan_makespan(ctx, len, n, &reference, NULL);
+            dcp_status dst = plan_model_makespan(ctx, len, n, &reference);
             dcp_context_destroy(ctx);
             if (dst == DCP_ERR_BAD_LENGTH) {
                 DCP_CHECK_STATUS(st, DCP_ERR_BAD_LENGTH); /* a sequence longer than the whole group */
