@@ -509,3 +509,72 @@ DCP_TEST(reference_schedulers_ignore_the_pipeline)
         }
     }
 }
+
+/* ---- dcp_step with a pipeline-reordered plan ---- */
+
+#include "step_harness.h"
+
+/*
+ * Balanced's plan for PP 2 is its plan in another microbatch order (or dynamic_cp's reordered): check
+ * that this batch's plan really is reordered against PP 1's, then step it over the in-process
+ * communicator on DP2 x CP2 x PP2 with MTP on the last stage and VPP off, every rank's output against
+ * the oracle (which reads the plan the step made), and with VPP 2.
+ */
+DCP_TEST(step_with_a_pipeline_reordered_plan)
+{
+    static int32_t trace[256];
+    const int32_t n = dcp_harness_read_trace(dcp_test_data_path("workloads/longsft_n256_seed1.txt"), trace, 96);
+    DCP_REQUIRE(n == 96);
+    dcp_config flat = pipeline_config(DCP_SCHEDULER_BALANCED, 1, 1, 4);
+    dcp_config piped = pipeline_config(DCP_SCHEDULER_BALANCED, 2, 1, 4);
+    flat.max_seqlen_per_rank = piped.max_seqlen_per_rank = 32768;
+    flat.data_parallel_size = piped.data_parallel_size = 2; /* the step's DP2 x CP2 */
+    flat.context_parallel_size = piped.context_parallel_size = 2;
+    dcp_context *a = NULL, *b = NULL;
+    DCP_REQUIRE_OK(dcp_context_create(&flat, &a));
+    DCP_REQUIRE_OK(dcp_context_create(&piped, &b));
+    const dcp_plan *pa = NULL, *pb = NULL;
+    DCP_REQUIRE_OK(dcp_plan_compute(a, trace, n, &pa));
+    DCP_REQUIRE_OK(dcp_plan_compute(b, trace, n, &pb));
+    int same_order = pa->num_microbatches == pb->num_microbatches;
+    for (int32_t m = 0; same_order && m < pa->num_microbatches; m++)
+        same_order = pa->ids[pa->group_first_id[pa->microbatch_first_group[m]]] ==
+                     pb->ids[pb->group_first_id[pb->microbatch_first_group[m]]];
+    DCP_CHECK(!same_order);
+    dcp_plan_stats sb;
+    DCP_REQUIRE_OK(dcp_plan_stats_compute(b, pb, trace, n, &sb));
+    DCP_CHECK(sb.pipeline_makespan > 0);
+    dcp_context_destroy(a);
+    dcp_context_destroy(b);
+
+    for (int vpp = 1; vpp <= 2; vpp++) {
+        dcp_harness_options o;
+        dcp_harness_options_default(&o);
+        o.config.scheduler = DCP_SCHEDULER_BALANCED;
+        o.config.data_parallel_size = 2;
+        o.config.context_parallel_size = 2;
+        o.config.pipeline_parallel_size = 2;
+        o.config.virtual_pipeline_size = vpp;
+        o.config.microbatch_group_size_per_vp_stage = vpp > 1 ? 2 : 0;
+        if (vpp > 1) o.config.cost.pipeline_schedule = DCP_PIPELINE_INTERLEAVED;
+        o.config.max_sequences = 512;
+        o.config.max_seqlen_per_rank = 32768;
+        o.config.pad_alignment = 8;
+        o.lengths = trace;
+        o.num_lengths = n;
+        o.mtp_pipeline_rank = 1;
+        o.mtp_virtual_stages = 1;
+        dcp_harness_result r;
+        dcp_status st = dcp_harness_run(&o, &r);
+        DCP_CHECK_STATUS(st, DCP_OK);
+        if (st == DCP_OK) {
+            DCP_CHECK(r.statuses_agree);
+            DCP_CHECK_STATUS(r.step_status[0], DCP_OK);
+            DCP_CHECK(r.verified);
+            DCP_CHECK_EQ_INT(r.mismatches, 0);
+            if (r.mismatches || !r.verified) fprintf(stderr, "vpp %d: %s\n", vpp, r.message);
+            DCP_CHECK(r.num_microbatches > 1);
+        }
+        dcp_harness_result_free(&r);
+    }
+}
