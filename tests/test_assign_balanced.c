@@ -78,7 +78,8 @@ static dcp_status plan_makespan(dcp_context *ctx, const int32_t *lengths, int32_
     if (st != DCP_OK) return st;
     dcp_plan_stats stats;
     st = dcp_plan_stats_compute(ctx, plan, lengths, n, &stats);
-    if (makespan) *makespan = stats.makespan;
+    /* with PP > 1 (the VPP configurations) balanced minimises the pipeline's makespan: compare that */
+    if (makespan) *makespan = stats.pipeline_makespan > 0 ? stats.pipeline_makespan : stats.makespan;
     if (hash) *hash = dcp_plan_hash(plan);
     return st;
 }

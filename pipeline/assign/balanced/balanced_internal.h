@@ -445,6 +445,7 @@ typedef struct balanced {
     int32_t *pp_order;       /* [4n] two candidates' orders, a trial order, a sorted one */
     unsigned char *pp_model; /* the pipeline model's scratch for n microbatches */
     int32_t *pp_tables;      /* [4n + 2] a copy of a plan's tables */
+    int32_t *pp_alt;         /* [5n + 2] the tables of a plan for more microbatches */
 } balanced;
 
 /* ---- numbers ---- */

@@ -7,6 +7,12 @@
  * order (the order Megatron-LM runs it in) is one of the orders weighed, so
  * the plan emitted is never above dynamic_cp's pipeline makespan.
  *
+ * Where the passes can make them, plans for more microbatches are
+ * candidates too (a pipeline's fill and drain shrink with smaller
+ * microbatches, while every microbatch pays its overhead): one LPT pass
+ * (balanced_lpt.c) per target count, 5/4 to 4 times the emitted plan's,
+ * aligned to the VPP group and to the interleaved schedule's group.
+ *
  * The order search is deterministic and bounded in work units (ops the
  * pipeline model runs), never in time: a few orders by cost (as planned,
  * descending, ascending, the dearest in the middle), then pairwise swaps
@@ -36,7 +42,9 @@ int dcp__balanced_pipeline_layout(balanced *b, dcp__arena *a, const dcp_config *
     b->pp_model = DCP_ARENA_NEW(a, unsigned char, dcp__pipeline_scratch_size(&pipe, n));
     /* a copy of the emitted plan's tables, to lay it out again in another order */
     b->pp_tables = DCP_ARENA_NEW(a, int32_t, dcp__size_add(dcp__size_mul(4, un), 2));
-    return b->pp_cost && b->pp_order && b->pp_model && b->pp_tables;
+    /* the tables of a plan with another microbatch count, n of each (a plan has at most n groups and microbatches) */
+    b->pp_alt = DCP_ARENA_NEW(a, int32_t, dcp__size_add(dcp__size_mul(5, un), 2));
+    return b->pp_cost && b->pp_order && b->pp_model && b->pp_tables && b->pp_alt;
 }
 
 /* Sort ids[0..K) by cost (descending when `down`), ties by id: an insertion sort (K is small, and deterministic). */
@@ -154,6 +162,75 @@ static dcp_status emit_in_order(dcp_plan *plan, const plan_copy *src, const int3
     return DCP_OK;
 }
 
+/* An empty plan over n-entry tables in `t` (5n + 2 int32). */
+static void alt_tables(dcp_plan *p, int32_t *t, int32_t n, int32_t max_microbatches)
+{
+    p->microbatch_first_group = t;
+    p->group_first_rank = t + n + 1;
+    p->group_cp_size = p->group_first_rank + n;
+    p->group_first_id = p->group_cp_size + n;
+    p->ids = p->group_first_id + n + 1;
+    p->max_microbatches = max_microbatches < n ? max_microbatches : n;
+    p->max_groups = p->max_ids = n;
+}
+
+/*
+ * Plans for more microbatches than `base`: one LPT pass per target (its plan kept in slot 0, emitted
+ * into the spare tables), in the order of least pipeline makespan; `plan` takes one when it is lower
+ * than `best`.  The passes' state is free once the plan is emitted (balanced_pipeline runs last).
+ */
+static dcp_status more_microbatches(balanced *b, const dcp__schedule_input *in, const dcp__pipeline *pipe,
+                                    dcp_plan *plan, int64_t best, int32_t base, dcp__error *err)
+{
+    static const int32_t grow[][2] = {{5, 4}, {3, 2}, {2, 1}, {3, 1}, {4, 1}};
+    const size_t un = (size_t)b->n;
+    int32_t *trial = b->pp_order + 2 * un, *sorted = b->pp_order + 3 * un;
+    int64_t align = b->vpp > 1 ? b->vpp : 1;
+    if (pipe->chunks > 1 && pipe->group % align == 0) align = pipe->group;
+    else if (pipe->chunks > 1) align *= pipe->group; /* a multiple of both */
+    int32_t last = base;
+    const int dependency = b->dependency;
+    b->dependency = 0; /* the barrier emission: groups by size from rank 0 */
+    dcp_status st = DCP_OK;
+    for (size_t t = 0; t < sizeof grow / sizeof grow[0] && st == DCP_OK; t++) {
+        int64_t target = ((int64_t)base * grow[t][0] + grow[t][1] - 1) / grow[t][1];
+        target = (target + align - 1) / align * align;
+        if (target <= last || target > b->n || target > plan->max_microbatches) continue;
+        last = (int32_t)target;
+        for (int merge_down = 0; merge_down < 2 && st == DCP_OK; merge_down++) {
+            b->vpp_misaligned = 0;
+            b->before_vpp.saved = 0;
+            b->before_vpp.pass_start = b->polish_work;
+            const int64_t makespan = dcp__balanced_lpt_pass(b, target, 0, 1, merge_down);
+            const int misaligned = b->vpp_misaligned;
+            if (makespan >= 0 && b->num_mbs <= plan->max_microbatches && b->num_mbs > base) {
+                b->num_kept = 1;
+                dcp__balanced_keep_plan(b, makespan, 0);
+                dcp_plan alt;
+                alt_tables(&alt, b->pp_alt, b->n, plan->max_microbatches);
+                dcp__plan_clear(&alt, b->num_ranks);
+                dcp__error ignored;
+                if (dcp__balanced_emit(b, &alt, &ignored) == DCP_OK) {
+                    pipe_candidate c = {b->pp_cost, b->pp_cost + un, b->pp_order, alt.num_microbatches, INT64_MAX};
+                    if (dcp__pipeline_plan_inputs(&alt, in->config, in->lengths, in->num_sequences, c.cost, c.tokens) ==
+                        DCP_OK) {
+                        search_order(pipe, &c, trial, sorted, b->pp_model);
+                        if (c.makespan < best) {
+                            plan_copy copy;
+                            copy_plan(&alt, b->pp_tables, &copy);
+                            st = emit_in_order(plan, &copy, c.order, c.K, b->num_ranks, err);
+                            best = c.makespan;
+                        }
+                    }
+                }
+            }
+            if (!misaligned) break;
+        }
+    }
+    b->dependency = dependency;
+    return st;
+}
+
 dcp_status dcp__balanced_pipeline(balanced *b, const dcp__schedule_input *in, dcp_plan *plan, dcp__error *err)
 {
     const dcp_config *config = in->config;
@@ -193,13 +270,20 @@ dcp_status dcp__balanced_pipeline(balanced *b, const dcp__schedule_input *in, dc
     }
     /* the lower wins; on a tie balanced's own plan */
     plan_copy copy;
+    dcp_status st = DCP_OK;
+    int64_t best = own.makespan;
     if (have_other && ref.makespan < own.makespan) {
         copy_plan(&other, b->pp_tables, &copy);
-        return emit_in_order(plan, &copy, ref.order, ref.K, b->num_ranks, err);
+        st = emit_in_order(plan, &copy, ref.order, ref.K, b->num_ranks, err);
+        best = ref.makespan;
+    } else {
+        int moved = 0;
+        for (int32_t i = 0; i < own.K; i++) moved |= own.order[i] != i;
+        if (moved) {
+            copy_plan(plan, b->pp_tables, &copy);
+            st = emit_in_order(plan, &copy, own.order, own.K, b->num_ranks, err);
+        }
     }
-    int moved = 0;
-    for (int32_t i = 0; i < own.K; i++) moved |= own.order[i] != i;
-    if (!moved) return DCP_OK;
-    copy_plan(plan, b->pp_tables, &copy);
-    return emit_in_order(plan, &copy, own.order, own.K, b->num_ranks, err);
+    if (st != DCP_OK) return st;
+    return more_microbatches(b, in, &pipe, plan, best, own.K, err);
 }
