@@ -157,6 +157,11 @@ typedef struct dcp_cost_model {
      * last_stage_per_token per token slot of the microbatch's slowest rank
      * (embedding; output head, loss, MTP).  pipeline_schedule is a
      * dcp_pipeline_schedule.  Defaults: 1F1B, forward 333333 ppm, no extra work.
+     * virtual_pipeline_size > 1 always runs the interleaved schedule (as
+     * Megatron-LM does); dcp_config_validate() rejects interleaved with
+     * virtual_pipeline_size 1, another schedule value, and forward_ppm outside
+     * [0, 1000000].  With pipeline_parallel_size > 1 the balanced scheduler
+     * minimises the pipeline's makespan (dcp_plan_stats.pipeline_makespan).
      */
     int32_t pipeline_schedule;
     int32_t forward_ppm;
