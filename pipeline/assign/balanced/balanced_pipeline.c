@@ -15,15 +15,18 @@
  *
  * The order search is deterministic and bounded in work units (ops the
  * pipeline model runs), never in time: a few orders by cost (as planned,
- * descending, ascending, the dearest in the middle), then pairwise swaps
- * that lower the makespan while the budget lasts.
+ * descending, ascending, the dearest in the middle), then, on the plan
+ * chosen, pairwise swaps that lower the makespan while the budget lasts.
  */
 #include "balanced_internal.h"
 #include "../../../core/pipeline_model.h"
 #include "../../../core/plan.h"
 
-/* Ops the order search may run per candidate plan: some 8 million (a few milliseconds). */
-enum { PIPE_SEARCH_WORK = 1 << 23 };
+/*
+ * Ops of the pipeline model the pairwise swaps may run, once, on the plan chosen: some 260 thousand
+ * (several milliseconds).  Every candidate is weighed in its four starting orders only.
+ */
+enum { PIPE_SWAP_WORK = 1 << 18 };
 
 typedef struct pipe_candidate {
     int64_t *cost, *tokens; /* [K] per microbatch, plan order */
@@ -79,15 +82,16 @@ static int try_order(const dcp__pipeline *pipe, pipe_candidate *c, const int32_t
 }
 
 /*
- * The least pipeline makespan over a few orders of c's microbatches and the swaps that lower it,
- * within PIPE_SEARCH_WORK ops; the best order is left in c->order.  `trial` and `sorted` are scratch
- * of K each.
+ * The least pipeline makespan over a few orders of c's microbatches and, within `swap_work` ops of
+ * the model, the pairwise swaps that lower it; the best order is left in c->order.  `trial` and
+ * `sorted` are scratch of K each.
  */
-static void search_order(const dcp__pipeline *pipe, pipe_candidate *c, int32_t *trial, int32_t *sorted, void *model)
+static void search_order(const dcp__pipeline *pipe, pipe_candidate *c, int32_t *trial, int32_t *sorted, void *model,
+                         int64_t swap_work)
 {
     const int32_t K = c->K;
     const int64_t per_eval = 2 * (int64_t)pipe->stages * pipe->chunks * K + 1;
-    int64_t work = PIPE_SEARCH_WORK - per_eval;
+    int64_t work = 4 * per_eval + swap_work;
     for (int32_t i = 0; i < K; i++) c->order[i] = i;
     c->makespan = dcp__pipeline_makespan(pipe, c->cost, c->tokens, c->order, K, model);
     if (c->makespan < 0) c->makespan = INT64_MAX; /* never: kept so a bad number is never chosen */
@@ -214,7 +218,7 @@ static dcp_status more_microbatches(balanced *b, const dcp__schedule_input *in, 
                     pipe_candidate c = {b->pp_cost, b->pp_cost + un, b->pp_order, alt.num_microbatches, INT64_MAX};
                     if (dcp__pipeline_plan_inputs(&alt, in->config, in->lengths, in->num_sequences, c.cost, c.tokens) ==
                         DCP_OK) {
-                        search_order(pipe, &c, trial, sorted, b->pp_model);
+                        search_order(pipe, &c, trial, sorted, b->pp_model, 0);
                         if (c.makespan < best) {
                             plan_copy copy;
                             copy_plan(&alt, b->pp_tables, &copy);
@@ -242,7 +246,7 @@ dcp_status dcp__balanced_pipeline(balanced *b, const dcp__schedule_input *in, dc
     pipe_candidate own = {b->pp_cost, b->pp_cost + un, b->pp_order, plan->num_microbatches, INT64_MAX};
     if (dcp__pipeline_plan_inputs(plan, config, in->lengths, in->num_sequences, own.cost, own.tokens) != DCP_OK)
         return dcp__fail(err, DCP_ERR_INVALID_PLAN, "balanced: an emitted id is outside the batch");
-    search_order(&pipe, &own, trial, sorted, b->pp_model);
+    search_order(&pipe, &own, trial, sorted, b->pp_model, 0);
     /* dynamic_cp's plan, made where balanced_reference.c makes it */
     pipe_candidate ref = {b->pp_cost + 2 * un, b->pp_cost + 3 * un, b->pp_order + un, 0, INT64_MAX};
     dcp_plan other;
@@ -266,7 +270,7 @@ dcp_status dcp__balanced_pipeline(balanced *b, const dcp__schedule_input *in, dc
     }
     if (have_other) {
         ref.K = other.num_microbatches;
-        search_order(&pipe, &ref, trial, sorted, b->pp_model); /* its own order is the first weighed */
+        search_order(&pipe, &ref, trial, sorted, b->pp_model, 0); /* its own order is the first weighed */
     }
     /* the lower wins; on a tie balanced's own plan */
     plan_copy copy;
@@ -284,6 +288,16 @@ dcp_status dcp__balanced_pipeline(balanced *b, const dcp__schedule_input *in, dc
             st = emit_in_order(plan, &copy, own.order, own.K, b->num_ranks, err);
         }
     }
+    if (st == DCP_OK) st = more_microbatches(b, in, &pipe, plan, best, own.K, err);
     if (st != DCP_OK) return st;
-    return more_microbatches(b, in, &pipe, plan, best, own.K, err);
+    /* the swaps, on the plan chosen (its order as it stands is the first weighed: never above it) */
+    pipe_candidate last = {b->pp_cost, b->pp_cost + un, b->pp_order, plan->num_microbatches, INT64_MAX};
+    if (dcp__pipeline_plan_inputs(plan, config, in->lengths, in->num_sequences, last.cost, last.tokens) != DCP_OK)
+        return dcp__fail(err, DCP_ERR_INVALID_PLAN, "balanced: an emitted id is outside the batch");
+    search_order(&pipe, &last, trial, sorted, b->pp_model, PIPE_SWAP_WORK);
+    int moved = 0;
+    for (int32_t i = 0; i < last.K; i++) moved |= last.order[i] != i;
+    if (!moved) return DCP_OK;
+    copy_plan(plan, b->pp_tables, &copy);
+    return emit_in_order(plan, &copy, last.order, last.K, b->num_ranks, err);
 }
