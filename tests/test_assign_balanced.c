@@ -43,8 +43,9 @@ static dcp_config config_of(const small_config *s)
     c.max_sequences_per_microbatch = s->seq_cap;
     c.max_sequences = s->max_sequences;
     if (s->vpp_group > 1) {
-        c.pipeline_parallel_size = 2;
-        c.virtual_pipeline_size = 2;
+        /* the VPP alignment alone: with PP > 1 balanced plans for the pipeline (test_pipeline_model.c) */
+        c.pipeline_parallel_size = 1;
+        c.virtual_pipeline_size = 1;
         c.microbatch_group_size_per_vp_stage = s->vpp_group;
     }
     return c;
