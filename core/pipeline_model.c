@@ -5,6 +5,7 @@
  * makespan of that order as a longest path, and its lower bound.
  */
 #include "pipeline_model.h"
+#include "cost.h"
 
 #include <string.h>
 
@@ -241,6 +242,7 @@ dcp_status dcp__pipeline_plan_inputs(const dcp_plan *plan, const dcp_config *con
                 t += lengths[id]; /* at most max_sequences * 2^31 */
             }
             const int64_t per_rank = cp > 0 ? (t + cp - 1) / cp : t;
+            c = dcp__group_cost(model, c, cp > 0 ? t / cp : t); /* the small-microbatch hinge, as statistics charge it */
             if (c > slowest) slowest = c;
             if (per_rank > most) most = per_rank;
         }

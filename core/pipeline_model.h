@@ -88,7 +88,7 @@ void dcp__pipeline_op(const dcp__pipeline *pipe, int32_t K, int32_t r, int32_t j
 
 /*
  * Each microbatch's c_m and t_m in a plan that dcp__plan_check accepted: its slowest group's cost
- * (the sum of dcp_cost over the group's ids) plus microbatch_overhead, and the largest tokens per rank
+ * (the sum of dcp_cost over the group's ids, with the small-microbatch hinge) plus microbatch_overhead, and the largest tokens per rank
  * (a group's tokens over its CP size, rounded up) of its groups.  cost[] and tokens[] hold
  * plan->num_microbatches entries.  DCP_ERR_INVALID_PLAN for an id outside [0, num_lengths).
  */

@@ -183,8 +183,20 @@ static void alt_tables(dcp_plan *p, int32_t *t, int32_t n, int32_t max_microbatc
  * into the spare tables), in the order of least pipeline makespan; `plan` takes one when it is lower
  * than `best`.  The passes' state is free once the plan is emitted (balanced_pipeline runs last).
  */
+/*
+ * The margin rule (docs/planning.md, the margin) under the pipeline: a plan other than dynamic_cp's
+ * replaces it only when lower by at least margin_ppm parts per million of dynamic_cp's pipeline
+ * makespan `ref` (INT64_MAX: no such plan, any plan may win).
+ */
+static int beats_reference(int64_t makespan, int64_t ref, int64_t margin_ppm)
+{
+    if (ref == INT64_MAX) return makespan < INT64_MAX;
+    const int64_t ppm = margin_ppm > 0 ? margin_ppm : 0;
+    return ((__int128)ref - makespan) * 1000000 >= (__int128)ref * ppm;
+}
+
 static dcp_status more_microbatches(balanced *b, const dcp__schedule_input *in, const dcp__pipeline *pipe,
-                                    dcp_plan *plan, int64_t best, int32_t base, dcp__error *err)
+                                    dcp_plan *plan, int64_t best, int32_t base, int64_t ref, dcp__error *err)
 {
     static const int32_t grow[][2] = {{5, 4}, {3, 2}, {2, 1}, {3, 1}, {4, 1}};
     const size_t un = (size_t)b->n;
@@ -219,10 +231,11 @@ static dcp_status more_microbatches(balanced *b, const dcp__schedule_input *in, 
                     if (dcp__pipeline_plan_inputs(&alt, in->config, in->lengths, in->num_sequences, c.cost, c.tokens) ==
                         DCP_OK) {
                         search_order(pipe, &c, trial, sorted, b->pp_model, 0);
-                        if (c.makespan < best) {
+                        if (c.makespan < best && beats_reference(c.makespan, ref, in->config->cost.margin_ppm)) {
                             plan_copy copy;
                             copy_plan(&alt, b->pp_tables, &copy);
                             st = emit_in_order(plan, &copy, c.order, c.K, b->num_ranks, err);
+                            plan->source = DCP_PLAN_SOURCE_SEARCH;
                             best = c.makespan;
                         }
                     }
@@ -241,6 +254,7 @@ dcp_status dcp__balanced_pipeline(balanced *b, const dcp__schedule_input *in, dc
     dcp__pipeline pipe;
     dcp__pipeline_of(config, &pipe);
     const size_t un = (size_t)b->n;
+    const int32_t source = plan->source; /* the margin rule's choice (balanced.c) */
     int32_t *trial = b->pp_order + 2 * un, *sorted = b->pp_order + 3 * un;
     /* balanced's plan as emitted */
     pipe_candidate own = {b->pp_cost, b->pp_cost + un, b->pp_order, plan->num_microbatches, INT64_MAX};
@@ -276,9 +290,11 @@ dcp_status dcp__balanced_pipeline(balanced *b, const dcp__schedule_input *in, dc
     plan_copy copy;
     dcp_status st = DCP_OK;
     int64_t best = own.makespan;
-    if (have_other && ref.makespan < own.makespan) {
+    const int64_t reference = have_other ? ref.makespan : INT64_MAX;
+    if (have_other && (ref.makespan < own.makespan || !beats_reference(own.makespan, reference, config->cost.margin_ppm))) {
         copy_plan(&other, b->pp_tables, &copy);
         st = emit_in_order(plan, &copy, ref.order, ref.K, b->num_ranks, err);
+        plan->source = DCP_PLAN_SOURCE_DYNAMIC_CP;
         best = ref.makespan;
     } else {
         int moved = 0;
@@ -286,9 +302,10 @@ dcp_status dcp__balanced_pipeline(balanced *b, const dcp__schedule_input *in, dc
         if (moved) {
             copy_plan(plan, b->pp_tables, &copy);
             st = emit_in_order(plan, &copy, own.order, own.K, b->num_ranks, err);
+            plan->source = source;
         }
     }
-    if (st == DCP_OK) st = more_microbatches(b, in, &pipe, plan, best, own.K, err);
+    if (st == DCP_OK) st = more_microbatches(b, in, &pipe, plan, best, own.K, reference, err);
     if (st != DCP_OK) return st;
     /* the swaps, on the plan chosen (its order as it stands is the first weighed: never above it) */
     pipe_candidate last = {b->pp_cost, b->pp_cost + un, b->pp_order, plan->num_microbatches, INT64_MAX};
@@ -298,6 +315,9 @@ dcp_status dcp__balanced_pipeline(balanced *b, const dcp__schedule_input *in, dc
     int moved = 0;
     for (int32_t i = 0; i < last.K; i++) moved |= last.order[i] != i;
     if (!moved) return DCP_OK;
+    const int32_t chosen = plan->source;
     copy_plan(plan, b->pp_tables, &copy);
-    return emit_in_order(plan, &copy, last.order, last.K, b->num_ranks, err);
+    st = emit_in_order(plan, &copy, last.order, last.K, b->num_ranks, err);
+    plan->source = chosen;
+    return st;
 }
