@@ -252,6 +252,20 @@ dcp_status dcp_config_validate(const dcp_config *c, char *message, size_t messag
     if (c->virtual_pipeline_size > 1 && c->pipeline_parallel_size < 2)
         REJECT(DCP_ERR_INVALID_CONFIG, "virtual_pipeline_size %d needs pipeline_parallel_size >= 2",
                c->virtual_pipeline_size);
+    /* the pipeline step model (core/pipeline_model.h): V > 1 runs interleaved whatever the schedule says */
+    if (c->cost.pipeline_schedule != DCP_PIPELINE_1F1B && c->cost.pipeline_schedule != DCP_PIPELINE_INTERLEAVED)
+        REJECT(DCP_ERR_INVALID_CONFIG, "cost.pipeline_schedule %d is not 1f1b(0) or interleaved(1)",
+               (int)c->cost.pipeline_schedule);
+    if (c->cost.pipeline_schedule == DCP_PIPELINE_INTERLEAVED && c->pipeline_parallel_size > 1 &&
+        c->virtual_pipeline_size < 2)
+        REJECT(DCP_ERR_INVALID_CONFIG,
+               "cost.pipeline_schedule interleaved needs virtual_pipeline_size >= 2, got %d",
+               c->virtual_pipeline_size);
+    if (c->cost.forward_ppm < 0 || c->cost.forward_ppm > 1000000)
+        REJECT(DCP_ERR_INVALID_CONFIG, "cost.forward_ppm must be in [0, 1000000], got %d", (int)c->cost.forward_ppm);
+    if (c->cost.first_stage_per_token < 0 || c->cost.last_stage_per_token < 0)
+        REJECT(DCP_ERR_INVALID_CONFIG, "cost.first_stage_per_token %lld and last_stage_per_token %lld must be >= 0",
+               (long long)c->cost.first_stage_per_token, (long long)c->cost.last_stage_per_token);
 
     /* Token totals of a full batch must fit int64: sequences * (N * M). */
     __int128 batch_tokens = (__int128)c->max_sequences * ranks * c->max_seqlen_per_rank;

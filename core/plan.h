@@ -76,7 +76,8 @@ int64_t dcp__dependency_lower_bound(const dcp_cost_model *model, const int32_t *
 
 /*
  * The step-model statistics of a plan that dcp__plan_check accepted for these lengths.  `finish` is
- * scratch of plan->num_ranks int64 (dcp__stats_scratch_size()).  O(ids + groups), allocation-free.
+ * scratch of dcp__stats_scratch_size() bytes: plan->num_ranks int64, then with PP > 1 the pipeline
+ * model's (core/pipeline_model.h).  O(ids + groups), plus O(P * (P + V) * K) with PP > 1; allocation-free.
  */
 dcp_status dcp__plan_stats(const dcp_plan *plan, const dcp_config *config, const int32_t *lengths, int32_t num_lengths,
                            int64_t *finish, dcp_plan_stats *stats);

@@ -7,6 +7,7 @@
  */
 #include "plan.h"
 #include "cost.h"
+#include "pipeline_model.h"
 
 #include <string.h>
 
@@ -359,9 +360,41 @@ int64_t dcp__cost_lower_bound_steps(const dcp_cost_model *model, const int32_t *
     return lower_bound(model, lengths, n, num_ranks, max_seqlen_per_rank, vpp, seq_cap, static_cp, steps);
 }
 
+/* The pipeline's part of the statistics' scratch: each microbatch's cost and tokens, then the model's. */
+static size_t pipeline_stats_scratch_size(const dcp_config *config)
+{
+    if (config->pipeline_parallel_size <= 1) return 0;
+    dcp__pipeline pipe;
+    dcp__pipeline_of(config, &pipe);
+    const int32_t mb = config->max_microbatches > 0 ? config->max_microbatches : config->max_sequences;
+    return dcp__size_add(dcp__size_mul(2 * sizeof(int64_t), (size_t)mb), dcp__pipeline_scratch_size(&pipe, mb));
+}
+
 size_t dcp__stats_scratch_size(const dcp_config *config)
 {
-    return DCP_ARENA_BYTES(int64_t, dcp_config_num_ranks(config));
+    return dcp__size_add(DCP_ARENA_BYTES(int64_t, dcp_config_num_ranks(config)), pipeline_stats_scratch_size(config));
+}
+
+/*
+ * The pipeline statistics of a checked plan (PP > 1): `scratch` is what follows the N finish times in
+ * dcp__stats_scratch_size() bytes.
+ */
+static dcp_status pipeline_stats(const dcp_plan *plan, const dcp_config *config, const int32_t *lengths,
+                                 int32_t num_lengths, int64_t *scratch, dcp_plan_stats *st)
+{
+    const int32_t K = plan->num_microbatches;
+    int64_t *cost = scratch, *tokens = scratch + K;
+    dcp_status bad = dcp__pipeline_plan_inputs(plan, config, lengths, num_lengths, cost, tokens);
+    if (bad != DCP_OK) return bad;
+    dcp__pipeline pipe;
+    dcp__pipeline_of(config, &pipe);
+    const int64_t makespan = dcp__pipeline_makespan(&pipe, cost, tokens, NULL, K, tokens + K);
+    if (makespan < 0) return DCP_ERR_INVALID_CONFIG; /* the schedule cannot finish: never for a valid config */
+    st->pipeline_makespan = makespan;
+    st->pipeline_lower_bound = dcp__pipeline_lower_bound(&pipe, cost, tokens, K);
+    st->model_makespan = st->pipeline_makespan;
+    st->model_lower_bound = st->pipeline_lower_bound;
+    return DCP_OK;
 }
 
 int64_t dcp__dependency_lower_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n,
@@ -479,6 +512,11 @@ dcp_status dcp__plan_stats(const dcp_plan *plan, const dcp_config *config, const
     int dependency = model->step_model == DCP_STEP_MODEL_DEPENDENCY;
     st.model_makespan = dependency ? st.dependency_makespan : st.makespan;
     st.model_lower_bound = dependency ? st.dependency_lower_bound : st.lower_bound;
+    if (config->pipeline_parallel_size > 1) {
+        const size_t skip = DCP_ARENA_BYTES(int64_t, plan->num_ranks) / sizeof(int64_t);
+        dcp_status bad = pipeline_stats(plan, config, lengths, num_lengths, finish + skip, &st);
+        if (bad != DCP_OK) return bad;
+    }
     *stats = st;
     return DCP_OK;
 }

@@ -160,6 +160,11 @@ typedef struct dcp_cost_model {
      * last_stage_per_token per token slot of the microbatch's slowest rank
      * (embedding; output head, loss, MTP).  pipeline_schedule is a
      * dcp_pipeline_schedule.  Defaults: 1F1B, forward 333333 ppm, no extra work.
+     * virtual_pipeline_size > 1 always runs the interleaved schedule (as
+     * Megatron-LM does); dcp_config_validate() rejects interleaved with
+     * virtual_pipeline_size 1, another schedule value, and forward_ppm outside
+     * [0, 1000000].  With pipeline_parallel_size > 1 the balanced scheduler
+     * minimises the pipeline's makespan (dcp_plan_stats.pipeline_makespan).
      */
     int32_t pipeline_schedule;
     int32_t forward_ppm;
@@ -457,6 +462,17 @@ typedef struct dcp_plan_stats {
     int64_t model_makespan;         /* the configured step model's: makespan or dependency_makespan */
     int64_t model_lower_bound;      /* the configured step model's: lower_bound or dependency_lower_bound */
     int32_t step_model;             /* the configured dcp_step_model */
+    /*
+     * The pipeline step model (docs/planning.md, pipeline step model), 0 when
+     * pipeline_parallel_size == 1: the exact makespan of the plan's
+     * microbatches, in plan order, under the schedule (1F1B; Megatron-LM's
+     * interleaved 1F1B when virtual_pipeline_size > 1), and a lower bound of
+     * it over every order of these microbatches.  When PP > 1,
+     * model_makespan and model_lower_bound are these two (the step is the
+     * pipeline's), whatever step_model says.
+     */
+    int64_t pipeline_makespan;
+    int64_t pipeline_lower_bound;
 } dcp_plan_stats;
 
 /*

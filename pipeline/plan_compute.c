@@ -132,7 +132,8 @@ dcp_status dcp_plan_stats_compute(dcp_context *context, const dcp_plan *plan, co
         return dcp__context_fail(context, dcp__fail(&err, checked, "plan stats: invalid plan (invariant %d): %s",
                                                     (int)v.invariant, v.message), &err);
     /* the dependency model's per-rank finish times (the checked plan has the configuration's N ranks) */
-    int64_t *finish = DCP_ARENA_NEW(dcp__context_scratch(context), int64_t, plan->num_ranks);
+    int64_t *finish = DCP_ARENA_NEW(dcp__context_scratch(context), int64_t,
+                                    dcp__stats_scratch_size(config) / sizeof(int64_t));
     if (!finish) /* cannot happen: the workspace reserves dcp__stats_scratch_size() */
         return dcp__context_fail(context, dcp__fail(&err, DCP_ERR_WORKSPACE_TOO_SMALL,
                                                     "plan stats: scratch too small for %d ranks", plan->num_ranks),

@@ -143,6 +143,9 @@ typedef struct dcp_cli_setup {
     int32_t cp;                           /* dp_balanced's static CP size; 0 = smallest that fits */
     int32_t min_cp_size;
     int32_t vpp_group;                    /* microbatch_group_size_per_vp_stage */
+    int32_t pp;                           /* --pp: pipeline_parallel_size (default 1) */
+    int32_t vpp;                          /* --vpp: virtual_pipeline_size (default 1) */
+    int32_t schedule;                     /* --schedule: a dcp_pipeline_schedule; -1 = by --vpp */
     int32_t max_sequences_per_microbatch; /* 0 = unlimited */
     int32_t max_sequences;                /* capacity; 0 = the trace's count rounded up */
     dcp_cost_model cost;
@@ -157,7 +160,7 @@ void dcp_cli_setup_default(dcp_cli_setup *setup);
 /*
  * One configuration option at args->i (--ranks, --max-seqlen-per-rank, --cp,
  * --min-cp-size, --vpp-group, --max-sequences-per-microbatch, --max-sequences,
- * --cost, --step-model, --effort): 1 when consumed, 0 when argv[i] is not one of them, -1 on a bad
+ * --pp, --vpp, --schedule, --cost, --step-model, --effort): 1 when consumed, 0 when argv[i] is not one of them, -1 on a bad
  * value with *status set (DCP_EXIT_USAGE, or DCP_EXIT_INPUT for a bad profile).
  * *cost_path gets --cost's file.
  */

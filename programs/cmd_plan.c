@@ -35,7 +35,12 @@ static const char plan_usage[] =
     "  --cp C                  dp_balanced's static CP size; dp = N / C (default: the smallest\n"
     "                          CP size dividing N that holds the longest sequence)\n"
     "  --min-cp-size K         smallest CP group (a power of two; default 1)\n"
-    "  --vpp-group G           microbatch count must be a multiple of G (default 0: none)\n"
+    "  --vpp-group G           microbatch count must be a multiple of G (default 0: none; with --vpp\n"
+    "                          > 1 it defaults to --pp)\n"
+    "  --pp P                  pipeline stages (default 1): balanced plans for the pipeline's step\n"
+    "                          and the statistics show its makespan (docs/planning.md, pipeline)\n"
+    "  --vpp V                 model chunks per stage (default 1); V > 1 runs interleaved 1F1B\n"
+    "  --schedule S            1f1b or interleaved (default: interleaved when --vpp > 1)\n"
     "  --max-sequences-per-microbatch K   per rank (default 0: unlimited)\n"
     "  --max-sequences K       capacity of the context (default: the trace's count rounded up)\n"
     "  --cost FILE             cost-model profile (see dcpack cost --help); its step_model\n"
@@ -157,6 +162,8 @@ static void print_header(const plan_options *o, const dcp_cli_trace *trace)
     printf("ranks %d, max_seqlen_per_rank %d", o->setup.ranks, o->setup.max_seqlen_per_rank);
     if (o->setup.min_cp_size > 1) printf(", min_cp_size %d", o->setup.min_cp_size);
     if (o->setup.vpp_group > 1) printf(", vpp_group %d", o->setup.vpp_group);
+    if (o->setup.pp > 1)
+        printf(", pp %d, vpp %d (%s)", o->setup.pp, o->setup.vpp, o->setup.vpp > 1 ? "interleaved 1F1B" : "1F1B");
     if (o->setup.max_sequences_per_microbatch > 0)
         printf(", max_sequences_per_microbatch %d", o->setup.max_sequences_per_microbatch);
     printf("; cost model: %s, step model %s%s\n", o->cost_path ? o->cost_path : "defaults (docs/planning.md, Cost model)",
@@ -167,6 +174,7 @@ static void print_header(const plan_options *o, const dcp_cli_trace *trace)
 /* "makespan", or "dependency makespan" when the step model is dependency: what efficiency and "best" judge by. */
 static const char *model_makespan_name(const dcp_cli_setup *setup)
 {
+    if (setup->pp > 1) return "pipeline makespan";
     return setup->cost.step_model == DCP_STEP_MODEL_DEPENDENCY ? "dependency makespan" : "makespan";
 }
 
@@ -197,6 +205,15 @@ static void print_plan_text(const plan_options *o, const plan_run *r, const dcp_
     printf("   (lower bound ");
     print_cost(stdout, s->dependency_lower_bound, 0);
     printf(")   a rank waits only for the ranks of its CP groups\n");
+    if (r->config.pipeline_parallel_size > 1) {
+        printf("  pipeline       ");
+        print_number(stdout, s->pipeline_makespan, 0);
+        if (unit_ps > 0) printf(" = %.3f ms", dcp_cli_units_ms(s->pipeline_makespan, unit_ps));
+        printf("   (lower bound ");
+        print_number(stdout, s->pipeline_lower_bound, 0);
+        printf(")   %d stages, %d chunks each, the microbatches in plan order\n", r->config.pipeline_parallel_size,
+               r->config.virtual_pipeline_size);
+    }
     if (unit_ps > 0)
         printf("  time unit      %lld ps per cost unit (the profile's time_unit_ps)\n", (long long)unit_ps);
     if (saturated(s->model_makespan))
@@ -270,6 +287,13 @@ static void print_stats_json(const plan_options *o, const plan_run *r, const dcp
     printf("%s  \"microbatches\": %d,\n", indent, s->num_microbatches);
     printf("%s  \"makespan\": %lld,\n", indent, (long long)s->makespan);
     printf("%s  \"lower_bound\": %lld,\n", indent, (long long)s->lower_bound);
+    printf("%s  \"pipeline_parallel_size\": %d,\n", indent, r->config.pipeline_parallel_size);
+    printf("%s  \"virtual_pipeline_size\": %d,\n", indent, r->config.virtual_pipeline_size);
+    printf("%s  \"pipeline_schedule\": ", indent);
+    dcp_cli_json_string(stdout, r->config.virtual_pipeline_size > 1 ? "interleaved" : "1f1b");
+    printf(",\n");
+    printf("%s  \"pipeline_makespan\": %lld,\n", indent, (long long)s->pipeline_makespan);
+    printf("%s  \"pipeline_lower_bound\": %lld,\n", indent, (long long)s->pipeline_lower_bound);
     /* a saturated makespan has no ratio: null, and "saturated" says why */
     if (saturated(s->model_makespan)) printf("%s  \"efficiency\": null,\n", indent);
     else printf("%s  \"efficiency\": %.6f,\n", indent, m->efficiency);
@@ -294,6 +318,7 @@ static void print_stats_json(const plan_options *o, const plan_run *r, const dcp
         printf("%s  \"lower_bound_ms\": %.6f,\n", indent, dcp_cli_units_ms(s->lower_bound, unit_ps));
         printf("%s  \"dependency_makespan_ms\": %.6f,\n", indent, dcp_cli_units_ms(s->dependency_makespan, unit_ps));
         printf("%s  \"model_makespan_ms\": %.6f,\n", indent, dcp_cli_units_ms(s->model_makespan, unit_ps));
+        printf("%s  \"pipeline_makespan_ms\": %.6f,\n", indent, dcp_cli_units_ms(s->pipeline_makespan, unit_ps));
     }
     printf("%s  \"step_model\": ", indent);
     dcp_cli_json_string(stdout, dcp_step_model_name((dcp_step_model)s->step_model));

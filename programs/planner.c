@@ -17,6 +17,9 @@ void dcp_cli_setup_default(dcp_cli_setup *s)
     s->min_cp_size = 1;
     dcp_cost_model_default(&s->cost);
     s->step_model = -1;
+    s->pp = 1;
+    s->vpp = 1;
+    s->schedule = -1;
 }
 
 #define REFUSE(status, ...) (snprintf(message, message_size, __VA_ARGS__), (status))
@@ -119,6 +122,15 @@ int dcp_cli_config_make(const dcp_cli_setup *s, const dcp_cli_trace *const *trac
     config->max_sequences_per_microbatch = s->max_sequences_per_microbatch;
     config->max_sequences = capacity;
     config->cost = s->cost;
+    /* the pipeline (--pp, --vpp, --schedule): with VPP the group defaults to P, as Megatron-LM's does */
+    config->pipeline_parallel_size = s->pp;
+    config->virtual_pipeline_size = s->vpp;
+    if (s->vpp > 1 && s->vpp_group == 0) config->microbatch_group_size_per_vp_stage = s->pp;
+    if (s->schedule >= 0) config->cost.pipeline_schedule = s->schedule;
+    else if (s->vpp > 1) config->cost.pipeline_schedule = DCP_PIPELINE_INTERLEAVED;
+    if (s->schedule == DCP_PIPELINE_1F1B && s->vpp > 1)
+        return REFUSE(DCP_EXIT_USAGE, "--schedule 1f1b runs one model chunk per stage: --vpp %d needs interleaved",
+                      s->vpp);
     char why[512];
     if (dcp_config_validate(config, why, sizeof why) != DCP_OK)
         return REFUSE(DCP_EXIT_USAGE, "invalid configuration: %s", why);

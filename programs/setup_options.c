@@ -17,6 +17,8 @@ int dcp_cli_setup_option(dcp_cli_args *args, dcp_cli_setup *s, const char **cost
         {"--vpp-group", 0, 1 << 16, offsetof(dcp_cli_setup, vpp_group)},
         {"--max-sequences-per-microbatch", 0, 1 << 24, offsetof(dcp_cli_setup, max_sequences_per_microbatch)},
         {"--max-sequences", 1, DCP_CLI_MAX_SEQUENCES, offsetof(dcp_cli_setup, max_sequences)},
+        {"--pp", 1, 1 << 10, offsetof(dcp_cli_setup, pp)},
+        {"--vpp", 1, 64, offsetof(dcp_cli_setup, vpp)},
     };
     const char *value = NULL;
     for (size_t k = 0; k < sizeof ints / sizeof ints[0]; k++) {
@@ -63,6 +65,19 @@ int dcp_cli_setup_option(dcp_cli_args *args, dcp_cli_setup *s, const char **cost
         }
         s->step_model = (int32_t)model;
         s->cost.step_model = model;
+        return 1;
+    }
+    got = dcp_cli_option(args, "--schedule", &value);
+    if (got < 0) {
+        *status = DCP_EXIT_USAGE;
+        return -1;
+    }
+    if (got > 0) {
+        if (strcmp(value, "1f1b") != 0 && strcmp(value, "interleaved") != 0) {
+            *status = dcp_cli_fail(DCP_EXIT_USAGE, args->command, "--schedule: '%s' is not 1f1b or interleaved", value);
+            return -1;
+        }
+        s->schedule = strcmp(value, "1f1b") == 0 ? DCP_PIPELINE_1F1B : DCP_PIPELINE_INTERLEAVED;
         return 1;
     }
     got = dcp_cli_option(args, "--effort", &value);

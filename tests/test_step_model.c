@@ -399,9 +399,13 @@ static void check_plan_stats(const dcp_plan *plan, const dcp_plan_stats *s, cons
                       (long long)s->dependency_makespan, (long long)average);
     /* the two bounds are proved apart: the barrier one counts forced microbatches' slowest sequences, which
        the dependency model does not sum, so neither need be the larger; each holds for its own makespan */
-    int dep = c->cost.step_model == DCP_STEP_MODEL_DEPENDENCY;
-    if (s->model_makespan != (dep ? s->dependency_makespan : s->makespan) ||
-        s->model_lower_bound != (dep ? s->dependency_lower_bound : s->lower_bound) ||
+    int dep = c->cost.step_model == DCP_STEP_MODEL_DEPENDENCY, pp = c->pipeline_parallel_size > 1;
+    /* with PP > 1 the step is the pipeline's (core/pipeline_model.c) */
+    if (pp && s->pipeline_makespan < s->pipeline_lower_bound)
+        dcp_test_fail(__FILE__, __LINE__, "%s: pipeline makespan %lld below its lower bound %lld", where,
+                      (long long)s->pipeline_makespan, (long long)s->pipeline_lower_bound);
+    if (s->model_makespan != (pp ? s->pipeline_makespan : dep ? s->dependency_makespan : s->makespan) ||
+        s->model_lower_bound != (pp ? s->pipeline_lower_bound : dep ? s->dependency_lower_bound : s->lower_bound) ||
         s->step_model != c->cost.step_model)
         dcp_test_fail(__FILE__, __LINE__, "%s: model fields do not follow step_model %d", where, c->cost.step_model);
 }

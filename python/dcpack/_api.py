@@ -410,6 +410,12 @@ class PlanStats:
     """The configured step model's lower bound: ``lower_bound`` or ``dependency_lower_bound``."""
     step_model: str
     """The configured step model, ``"barrier"`` or ``"dependency"``."""
+    pipeline_makespan: int = 0
+    """With ``pipeline_parallel_size`` > 1: the pipeline step model's exact makespan of the plan's
+    microbatches in plan order (1F1B; interleaved 1F1B with ``virtual_pipeline_size`` > 1); then
+    ``model_makespan`` is this.  0 without pipeline parallelism."""
+    pipeline_lower_bound: int = 0
+    """A lower bound of ``pipeline_makespan`` over every order of the plan's microbatches (0 without PP)."""
 
     @property
     def efficiency(self) -> float:

@@ -73,6 +73,25 @@ def _int_arg(name: str, value: Any, optional: bool = False) -> int | None:
     return int(value)
 
 
+def _megatron_pipeline(vpp_on: bool) -> tuple[int, int]:
+    """Megatron-LM's pipeline and virtual pipeline sizes where Megatron is loaded and its parallel
+    state is set up (Megatron constructs the scheduler without them), else (1, 1): with PP > 1 the
+    ``balanced`` scheduler plans for the pipeline's step (docs/planning.md, pipeline step model).
+    Megatron is never imported here."""
+    import sys
+
+    ps = sys.modules.get("megatron.core.parallel_state")
+    if ps is None:
+        return 1, 1
+    try:
+        pp = int(ps.get_pipeline_model_parallel_world_size() or 1)
+        vpp = int(ps.get_virtual_pipeline_model_parallel_world_size() or 1) if vpp_on else 1
+    except (AssertionError, AttributeError, RuntimeError, TypeError, ValueError):
+        return 1, 1  # parallel state not initialised
+    pp = max(pp, 1)
+    return pp, (vpp if pp > 1 and vpp > 1 else 1)
+
+
 class DcpackPackingScheduler:
     """Common part of the drop-in schedulers (Megatron's ``BasePackingScheduler`` interface).
 
@@ -111,6 +130,7 @@ class DcpackPackingScheduler:
         self.max_seq_len_per_rank = max_seqlen_per_dp_cp_rank
         self.total_hdp_gpus = dp_size * cp_size
         cap = max_num_seqs if (max_num_seqs is not None and self.honours_max_num_seqs) else 0
+        pp, vpp = _megatron_pipeline(microbatch_group_size_per_vp_stage is not None)
         self.config = Config(
             scheduler=self.dcpack_scheduler,
             data_parallel_size=dp_size,
@@ -119,6 +139,8 @@ class DcpackPackingScheduler:
             min_cp_size=min_cp_size,
             max_sequences_per_microbatch=cap,
             microbatch_group_size_per_vp_stage=microbatch_group_size_per_vp_stage or 0,
+            pipeline_parallel_size=pp,
+            virtual_pipeline_size=vpp,
             cost=cost if cost is not None else CostModel(),
         )
         self._planner: Planner | None = None

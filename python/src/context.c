@@ -148,6 +148,8 @@ static PyObject *Context_stats(PyObject *o, PyObject *args)
     SET_ITEM(d, "model_makespan", PyLong_FromLongLong(s.model_makespan));
     SET_ITEM(d, "model_lower_bound", PyLong_FromLongLong(s.model_lower_bound));
     SET_ITEM(d, "step_model", PyLong_FromLong(s.step_model));
+    SET_ITEM(d, "pipeline_makespan", PyLong_FromLongLong(s.pipeline_makespan));
+    SET_ITEM(d, "pipeline_lower_bound", PyLong_FromLongLong(s.pipeline_lower_bound));
     return d;
 }
 

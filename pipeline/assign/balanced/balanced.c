@@ -180,14 +180,15 @@ static int balanced_layout(balanced *b, dcp__arena *a, const dcp_config *config,
                  b->before_vpp.g_head && b->before_vpp.g_tail && b->before_vpp.g_count && b->before_vpp.g_load &&
                  b->before_vpp.g_tokens;
     }
-    int place_ok = 1;
+    const int pipe_ok = config->pipeline_parallel_size <= 1 || dcp__balanced_pipeline_layout(b, a, config, n);
+    int place_ok = pipe_ok;
     if (dependency) {
         b->pl_finish = DCP_ARENA_NEW(a, int64_t, (size_t)num_ranks);
         b->pl_max = DCP_ARENA_NEW(a, int64_t, (size_t)num_ranks);
         b->pl_at = DCP_ARENA_NEW(a, int32_t, (size_t)num_ranks);
         b->pl_blocks = DCP_ARENA_NEW(a, uint64_t, 2 * (size_t)local); /* + the radix sort's buffer */
         b->pl_next = DCP_ARENA_NEW(a, int32_t, (size_t)local);
-        place_ok = b->pl_finish && b->pl_max && b->pl_at && b->pl_blocks && b->pl_next;
+        place_ok = pipe_ok && b->pl_finish && b->pl_max && b->pl_at && b->pl_blocks && b->pl_next;
     }
     return place_ok && vpp_ok && b->len && b->min_cp && b->run_end && b->next_cost && b->min_cost && b->cp && b->sizes_cp && b->sizes_cost && b->cost && b->order && b->class_list &&
            b->item_group && b->item_next && b->free_groups && b->g_mb && b->g_cp && b->g_head && b->g_tail && b->g_count &&
@@ -316,6 +317,14 @@ static dcp_status emit_and_weigh(balanced *b, const dcp__schedule_input *in, dcp
     return keep_dynamic_cp_unless_lower(b, in, plan, err);
 }
 
+/* Emit the best plan and weigh it (the margin rule); with PP > 1 then the pipeline's choice and order (balanced_pipeline.c). */
+static dcp_status emit(balanced *b, const dcp__schedule_input *in, dcp_plan *plan, dcp__error *err)
+{
+    dcp_status st = emit_and_weigh(b, in, plan, err);
+    if (st == DCP_OK && in->config->pipeline_parallel_size > 1) st = dcp__balanced_pipeline(b, in, plan, err);
+    return st;
+}
+
 dcp_status dcp__assign_balanced(const dcp__schedule_input *in, dcp_plan *plan, dcp__arena *scratch, dcp__error *err)
 {
     return dcp__assign_balanced_with(in, plan, scratch, err, DCP__BALANCED_SHORTCUTS, NULL);
@@ -413,7 +422,7 @@ dcp_status dcp__assign_balanced_with(const dcp__schedule_input *in, dcp_plan *pl
         const int slot = dcp__balanced_read_reference(&b, in, plan->max_microbatches);
         if (slot >= 0) {
             dcp__balanced_descend_plan(&b, slot, FAST_DESCENT_WORK * (int64_t)b.n);
-            return emit_and_weigh(&b, in, plan, err);
+            return emit(&b, in, plan, err);
         }
     }
     /*
@@ -524,5 +533,5 @@ dcp_status dcp__assign_balanced_with(const dcp__schedule_input *in, dcp_plan *pl
                         plan->max_microbatches);
     if (b.num_kept == 0)
         return dcp__fail(err, DCP_ERR_INFEASIBLE, "balanced: no plan for %d sequences on %d ranks", b.n, b.num_ranks);
-    return emit_and_weigh(&b, in, plan, err);
+    return emit(&b, in, plan, err);
 }

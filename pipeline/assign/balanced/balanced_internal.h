@@ -439,6 +439,13 @@ typedef struct balanced {
     uint64_t *pl_blocks;   /* [2 min(n, N)] the free blocks of one size (start time and index in one integer), a sort's buffer */
     int32_t *pl_next;      /* [min(n, N)] the free blocks of the next size */
     int32_t pl_block_cap;  /* min(n, N): a size has at most as many free blocks as groups left to place */
+
+    /* With PP > 1 (balanced_pipeline.c), laid out after everything else and only then */
+    int64_t *pp_cost;        /* [4n] two candidates' per-microbatch costs and tokens */
+    int32_t *pp_order;       /* [4n] two candidates' orders, a trial order, a sorted one */
+    unsigned char *pp_model; /* the pipeline model's scratch for n microbatches */
+    int32_t *pp_tables;      /* [4n + 2] a copy of a plan's tables */
+    int32_t *pp_alt;         /* [5n + 2] the tables of a plan for more microbatches */
 } balanced;
 
 /* ---- numbers ---- */
@@ -685,6 +692,14 @@ void dcp__balanced_descent(balanced *b, int64_t budget);
 
 /* balanced_place.c: the dependency model's microbatch order and group blocks */
 int dcp__balanced_place(balanced *b);
+
+/*
+ * balanced_pipeline.c: with PP > 1, the emitted plan or dynamic_cp's, whichever has the least pipeline
+ * makespan, in the microbatch order that lowers it most (never above dynamic_cp's in its own order).
+ * The layout adds its arrays (0 when they do not fit).
+ */
+int dcp__balanced_pipeline_layout(balanced *b, dcp__arena *a, const dcp_config *config, int32_t n);
+dcp_status dcp__balanced_pipeline(balanced *b, const dcp__schedule_input *in, dcp_plan *plan, dcp__error *err);
 
 /* balanced_emit.c: the kept plans */
 void dcp__balanced_keep_plan(balanced *b, int64_t makespan, int slot);
