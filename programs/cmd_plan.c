@@ -207,10 +207,11 @@ static void print_plan_text(const plan_options *o, const plan_run *r, const dcp_
     printf(")   a rank waits only for the ranks of its CP groups\n");
     if (r->config.pipeline_parallel_size > 1) {
         printf("  pipeline       ");
-        print_number(stdout, s->pipeline_makespan, 0);
-        if (unit_ps > 0) printf(" = %.3f ms", dcp_cli_units_ms(s->pipeline_makespan, unit_ps));
+        print_cost(stdout, s->pipeline_makespan, 0);
+        if (unit_ps > 0 && !saturated(s->pipeline_makespan))
+            printf(" = %.3f ms", dcp_cli_units_ms(s->pipeline_makespan, unit_ps));
         printf("   (lower bound ");
-        print_number(stdout, s->pipeline_lower_bound, 0);
+        print_cost(stdout, s->pipeline_lower_bound, 0);
         printf(")   %d stages, %d chunks each, the microbatches in plan order\n", r->config.pipeline_parallel_size,
                r->config.virtual_pipeline_size);
     }
