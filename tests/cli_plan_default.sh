@@ -24,6 +24,17 @@ if ! diff -u "$golden" "$tmp/out.txt"; then
   exit 1
 fi
 
+# docs/program.md prints this run's output: it must be this output
+python3 - "$src/docs/program.md" "$golden" <<'PY' || exit 1
+import sys
+doc = open(sys.argv[1]).read()
+start = doc.index("run, `dcpack plan --no-timing`:")
+block = doc[doc.index("```\n", start) + 4:]
+block = block[:block.index("```\n")]
+if block != open(sys.argv[2]).read():
+    sys.exit("cli_plan_default: docs/program.md's default run differs from the program's output")
+PY
+
 # without --no-timing: the same text except the plan-time column, and fast
 start=$(date +%s%N)
 "$dcpack" plan >"$tmp/timed.txt"
