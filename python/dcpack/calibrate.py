@@ -305,11 +305,11 @@ def _design(samples: Sequence[Sample], cps: Sequence[int], exposed: Callable[[in
 def extrapolate_cp(values: Dict[int, float]) -> Callable[[int], float]:
     """A per-CP coefficient at any CP size from the measured ones: a + b (cp-1)/cp fitted by
     non-negative least squares (a ring's per-rank traffic grows as (cp-1)/cp of the group's);
-    one measured size: that value at every size."""
+    one measured size c0: all of it taken as ring traffic, v (cp-1)/cp / ((c0-1)/c0)."""
     cps = sorted(values)
     if len(cps) == 1:
-        v = values[cps[0]]
-        return lambda cp: v
+        c0, v = cps[0], values[cps[0]]
+        return lambda cp: v * ((cp - 1) / cp) / ((c0 - 1) / c0)
     a = np.array([[1.0, (c - 1) / c] for c in cps])
     x = nnls(a, np.array([values[c] for c in cps]))
     return lambda cp: float(x[0] + x[1] * (cp - 1) / cp)
@@ -318,7 +318,8 @@ def extrapolate_cp(values: Dict[int, float]) -> Callable[[int], float]:
 def _model_of(x: np.ndarray, cps: Sequence[int], step_model: str, form: str, knee: int,
               margin_ppm: int) -> Tuple[CostModel, Dict[int, str]]:
     """Round a fitted vector to an integer model.  CP sizes not measured get their per-CP term
-    from :func:`extrapolate_cp` over the measured ones (never 0 unless every measured one is)."""
+    from :func:`extrapolate_cp` over the measured ones (form gather) or the nearest measured
+    size's (form ring, whose kv already scales with (cp-1)/cp): never 0 unless every measured one is."""
     ints = [int(round(v)) for v in x]
     per = {c: float(x[5 + cps.index(c)]) for c in cps}
     ext = extrapolate_cp(per) if per else (lambda cp: 0.0)
@@ -329,9 +330,13 @@ def _model_of(x: np.ndarray, cps: Sequence[int], step_model: str, form: str, kne
         if cp in per:
             table[k] = ints[5 + cps.index(cp)]
             priced[cp] = "fitted"
-        elif per:
+        elif per and form == "gather":
             table[k] = int(round(max(0.0, ext(cp))))
             priced[cp] = "extrapolated"
+        elif per:  # ring: kv already scales with (cp-1)/cp; the nearest measured size's coefficient
+            known = [c for c in cps if c <= cp] or [min(cps)]
+            table[k] = ints[5 + cps.index(max(known))]
+            priced[cp] = f"as CP {max(known)}"
     slope = ints[4] if knee > 0 else 0
     kw = dict(quadratic=ints[0], linear=ints[1], round_latency=ints[2], microbatch_overhead=ints[3],
               small_knee=knee if slope > 0 else 0, small_slope=slope, margin_ppm=margin_ppm, step_model=step_model)

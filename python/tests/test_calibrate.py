@@ -227,7 +227,8 @@ def test_comm_model_recovers_alpha_and_beta():
 def test_extrapolate_cp_is_a_ring_share():
     f = cal.extrapolate_cp({2: 10.0 + 5.0 * 0.5, 4: 10.0 + 5.0 * 0.75})
     assert f(64) == pytest.approx(10.0 + 5.0 * 63 / 64)
-    assert cal.extrapolate_cp({2: 7.0})(1024) == 7.0
+    assert cal.extrapolate_cp({2: 7.0})(2) == 7.0
+    assert cal.extrapolate_cp({2: 7.0})(1024) == pytest.approx(7.0 * 2 * 1023 / 1024)
 
 
 def test_nnls_matches_a_brute_force_optimum():
