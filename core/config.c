@@ -61,7 +61,7 @@ int64_t dcp_cost(const dcp_cost_model *model, int64_t length, int32_t cp)
         /* KV traffic the attention compute does not hide; once capped, work is past INT64_MAX * cp anyway */
         __int128 exposed = mul_capped(mul_capped(model->kv[k], s), cp - 1) - quad;
         if (exposed > 0) work += exposed;
-        fixed = mul_capped(model->round_latency, cp - 1);
+        fixed = mul_capped(model->round_latency, cp - 1) + mul_capped(model->cp_gather[k], s); /* undivided */
     }
     return saturate(work / cp + fixed);
 }
@@ -174,6 +174,11 @@ dcp_status dcp_config_validate(const dcp_config *c, char *message, size_t messag
         {"cost.linear", c->cost.linear},
         {"cost.round_latency", c->cost.round_latency},
         {"cost.microbatch_overhead", c->cost.microbatch_overhead},
+        {"cost.small_knee", c->cost.small_knee},
+        {"cost.small_slope", c->cost.small_slope},
+        {"cost.margin_ppm", c->cost.margin_ppm},
+        {"cost.first_stage_per_token", c->cost.first_stage_per_token},
+        {"cost.last_stage_per_token", c->cost.last_stage_per_token},
     };
     for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++)
         if (counts[i].value < 0)
@@ -182,6 +187,19 @@ dcp_status dcp_config_validate(const dcp_config *c, char *message, size_t messag
     for (int k = 0; k <= DCP_MAX_LOG2_CP; k++)
         if (c->cost.kv[k] < 0)
             REJECT(DCP_ERR_INVALID_CONFIG, "cost.kv[%d] must be >= 0, got %lld", k, (long long)c->cost.kv[k]);
+    for (int k = 0; k <= DCP_MAX_LOG2_CP; k++)
+        if (c->cost.cp_gather[k] < 0)
+            REJECT(DCP_ERR_INVALID_CONFIG, "cost.cp_gather[%d] must be >= 0, got %lld", k,
+                   (long long)c->cost.cp_gather[k]);
+    if (c->cost.margin_ppm >= 1000000)
+        REJECT(DCP_ERR_INVALID_CONFIG, "cost.margin_ppm must be below 1000000 (all of the makespan), got %lld",
+               (long long)c->cost.margin_ppm);
+    if (c->cost.forward_ppm < 1 || c->cost.forward_ppm > 999999)
+        REJECT(DCP_ERR_INVALID_CONFIG, "cost.forward_ppm must be in 1..999999 (a share of a microbatch), got %d",
+               (int)c->cost.forward_ppm);
+    if (c->cost.pipeline_schedule != DCP_PIPELINE_1F1B && c->cost.pipeline_schedule != DCP_PIPELINE_INTERLEAVED)
+        REJECT(DCP_ERR_INVALID_CONFIG, "cost.pipeline_schedule %d is not 1f1b(0) or interleaved(1)",
+               (int)c->cost.pipeline_schedule);
 
     if ((int)c->scheduler < DCP_SCHEDULER_DP_BALANCED || (int)c->scheduler > DCP_SCHEDULER_BALANCED)
         REJECT(DCP_ERR_INVALID_CONFIG, "scheduler %d is not one of dp_balanced(0), dynamic_cp(1), balanced(2)",

@@ -2,7 +2,8 @@
  * cost.h - the cost model's common case, inline: dcp_cost() (core/config.c)
  * in int64 arithmetic, for the schedulers, which evaluate it per sequence
  * and candidate CP size in their inner loops.  dcp__cost() returns exactly
- * what dcp_cost() returns.
+ * what dcp_cost() returns.  dcp__group_cost() adds the small-microbatch
+ * hinge to a group's summed cost.
  */
 #ifndef DCP_CORE_COST_H
 #define DCP_CORE_COST_H
@@ -39,6 +40,11 @@ static inline int dcp__cost_int64(const dcp_cost_model *model, int64_t length, i
             return 0;
         int64_t exposed = kv_total - quad; /* both >= 0: no overflow */
         if (exposed > 0 && __builtin_add_overflow(work, exposed, &work)) return 0;
+        /* the gathered K/V: every rank pays for the whole sequence, so it is added after the division */
+        int64_t gather;
+        if (model->cp_gather[k] < 0 || __builtin_mul_overflow(model->cp_gather[k], length, &gather) ||
+            __builtin_add_overflow(fixed, gather, &fixed))
+            return 0;
     }
     /* work >= 0: a power-of-two size divides by a shift (a 64-bit division costs tens of cycles) */
     int64_t per_rank = (cp & (cp - 1)) == 0 ? work >> __builtin_ctz((uint32_t)cp) : work / cp;
@@ -53,6 +59,25 @@ static inline int64_t dcp__cost(const dcp_cost_model *model, int64_t length, int
     int64_t cost;
     if (model && length > 0 && cp > 0 && dcp__cost_int64(model, length, cp, &cost)) return cost;
     return dcp_cost(model, length, cp);
+}
+
+/*
+ * A group's cost on each of its ranks in one microbatch: cost_sum (the
+ * saturated sum of dcp_cost() over its sequences) plus the small-microbatch
+ * hinge small_slope * max(0, small_knee - tokens_per_rank), tokens_per_rank
+ * the group's token slots per rank (the sum of its sequences' lengths over
+ * cp, rounded down, as the token-capacity invariant counts them).  The hinge
+ * is >= 0, so a group never costs less than its sequences: every lower bound
+ * of core/stats.c, built from dcp_cost() alone, stays one.  Saturates at
+ * INT64_MAX; negative coefficients (dcp_config_validate rejects them) count
+ * as 0.
+ */
+static inline int64_t dcp__group_cost(const dcp_cost_model *m, int64_t cost_sum, int64_t tokens_per_rank)
+{
+    if (m->small_slope <= 0 || tokens_per_rank >= m->small_knee) return cost_sum;
+    const __int128 hinge = (__int128)m->small_slope * (m->small_knee - (tokens_per_rank > 0 ? tokens_per_rank : 0));
+    const __int128 total = (__int128)cost_sum + hinge;
+    return total > (__int128)INT64_MAX ? INT64_MAX : (int64_t)total;
 }
 
 #endif

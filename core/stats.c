@@ -6,6 +6,7 @@
  * (dcp__plan_check): the walk trusts its offsets.
  */
 #include "plan.h"
+#include "cost.h"
 
 #include <string.h>
 
@@ -54,7 +55,20 @@ static int64_t sat_add(int64_t a, int64_t b) { return (a > INT64_MAX - b) ? INT6
  *      longest sequence's microbatch cannot be filled up to its level, and
  *      what it cannot hold the other microbatches run.
  *
- * makespan >= max(LB, step 5) + K_min * o.  Lengths are located in a histogram of 32
+ * makespan >= max(LB, step 5) + K_min * o.
+ *
+ * The small-microbatch hinge (dcp__group_cost: small_slope * max(0,
+ * small_knee - a group's tokens per rank)) is charged per group in a plan's
+ * makespans and never here.  That keeps the bound one: a plan's group costs
+ * with the hinge are each >= the sum of dcp_cost() of its sequences, which
+ * is what every step above uses (L_m, the work, x_j, W(T), U); both step
+ * models' makespans are sums and maxima of group costs, monotone in each, so
+ * a plan's makespan with the hinge is >= its makespan without it, and that is
+ * >= the bound.  The same holds for dcp__dependency_lower_bound.  The gather
+ * term cp_gather[k] * s is inside dcp_cost() and grows with s, so phi and w
+ * still never decrease as s grows, which steps 3 to 5 need.
+ *
+ * Lengths are located in a histogram of 32
  * steps per octave (a length is taken at its step's lower edge: still a
  * lower bound), so no scratch is needed.  Everything saturates at
  * INT64_MAX.
@@ -400,16 +414,19 @@ dcp_status dcp__plan_stats(const dcp_plan *plan, const dcp_config *config, const
         int64_t h_finish = m > 0 ? finish[first_rank[h]] : 0;
         for (int32_t g = first_group[m]; g < first_group[m + 1]; g++) {
             int32_t cp = cp_size[g];
-            int64_t cost = 0, quad = 0;
+            int64_t cost = 0, quad = 0, tokens = 0;
             for (int32_t i = plan->group_first_id[g]; i < plan->group_first_id[g + 1]; i++) {
                 int32_t id = plan->ids[i];
                 if (id < 0 || id >= num_lengths) return DCP_ERR_INVALID_PLAN;
                 int64_t s = lengths[id];
                 cost = sat_add(cost, dcp_cost(model, s, cp));
                 quad = sat_add(quad, (int64_t)(((__int128)s * s) / cp));
+                tokens += s;
                 st.cp_size_sum += cp;
                 st.total_tokens += s;
             }
+            /* the small-microbatch hinge, once per group (every rank of it holds tokens / cp slots) */
+            cost = dcp__group_cost(model, cost, tokens / cp);
             if (cost > slowest) slowest = cost;
             if (quad > slowest_quad) slowest_quad = quad;
             st.busy_sum = sat_add(st.busy_sum, (int64_t)((__int128)cost * cp > INT64_MAX ? INT64_MAX : cost * cp));

@@ -52,6 +52,19 @@ static void stepping_without_position_ids(dcp_config *c)
 static void planning_tokens_only(dcp_config *c) { c->fields = DCP_FIELD_TOKENS; c->max_tokens_per_rank = 0; }
 static void negative_cost(dcp_config *c) { c->cost.kv[3] = -1; }
 static void negative_overhead(dcp_config *c) { c->cost.microbatch_overhead = -5; }
+static void negative_gather(dcp_config *c) { c->cost.cp_gather[2] = -3; }
+static void negative_knee(dcp_config *c) { c->cost.small_knee = -4096; }
+static void negative_slope(dcp_config *c) { c->cost.small_slope = -1; }
+static void negative_margin(dcp_config *c) { c->cost.margin_ppm = -20000; }
+static void margin_all(dcp_config *c) { c->cost.margin_ppm = 1000000; }
+static void margin_most(dcp_config *c) { c->cost.margin_ppm = 999999; }
+static void forward_zero(dcp_config *c) { c->cost.forward_ppm = 0; }
+static void forward_all(dcp_config *c) { c->cost.forward_ppm = 1000000; }
+static void forward_least(dcp_config *c) { c->cost.forward_ppm = 1; }
+static void bad_schedule(dcp_config *c) { c->cost.pipeline_schedule = 2; }
+static void interleaved(dcp_config *c) { c->cost.pipeline_schedule = DCP_PIPELINE_INTERLEAVED; }
+static void negative_first_stage(dcp_config *c) { c->cost.first_stage_per_token = -7; }
+static void negative_last_stage(dcp_config *c) { c->cost.last_stage_per_token = -8; }
 static void vpp_without_pp(dcp_config *c) { c->virtual_pipeline_size = 2; }
 static void negative_group(dcp_config *c) { c->microbatch_group_size_per_vp_stage = -1; }
 static void vpp_ok(dcp_config *c) { c->virtual_pipeline_size = 2; c->pipeline_parallel_size = 4; c->microbatch_group_size_per_vp_stage = 4; }
@@ -83,6 +96,19 @@ DCP_TEST(config_validation_table)
         {"planning on tokens only", planning_tokens_only, DCP_OK, ""},
         {"kv -1", negative_cost, DCP_ERR_INVALID_CONFIG, "cost.kv[3] must be >= 0, got -1"},
         {"overhead", negative_overhead, DCP_ERR_INVALID_CONFIG, "cost.microbatch_overhead"},
+        {"cp_gather -3", negative_gather, DCP_ERR_INVALID_CONFIG, "cost.cp_gather[2] must be >= 0, got -3"},
+        {"knee", negative_knee, DCP_ERR_INVALID_CONFIG, "cost.small_knee must be >= 0, got -4096"},
+        {"slope", negative_slope, DCP_ERR_INVALID_CONFIG, "cost.small_slope must be >= 0, got -1"},
+        {"margin -", negative_margin, DCP_ERR_INVALID_CONFIG, "cost.margin_ppm must be >= 0, got -20000"},
+        {"margin 1e6", margin_all, DCP_ERR_INVALID_CONFIG, "cost.margin_ppm must be below 1000000"},
+        {"margin 999999", margin_most, DCP_OK, ""},
+        {"forward 0", forward_zero, DCP_ERR_INVALID_CONFIG, "cost.forward_ppm must be in 1..999999"},
+        {"forward 1e6", forward_all, DCP_ERR_INVALID_CONFIG, "got 1000000"},
+        {"forward 1", forward_least, DCP_OK, ""},
+        {"schedule 2", bad_schedule, DCP_ERR_INVALID_CONFIG, "cost.pipeline_schedule 2 is not 1f1b(0) or interleaved(1)"},
+        {"interleaved", interleaved, DCP_OK, ""},
+        {"first stage", negative_first_stage, DCP_ERR_INVALID_CONFIG, "cost.first_stage_per_token must be >= 0, got -7"},
+        {"last stage", negative_last_stage, DCP_ERR_INVALID_CONFIG, "cost.last_stage_per_token must be >= 0, got -8"},
         {"vpp without pp", vpp_without_pp, DCP_ERR_INVALID_CONFIG, "needs pipeline_parallel_size >= 2"},
         {"group -1", negative_group, DCP_ERR_INVALID_CONFIG, "microbatch_group_size_per_vp_stage"},
         {"vpp ok", vpp_ok, DCP_OK, ""},
@@ -144,6 +170,34 @@ DCP_TEST(cost_model_values)
     DCP_CHECK_EQ_INT(dcp_cost(&m, 0, 1), 0);
 }
 
+/* cp_gather[k] * s, undivided, on every rank of a CP group; nothing at cp 1 (gather[0] is never read) */
+DCP_TEST(cost_model_gather_term)
+{
+    dcp_cost_model m;
+    dcp_cost_model_default(&m);
+    const int64_t s = 4096;
+    const int64_t base2 = dcp_cost(&m, s, 2), base4 = dcp_cost(&m, s, 4), base1 = dcp_cost(&m, s, 1);
+    const int64_t base3 = dcp_cost(&m, s, 3), base16 = dcp_cost(&m, s, 16);
+    for (int k = 0; k <= DCP_MAX_LOG2_CP; k++) m.cp_gather[k] = 1000 + k;
+    DCP_CHECK_EQ_INT(dcp_cost(&m, s, 1), base1);
+    DCP_CHECK_EQ_INT(dcp_cost(&m, s, 2), (s * s + 49152 * s) / 2 + 491520 + 1001 * s);
+    DCP_CHECK_EQ_INT(dcp_cost(&m, s, 2), base2 + 1001 * s);
+    DCP_CHECK_EQ_INT(dcp_cost(&m, s, 4), base4 + 1002 * s);
+    DCP_CHECK_EQ_INT(dcp_cost(&m, s, 3), base3 + 1002 * s); /* k = ceil(log2 3) = 2 */
+    DCP_CHECK_EQ_INT(dcp_cost(&m, s, 16), base16 + 1004 * s);
+    /* odd s at cp 2: the division rounds the divided terms only */
+    DCP_CHECK_EQ_INT(dcp_cost(&m, 4097, 2), (4097LL * 4097 + 49152LL * 4097) / 2 + 491520 + 1001LL * 4097);
+    /* the wide path (s^2 past int64) adds the same term */
+    m.quadratic = 0;
+    m.linear = 0;
+    m.round_latency = 0;
+    for (int k = 0; k <= DCP_MAX_LOG2_CP; k++) m.kv[k] = 0;
+    DCP_CHECK_EQ_INT(dcp_cost(&m, 1LL << 40, 8), 1003LL << 40);
+    m.quadratic = 1;
+    const int64_t big = 4000000000LL; /* s^2 > 2^63: 128-bit path, and s^2/8 alone fits */
+    DCP_CHECK_EQ_INT(dcp_cost(&m, big, 8), (int64_t)(((__int128)big * big) / 8) + 1003LL * big);
+}
+
 DCP_TEST(workspace_size_is_exact)
 {
     dcp_config c = base();
@@ -202,5 +256,67 @@ DCP_TEST(context_create_and_destroy_owned)
     /* a second context of another size works after the first is gone */
     c.max_sequences = 8192;
     DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+    dcp_context_destroy(ctx);
+}
+
+/*
+ * The small-microbatch hinge, once per group in plan statistics: cost(s, cp) = s / cp (linear 1, no
+ * latency) plus gather 2 a token at cp 2, knee 200, slope 3, overhead 10.
+ */
+DCP_TEST(stats_charge_the_hinge_per_group)
+{
+    dcp_config c;
+    dcp_config_default(&c);
+    c.data_parallel_size = 2;
+    c.max_sequences = 8;
+    c.max_seqlen_per_rank = 200;
+    c.scheduler = DCP_SCHEDULER_DYNAMIC_CP;
+    c.cost.quadratic = 0;
+    c.cost.linear = 1;
+    c.cost.round_latency = 0;
+    for (int k = 0; k <= DCP_MAX_LOG2_CP; k++) c.cost.kv[k] = 0;
+    c.cost.microbatch_overhead = 10;
+    c.cost.cp_gather[1] = 2;
+    c.cost.small_knee = 200;
+    c.cost.small_slope = 3;
+    dcp_context *ctx = NULL;
+    DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+    const dcp_plan *plan;
+    dcp_plan_stats st;
+    /* two ranks, one sequence each: 100 + 3 * 100 and 50 + 3 * 150 */
+    int32_t two[2] = {100, 50};
+    DCP_REQUIRE_OK(dcp_plan_compute(ctx, two, 2, &plan));
+    DCP_REQUIRE_OK(dcp_plan_stats_compute(ctx, plan, two, 2, &st));
+    DCP_CHECK_EQ_INT(st.num_microbatches, 1);
+    DCP_CHECK_EQ_INT(st.makespan, 500 + 10);
+    DCP_CHECK_EQ_INT(st.dependency_makespan, 500 + 10);
+    DCP_CHECK_EQ_INT(st.max_rank_sum, 500);
+    DCP_CHECK_EQ_INT(st.busy_sum, 400 + 500);
+    DCP_CHECK(st.lower_bound <= st.makespan && st.dependency_lower_bound <= st.dependency_makespan);
+    /* one sequence of 300 must take both ranks: 150 tokens a rank, 150 + 2 * 300 + 3 * 50 on each */
+    int32_t one[1] = {300};
+    DCP_REQUIRE_OK(dcp_plan_compute(ctx, one, 1, &plan));
+    DCP_REQUIRE_OK(dcp_plan_stats_compute(ctx, plan, one, 1, &st));
+    DCP_CHECK_EQ_INT(st.makespan, 150 + 600 + 150 + 10);
+    DCP_CHECK_EQ_INT(st.busy_sum, 2 * 900);
+    /* the bound never counts the hinge: every sequence at its cheapest, 750 on each rank, + one overhead */
+    DCP_CHECK_EQ_INT(st.lower_bound, 750 + 10);
+    dcp_context_destroy(ctx);
+    /* at or above the knee nothing is added; a huge slope saturates */
+    c.cost.small_knee = 150;
+    DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+    DCP_REQUIRE_OK(dcp_plan_compute(ctx, one, 1, &plan));
+    DCP_REQUIRE_OK(dcp_plan_stats_compute(ctx, plan, one, 1, &st));
+    DCP_CHECK_EQ_INT(st.makespan, 750 + 10);
+    dcp_context_destroy(ctx);
+    c.cost.small_knee = INT64_MAX;
+    c.cost.small_slope = INT64_MAX;
+    DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+    DCP_REQUIRE_OK(dcp_plan_compute(ctx, two, 2, &plan));
+    DCP_REQUIRE_OK(dcp_plan_stats_compute(ctx, plan, two, 2, &st));
+    DCP_CHECK_EQ_INT(st.makespan, INT64_MAX);
+    DCP_CHECK_EQ_INT(st.dependency_makespan, INT64_MAX);
+    DCP_CHECK_EQ_INT(st.busy_sum, INT64_MAX);
+    DCP_CHECK(st.lower_bound < INT64_MAX);
     dcp_context_destroy(ctx);
 }

@@ -166,6 +166,35 @@ DCP_TEST(cost_model_saturates)
     DCP_CHECK_EQ_INT(dcp_cost(NULL, 100, 1), 0);
 }
 
+/* the gather term and the hinge saturate at INT64_MAX instead of wrapping */
+DCP_TEST(gather_and_hinge_saturate)
+{
+    dcp_cost_model m;
+    dcp_cost_model_default(&m);
+    m.cp_gather[1] = INT64_MAX / 2;
+    DCP_CHECK_EQ_INT(dcp_cost(&m, 2, 2), INT64_MAX);  /* the product alone */
+    DCP_CHECK(dcp_cost(&m, 1, 2) < INT64_MAX);        /* INT64_MAX / 2 + the rest still fits */
+    m.cp_gather[1] = INT64_MAX - 1;
+    DCP_CHECK_EQ_INT(dcp_cost(&m, 1, 2), INT64_MAX);  /* the sum with the divided terms */
+    m.cp_gather[1] = INT64_MAX;
+    DCP_CHECK_EQ_INT(dcp_cost(&m, INT64_MAX, 2), INT64_MAX);
+    DCP_CHECK_EQ_INT(dcp_cost(&m, INT64_MAX, 1), dcp_cost(&m, INT64_MAX, 1)); /* cp 1: no gather */
+    /* cost never decreases as s grows through the gather's saturation */
+    m.cp_gather[1] = INT64_MAX / 3000;
+    int64_t previous = 0;
+    for (int64_t s = 2900; s < 3100; s++) {
+        int64_t cost = dcp_cost(&m, s, 2);
+        DCP_CHECK(cost >= previous);
+        previous = cost;
+    }
+    DCP_CHECK_EQ_INT(previous, INT64_MAX);
+    /* a negative gather (rejected by dcp_config_validate) counts as 0 */
+    dcp_cost_model_default(&m);
+    const int64_t plain = dcp_cost(&m, 1000, 4);
+    m.cp_gather[2] = INT64_MIN;
+    DCP_CHECK_EQ_INT(dcp_cost(&m, 1000, 4), plain);
+}
+
 DCP_TEST(plan_stats_saturate)
 {
     /* coefficients so large that every sequence's cost saturates: totals stay at INT64_MAX */
