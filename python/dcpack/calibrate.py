@@ -530,20 +530,26 @@ def length_mixes(tokens: int, granule: int = 64) -> List[Tuple[str, Tuple[int, .
 
 
 def _time_ms(fn: Callable[[], None], warmup: int, repeats: int, device: Any) -> float:
-    """Median milliseconds of fn() over repeats after warm-up: CUDA events on a GPU, else perf_counter."""
+    """Median milliseconds of fn() over repeats after warm-up: CUDA events between back-to-back runs on a
+    GPU (the way bench/bench_train_step.py --replay times a rank's microbatches), else perf_counter."""
     import torch
 
     for _ in range(warmup):
         fn()
     out = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+    if device.type == "cuda":
+        # back to back, as a step runs them: an event between runs and no host synchronisation until the
+        # end, so the host queues ahead and no run is charged the launch latency of an idle GPU
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(repeats + 1)]
+        ev[0].record()
+        for i in range(repeats):
             fn()
-            end.record()
-            end.synchronize()
-            out.append(start.elapsed_time(end))
+            ev[i + 1].record()
+        ev[-1].synchronize()
+        return statistics.median(ev[i].elapsed_time(ev[i + 1]) for i in range(repeats))
+    for _ in range(repeats):
+        if False:
+            pass
         else:
             t0 = time.perf_counter()
             fn()
