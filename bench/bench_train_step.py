@@ -167,12 +167,19 @@ def load_cost_profile(path: str):
     except ImportError:
         load_profile = None
     if load_profile is not None:
-        prof = load_profile(path)
-        return prof.cost, prof.time_unit_ps
+        try:
+            prof = load_profile(path)
+            return prof.cost, prof.time_unit_ps
+        except dcpack.InvalidConfigError as e:   # a reader that predates the step's keys: read them here
+            if "unknown key" not in str(e):
+                raise
     base = dcpack.CostModel()
     fields = {"quadratic": base.quadratic, "linear": base.linear, "round_latency": base.round_latency,
               "microbatch_overhead": base.microbatch_overhead, "step_model": base.step_model}
     kv, unit = list(base.kv), None
+    gather = list(base.cp_gather)
+    for k in ("small_knee", "small_slope", "margin_ppm"):
+        fields[k] = getattr(base, k)
     with open(path, encoding="utf-8") as f:
         for number, raw in enumerate(f, 1):
             line = raw.split("#", 1)[0].strip()
@@ -196,6 +203,11 @@ def load_cost_profile(path: str):
                 unit = v
             elif key in fields:
                 fields[key] = v
+            elif key.startswith("cp_gather."):
+                cp = int(key[10:]) if key[10:].isdigit() else 0
+                if cp < 2 or cp & (cp - 1) or cp.bit_length() - 1 >= len(gather):
+                    raise ValueError(f"{where}: {key}: the CP size after 'cp_gather.' must be a power of two")
+                gather[cp.bit_length() - 1] = v
             elif key == "kv":
                 kv = [v] * len(kv)
             elif key.startswith("kv."):
@@ -209,7 +221,12 @@ def load_cost_profile(path: str):
                     kv[j] = v
             else:
                 raise ValueError(f"{where}: unknown key '{key}'")
-    return dcpack.CostModel(kv=tuple(kv), **fields), unit
+    return dcpack.CostModel(kv=tuple(kv), cp_gather=tuple(gather), **fields), unit
+
+
+def plan_groups_of(plan) -> List[List[List[int]]]:
+    """A plan's groups as [first rank, CP size] per microbatch (how the times compose)."""
+    return [[[int(f), int(c)] for f, c, _ in plan.groups(m)] for m in range(plan.num_microbatches)]
 
 
 class ListPlan:
@@ -326,23 +343,20 @@ def measure_comm(mc: ModelConfig, device, model) -> Dict[str, Any]:
     return {"world": world, "rows": rows, "grad_allreduce": statistics.median(ar)}
 
 
+_COMM_MODELS: Dict[int, Any] = {}
+
+
 def comm_price(table: Dict[str, Any], cp: int, n: int, layers: int) -> float:
-    """Seconds of CP communication of one microbatch on one rank: (all-gather + reduce-scatter) x layers."""
+    """Seconds of CP communication of one microbatch on one rank, n tokens on it: the ring model
+    (cp-1) x (alpha + beta x bytes) per layer, all-gather and reduce-scatter, fitted to the table
+    (dcpack.calibrate.fit_comm_model: the same price the calibration's emulated CP sizes carry)."""
     if cp == 1 or table is None:
         return 0.0
-    want = (cp - 1) * n
-    rows = table["rows"]
-    xs = [r["tokens_per_rank"] for r in rows]
-
-    def interp(key):
-        if want <= xs[0]:
-            return rows[0][key]
-        for a, b in zip(rows, rows[1:]):
-            if want <= b["tokens_per_rank"]:
-                f = (want - a["tokens_per_rank"]) / (b["tokens_per_rank"] - a["tokens_per_rank"])
-                return a[key] + f * (b[key] - a[key])
-        return rows[-1][key] * want / xs[-1]
-    return layers * (interp("all_gather") + interp("reduce_scatter"))
+    from dcpack.calibrate import fit_comm_model
+    model = _COMM_MODELS.get(id(table))
+    if model is None:
+        model = _COMM_MODELS[id(table)] = fit_comm_model(table)
+    return model.microbatch_s(cp, n, layers)
 
 
 def compose(plan, times: List[List[float]]) -> Dict[str, float]:
@@ -363,62 +377,112 @@ def compose(plan, times: List[List[float]]) -> Dict[str, float]:
     return {"barrier": barrier, "dependency": max(finish)}
 
 
-def replay(model, mc, plan, mbs, partition, device, table, reps: int, memo=None, warmup: int = 1) -> Dict[str, Any]:
-    """Every rank's microbatches on this GPU, one after another, each timed (median of reps).
+def _rank_key(bs, partition) -> tuple:
+    """A rank's list of microbatch shapes (CP size, padded spans, slots; CP rank under contiguous)."""
+    return tuple((b.local_cp_size, tuple(int(x) for x in b.cu_seqlens_padded), b.num_tokens,
+                  b.cp_rank if partition == "contiguous" else 0) for b in bs)
 
-    ``memo`` (a dict kept over a run) maps a microbatch's shape to its measured compute time: a shape
-    timed before is not run again (see the module's text); None times every microbatch.  ``warmup``
-    untimed runs precede a shape's timing; -1: one only where the microbatch has more slots than any
-    timed before in the run (``memo["max slots"]``: the allocator's growth, the one first-call cost the
-    replay's kernels have; varlen attention and the GEMMs tune nothing per shape).
-    """
+
+def time_rank(model, bs, den, reps: int, warmup: int, synced: bool = False):
+    """One rank's microbatches run back to back as in a step, ``warmup`` untimed passes (every
+    shape of the rank runs in each), then ``reps`` timed passes: per pass, each microbatch's GPU
+    time between CUDA events recorded with no host synchronisation in between (the host queues
+    ahead as it does in training), and the pass's wall time (perf_counter, synchronised at its two
+    ends).  ``synced``: the earlier method instead, a synchronisation and perf_counter around every
+    microbatch (it charges each microbatch the host's launch time; kept to measure that bias).
+    Returns (per microbatch the list of reps times, per pass wall seconds)."""
+    cuda = torch.cuda.is_available()
+    for _ in range(warmup):
+        for b in bs:
+            forward_backward(model, b, den)
+    per = [[] for _ in bs]
+    walls = []
+    for _ in range(reps):
+        sync()
+        t0 = time.perf_counter()
+        if synced or not cuda:
+            for i, b in enumerate(bs):
+                sync()
+                t1 = time.perf_counter()
+                forward_backward(model, b, den)
+                sync()
+                per[i].append(time.perf_counter() - t1)
+        else:
+            ev = [torch.cuda.Event(enable_timing=True) for _ in range(len(bs) + 1)]
+            ev[0].record()
+            for i, b in enumerate(bs):
+                forward_backward(model, b, den)
+                ev[i + 1].record()
+            ev[-1].synchronize()
+            for i in range(len(bs)):
+                per[i].append(ev[i].elapsed_time(ev[i + 1]) * 1e-3)
+        sync()
+        walls.append(time.perf_counter() - t0)
+    model.zero_grad(set_to_none=True)
+    return per, walls
+
+
+def replay(model, mc, plan, mbs, partition, device, table, reps: int, memo=None, warmup: int = 1,
+           synced: bool = False) -> Dict[str, Any]:
+    """Every rank's microbatches on this GPU, rank after rank, each rank's list timed by
+    :func:`time_rank` (``warmup`` untimed passes of all its shapes, then the median of ``reps``).
+
+    ``memo`` (a dict kept over a run) maps a rank's whole list of microbatch shapes to its measured
+    times: a rank whose list equals one timed before (the ranks of a CP group under zigzag, a
+    plan's identical ranks) reuses those times; None times every rank.  The same kernels on the
+    same shapes in the same order, so nothing of the step is left out.
+    Per pass p, the step composed from pass p's times (``composed_*_passes_s``) gives the spread."""
     n = len(mbs)
     den = float(sum(float(np.asarray(d["loss_mask"]).sum()) for r in mbs for d in r)) or 1.0
-    times, detail, timed = [], [], 0
+    nm = plan.num_microbatches
+    times, detail, timed, outliers, total = [], [], 0, 0, 0
+    passes = [[[0.0] * nm for _ in range(n)] for _ in range(reps)]
+    walls, sums = [], []
     for r in range(n):
         bs = to_batches([d for d in mbs[r] if len(d["tokens"])], r, None, partition, device, replay=True)
-        it = iter(bs)
+        key = ("rank", synced, _rank_key(bs, partition))
+        if memo is not None and key in memo:
+            per, rank_walls = memo[key]
+        else:
+            per, rank_walls = time_rank(model, bs, den, reps, warmup if warmup >= 0 else 1, synced)
+            timed += 1
+            for ts in per:
+                med = statistics.median(ts)
+                outliers += sum(t > 1.5 * med for t in ts)
+                total += len(ts)
+            if memo is not None:
+                memo[key] = (per, rank_walls)
+        walls.append(statistics.median(rank_walls))
+        it = iter(zip(bs, per))
         row = []
         for m, d in enumerate(mbs[r]):
             if not len(d["tokens"]):       # an idle rank in this microbatch (a CP-1 plan with fewer on it)
                 row.append(0.0)
                 continue
-            b = next(it)
+            b, ts = next(it)
             cup = b.cu_seqlens_padded
-            key = (b.local_cp_size, tuple(int(x) for x in cup), b.num_tokens,
-                   b.cp_rank if partition == "contiguous" else 0)
-            if memo is not None and key in memo:
-                compute = memo[key]
-            else:
-                grow = b.num_tokens > (memo or {}).get("max slots", 0)
-                for _ in range(warmup if warmup >= 0 else int(grow)):     # warm-up of this shape
-                    forward_backward(model, b, den)
-                if memo is not None and grow:
-                    memo["max slots"] = b.num_tokens
-                ts = []
-                for _ in range(reps):
-                    sync()
-                    t0 = time.perf_counter()
-                    forward_backward(model, b, den)
-                    sync()
-                    ts.append(time.perf_counter() - t0)
-                compute = statistics.median(ts)
-                timed += 1
-                if memo is not None:
-                    memo[key] = compute
             comm = comm_price(table, b.local_cp_size, b.num_tokens, mc.layers)
+            compute = statistics.median(ts)
             row.append(compute + comm)
+            for p in range(reps):
+                passes[p][r][m] = ts[p] + comm
             # what a calibration needs: the microbatch's padded spans (before CP slicing), its CP size,
-            # this rank's slots, the compute time and the priced communication
+            # this rank's slots, the compute time (median and every timing) and the priced communication
             detail.append({"rank": r, "microbatch": m, "cp": b.local_cp_size, "slots": b.num_tokens,
                            "spans": [cup[i + 1] - cup[i] for i in range(len(cup) - 1) if cup[i + 1] > cup[i]],
-                           "compute_s": compute, "comm_s": comm})
+                           "compute_s": compute, "compute_all_s": list(ts), "comm_s": comm})
+        sums.append(sum(statistics.median(ts) for ts in per))
         times.append(row)
-        model.zero_grad(set_to_none=True)
     c = compose(plan, times)
     extra = table["grad_allreduce"] if table else 0.0
+    cp_passes = [compose(plan, t) for t in passes]
     return {"composed_barrier_s": c["barrier"] + extra, "composed_dependency_s": c["dependency"] + extra,
-            "grad_allreduce_s": extra, "microbatch_times_s": times, "microbatches": detail, "timed": timed}
+            "composed_barrier_passes_s": [x["barrier"] + extra for x in cp_passes],
+            "composed_dependency_passes_s": [x["dependency"] + extra for x in cp_passes],
+            "grad_allreduce_s": extra, "microbatch_times_s": times, "microbatches": detail, "timed": timed,
+            "outliers": outliers, "timings": total,
+            # the one-GPU wall check: each rank's back-to-back pass (median) against its microbatches' sum
+            "rank_wall_s": walls, "rank_sum_s": sums}
 
 
 def machine() -> Dict[str, Any]:
@@ -493,6 +557,15 @@ def predictions(row: Dict[str, Any], prepared, batches, cal) -> None:
     if cal is not None:
         comp = [compose(p[0], model_times(p[0], lengths, cal[0])) for p, lengths in zip(prepared, batches)]
         row["predicted_cal_barrier"] = statistics.mean(c["barrier"] for c in comp)
+        if cal[1]:  # the lower bound of any plan of these lengths on these ranks under the profile
+            n, m = row["ranks"], row["max_seqlen_per_rank"]
+            lbs = []
+            for lengths in batches:
+                cfg = dcpack_config("balanced", n, m, len(lengths), lengths, cost=cal[0])
+                with dcpack.Planner(cfg) as planner:
+                    st = planner.plan(lengths).stats()
+                lbs.append(st.model_lower_bound * cal[1] * 1e-9)
+            row["lower_bound_cal_ms"] = lbs
         row["predicted_cal_dependency"] = statistics.mean(c["dependency"] for c in comp)
         if cal[1]:
             row["predicted_cal_barrier_ms"] = row["predicted_cal_barrier"] * cal[1] * 1e-9
@@ -523,10 +596,14 @@ def main() -> int:
     ap.add_argument("--partition", default="zigzag", choices=("zigzag", "contiguous"))
     ap.add_argument("--replay", default="", help="R or R1,R2,...: replay plans for R ranks on this GPU (no torchrun)")
     ap.add_argument("--replay-steps", type=int, default=2, help="batches replayed per scheduler")
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--warmup", type=int, default=1, help="replay: untimed runs of each new shape; -1: one where "
-                                                          "a shape is larger than any before (needs the shape memo)")
-    ap.add_argument("--no-shape-memo", action="store_true", help="replay: time every microbatch, even a shape timed before")
+    ap.add_argument("--reps", type=int, default=5, help="replay: timed passes per rank (the median counts; >= 5)")
+    ap.add_argument("--warmup", type=int, default=1, help="replay: untimed passes of each rank's microbatches "
+                                                          "(every shape) before its timed ones")
+    ap.add_argument("--no-shape-memo", action="store_true",
+                    help="replay: time every rank, even one whose list of shapes was timed before")
+    ap.add_argument("--bias-check", type=int, default=0, metavar="K",
+                    help="replay: for the first K rows also time batch 0 the earlier way (a synchronisation around "
+                         "every microbatch) to measure that method's bias")
     ap.add_argument("--comm-table", default="", help="JSON with a comm table (a wall run's, or bench/data/comm_2xh200.json)")
     ap.add_argument("--no-check", action="store_true", help="wall mode: skip the composed-vs-wall check")
     ap.add_argument("--plan-only", action="store_true", help="plan and predict only: no model, no timing")
@@ -572,8 +649,8 @@ def main() -> int:
     elif a.comm_table:
         table = json.load(open(a.comm_table)).get("comm")
     memo = None if a.no_shape_memo else {}
-    if a.warmup < 0 and memo is None:
-        raise SystemExit("--warmup -1 needs the shape memo (drop --no-shape-memo)")
+    if a.replay and a.reps < 5 and device.type == "cuda":
+        raise SystemExit(f"--reps {a.reps}: the replay takes the median of at least 5 timings")
     result: Dict[str, Any] = {"mode": "plan" if a.plan_only else ("wall" if wall else "replay"),
                               "ranks": world or sorted({c[2] for c in cells}), "machine": machine(),
                               "model": {k: getattr(mc, k) for k in ("vocab_size", "hidden", "layers", "heads",
@@ -642,8 +719,25 @@ def main() -> int:
                 else:
                     comp = [replay(model, mc, p[0], p[1], a.partition, device, table, a.reps, memo, a.warmup)
                             for p in prepared]
-                    row["composed_barrier_s"] = statistics.median(c["composed_barrier_s"] for c in comp)
-                    row["composed_dependency_s"] = statistics.median(c["composed_dependency_s"] for c in comp)
+                    row["batches"] = [{k: c[k] for k in ("composed_barrier_s", "composed_dependency_s",
+                                                         "composed_barrier_passes_s", "composed_dependency_passes_s",
+                                                         "microbatch_times_s", "rank_wall_s", "rank_sum_s",
+                                                         "outliers", "timings")} | {"groups": plan_groups_of(p[0])}
+                                      for c, p in zip(comp, prepared)]
+                    row["outliers"] = sum(c["outliers"] for c in comp)
+                    row["timings"] = sum(c["timings"] for c in comp)
+                    walls = [w for c in comp for w, x in zip(c["rank_wall_s"], c["rank_sum_s"]) if x > 0]
+                    sums = [x for c in comp for x in c["rank_sum_s"] if x > 0]
+                    row["rank_wall_over_sum"] = sum(walls) / sum(sums) if sums else None
+                    if done <= a.bias_check:
+                        old = [replay(model, mc, p[0], p[1], a.partition, device, table, a.reps, memo, a.warmup,
+                                      synced=True) for p in prepared[:1]]
+                        row["synced_composed_barrier_s"] = old[0]["composed_barrier_s"]
+                        row["synced_composed_dependency_s"] = old[0]["composed_dependency_s"]
+                        row["synced_vs_events_batch0"] = old[0]["composed_barrier_s"] / comp[0]["composed_barrier_s"]
+                    # the mean over batches: the cells' changes (sums over the same batches) agree with it
+                    row["composed_barrier_s"] = statistics.mean(c["composed_barrier_s"] for c in comp)
+                    row["composed_dependency_s"] = statistics.mean(c["composed_dependency_s"] for c in comp)
                     row["timed_microbatches"] = sum(c["timed"] for c in comp)
                     row["replayed_microbatches"] = [c["microbatches"] for c in comp]
                     tokens = statistics.mean(sum(b) for b in batches)
@@ -664,6 +758,8 @@ def main() -> int:
             continue
         break
     result["elapsed_s"] = time.monotonic() - start
+    if rank == 0 and result["mode"] == "replay":
+        result["cells"] = train_step_report.cell_changes(result["rows"])
     if rank == 0:
         write_json(a.out, result)
         print()

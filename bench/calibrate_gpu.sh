@@ -4,7 +4,10 @@
 # Llama-8B-like layer (hidden 4096, 32 heads, 8 KV heads, SwiGLU 14336, bf16, vocabulary 1024 so
 # the output head stays small) on one GPU (CP 1) and under torchrun on two (CP 1 and 2, the real
 # steps of dynamic_cp, balanced and balanced laid out for dependency checked against the composed
-# barrier and dependency times).
+# barrier and dependency times).  CP sizes above the world's, up to EMULATE_CP (default 64), are
+# emulated: compute timed with dcpack.thd.LOCAL_REPLAY, collectives priced by the ring model fitted to
+# bench/data/comm_2xh200.json.  ONE_LIMIT (default 240 s) bounds the one-GPU run, CHECK_STEPS its
+# checked steps (default 0).
 #
 #   bash bench/calibrate_gpu.sh [OUT (default $OUT or calibrate-logs)]
 #
@@ -36,10 +39,13 @@ gpu="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)"
 read -r -a MODEL <<< "${CALIBRATE_ARGS:---layers 1 --hidden 4096 --heads 32 --kv-heads 8 --ffn 14336 --vocab 1024}"
 rc=0
 t0=$SECONDS
-timeout 100 "$PY" -m dcpack.calibrate --check-steps 2 --max-seqlen 16384 --microbatches 6 --machine "1x $gpu" \
+# CP 2..64 emulated on the one GPU: compute timed with dcpack.thd.LOCAL_REPLAY, collectives priced by the
+# ring model fitted to the 2 x H200 all-gather table (stated in the profile)
+timeout "${ONE_LIMIT:-240}" "$PY" -m dcpack.calibrate --check-steps "${CHECK_STEPS:-0}" --max-seqlen 16384 --microbatches 6 \
+  --machine "1x $gpu" --emulate-cp "${EMULATE_CP:-64}" --comm-table "$SRC/bench/data/comm_2xh200.json" \
   "${MODEL[@]}" \
   --out "$O/one.profile" --json "$O/one.json" > "$O/one.log" 2>&1 || { echo "FAIL: 1 GPU (one.log)"; rc=1; }
-echo "1 GPU: $((SECONDS - t0)) s"; tail -3 "$O/one.log"
+echo "1 GPU: $((SECONDS - t0)) s"; grep -E "^(relative error|error at|wrote)" "$O/one.log"
 gpus="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | wc -l)"
 if [ "${gpus:-0}" -lt 2 ] && [ -z "${CALIBRATE_ARGS:-}" ]; then
   echo "2 GPUs: skipped, this machine has ${gpus:-0} GPU(s)"
@@ -47,6 +53,7 @@ if [ "${gpus:-0}" -lt 2 ] && [ -z "${CALIBRATE_ARGS:-}" ]; then
 fi
 t0=$SECONDS
 timeout 220 "$PY" -m torch.distributed.run --nproc-per-node 2 -m dcpack.calibrate --max-cp 2 \
+  --emulate-cp "${EMULATE_CP:-64}" --comm-table "$SRC/bench/data/comm_2xh200.json" \
   --check-steps 4 --max-seqlen 16384 --microbatches 6 --machine "2x $gpu" "${MODEL[@]}" \
   --out "$O/two.profile" --json "$O/two.json" > "$O/two.log" 2>&1 || { echo "FAIL: 2 GPUs (two.log)"; rc=1; }
 echo "2 GPUs: $((SECONDS - t0)) s"; tail -14 "$O/two.log"

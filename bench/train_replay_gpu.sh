@@ -16,7 +16,10 @@
 # keeps what it measured.
 # Environment: TINY=1 runs the same grid scaled down (a tiny model, M / 32) on the CPU or GPU, without
 # building (PYTHONPATH must give dcpack): the check that this script works end to end; BUDGET, REPS
-# (default 1), WARMUP (default -1: warm a shape up only where it is the largest yet).
+# (timed passes per rank, default 5), WARMUP (untimed passes of every rank's shapes first, default 1),
+# BATCHES (independent batches per cell, default 3), SCHEDULERS (default dynamic_cp,balanced+cal),
+# CELLS (TRACE:M:RANKS:TOKENS,... in place of the grid), BIAS_CHECK (rows that also time their first batch
+# with a synchronisation around every microbatch, the earlier method), ROW_S (the longest row's seconds).
 # A carriable VERL_DIR (the two files verl's balancing is read from, and its commit):
 #   d=build-verl; mkdir -p $d/verl/utils $d/verl/trainer/ppo
 #   cp VERL/verl/utils/seqlen_balancing.py $d/verl/utils/; cp VERL/verl/trainer/ppo/ray_trainer.py $d/verl/trainer/ppo/
@@ -51,7 +54,7 @@ if [ "${TINY:-0}" = 1 ]; then
   note "TINY: a tiny model, M / $div, no build"
 else
   div=1
-  model=()
+  model=(--vocab 1024)   # the calibration's model (bench/calibrate_gpu.sh): the same output head
   bash "$SRC/python/tests/thd_gpu_run.sh" "$O" build > "$O/thd_build.log" 2>&1
   note "build: exit $? ($(grep -h '^build' "$O/thd_summary.txt" 2>/dev/null))"
   export PYTHONPATH="${THD_SITE:-/tmp/dcpack-thd-site}"
@@ -61,19 +64,26 @@ fi
 LONG="longsft_n4096_seed1.txt bimodal_n4096_seed1.txt pareto_n4096_seed1.txt uniform32k_n4096_seed1.txt"
 cells=()
 add() { local m=$(( $2 / div )); cells+=("$1:$m:$3:$(( 2 * m ))"); }
-for t in $LONG mlmdefault_n4096_seed1.txt; do add "$t" 8192 16; done     # 16 ranks, M 8K (this morning's grid)
-for t in $LONG; do add "$t" 8192 64; done                                # 64 ranks
-for t in $LONG; do add "$t" 16384 16; done                               # M 16K
-for t in $LONG; do add "$t" 32768 8; done                                # M 32K
-for t in $LONG; do add "$t" 8192 8; add "$t" 8192 32; done               # 8 and 32 ranks
-add mlmdefault_n4096_seed1.txt 8192 64
+if [ -n "${CELLS:-}" ]; then
+  IFS=, read -r -a cells <<< "$CELLS"
+else
+  for t in $LONG mlmdefault_n4096_seed1.txt; do add "$t" 8192 16; done     # 16 ranks, M 8K
+  for t in $LONG; do add "$t" 8192 8; done                                 # 8 ranks
+  for t in $LONG; do add "$t" 16384 16; done                               # M 16K
+  for t in $LONG; do add "$t" 8192 64; done                                # 64 ranks
+  for t in $LONG; do add "$t" 32768 8; done                                # M 32K
+  for t in $LONG; do add "$t" 8192 32; done                                # 32 ranks
+  add mlmdefault_n4096_seed1.txt 8192 64
+fi
 CELLS="$(IFS=,; echo "${cells[*]}")"
+SCHEDS="${SCHEDULERS:-dynamic_cp,balanced+cal}"
 used=$((SECONDS - T0))
-limit=$(( BUDGET - used - 25 ))   # the longest row (64 ranks) takes well under 25 s
-note "bench: ${#cells[@]} cells x 5 schedulers, new rows until $limit s from now"
+limit=$(( BUDGET - used - ${ROW_S:-60} ))   # start no row that cannot end inside the budget
+note "bench: ${#cells[@]} cells x $SCHEDS, ${BATCHES:-3} batches, reps ${REPS:-5} after ${WARMUP:-1} warm-up pass(es), new rows until $limit s from now"
 timeout $(( BUDGET - used )) "$PY" "$SRC/bench/bench_train_step.py" --replay 8 --cells "$CELLS" \
-  --schedulers dp_balanced,dynamic_cp,balanced,balanced+cal,verl_kk "${args[@]}" "${model[@]}" \
-  --replay-steps 1 --reps "${REPS:-1}" --warmup "${WARMUP:--1}" --comm-table "$SRC/bench/data/comm_2xh200.json" \
+  --schedulers "$SCHEDS" "${args[@]}" "${model[@]}" \
+  --replay-steps "${BATCHES:-3}" --reps "${REPS:-5}" --warmup "${WARMUP:-1}" --bias-check "${BIAS_CHECK:-0}" \
+  --comm-table "$SRC/bench/data/comm_2xh200.json" \
   --time-limit "$limit" --out "$O/replay.json" > "$O/replay.log" 2>&1
 rc=$?
 note "bench: exit $rc, $(grep -c '^\[' "$O/replay.log") rows ($(grep -c '"skipped"' "$O/replay.log") skipped)"

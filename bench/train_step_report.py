@@ -108,6 +108,9 @@ def markdown(result: Dict[str, Any]) -> str:
         out += ["", "Not run:"] + notes
     if result["mode"] != "plan":
         out += ["", summary(result)]
+    if result["mode"] == "replay" and any("batches" in r for r in rows):
+        out += ["", "Per cell against `dynamic_cp` (composed barrier, bootstrap 95% interval over batches and "
+                    "timed passes):", "", ci_table(result)]
     return "\n".join(out)
 
 
@@ -127,6 +130,76 @@ def changes(result: Dict[str, Any], scheduler: str) -> List[tuple]:
             continue
         out.append((_cell(r), x / bx - 1, None if dep is None or bdep is None else dep / bdep - 1))
     return out
+
+
+def _bootstrap(base: List[List[float]], other: List[List[float]], draws: int = 2000, seed: int = 1) -> tuple:
+    """95% interval of sum(other) / sum(base) - 1 over paired batches: each draw resamples the
+    batches (with replacement, the same ones for both) and, per batch, one timed pass of each."""
+    import random
+
+    rng = random.Random(seed)
+    k = len(base)
+    out = []
+    for _ in range(draws):
+        idx = [rng.randrange(k) for _ in range(k)]
+        b = sum(rng.choice(base[i]) for i in idx)
+        o = sum(rng.choice(other[i]) for i in idx)
+        out.append(o / b - 1)
+    out.sort()
+    return out[int(0.025 * draws)], out[int(0.975 * draws) - 1]
+
+
+def cell_changes(rows: List[Dict[str, Any]], model: str = "barrier") -> List[Dict[str, Any]]:
+    """Per cell and compared scheduler against dynamic_cp: the change of the composed step (sum over
+    the cell's batches), its bootstrap 95% interval (over batches and timed passes), and the
+    headroom captured, (dynamic_cp - other) / (dynamic_cp - lower bound), the lower bound that of
+    the calibrated profile's model for the same lengths and ranks (mean over the batches)."""
+    ok = [r for r in rows if _ok(r) and "batches" in r]
+    base = {_cell(r): r for r in ok if r["scheduler"] == BASE}
+    out = []
+    for r in ok:
+        b = base.get(_cell(r))
+        if b is None or r is b:
+            continue
+        key = f"composed_{model}_s"
+        passes = f"composed_{model}_passes_s"
+        bx = sum(x[key] for x in b["batches"])
+        rx = sum(x[key] for x in r["batches"])
+        lo, hi = _bootstrap([x[passes] for x in b["batches"]], [x[passes] for x in r["batches"]])
+        d = {"trace": _name(r["trace"]), "max_seqlen_per_rank": r["max_seqlen_per_rank"], "ranks": r["ranks"],
+             "scheduler": r["scheduler"], "batches": len(r["batches"]), "step_model": model,
+             "base_s": bx / len(b["batches"]), "other_s": rx / len(r["batches"]),
+             "change": rx / bx - 1, "ci95": [lo, hi], "outliers": r.get("outliers", 0) + b.get("outliers", 0),
+             "timings": r.get("timings", 0) + b.get("timings", 0)}
+        lb = r.get("lower_bound_cal_ms") or b.get("lower_bound_cal_ms")
+        if lb:
+            lbs = sum(lb) / len(lb) * 1e-3
+            d["lower_bound_s"] = lbs
+            gap = d["base_s"] - lbs
+            d["headroom_captured"] = (d["base_s"] - d["other_s"]) / gap if gap > 0 else None
+        out.append(d)
+    return out
+
+
+def _lb(c: Dict[str, Any]) -> str:
+    return f"{1e3 * c['lower_bound_s']:.1f}" if "lower_bound_s" in c else ""
+
+
+def ci_table(result: Dict[str, Any]) -> str:
+    """The cells' changes with their intervals and the headroom captured, as markdown."""
+    cells = result.get("cells") or cell_changes(result["rows"])
+    if not cells:
+        return ""
+    out = ["| trace | M | ranks | scheduler | dynamic_cp (ms) | other (ms) | change | 95% interval | lower bound (ms) "
+           "| headroom captured | outliers / timings |", "|" + "---|" * 11]
+    for c in sorted(cells, key=lambda c: (c["scheduler"], c["ranks"], c["max_seqlen_per_rank"], c["trace"])):
+        h = c.get("headroom_captured")
+        out.append(f"| {c['trace']} | {c['max_seqlen_per_rank']} | {c['ranks']} | {c['scheduler']} | "
+                   f"{c['base_s'] * 1e3:.1f} | {c['other_s'] * 1e3:.1f} | {100 * c['change']:+.1f}% | "
+                   f"{100 * c['ci95'][0]:+.1f}% .. {100 * c['ci95'][1]:+.1f}% | "
+                   f"{_lb(c)} | "
+                   f"{'' if h is None else f'{100 * h:.0f}%'} | {c['outliers']} / {c['timings']} |")
+    return "\n".join(out)
 
 
 def summary(result: Dict[str, Any]) -> str:

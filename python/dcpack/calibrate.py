@@ -123,17 +123,52 @@ def write_profile(path: str, profile: Profile, comments: Sequence[str] = ()) -> 
 class Sample:
     """One measured microbatch group: ``cp`` ranks holding whole sequences of ``lengths`` tokens
     (each rank its 1/cp share), and the time its slowest rank took (forward + backward), in
-    picoseconds."""
+    picoseconds.  ``comm_ps``: the part of ``time_ps`` that was priced, not measured (a CP size
+    emulated on one GPU: its compute measured with ``dcpack.thd.LOCAL_REPLAY``, its collectives
+    priced by :class:`CommModel`); 0 where everything was measured."""
 
     cp: int
     lengths: Tuple[int, ...]
     time_ps: float
     label: str = ""
+    comm_ps: float = 0.0
+
+
+def _sat(v: int) -> int:
+    return INT64_MAX if v > INT64_MAX else v
+
+
+def sequence_cost(s: int, cp: int, m: CostModel) -> int:
+    """``dcp_cost()`` of include/dcpack.h in Python integers, saturated at INT64_MAX:
+    ``(q s^2 + l s)/cp + [cp > 1](max(0, kv s (cp-1) - q s^2)/cp + round_latency (cp-1) + cp_gather s)``.
+    Independent of the C library, so the fit's predictions do not depend on the build."""
+    quad = m.quadratic * s * s
+    work = quad + m.linear * s
+    fixed = 0
+    if cp > 1:
+        k = cp.bit_length() - 1
+        exposed = m.kv[k] * s * (cp - 1) - quad
+        if exposed > 0:
+            work += exposed
+        fixed = m.round_latency * (cp - 1) + m.cp_gather[k] * s
+    return _sat(work // cp + fixed)
+
+
+def group_cost(lengths: Sequence[int], cp: int, m: CostModel) -> int:
+    """A group's cost on each of its ranks in one microbatch, without ``microbatch_overhead``: its
+    sequences' costs plus the small-microbatch hinge ``small_slope * max(0, small_knee - t)``,
+    t = the group's tokens per rank (sum of lengths // cp), as the library's group cost counts it."""
+    total = sum(sequence_cost(int(s), cp, m) for s in lengths)
+    t = sum(int(s) for s in lengths) // cp
+    if m.small_slope > 0 and t < m.small_knee:
+        total += m.small_slope * (m.small_knee - t)
+    return _sat(total)
 
 
 def predict(model: CostModel, sample: Sample) -> int:
-    """The model's time of a measured microbatch: its sequences' ``dcp_cost()`` plus ``microbatch_overhead``."""
-    return model.microbatch_overhead + sum(cost(s, sample.cp, model) for s in sample.lengths)
+    """The model's time of a measured microbatch: its group's cost (:func:`group_cost`) plus
+    ``microbatch_overhead``."""
+    return _sat(model.microbatch_overhead + group_cost(sample.lengths, sample.cp, model))
 
 
 def relative_errors(model: CostModel, samples: Sequence[Sample]) -> List[float]:
@@ -141,29 +176,40 @@ def relative_errors(model: CostModel, samples: Sequence[Sample]) -> List[float]:
     return [(predict(model, s) - s.time_ps) / s.time_ps for s in samples]
 
 
-def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Non-negative least squares, exactly, for the few columns of the cost model.
+def nnls(a: np.ndarray, b: np.ndarray, iterations: int = 0) -> np.ndarray:
+    """Non-negative least squares, min |a x - b| with x >= 0 (Lawson and Hanson's active set).
 
-    Every subset of the columns is solved unconstrained; the best solution with no negative
-    coefficient wins (the NNLS optimum is the unconstrained optimum over its positive columns,
-    and a subset solution with no negative entry is feasible).  2^columns solves: fine for <= 12.
+    Ends at a point satisfying the optimality conditions (zero gradient on the positive
+    coefficients, a gradient pointing away on the zero ones), up to a tolerance relative to
+    the columns' scale.  Columns are scaled to unit norm first (they span 20 orders of magnitude).
     """
     rows, cols = a.shape
-    if cols > 12:
-        raise InvalidArgumentError(f"nnls: {cols} columns is too many for the exact subset search")
-    best, best_res = np.zeros(cols), float(np.dot(b, b))
-    for size in range(1, cols + 1):
-        for subset in itertools.combinations(range(cols), size):
-            sub = a[:, subset]
-            x, *_ = np.linalg.lstsq(sub, b, rcond=None)
-            if np.any(x < 0):
-                continue
-            r = b - sub @ x
-            res = float(np.dot(r, r))
-            if res < best_res * (1 - 1e-12):
-                best_res, best = res, np.zeros(cols)
-                best[list(subset)] = x
-    return best
+    norms = np.linalg.norm(a, axis=0)
+    live = norms > 0
+    scale = np.where(live, norms, 1.0)
+    a_s = a / scale
+    x = np.zeros(cols)
+    passive = np.zeros(cols, bool)
+    tol = 1e-10 * max(1.0, float(np.linalg.norm(b)))
+    for _ in range(iterations or 3 * cols + 10):
+        w = a_s.T @ (b - a_s @ x)
+        cand = ~passive & live & (w > tol)
+        if not cand.any():
+            break
+        passive[int(np.argmax(np.where(cand, w, -np.inf)))] = True
+        while True:
+            z = np.zeros(cols)
+            idx = np.flatnonzero(passive)
+            z[idx] = np.linalg.lstsq(a_s[:, idx], b, rcond=None)[0]
+            if np.all(z[idx] > 0):
+                x = z
+                break
+            neg = idx[z[idx] <= 0]
+            alpha = np.min(x[neg] / (x[neg] - z[neg]))
+            x = x + alpha * (z - x)
+            passive &= x > 1e-15
+            x[~passive] = 0.0
+    return x / scale
 
 
 @dataclasses.dataclass
@@ -171,9 +217,11 @@ class Fit:
     """The fitted model and how well it predicts the samples it was fitted to."""
 
     model: CostModel
-    cp_sizes: Tuple[int, ...]          # the CP sizes measured (kv.<cp> fitted for these)
+    cp_sizes: Tuple[int, ...]          # the CP sizes measured (kv.<cp> / cp_gather.<cp> fitted for these)
     errors: List[float]                # per sample, (predicted - measured) / measured
-    exposed: Dict[int, int]            # per CP size > 1: distinct lengths on the exposed-KV branch
+    exposed: Dict[int, int]            # per CP size > 1: distinct lengths on the exposed-KV branch (ring form)
+    knee_residuals: Dict[int, float] = dataclasses.field(default_factory=dict)  # per candidate knee: sum sq rel err
+    priced: Dict[int, str] = dataclasses.field(default_factory=dict)  # CP size -> how its CP terms were set
 
     @property
     def median_error(self) -> float:
@@ -183,80 +231,220 @@ class Fit:
     def worst_error(self) -> float:
         return max(abs(e) for e in self.errors)
 
+    @property
+    def p90_error(self) -> float:
+        return percentile([abs(e) for e in self.errors], 90)
 
-def _design(samples: Sequence[Sample], cps: Sequence[int], exposed: Callable[[int, int], bool]) -> np.ndarray:
-    """Rows: samples; columns: quadratic, linear, kv per CP size of cps, round_latency, overhead."""
-    a = np.zeros((len(samples), 4 + len(cps)))
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile, linear between order statistics (numpy's default)."""
+    return float(np.percentile(np.asarray(values, dtype=float), q))
+
+
+def _design(samples: Sequence[Sample], cps: Sequence[int], exposed: Callable[[int, int], bool], form: str,
+            knee: int) -> np.ndarray:
+    """Rows: samples; columns: quadratic, linear, round_latency, overhead, small_slope (hinge at
+    ``knee``), then per CP size of cps: cp_gather (form "gather") or kv (form "ring")."""
+    a = np.zeros((len(samples), 5 + len(cps)))
     for i, smp in enumerate(samples):
         c = smp.cp
         for s in smp.lengths:
             a[i, 1] += s / c
             if c > 1:
-                a[i, 2 + len(cps)] += c - 1
-                if exposed(s, c):
-                    a[i, 2 + cps.index(c)] += s * (c - 1) / c
+                a[i, 2] += c - 1
+                if form == "gather":
+                    a[i, 5 + cps.index(c)] += s
+                elif exposed(s, c):
+                    a[i, 5 + cps.index(c)] += s * (c - 1) / c
                     continue
             a[i, 0] += s * s / c
-        a[i, 3 + len(cps)] = 1.0
+        a[i, 3] = 1.0
+        a[i, 4] = max(0, knee - sum(smp.lengths) // c)
     return a
 
 
-def _model_of(x: np.ndarray, cps: Sequence[int], step_model: str) -> CostModel:
-    """Round a fitted vector to an integer model; kv of CP sizes not measured: the nearest measured
-    smaller size's (the largest measured for every size above it), 0 below the smallest measured."""
+def extrapolate_cp(values: Dict[int, float]) -> Callable[[int], float]:
+    """A per-CP coefficient at any CP size from the measured ones: a + b (cp-1)/cp fitted by
+    non-negative least squares (a ring's per-rank traffic grows as (cp-1)/cp of the group's);
+    one measured size c0: all of it taken as ring traffic, v (cp-1)/cp / ((c0-1)/c0)."""
+    cps = sorted(values)
+    if len(cps) == 1:
+        c0, v = cps[0], values[cps[0]]
+        return lambda cp: v * ((cp - 1) / cp) / ((c0 - 1) / c0)
+    a = np.array([[1.0, (c - 1) / c] for c in cps])
+    x = nnls(a, np.array([values[c] for c in cps]))
+    return lambda cp: float(x[0] + x[1] * (cp - 1) / cp)
+
+
+def _model_of(x: np.ndarray, cps: Sequence[int], step_model: str, form: str, knee: int,
+              margin_ppm: int) -> Tuple[CostModel, Dict[int, str]]:
+    """Round a fitted vector to an integer model.  CP sizes not measured get their per-CP term
+    from :func:`extrapolate_cp` over the measured ones (form gather) or the nearest measured
+    size's (form ring, whose kv already scales with (cp-1)/cp): never 0 unless every measured one is."""
     ints = [int(round(v)) for v in x]
-    kv = [0] * (MAX_LOG2_CP + 1)
+    per = {c: float(x[5 + cps.index(c)]) for c in cps}
+    ext = extrapolate_cp(per) if per else (lambda cp: 0.0)
+    table = [0] * (MAX_LOG2_CP + 1)
+    priced: Dict[int, str] = {}
     for k in range(1, MAX_LOG2_CP + 1):
-        known = [c for c in cps if c <= (1 << k)]
-        if known:
-            kv[k] = ints[2 + cps.index(max(known))]
-    return CostModel(quadratic=ints[0], linear=ints[1], kv=tuple(kv), round_latency=ints[2 + len(cps)],
-                     microbatch_overhead=ints[3 + len(cps)], step_model=step_model)
+        cp = 1 << k
+        if cp in per:
+            table[k] = ints[5 + cps.index(cp)]
+            priced[cp] = "fitted"
+        elif per and form == "gather":
+            table[k] = int(round(max(0.0, ext(cp))))
+            priced[cp] = "extrapolated"
+        elif per:  # ring: kv already scales with (cp-1)/cp; the nearest measured size's coefficient
+            known = [c for c in cps if c <= cp] or [min(cps)]
+            table[k] = ints[5 + cps.index(max(known))]
+            priced[cp] = f"as CP {max(known)}"
+    slope = ints[4] if knee > 0 else 0
+    kw = dict(quadratic=ints[0], linear=ints[1], round_latency=ints[2], microbatch_overhead=ints[3],
+              small_knee=knee if slope > 0 else 0, small_slope=slope, margin_ppm=margin_ppm, step_model=step_model)
+    if form == "gather":
+        kw["cp_gather"] = tuple(table)
+        kw["kv"] = (0,) * (MAX_LOG2_CP + 1)
+    else:
+        kw["kv"] = tuple(table)
+    return CostModel(**kw), priced
 
 
-def fit_cost_model(samples: Sequence[Sample], step_model: str = "barrier", iterations: int = 20) -> Fit:
-    """Fit the cost model's coefficients to measured microbatches (integer, in the samples' unit).
+DEFAULT_KNEES = (0, 512, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
+"""Candidate knees of the small-microbatch hinge (tokens per rank); 0: no hinge."""
 
-    Minimises the sum of squared relative errors (each row divided by its measured time) with
-    every coefficient >= 0.  The model's exposed-KV term max(0, kv*s*(cp-1) - quadratic*s^2)/cp
-    is piecewise: for each sequence on cp > 1 either communication is exposed (the term is
-    kv*s*(cp-1)/cp and the attention's s^2 drops out) or hidden (0).  The fit alternates: solve
-    with a branch per sequence, reassign each sequence the branch the solution puts it on, until
-    no sequence moves; from two starts (all hidden, all exposed), keeping the better.
-    Coefficients no sample measures (round_latency and kv without CP > 1 samples) are 0.
-    """
-    if not samples:
-        raise InvalidArgumentError("fit_cost_model: no samples")
-    for s in samples:
-        if s.cp < 1 or s.cp & (s.cp - 1) or not s.lengths or s.time_ps <= 0 or min(s.lengths) < 1:
-            raise InvalidArgumentError(f"fit_cost_model: bad sample {s}")
-    cps = sorted({s.cp for s in samples if s.cp > 1})
+
+def _fit_at_knee(samples: Sequence[Sample], cps: Sequence[int], form: str, knee: int,
+                 iterations: int) -> Tuple[float, np.ndarray, Dict[Tuple[int, int], bool]]:
     w = np.array([1.0 / s.time_ps for s in samples])
     b = np.ones(len(samples))  # measured / measured
-
     best: Optional[Tuple[float, np.ndarray, Dict[Tuple[int, int], bool]]] = None
-    for start in (False, True):
+    for start in ((False, True) if form == "ring" and cps else (False,)):
         branch: Dict[Tuple[int, int], bool] = {}
         rule: Callable[[int, int], bool] = lambda s, c, start=start: start
-        x = np.zeros(4 + len(cps))
+        x = np.zeros(5 + len(cps))
         for _ in range(iterations):
-            a = _design(samples, cps, rule) * w[:, None]
+            a = _design(samples, cps, rule, form, knee) * w[:, None]
             x = nnls(a, b)
-            q, kvs = x[0], {c: x[2 + cps.index(c)] for c in cps}
+            if form != "ring":
+                break
+            q, kvs = x[0], {c: x[5 + cps.index(c)] for c in cps}
             new = {(s, c): kvs[c] * s * (c - 1) > q * s * s for smp in samples if smp.cp > 1
                    for s, c in ((s, smp.cp) for s in smp.lengths)}
             if new == branch:
                 break
             branch = new
             rule = lambda s, c, br=new: br[(s, c)]
-        r = _design(samples, cps, rule) * w[:, None] @ x - b
+        r = _design(samples, cps, rule, form, knee) * w[:, None] @ x - b
         res = float(r @ r)
         if best is None or res < best[0]:
             best = (res, x, branch)
     assert best is not None
-    model = _model_of(best[1], cps, step_model)
-    exposed = {c: sum(1 for (s, cc), e in best[2].items() if cc == c and e) for c in cps}
-    return Fit(model=model, cp_sizes=tuple([1] + cps), errors=relative_errors(model, samples), exposed=exposed)
+    return best
+
+
+def fit_cost_model(samples: Sequence[Sample], step_model: str = "barrier", iterations: int = 20,
+                   form: str = "gather", knees: Sequence[int] = DEFAULT_KNEES) -> Fit:
+    """Fit the cost model's coefficients to measured microbatches (integer, in the samples' unit).
+
+    Minimises the sum of squared relative errors (each row divided by its measured time) with
+    every coefficient >= 0 (:func:`nnls`), over quadratic, linear, round_latency,
+    microbatch_overhead, the small-microbatch hinge's slope and one CP term per measured CP size:
+
+    - form "gather" (the default; ``dcpack.thd`` and all-gather CP): ``cp_gather.<cp>`` per token
+      of the group's sequences, on every rank (undivided); ``kv`` 0.
+    - form "ring" (trainers that overlap a ring with attention): ``kv.<cp>`` of the piecewise
+      ``max(0, kv*s*(cp-1) - quadratic*s^2)/cp``: the fit alternates, solving with a branch per
+      sequence (exposed or hidden) and reassigning each the branch the solution puts it on,
+      from two starts; ``cp_gather`` 0.
+
+    The hinge ``small_slope * max(0, small_knee - tokens_per_rank)`` is linear once the knee is
+    fixed: every knee of ``knees`` is tried with the rest fitted by least squares, and the one of
+    the smallest residual wins (0, no hinge, is a candidate).  CP sizes not measured get their CP
+    term from :func:`extrapolate_cp`.  ``margin_ppm`` is the fit's p90 |relative error|.
+    """
+    if not samples:
+        raise InvalidArgumentError("fit_cost_model: no samples")
+    if form not in ("gather", "ring"):
+        raise InvalidArgumentError(f"fit_cost_model: form '{form}' is not gather or ring")
+    for s in samples:
+        if s.cp < 1 or s.cp & (s.cp - 1) or not s.lengths or s.time_ps <= 0 or min(s.lengths) < 1:
+            raise InvalidArgumentError(f"fit_cost_model: bad sample {s}")
+    if not knees or min(knees) < 0:
+        raise InvalidArgumentError(f"fit_cost_model: knees {list(knees)}: non-negative, at least one")
+    cps = sorted({s.cp for s in samples if s.cp > 1})
+    results = {k: _fit_at_knee(samples, cps, form, k, iterations) for k in sorted(set(knees))}
+    knee = min(results, key=lambda k: (results[k][0], k))
+    _, x, branch = results[knee]
+    model, priced = _model_of(x, cps, step_model, form, knee, 0)
+    errors = relative_errors(model, samples)
+    margin = int(round(1e6 * percentile([abs(e) for e in errors], 90)))
+    model = dataclasses.replace(model, margin_ppm=min(margin, 999_999))
+    exposed = {c: sum(1 for (s, cc), e in branch.items() if cc == c and e) for c in cps}
+    return Fit(model=model, cp_sizes=tuple([1] + cps), errors=errors, exposed=exposed,
+               knee_residuals={k: v[0] for k, v in results.items()}, priced=priced)
+
+
+SIZE_CLASSES = ((0, 1024, "< 1K"), (1024, 4096, "1K-4K"), (4096, 16384, "4K-16K"), (16384, 1 << 62, ">= 16K"))
+"""Microbatch size classes by tokens per rank, for the error report."""
+
+
+def size_class(sample: Sample) -> str:
+    t = sum(sample.lengths) // sample.cp
+    return next(name for lo, hi, name in SIZE_CLASSES if lo <= t < hi)
+
+
+def error_table(fit: Fit, samples: Sequence[Sample]) -> Dict[str, Dict[str, Dict[str, float]]]:
+    """|relative error| per CP size and per size class: count, median, p90, worst."""
+    def summary(errs: List[float]) -> Dict[str, float]:
+        a = [abs(e) for e in errs]
+        return {"count": len(a), "median": statistics.median(a), "p90": percentile(a, 90), "worst": max(a)}
+    by_cp: Dict[str, List[float]] = {}
+    by_class: Dict[str, List[float]] = {}
+    for s, e in zip(samples, fit.errors):
+        by_cp.setdefault(str(s.cp), []).append(e)
+        by_class.setdefault(size_class(s), []).append(e)
+    order = [name for _, _, name in SIZE_CLASSES]
+    return {"cp": {k: summary(by_cp[k]) for k in sorted(by_cp, key=int)},
+            "size_class": {k: summary(by_class[k]) for k in order if k in by_class},
+            "all": summary(list(fit.errors))}
+
+
+# --------------------------------------------------------------------------
+# CP communication: a ring model fitted to an all-gather / reduce-scatter table
+# --------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class CommModel:
+    """Seconds of one collective on a ring of ``cp`` ranks, each holding ``n`` tokens of K/V:
+    ``(cp-1) * (alpha + beta * n * bytes_per_token)`` (cp-1 ring steps, each moving one rank's
+    share: alpha + beta x bytes x (cp-1)/cp of the group's bytes).  A CP microbatch on one rank
+    pays, per layer, an all-gather (forward) and a reduce-scatter (backward)."""
+
+    alpha_s: float            # per ring step, all-gather + reduce-scatter together
+    beta_s_per_byte: float    # likewise
+    bytes_per_token: int
+    source: str = ""
+
+    def microbatch_s(self, cp: int, n: int, layers: int) -> float:
+        if cp <= 1:
+            return 0.0
+        return layers * (cp - 1) * (self.alpha_s + self.beta_s_per_byte * n * self.bytes_per_token)
+
+
+def fit_comm_model(table: Dict[str, Any], source: str = "") -> CommModel:
+    """The ring model from a table of all-gather and reduce-scatter times (``bench/bench_train_step.py``'s
+    ``measure_comm``: rows of tokens_per_rank, bytes_per_rank, all_gather, reduce_scatter seconds on
+    ``world`` ranks): alpha and beta by non-negative least squares on relative error."""
+    rows = table.get("rows") or []
+    world = int(table.get("world", 2))
+    if not rows or world < 2:
+        raise InvalidArgumentError("fit_comm_model: the table needs rows measured on 2 or more ranks")
+    bpt = int(round(rows[0]["bytes_per_rank"] / rows[0]["tokens_per_rank"]))
+    a = np.array([[world - 1, (world - 1) * r["bytes_per_rank"]] for r in rows], dtype=float)
+    t = np.array([r["all_gather"] + r["reduce_scatter"] for r in rows], dtype=float)
+    x = nnls(a / t[:, None], np.ones(len(rows)))
+    return CommModel(alpha_s=float(x[0]), beta_s_per_byte=float(x[1]), bytes_per_token=bpt, source=source)
 
 
 # --------------------------------------------------------------------------
@@ -331,7 +519,8 @@ def length_mixes(tokens: int, granule: int = 64) -> List[Tuple[str, Tuple[int, .
         return tuple(out)
 
     mixes = [("1x", parts([1.0])), ("2x", parts([0.5, 0.5])), ("4x", parts([0.25] * 4)),
-             ("skew", parts([0.5, 0.25, 0.125, 0.125])), ("16x", parts([1 / 16] * 16))]
+             ("skew", parts([0.5, 0.25, 0.125, 0.125])), ("16x", parts([1 / 16] * 16)),
+             ("64x", parts([1 / 64] * 64))]
     return [(name, ls) for name, ls in mixes if min(ls) >= granule]  # mixes too fine for `tokens` left out
 
 
@@ -341,20 +530,26 @@ def length_mixes(tokens: int, granule: int = 64) -> List[Tuple[str, Tuple[int, .
 
 
 def _time_ms(fn: Callable[[], None], warmup: int, repeats: int, device: Any) -> float:
-    """Median milliseconds of fn() over repeats after warm-up: CUDA events on a GPU, else perf_counter."""
+    """Median milliseconds of fn() over repeats after warm-up: CUDA events between back-to-back runs on a
+    GPU (the way bench/bench_train_step.py --replay times a rank's microbatches), else perf_counter."""
     import torch
 
     for _ in range(warmup):
         fn()
     out = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
+    if device.type == "cuda":
+        # back to back, as a step runs them: an event between runs and no host synchronisation until the
+        # end, so the host queues ahead and no run is charged the launch latency of an idle GPU
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(repeats + 1)]
+        ev[0].record()
+        for i in range(repeats):
             fn()
-            end.record()
-            end.synchronize()
-            out.append(start.elapsed_time(end))
+            ev[i + 1].record()
+        ev[-1].synchronize()
+        return statistics.median(ev[i].elapsed_time(ev[i + 1]) for i in range(repeats))
+    for _ in range(repeats):
+        if False:
+            pass
         else:
             t0 = time.perf_counter()
             fn()
@@ -443,34 +638,65 @@ def _say(world: _World, *args: Any) -> None:
 
 
 def measure_grid(thd: Any, model: Any, world: _World, groups: Any, cps: Sequence[int], tokens: Sequence[int],
-                 vocab: int, warmup: int, repeats: int) -> List[Sample]:
+                 vocab: int, warmup: int, repeats: int, emulated: Sequence[int] = (), emulated_tokens: Sequence[int] = (),
+                 comm: Optional[CommModel] = None, max_group_tokens: int = 1 << 18,
+                 layers: int = 1) -> List[Sample]:
     """Time every grid point: for each CP size, the world's ranks form size/cp groups that all run the
-    same packing at once (as in a step); a point's time is the slowest rank's median."""
+    same packing at once (as in a step); a point's time is the slowest rank's median of ``repeats``
+    after ``warmup`` untimed runs of that very shape (every shape is warmed up).
+
+    ``emulated``: CP sizes larger than the world, timed on rank 0 alone with ``dcpack.thd.LOCAL_REPLAY``
+    (the rank's share of the group's work on the group's shapes, its peers' K/V its own) plus the
+    collectives priced by ``comm`` (:class:`CommModel`); their samples carry that price in ``comm_ps``.
+    Groups of more than ``max_group_tokens`` tokens are left out (their time is seconds)."""
     out = []
-    for cp in cps:
-        first = world.rank // cp * cp
-        group = groups.get(first, cp) if cp > 1 else None
-        for t in tokens:
+    plan = [(cp, False, tokens) for cp in cps] + [(cp, True, emulated_tokens or tokens) for cp in emulated]
+    for cp, emulate, toks in plan:
+        if emulate and comm is None:
+            raise InvalidArgumentError(f"measure_grid: CP {cp} is emulated and needs a communication model")
+        first = 0 if emulate else world.rank // cp * cp
+        group = thd.LOCAL_REPLAY if emulate else (groups.get(first, cp) if cp > 1 else None)
+        for t in toks:
+            if cp * t > max_group_tokens and cp > 1:
+                continue
             for name, lengths in length_mixes(t * cp, granule=max(64, 2 * cp)):
-                batch = synthetic_batch(thd, lengths, cp, world.rank - first, group, world.device, vocab)
+                if emulate and name not in ("1x", "2x", "skew"):
+                    continue  # long sequences are what runs on wide groups
+                if cp > 1 and not emulate and name == "64x":
+                    continue
+                batch = synthetic_batch(thd, lengths, cp, 0 if emulate else world.rank - first, group,
+                                        world.device, vocab)
                 world.barrier()
                 ms = _time_ms(lambda: thd.forward_backward(model, batch), warmup, repeats, world.device)
                 worst = max(world.gather(ms))
-                s = Sample(cp=cp, lengths=tuple(int(x) for x in lengths), time_ps=worst * 1e9,
-                           label=f"cp {cp}, {t} tokens/rank, {name}")
+                comm_ps = comm.microbatch_s(cp, t, layers) * 1e12 if emulate else 0.0
+                s = Sample(cp=cp, lengths=tuple(int(x) for x in lengths), time_ps=worst * 1e9 + comm_ps,
+                           label=f"cp {cp}{' (emulated)' if emulate else ''}, {t} tokens/rank, {name}",
+                           comm_ps=comm_ps)
                 out.append(s)
-                _say(world, f"  {s.label:36s} {worst:9.3f} ms")
+                _say(world, f"  {s.label:46s} {worst:9.3f} ms" + (f" + {comm_ps * 1e-9:.3f} ms priced" if emulate else ""))
                 del batch
     return out
 
 
 def report_lines(fit: Fit, samples: Sequence[Sample]) -> List[str]:
-    lines = [f"{'microbatch':36s} {'measured ms':>12s} {'predicted ms':>13s} {'error':>8s}"]
+    lines = [f"{'microbatch':46s} {'measured ms':>12s} {'predicted ms':>13s} {'error':>8s}"]
     for s, e in zip(samples, fit.errors):
-        lines.append(f"{s.label:36s} {s.time_ps * 1e-9:12.3f} {predict(fit.model, s) * 1e-9:13.3f} {100 * e:+7.2f}%")
-    lines.append(f"relative error: median {100 * fit.median_error:.2f}%, worst {100 * fit.worst_error:.2f}% "
-                 f"over {len(samples)} microbatches")
+        lines.append(f"{s.label:46s} {s.time_ps * 1e-9:12.3f} {predict(fit.model, s) * 1e-9:13.3f} {100 * e:+7.2f}%")
+    lines.append(f"relative error: median {100 * fit.median_error:.2f}%, p90 {100 * fit.p90_error:.2f}%, "
+                 f"worst {100 * fit.worst_error:.2f}% over {len(samples)} microbatches")
+    lines += error_lines(error_table(fit, samples))
     return lines
+
+
+def error_lines(table: Dict[str, Dict[str, Dict[str, float]]]) -> List[str]:
+    """The error table in words: one line per CP size and per size class."""
+    out = []
+    for what, title in (("cp", "CP"), ("size_class", "tokens/rank")):
+        for k, v in table[what].items():
+            out.append(f"error at {title} {k}: median {100 * v['median']:.2f}%, p90 {100 * v['p90']:.2f}%, "
+                       f"worst {100 * v['worst']:.2f}% ({v['count']} microbatches)")
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -625,10 +851,22 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--vocab", type=int, default=32000, help="vocabulary (embedding and output head; default 32000)")
     p.add_argument("--max-cp", type=int, default=1, help="largest CP size timed, a power of two <= the world "
                                                          "size (default 1)")
-    p.add_argument("--tokens", type=_ints, default=[4096, 8192, 16384, 32768],
-                   help="tokens per rank of the grid's microbatches (default 4096,8192,16384,32768)")
-    p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=5, help="timed runs per microbatch; the median counts (default 5)")
+    p.add_argument("--tokens", type=_ints, default=[256, 512, 1024, 2048, 4096, 8192, 16384, 32768],
+                   help="tokens per rank of the grid's microbatches (default 256,...,32768: small ones for the hinge)")
+    p.add_argument("--emulate-cp", type=int, default=0,
+                   help="also price every power-of-two CP size above the world's up to this one: compute timed "
+                        "with dcpack.thd.LOCAL_REPLAY on rank 0, collectives priced by the ring model fitted to "
+                        "--comm-table (default 0: none)")
+    p.add_argument("--emulated-tokens", type=_ints, default=[1024, 2048, 4096, 8192, 16384],
+                   help="tokens per rank of the emulated CP sizes' microbatches")
+    p.add_argument("--comm-table", default="", help="JSON with a 'comm' table of all-gather / reduce-scatter times "
+                                                    "(bench/data/comm_2xh200.json), for --emulate-cp")
+    p.add_argument("--form", choices=("gather", "ring"), default="gather",
+                   help="the CP term fitted: gather (cp_gather.<cp>, undivided; all-gather CP as dcpack.thd) or "
+                        "ring (kv.<cp>, overlapped with attention)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed runs of every shape before its timing (default 2)")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per microbatch, at least 5; the median "
+                                                          "counts (default 5)")
     p.add_argument("--device", choices=("auto", "cuda", "cpu"), default="auto")
     p.add_argument("--dtype", choices=("auto", "bf16", "fp32"), default="auto",
                    help="auto: bf16 on CUDA, fp32 on the CPU")
@@ -650,7 +888,28 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     for name in ("layers", "hidden", "heads", "kv_heads", "ffn", "vocab", "warmup", "repeats", "steps"):
         if getattr(a, name) < (0 if name == "warmup" else 1):
             p.error(f"--{name.replace('_', '-')} {getattr(a, name)} is out of range")
+    if a.repeats < 5 and a.device != "cpu":
+        p.error(f"--repeats {a.repeats}: a GPU calibration takes the median of at least 5 timings")
+    if a.emulate_cp and (a.emulate_cp & (a.emulate_cp - 1) or not a.comm_table):
+        p.error(f"--emulate-cp {a.emulate_cp}: a power of two, with --comm-table")
     return a
+
+
+NEW_KEYS = ("small_knee", "small_slope", "margin_ppm")
+
+
+def _complete_profile_keys(path: str, model: CostModel) -> None:
+    """Append the step terms (cp_gather.<cp>, small_knee, small_slope, margin_ppm) where the profile
+    writer of this build does not write them yet, so a profile always holds the whole fitted model."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
+    keys = {line.split("=", 1)[0].strip() for line in text.splitlines() if "=" in line and not line.startswith("#")}
+    extra = [f"cp_gather.{1 << k} = {model.cp_gather[k]}" for k in range(1, MAX_LOG2_CP + 1)
+             if f"cp_gather.{1 << k}" not in keys]
+    extra += [f"{k} = {getattr(model, k)}" for k in NEW_KEYS if k not in keys]
+    if extra:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write("\n".join(extra) + "\n")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -676,8 +935,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     name = torch.cuda.get_device_name(world.device) if world.device.type == "cuda" else "CPU"
     _say(world, f"dcpack.calibrate: {what}; {world.size} rank(s) on {name}; CP sizes {cps}; tokens/rank {a.tokens}")
 
-    samples = measure_grid(thd, model, world, groups, cps, a.tokens, a.vocab, a.warmup, a.repeats)
-    fit = fit_cost_model(samples, "barrier")
+    comm = None
+    if a.emulate_cp:
+        import json
+
+        with open(a.comm_table, encoding="utf-8") as f:
+            doc = json.load(f)
+        comm = fit_comm_model(doc["comm"] if "comm" in doc else doc, source=a.comm_table)
+        _say(world, f"communication: ring model from {a.comm_table} ({(doc.get('machine') or {}).get('gpu', '?')}): "
+                    f"alpha {comm.alpha_s * 1e6:.2f} us per ring step, beta {comm.beta_s_per_byte * 1e12:.3f} ps "
+                    f"per byte (all-gather + reduce-scatter)")
+    emulated = [c for c in (1 << k for k in range(17)) if cps[-1] < c <= a.emulate_cp]
+    samples = measure_grid(thd, model, world, groups, cps, a.tokens, a.vocab, a.warmup, a.repeats,
+                           emulated=emulated, emulated_tokens=a.emulated_tokens, comm=comm, layers=a.layers)
+    fit = fit_cost_model(samples, "barrier", form=a.form)
     lines = report_lines(fit, samples)
     for line in lines:
         _say(world, line)
@@ -697,29 +968,52 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     profile = Profile(dataclasses.replace(fit.model, step_model=chosen), TIME_UNIT_PS)
 
     if world.rank == 0:
+        table = error_table(fit, samples)
+        measured = [c for c in cps]
         comments = [f"dcpack cost profile, calibrated by python -m dcpack.calibrate on {time.strftime('%Y-%m-%d')}",
                     f"machine: {a.machine or name}, {world.size} rank(s); torch {torch.__version__}",
                     f"model: {what}",
-                    f"grid: CP sizes {cps}, tokens per rank {a.tokens}, {len(samples)} microbatches; "
-                    f"median of {a.repeats} after {a.warmup} warm-up",
-                    f"fit: relative error median {100 * fit.median_error:.2f}%, worst {100 * fit.worst_error:.2f}%",
+                    f"grid: CP sizes {cps} measured, {emulated or 'none'} emulated; tokens per rank {a.tokens}"
+                    f"{f' (emulated: {a.emulated_tokens})' if emulated else ''}; {len(samples)} microbatches; "
+                    f"median of {a.repeats} after {a.warmup} warm-up runs of every shape",
+                    f"form: {a.form} ({'cp_gather.<cp> undivided per token, kv 0' if a.form == 'gather' else 'kv.<cp> overlapped, cp_gather 0'}); "
+                    f"small-microbatch knee {fit.model.small_knee} chosen from {list(DEFAULT_KNEES)} by residual",
+                    f"fit: relative error median {100 * fit.median_error:.2f}%, p90 {100 * fit.p90_error:.2f}%, "
+                    f"worst {100 * fit.worst_error:.2f}%; margin_ppm = the p90",
+                    *error_lines(table),
                     "units: picoseconds (time_unit_ps = 1): quadratic per token pair, linear per token"]
-        if 1 < cps[-1] < (1 << MAX_LOG2_CP):
-            comments.append(f"kv above CP {cps[-1]} repeats the largest measured size's (not measured)")
-        if cps == [1]:
-            comments.append("kv and round_latency: not measured (CP 1 only), 0")
+        if emulated:
+            comments.append(f"CP {emulated}: compute measured on this GPU with dcpack.thd.LOCAL_REPLAY (the rank's "
+                            f"share on the group's shapes), collectives NOT measured here: priced by the ring model "
+                            f"(cp-1) x (alpha + beta x bytes per rank) fitted to {a.comm_table}, alpha "
+                            f"{comm.alpha_s * 1e6:.2f} us, beta {comm.beta_s_per_byte * 1e12:.3f} ps/byte")
+        ext = sorted(c for c, how in fit.priced.items() if how == "extrapolated")
+        if ext:
+            comments.append(f"CP {ext[0]}..{ext[-1]}: not timed; the CP term extrapolated as a + b (cp-1)/cp "
+                            f"from the fitted sizes {sorted(c for c, h in fit.priced.items() if h == 'fitted')}")
+        if cps == [1] and not emulated:
+            comments.append("CP terms: no CP size measured or emulated (CP 1 only): 0 (pass --emulate-cp)")
+        del measured
         write_profile(a.out, profile, comments)
+        _complete_profile_keys(a.out, profile.cost)
         print(f"wrote {a.out} (step_model = {chosen})", flush=True)
         if a.json:
             import json
 
             with open(a.json, "w", encoding="utf-8") as f:
                 json.dump({"model": what, "machine": a.machine or name, "ranks": world.size,
-                           "torch": torch.__version__, "cp_sizes": cps, "tokens": a.tokens,
+                           "torch": torch.__version__, "cp_sizes": cps, "emulated_cp_sizes": emulated,
+                           "tokens": a.tokens, "emulated_tokens": a.emulated_tokens if emulated else [],
+                           "form": a.form, "warmup": a.warmup, "repeats": a.repeats,
+                           "comm_model": dataclasses.asdict(comm) if comm else None,
                            "samples": [dataclasses.asdict(s) for s in samples],
                            "predicted_ps": [predict(fit.model, s) for s in samples], "errors": fit.errors,
-                           "median_error": fit.median_error, "worst_error": fit.worst_error,
-                           "profile": format_profile(profile), "steps": rows, "step_model": chosen}, f, indent=1)
+                           "median_error": fit.median_error, "p90_error": fit.p90_error,
+                           "worst_error": fit.worst_error, "error_table": table,
+                           "knee_residuals": {str(k): v for k, v in fit.knee_residuals.items()},
+                           "priced": {str(k): v for k, v in fit.priced.items()},
+                           "profile": open(a.out, encoding="utf-8").read(), "steps": rows, "step_model": chosen},
+                          f, indent=1)
     world.close()
     return 0
 

@@ -57,7 +57,7 @@ def test_length_mixes_pack_exactly_and_vary_s2():
 
 def test_exact_data_recovers_the_model():
     """Noise-free times of a known model: every coefficient back within rounding."""
-    fit = cal.fit_cost_model(measured(TRUE, grid()))
+    fit = cal.fit_cost_model(measured(TRUE, grid()), form="ring", knees=(0,))
     m = fit.model
     assert abs(m.quadratic - TRUE.quadratic) <= 1, m
     assert abs(m.linear - TRUE.linear) <= TRUE.linear * 1e-4, m
@@ -73,7 +73,7 @@ def test_exact_data_recovers_the_model():
 
 def test_noisy_data_recovers_the_model():
     """2% noise per microbatch: coefficients within a few percent, errors at the noise level."""
-    fit = cal.fit_cost_model(measured(TRUE, grid(), noise=0.02, seed=3))
+    fit = cal.fit_cost_model(measured(TRUE, grid(), noise=0.02, seed=3), form="ring", knees=(0,))
     m = fit.model
     assert abs(m.quadratic - TRUE.quadratic) <= 0.05 * TRUE.quadratic, m
     assert abs(m.linear - TRUE.linear) <= 0.05 * TRUE.linear, m
@@ -82,7 +82,7 @@ def test_noisy_data_recovers_the_model():
 
 
 def test_cp1_only_fits_the_cp1_terms_and_leaves_cp_terms_zero():
-    fit = cal.fit_cost_model(measured(TRUE, grid(cps=(1,))))
+    fit = cal.fit_cost_model(measured(TRUE, grid(cps=(1,))), form="ring")
     assert abs(fit.model.quadratic - 88) <= 1 and fit.model.round_latency == 0 and not any(fit.model.kv)
     assert fit.cp_sizes == (1,)
 
@@ -91,22 +91,150 @@ def test_a_planted_wrong_term_is_detected():
     """Times with a term the model lacks (attention not split over CP; a cubic term) fit badly:
     the worst error is far above what noise alone gives."""
     not_split = measured(TRUE, grid(), extra=lambda s: 88 * sum(x * x for x in s.lengths) * (s.cp - 1) / s.cp)
-    assert cal.fit_cost_model(not_split).worst_error > 0.10
+    assert cal.fit_cost_model(not_split, form="ring").worst_error > 0.10
     cubic = measured(TRUE, grid(), extra=lambda s: sum(x ** 3 for x in s.lengths) * 2e-3 / s.cp)
-    assert cal.fit_cost_model(cubic).worst_error > 0.10
+    assert cal.fit_cost_model(cubic, form="ring").worst_error > 0.10
     # the same grid without a planted term stays under 1%
-    assert cal.fit_cost_model(measured(TRUE, grid(), noise=0.002)).worst_error < 0.01
+    assert cal.fit_cost_model(measured(TRUE, grid(), noise=0.002), form="ring").worst_error < 0.01
 
 
 def test_predict_is_dcp_cost_plus_overhead():
     s = cal.Sample(cp=2, lengths=(1000, 30000, 64), time_ps=1.0)
     assert cal.predict(TRUE, s) == TRUE.microbatch_overhead + sum(dcpack.cost(x, 2, TRUE) for x in s.lengths)
+    for x in (1, 63, 1000, 30000, 1 << 20):
+        for cp in (1, 2, 4, 64):
+            assert cal.sequence_cost(x, cp, TRUE) == dcpack.cost(x, cp, TRUE), (x, cp)
+
+
+# --------------------------------------------------------------------------
+# The step's terms: an undivided CP gather term, a small-microbatch hinge
+# --------------------------------------------------------------------------
+
+def _gather_table(a, b):
+    """cp_gather of a ring: a + b (cp-1)/cp per token at every CP size."""
+    return (0,) + tuple(int(round(a + b * ((1 << k) - 1) / (1 << k))) for k in range(1, 17))
+
+
+# One H200's Llama-8B layer with all-gather CP: ~75 ns per token of the group's sequence on every
+# rank, 4 ms fixed per microbatch, 1.1 us per token below a 4096-token knee.
+GATHER = dcpack.CostModel(quadratic=88, linear=2_950_000, kv=(0,) * 17, cp_gather=_gather_table(40_000, 60_000),
+                          round_latency=0, microbatch_overhead=4_000_000_000, small_knee=4096,
+                          small_slope=1_100_000)
+SMALL = (256, 512, 1024, 2048, 4096, 8192, 16384)
+
+
+def test_sequence_and_group_cost_by_hand():
+    m = dcpack.CostModel(quadratic=2, linear=10, kv=(0,) + (7,) * 16, cp_gather=(0, 3) + (5,) * 15, round_latency=100,
+                         microbatch_overhead=0, small_knee=1000, small_slope=4)
+    # cp 1: (2*100^2 + 10*100) = 21000; cp 2: (20000 + 1000 + max(0, 7*100*1 - 20000))/2 + 100 + 3*100
+    assert cal.sequence_cost(100, 1, m) == 21000
+    assert cal.sequence_cost(100, 2, m) == 10500 + 100 + 300
+    # exposed branch at cp 4, s = 10: quad 200, kv 7*10*3 = 210 -> +10; (200 + 100 + 10)/4 + 300 + 50
+    assert cal.sequence_cost(10, 4, m) == 310 // 4 + 300 + 50
+    # the hinge: 2 sequences of 300 on cp 2 -> 300 tokens per rank, 700 short of the knee
+    assert cal.group_cost((300, 300), 2, m) == 2 * cal.sequence_cost(300, 2, m) + 4 * 700
+    assert cal.group_cost((1000,), 1, m) == cal.sequence_cost(1000, 1, m)       # at the knee: nothing
+    big = dataclasses.replace(m, quadratic=1 << 40)
+    assert cal.sequence_cost(1 << 20, 1, big) == cal.INT64_MAX                    # saturates
+    assert cal.predict(dataclasses.replace(m, microbatch_overhead=cal.INT64_MAX), cal.Sample(1, (5,), 1.0)) == \
+        cal.INT64_MAX
+
+
+def test_library_cost_has_the_gather_term_when_built_with_it():
+    """cal.sequence_cost is the form include/dcpack.h documents; where this build's dcp_cost has the
+    cp_gather term, both agree exactly."""
+    if dcpack.cost(10000, 4, GATHER) == dcpack.cost(10000, 4, dataclasses.replace(GATHER, cp_gather=(0,) * 17)):
+        pytest.skip("this build's dcp_cost predates cp_gather")
+    for x in (64, 1000, 30000, 1 << 20):
+        for cp in (1, 2, 8, 64):
+            assert cal.sequence_cost(x, cp, GATHER) == dcpack.cost(x, cp, GATHER), (x, cp)
+
+
+def gather_grid(cps=(1, 2, 4, 8), tokens=SMALL):
+    out = []
+    for cp in cps:
+        for t in tokens:
+            for name, lengths in cal.length_mixes(t * cp, granule=max(64, 2 * cp)):
+                out.append(cal.Sample(cp=cp, lengths=lengths, time_ps=0.0, label=f"cp{cp} {t} {name}"))
+    return out
+
+
+def test_gather_fit_recovers_the_hinge_cp_gather_and_overhead():
+    fit = cal.fit_cost_model(measured(GATHER, gather_grid()))
+    m = fit.model
+    assert m.small_knee == GATHER.small_knee, fit.knee_residuals
+    assert abs(m.small_slope - GATHER.small_slope) <= GATHER.small_slope * 1e-3, m
+    assert abs(m.microbatch_overhead - GATHER.microbatch_overhead) <= GATHER.microbatch_overhead * 1e-3, m
+    assert abs(m.quadratic - GATHER.quadratic) <= 1 and abs(m.linear - GATHER.linear) <= GATHER.linear * 1e-3, m
+    for k in (1, 2, 3):
+        assert abs(m.cp_gather[k] - GATHER.cp_gather[k]) <= GATHER.cp_gather[k] * 1e-3, (k, m.cp_gather)
+    assert not any(m.kv) and fit.worst_error < 2e-3
+    # CP sizes not measured: extrapolated from 2, 4, 8 along a + b (cp-1)/cp; never 0
+    assert all(fit.priced[1 << k] == "extrapolated" for k in range(4, 17))
+    for k in range(4, 17):
+        assert abs(m.cp_gather[k] - GATHER.cp_gather[k]) <= GATHER.cp_gather[k] * 0.01, (k, m.cp_gather)
+    # the margin is the fit's p90 |error|
+    assert m.margin_ppm == round(1e6 * fit.p90_error)
+
+
+def test_gather_fit_with_noise_and_the_margin():
+    fit = cal.fit_cost_model(measured(GATHER, gather_grid(), noise=0.01, seed=5))
+    m = fit.model
+    assert m.small_knee in (3072, 4096, 6144), fit.knee_residuals
+    assert abs(m.microbatch_overhead - GATHER.microbatch_overhead) <= 0.1 * GATHER.microbatch_overhead, m
+    assert all(abs(m.cp_gather[k] - GATHER.cp_gather[k]) <= 0.25 * GATHER.cp_gather[k] for k in (1, 2, 3)), m
+    assert 5_000 < m.margin_ppm < 30_000, m.margin_ppm       # ~1.6 sigma of 1% noise
+    table = cal.error_table(fit, measured(GATHER, gather_grid(), noise=0.01, seed=5))
+    assert set(table["cp"]) == {"1", "2", "4", "8"}
+    assert list(table["size_class"]) == ["< 1K", "1K-4K", "4K-16K", ">= 16K"]
+    assert sum(v["count"] for v in table["cp"].values()) == len(fit.errors) == table["all"]["count"]
+
+
+def test_planted_errors_make_the_gather_fit_fail():
+    samples = measured(GATHER, gather_grid())
+    # without the hinge the small microbatches cannot be fitted
+    assert cal.fit_cost_model(samples, knees=(0,)).worst_error > 0.10
+    # without the undivided term (the ring form's kv cannot express it) CP groups are mispredicted
+    assert cal.fit_cost_model(samples, form="ring").worst_error > 0.05
+    # a term the model lacks (attention not split over the group: per-CP linear terms cannot absorb s^2)
+    bad = measured(GATHER, gather_grid(), extra=lambda s: 88 * sum(x * x for x in s.lengths) * (s.cp - 1) / s.cp)
+    assert cal.fit_cost_model(bad).worst_error > 0.05
+    # and a planted wrong coefficient in the fitted model shows in the errors
+    fit = cal.fit_cost_model(samples)
+    wrong = dataclasses.replace(fit.model, cp_gather=tuple(2 * g for g in fit.model.cp_gather))
+    assert max(abs(e) for e in cal.relative_errors(wrong, samples)) > 0.05
+
+
+def test_cp1_only_gather_fit_leaves_cp_terms_unpriced_and_says_so():
+    fit = cal.fit_cost_model(measured(GATHER, gather_grid(cps=(1,))))
+    assert not any(fit.model.cp_gather) and fit.priced == {}
+
+
+def test_comm_model_recovers_alpha_and_beta():
+    alpha, beta, bpt = 30e-6, 2.5e-12, 4096
+    rows = [{"tokens_per_rank": n, "bytes_per_rank": n * bpt, "all_gather": (alpha + beta * n * bpt) / 2,
+             "reduce_scatter": (alpha + beta * n * bpt) / 2} for n in (256 << i for i in range(10))]
+    c = cal.fit_comm_model({"world": 2, "rows": rows})
+    assert c.alpha_s == pytest.approx(alpha, rel=1e-6) and c.beta_s_per_byte == pytest.approx(beta, rel=1e-6)
+    assert c.bytes_per_token == bpt
+    # a ring of 8 moving 1000 tokens per rank: 7 steps of one rank's share, per layer
+    assert c.microbatch_s(8, 1000, 2) == pytest.approx(2 * 7 * (alpha + beta * 1000 * bpt))
+    assert c.microbatch_s(1, 1000, 2) == 0.0
+    with pytest.raises(dcpack.InvalidArgumentError):
+        cal.fit_comm_model({"world": 1, "rows": rows})
+
+
+def test_extrapolate_cp_is_a_ring_share():
+    f = cal.extrapolate_cp({2: 10.0 + 5.0 * 0.5, 4: 10.0 + 5.0 * 0.75})
+    assert f(64) == pytest.approx(10.0 + 5.0 * 63 / 64)
+    assert cal.extrapolate_cp({2: 7.0})(2) == 7.0
+    assert cal.extrapolate_cp({2: 7.0})(1024) == pytest.approx(7.0 * 2 * 1023 / 1024)
 
 
 def test_nnls_matches_a_brute_force_optimum():
     rng = np.random.default_rng(1)
-    for _ in range(20):
-        a = rng.normal(size=(12, 4))
+    for trial in range(40):
+        a = rng.normal(size=(12, 4 + trial % 6)) * (10.0 ** rng.integers(-6, 7, size=4 + trial % 6))
         b = rng.normal(size=12)
         x = cal.nnls(a, b)
         assert np.all(x >= 0)
