@@ -66,8 +66,13 @@ from pathlib import Path
 from typing import Any, Dict, List
 
 import numpy as np
-import torch
-import torch.distributed as dist
+
+try:
+    import torch
+    import torch.distributed as dist
+except ImportError as _missing_torch:  # --help works without torch; a run says what it needs
+    if __name__ != "__main__" or not any(a in ("-h", "--help") for a in sys.argv[1:]):
+        raise SystemExit(f"bench_train_step.py needs torch (pip install torch): {_missing_torch}") from None
 
 BENCH = Path(__file__).resolve().parent
 SOURCE = BENCH.parent
@@ -76,8 +81,9 @@ WORKLOADS = SOURCE / "tests" / "data" / "workloads"
 
 import dcpack  # noqa: E402
 import train_step_report  # noqa: E402  (bench/train_step_report.py: the markdown tables)
-from dcpack.thd import LOCAL_REPLAY, CPGroups, ModelConfig, THDBatch, THDTransformer, forward_backward, \
-    train_step  # noqa: E402
+if "torch" in globals():
+    from dcpack.thd import LOCAL_REPLAY, CPGroups, ModelConfig, THDBatch, THDTransformer, forward_backward, \
+        train_step  # noqa: E402
 
 SCHEDULERS = ("dp_balanced", "dynamic_cp", "balanced")
 CALIBRATED = "balanced+cal"      # balanced with --cost-profile's model

@@ -496,7 +496,7 @@ static int compare_schedulers(const plan_options *o, const dcp_cli_trace *trace)
             printf("ms: the two makespans in milliseconds; the profile's cost unit is %lld ps (time_unit_ps).\n\n",
                    (long long)unit_ps);
         else /* a first-time user: the shipped calibrated profiles turn the units into milliseconds */
-            printf("For step times in ms, plan with a calibrated profile: --cost llama8b-layer-h200 (one layer of a\n"
+            printf("For step times in ms, plan with a calibrated profile: --cost llama8b-layer-h100 (one layer of a\n"
                    "Llama-8B-like model timed on one GPU; dcpack plan --cost no-such-name lists the shipped ones).\n\n");
         if (all_saturated) {
             printf("every scheduler's %s saturates int64 (shown \"saturated\"): the cost model's coefficients are\n"

@@ -130,13 +130,13 @@ printf 'quadratic = 1000000000000\n' >"$tmp/slip.txt"
 rc=0; "$dcpack" plan --cost "$tmp/slip.txt" >/dev/null 2>"$tmp/err.txt" || rc=$?
 [ "$rc" = 3 ] && grep -q "a unit slip" "$tmp/err.txt" || { echo "FAIL plan with a saturating profile: exit $rc"; cat "$tmp/err.txt"; exit 1; }
 # a shipped profile by name (".profile" optional); an unknown name lists the shipped ones
-"$dcpack" plan --scheduler balanced --cost llama8b-layer-h200 --summary --no-timing >"$tmp/named.txt" ||
-  { echo "FAIL --cost llama8b-layer-h200"; exit 1; }
-grep -q "cost model: llama8b-layer-h200" "$tmp/named.txt" && grep -q "ms" "$tmp/named.txt" ||
+"$dcpack" plan --scheduler balanced --cost llama8b-layer-h100 --summary --no-timing >"$tmp/named.txt" ||
+  { echo "FAIL --cost llama8b-layer-h100"; exit 1; }
+grep -q "cost model: llama8b-layer-h100" "$tmp/named.txt" && grep -q "ms" "$tmp/named.txt" ||
   { echo "FAIL --cost by name: no profile or no ms"; cat "$tmp/named.txt"; exit 1; }
-"$dcpack" plan --scheduler balanced --cost llama8b-layer-h200.profile --summary --no-timing >/dev/null ||
+"$dcpack" plan --scheduler balanced --cost llama8b-layer-h100.profile --summary --no-timing >/dev/null ||
   { echo "FAIL --cost NAME.profile"; exit 1; }
 rc=0; "$dcpack" plan --cost no-such-profile >/dev/null 2>"$tmp/err.txt" || rc=$?
-[ "$rc" = 3 ] && grep -q "shipped profiles: .*llama8b-layer-h200" "$tmp/err.txt" ||
+[ "$rc" = 3 ] && grep -q "shipped profiles: .*llama8b-layer-h100" "$tmp/err.txt" ||
   { echo "FAIL unknown profile name: exit $rc"; cat "$tmp/err.txt"; exit 1; }
 echo "cli_cost: ok"

@@ -15,8 +15,8 @@ pc=$(find "$tmp/prefix" -name dcpack.pc | head -1); test -n "$pc"
 # the shipped cost profiles install beside the program, which finds them by name from anywhere
 ls "$tmp/prefix/share/dcpack/profiles/"*.profile >/dev/null
 if [ -x "$tmp/prefix/bin/dcpack" ]; then
-  (cd / && "$tmp/prefix/bin/dcpack" plan --scheduler balanced --cost llama8b-layer-h200 --summary --no-timing >/dev/null) ||
-    { echo "installed dcpack cannot find the shipped profile llama8b-layer-h200"; exit 1; }
+  (cd / && "$tmp/prefix/bin/dcpack" plan --scheduler balanced --cost llama8b-layer-h100 --summary --no-timing >/dev/null) ||
+    { echo "installed dcpack cannot find the shipped profile llama8b-layer-h100"; exit 1; }
 fi
 hdr_version=$(for part in MAJOR MINOR PATCH; do
   sed -n "s/^#define DCP_VERSION_${part} *\([0-9][0-9]*\) *$/\1/p" "$tmp/prefix/include/dcpack.h"

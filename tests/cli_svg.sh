@@ -58,7 +58,7 @@ check r32 --scheduler dynamic_cp
 check r512 --scheduler dynamic_cp --ranks 512 --max-seqlen-per-rank 8192 --generate longsft:n=4096
 check r24 --scheduler dynamic_cp --ranks 24 --max-seqlen-per-rank 4096 --generate longsft:n=256
 check r128_profile --scheduler balanced --ranks 128 --max-seqlen-per-rank 16384 --generate longsft:n=1024 \
-  --cost "$src/bench/profiles/llama8b-layer-h200.profile"
+  --cost "$src/bench/profiles/llama8b-layer-h100.profile"
 check r32_short --scheduler dynamic_cp --ranks 32 --max-seqlen-per-rank 8192 --generate uniform:min=16,max=64,n=4096
 cp "$src/tests/data/workloads/mlmdefault_n256_seed1.txt" "$tmp/odd <&> name.txt"
 check odd_name --scheduler dynamic_cp --trace "$tmp/odd <&> name.txt"

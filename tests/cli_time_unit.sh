@@ -128,11 +128,11 @@ for bad in "time_unit_ps = 0" "time_unit_ps = -1" "time_unit_ps = 1.5" "time_uni
 done
 # the committed calibrated profile loads, in picoseconds, and plans
 src="$2"
-"$dcpack" cost --profile "$src/bench/profiles/llama8b-layer-h200.profile" --format json | python3 -c '
+"$dcpack" cost --profile "$src/bench/profiles/llama8b-layer-h100.profile" --format json | python3 -c '
 import json, sys
 d = json.load(sys.stdin)
 assert d["time_unit_ps"] == 1 and d["model"]["quadratic"] > 0 and d["model"]["linear"] > 0, d["model"]' ||
   fail "the committed profile"
-"$dcpack" plan "${batch[@]}" --cost "$src/bench/profiles/llama8b-layer-h200.profile" --format json >/dev/null ||
+"$dcpack" plan "${batch[@]}" --cost "$src/bench/profiles/llama8b-layer-h100.profile" --format json >/dev/null ||
   fail "planning with the committed profile"
 echo "cli_time_unit: ok"

@@ -1,4 +1,4 @@
-# re-fitted on 2026-12-07 by bench/refit_profile.py from the samples of /work/main/bench/profiles/llama8b-layer-2xh200.json (not re-timed); the original header:
+# re-fitted on 2026-12-07 by bench/refit_profile.py from the samples of bench/profiles/llama8b-layer-2xh200.json (not re-timed); the original header:
 #   dcpack cost profile, calibrated by python -m dcpack.calibrate on 2026-11-28
 #   machine: 2x NVIDIA H200, 2 rank(s); torch 2.11.0+cu130
 #   model: layers 1, hidden 4096, heads 32, kv heads 8, ffn 14336, vocab 1024, bfloat16, attention varlen

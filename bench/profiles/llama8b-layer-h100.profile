@@ -16,7 +16,7 @@
 # error at tokens/rank 4K-16K: median 1.49%, p90 2.93%, worst 7.05% (45 microbatches)
 # error at tokens/rank >= 16K: median 0.97%, p90 2.84%, worst 3.12% (24 microbatches)
 # units: picoseconds (time_unit_ps = 1): quadratic per token pair, linear per token
-# CP [2, 4, 8, 16, 32, 64]: compute measured on this GPU with dcpack.thd.LOCAL_REPLAY (the rank's share on the group's shapes), collectives NOT measured here: priced by the ring model (cp-1) x (alpha + beta x bytes per rank) fitted to /work/main/bench/data/comm_2xh200.json, alpha 119.16 us, beta 8.163 ps/byte
+# CP [2, 4, 8, 16, 32, 64]: compute measured on this GPU with dcpack.thd.LOCAL_REPLAY (the rank's share on the group's shapes), collectives NOT measured here: priced by the ring model (cp-1) x (alpha + beta x bytes per rank) fitted to bench/data/comm_2xh200.json, alpha 119.16 us, beta 8.163 ps/byte
 # CP 128..65536: not timed; the CP term extrapolated as a + b (cp-1)/cp from the fitted sizes [2, 4, 8, 16, 32, 64]
 time_unit_ps = 1
 quadratic = 87
