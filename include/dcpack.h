@@ -1189,13 +1189,18 @@ typedef struct dcp_observe_report {
  * plans), DCP_ERR_INVALID_CONFIG (ranks whose models or observation
  * histories differ), DCP_ERR_OUT_OF_STEP, DCP_ERR_COMM (rows that did not
  * arrive intact) and the communicator's.  Allocation-free.
+ *
+ * plan and lengths both NULL: the plan of this context's last dcp_step(), of
+ * the lengths that step gathered (a trainer that lets dcp_step plan); call
+ * it before the next step or plan on the context.
  */
 dcp_status dcp_observe(dcp_context *context, const dcp_plan *plan, const int32_t *lengths, int32_t num_lengths,
                        const int64_t *my_times, dcp_comm *comm, uint64_t step_id);
 
 /*
  * The same in one process: times[m * plan->num_ranks + r] is rank r's time
- * on microbatch m.  No collective, not counted as a multi-rank call.
+ * on microbatch m (plan and lengths NULL: as dcp_observe).  No collective,
+ * not counted as a multi-rank call.
  */
 dcp_status dcp_observe_matrix(dcp_context *context, const dcp_plan *plan, const int32_t *lengths,
                               int32_t num_lengths, const int64_t *times);

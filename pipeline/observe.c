@@ -202,6 +202,11 @@ dcp_status dcp_observe_matrix(dcp_context *ctx, const dcp_plan *plan, const int3
     dcp__error_clear(&err);
     const char *who = "dcp_observe_matrix";
     dcp_status st = DCP_OK;
+    if (!plan && !lengths) { /* the context's own plan, of the lengths its last step gathered */
+        plan = &ctx->plan;
+        lengths = ctx->global_lengths;
+        n = ctx->num_global;
+    }
     if (!plan || !lengths || !times)
         st = dcp__fail(&err, DCP_ERR_NULL_POINTER, "%s: %s is NULL", who, !plan ? "plan" : !lengths ? "lengths" : "times");
     else if (ctx->config.max_observations <= 0)
@@ -295,6 +300,11 @@ dcp_status dcp_observe(dcp_context *ctx, const dcp_plan *plan, const int32_t *le
     if (!observe_scratch_take(&ctx->config, dcp__context_scratch(ctx), &o)) {
         dcp__arena_reset(&ctx->arena, ctx->scratch_mark);
         return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_WORKSPACE_TOO_SMALL, "observe: scratch too small"), &err);
+    }
+    if (!plan && !lengths) { /* the context's own plan, of the lengths its last step gathered */
+        plan = &ctx->plan;
+        lengths = ctx->global_lengths;
+        n = ctx->num_global;
     }
     dcp__call_tag mine;
     dcp_status st = dcp__context_call_begin(ctx, DCP_CALL_OBSERVE, step_id, &mine, &err);

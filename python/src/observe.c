@@ -30,15 +30,17 @@ PyObject *m_observe_matrix(PyObject *m, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOnO", &co, &pt, &la, &n, &ta)) return NULL;
     ContextObject *self;
     dcp_plan plan;
-    void *lengths, *times;
-    if (context_arg(co, &self) < 0 || plan_from_tuple(pt, &plan) < 0 || addr_arg(la, &lengths) < 0 ||
+    void *lengths = NULL, *times;
+    const int last_step = pt == Py_None;
+    if (context_arg(co, &self) < 0 || (!last_step && (plan_from_tuple(pt, &plan) < 0 || addr_arg(la, &lengths) < 0)) ||
         addr_arg(ta, &times) < 0)
         return NULL;
     if (n > INT32_MAX) return raise_status(DCP_ERR_CAPACITY, "more lengths than int32 can count");
     if (context_enter(self) < 0) return NULL;
     dcp_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = dcp_observe_matrix(self->ctx, &plan, (const int32_t *)lengths, (int32_t)n, (const int64_t *)times);
+    st = dcp_observe_matrix(self->ctx, last_step ? NULL : &plan, (const int32_t *)lengths, (int32_t)n,
+                            (const int64_t *)times);
     Py_END_ALLOW_THREADS
     self->busy = 0;
     if (st != DCP_OK) return context_error(self, st, "dcp_observe_matrix");
@@ -56,8 +58,9 @@ PyObject *m_observe(PyObject *m, PyObject *args)
     ContextObject *self;
     CommObject *comm;
     dcp_plan plan;
-    void *lengths, *times;
-    if (context_arg(co, &self) < 0 || plan_from_tuple(pt, &plan) < 0 || addr_arg(la, &lengths) < 0 ||
+    void *lengths = NULL, *times;
+    const int last_step = pt == Py_None; /* the context's last step's plan and lengths */
+    if (context_arg(co, &self) < 0 || (!last_step && (plan_from_tuple(pt, &plan) < 0 || addr_arg(la, &lengths) < 0)) ||
         addr_arg(ta, &times) < 0 || comm_arg(cm, "comm", &comm) < 0)
         return NULL;
     if (n > INT32_MAX) return raise_status(DCP_ERR_CAPACITY, "more lengths than int32 can count");
@@ -67,8 +70,8 @@ PyObject *m_observe(PyObject *m, PyObject *args)
     comm->busy = 1;
     dcp_status st;
     Py_BEGIN_ALLOW_THREADS
-    st = dcp_observe(self->ctx, &plan, (const int32_t *)lengths, (int32_t)n, (const int64_t *)times, &comm->comm,
-                     (uint64_t)step_id);
+    st = dcp_observe(self->ctx, last_step ? NULL : &plan, (const int32_t *)lengths, (int32_t)n, (const int64_t *)times,
+                     &comm->comm, (uint64_t)step_id);
     Py_END_ALLOW_THREADS
     comm->busy = 0;
     self->busy = 0;
