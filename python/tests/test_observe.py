@@ -182,3 +182,45 @@ def test_ranks_refit_to_one_model_from_their_own_rows():
     assert all(isinstance(r, dcpack.InvalidArgumentError) for r in results.values()), results
     assert "rank 2" in str(results[0]) and "rank 2" in str(results[2])
     assert all(p.cost_model == before for p in planners)
+
+
+def test_data_path_calibrates_online_on_every_rank_alike():
+    """DataPath(..., calibrate="online") on the host path: every rank observes its own microbatch times,
+    agreed over the DPxCP communicator, and all ranks' step contexts hold one refit model."""
+    pytest.importorskip("torch", reason="torch is not installed: DataPath not run")
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    import dcpack.megatron as dm
+    from megatron_harness import Batch, Layout, drain, megatron_config
+
+    layout = Layout(4, 1, 1, pp=1)
+    cfg = megatron_config(layout, "default_dynamic_cp", 8192, alignment=64)
+    data = [Batch("longsft_n256_seed1.txt", 128, 16384, 8, seed=k + 1) for k in range(4)]
+    tokens = max(sum(b.lengths()) for b in data)
+    dconfig = dm.config_from_megatron(cfg, max_sequences=1024, max_tokens_per_rank=tokens + 128 * 128 * 4 + 4096,
+                                      scheduler="balanced")
+    with pytest.raises(dcpack.InvalidConfigError, match="plan_ahead"):
+        dm.DataPath(dconfig, dcpack.InprocCluster(dconfig).args(0), calibrate="online", plan_ahead=True)
+    cluster = dcpack.InprocCluster(dconfig, timeout_ms=60000)
+
+    def rank(w):
+        args = cluster.args(w)
+        path = dm.DataPath(dconfig, args, calibrate="online")
+        per_step = [b.items(w, 4) for b in data]
+        it = iter([item for items in per_step for item in items])
+        seen = []
+        for _ in range(len(data)):
+            iters, num, _, _ = path.wrap_data_iterator(it, cfg, len(per_step[0]))
+            drain(iters)
+            seen.append(None if path.last_calibration is None else path.last_calibration["steps"])
+        return seen, _core.observe_status(path.stepper._ctx)["cost"]
+
+    results = cluster.run(rank, return_exceptions=True)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    assert [s for s, _ in results][0] == [None, 1, 2, 3]
+    assert all(c == results[0][1] for _, c in results)
+    assert results[0][1] != dcpack.CostModel()._to_dict()
