@@ -82,4 +82,12 @@ dcp_status dcp__plan_stats(const dcp_plan *plan, const dcp_config *config, const
                            int64_t *finish, dcp_plan_stats *stats);
 size_t dcp__stats_scratch_size(const dcp_config *config);
 
+/*
+ * The configured step model's makespan of such a plan (dcp_plan_stats.model_makespan, the hinge
+ * included) without the bounds: O(ids + groups); -1 for an id outside [0, num_lengths).  For a
+ * scheduler that weighs whole plans (balanced's margin rule).
+ */
+int64_t dcp__plan_model_makespan(const dcp_plan *plan, const dcp_config *config, const int32_t *lengths,
+                                 int32_t num_lengths, int64_t *finish);
+
 #endif

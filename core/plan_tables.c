@@ -29,6 +29,7 @@ void dcp__plan_clear(dcp_plan *plan, int32_t num_ranks)
     plan->group_first_id[0] = 0;
     plan->config_digest = 0;
     plan->seal = 0;
+    plan->source = DCP_PLAN_SOURCE_SEARCH;
 }
 
 dcp_status dcp__plan_open_microbatch(dcp_plan *plan, dcp__error *err)

@@ -393,8 +393,9 @@ int64_t dcp__dependency_lower_bound(const dcp_cost_model *model, const int32_t *
     return bound > INT64_MAX ? INT64_MAX : (int64_t)bound;
 }
 
-dcp_status dcp__plan_stats(const dcp_plan *plan, const dcp_config *config, const int32_t *lengths, int32_t num_lengths,
-                           int64_t *finish, dcp_plan_stats *stats)
+/* The walk of dcp__plan_stats: every field but the bounds and the model's choice. */
+static dcp_status plan_walk(const dcp_plan *plan, const dcp_config *config, const int32_t *lengths,
+                            int32_t num_lengths, int64_t *finish, dcp_plan_stats *stats)
 {
     const dcp_cost_model *model = &config->cost;
     const int32_t *first_group = plan->microbatch_first_group, *first_rank = plan->group_first_rank,
@@ -449,6 +450,25 @@ dcp_status dcp__plan_stats(const dcp_plan *plan, const dcp_config *config, const
         st.makespan = sat_add(st.makespan, sat_add(slowest, model->microbatch_overhead));
         st.quad_makespan = sat_add(st.quad_makespan, slowest_quad);
     }
+    *stats = st;
+    return DCP_OK;
+}
+
+int64_t dcp__plan_model_makespan(const dcp_plan *plan, const dcp_config *config, const int32_t *lengths,
+                                 int32_t num_lengths, int64_t *finish)
+{
+    dcp_plan_stats st;
+    if (plan_walk(plan, config, lengths, num_lengths, finish, &st) != DCP_OK) return -1;
+    return config->cost.step_model == DCP_STEP_MODEL_DEPENDENCY ? st.dependency_makespan : st.makespan;
+}
+
+dcp_status dcp__plan_stats(const dcp_plan *plan, const dcp_config *config, const int32_t *lengths, int32_t num_lengths,
+                           int64_t *finish, dcp_plan_stats *stats)
+{
+    const dcp_cost_model *model = &config->cost;
+    dcp_plan_stats st;
+    dcp_status status = plan_walk(plan, config, lengths, num_lengths, finish, &st);
+    if (status != DCP_OK) return status;
     st.lower_bound = lower_bound(model, lengths, num_lengths, plan->num_ranks, config->max_seqlen_per_rank,
                                  config->microbatch_group_size_per_vp_stage, config->max_sequences_per_microbatch,
                                  config->context_parallel_size, DCP__BOUND_ALL);

@@ -290,6 +290,42 @@ dcp_status dcp_config_validate(const dcp_config *config, char *message, size_t m
 int32_t dcp_config_num_ranks(const dcp_config *config);
 
 /* ------------------------------------------------------------------------ */
+/* Cost profiles                                                             */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The cost-profile text format (docs/program.md, cost profiles): `key = value`
+ * lines over a model, read and written here for the dcpack program and the
+ * Python package alike.  Rules are byte-level ASCII, without locale: lines
+ * end at LF (CR LF too), '#' starts a comment, space and tab separate,
+ * values are ASCII digits (step_model and pipeline_schedule: a word); the
+ * text is UTF-8 (invalid UTF-8 is named), may start with a byte-order mark
+ * and holds no NUL byte; a line is at most 1022 bytes.
+ *
+ * dcp_cost_profile_parse() applies `length` bytes of `text` over *model
+ * (keys not given keep its values; later lines win) and sets *time_unit_ps
+ * to the profile's picoseconds per cost unit (0: none).  `name` (the file,
+ * NULL: "<profile>") starts every message, with the line: "NAME:LINE: ...".
+ * A profile is refused when one microbatch of 131072 tokens would cost 2^56
+ * units or more at some CP size (every term counted: a unit slip, whose sums
+ * over a step would saturate INT64_MAX), the message naming the key that
+ * weighs most and its value.  DCP_ERR_INVALID_CONFIG with the message (cut
+ * to message_size) and nothing changed on a bad profile; DCP_ERR_NULL_POINTER
+ * for a NULL model, time_unit_ps, or text with length > 0.
+ *
+ * dcp_cost_profile_format() writes every key of *model (time_unit_ps first
+ * when > 0), text that parses back to the same model and unit, NUL-ended;
+ * *written (may be NULL) gets its length without the NUL, also when it did
+ * not fit: DCP_ERR_CAPACITY then (call again with *written + 1 bytes).
+ * DCP_ERR_INVALID_CONFIG for a step_model or pipeline_schedule that has no
+ * name.  2048 bytes always suffice.
+ */
+dcp_status dcp_cost_profile_parse(const char *text, size_t length, const char *name, dcp_cost_model *model,
+                                  int64_t *time_unit_ps, char *message, size_t message_size);
+dcp_status dcp_cost_profile_format(const dcp_cost_model *model, int64_t time_unit_ps, char *buf, size_t size,
+                                   size_t *written);
+
+/* ------------------------------------------------------------------------ */
 /* Context and memory                                                        */
 /* ------------------------------------------------------------------------ */
 
@@ -387,7 +423,14 @@ typedef struct dcp_plan {
        dcp_plan_hash() leaves them out. */
     uint64_t config_digest;
     uint64_t seal;
+    /* Whose plan `balanced` emitted: DCP_PLAN_SOURCE_DYNAMIC_CP when its margin rule kept dynamic_cp's
+       plan (docs/planning.md, the margin), else DCP_PLAN_SOURCE_SEARCH (0, also every other scheduler's
+       plan).  dcp_plan_hash() and the seal leave it out. */
+    int32_t source;
 } dcp_plan;
+
+/* dcp_plan.source. */
+enum { DCP_PLAN_SOURCE_SEARCH = 0, DCP_PLAN_SOURCE_DYNAMIC_CP = 1 };
 
 /* Group of `rank` in microbatch `microbatch`, or -1 if the rank holds nothing. O(log groups). */
 int32_t dcp_plan_group_of_rank(const dcp_plan *plan, int32_t microbatch, int32_t rank);

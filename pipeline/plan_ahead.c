@@ -126,5 +126,6 @@ dcp_status dcp__plan_take(dcp_context *ctx, const dcp_plan *plan, const int32_t 
     memcpy(to->ids, plan->ids, (size_t)plan->num_ids * sizeof *to->ids);
     to->config_digest = plan->config_digest;
     to->seal = plan->seal;
+    to->source = plan->source;
     return DCP_OK;
 }

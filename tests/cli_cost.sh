@@ -69,4 +69,64 @@ grep -q "^  linear = 73728$" "$tmp/text.txt" || { echo "FAIL text model"; cat "$
 grep -q "^  kv.64 = 9000$" "$tmp/text.txt" && grep -q "^  kv.128+ = 6000$" "$tmp/text.txt" || { echo "FAIL kv lines"; cat "$tmp/text.txt"; exit 1; }
 grep -Eq "^ +length +cp 1 +cp 2 +cp 4 +cp 8 +fastest +cheapest$" "$tmp/text.txt" || { echo "FAIL table header"; cat "$tmp/text.txt"; exit 1; }
 [ "$(grep -Ec '^ +(1,024|8,192) ' "$tmp/text.txt")" = 2 ] || { echo "FAIL table rows"; cat "$tmp/text.txt"; exit 1; }
+# the step's terms: cp_gather.<cp> adds cp_gather * s, undivided, at that CP size; the others round-trip
+cat >"$tmp/step.txt" <<'P'
+cp_gather.2 = 100
+cp_gather.8+ = 70
+small_knee = 4096
+small_slope = 1100
+margin_ppm = 20000
+pipeline_schedule = interleaved
+forward_ppm = 400000
+first_stage_per_token = 5
+last_stage_per_token = 9
+P
+"$dcpack" cost --format json --lengths 1000 --max-cp 16 >"$tmp/plain.json"
+"$dcpack" cost --profile "$tmp/step.txt" --format json --lengths 1000 --max-cp 16 >"$tmp/step.json"
+python3 - "$tmp/plain.json" "$tmp/step.json" <<'PY'
+import json, sys
+plain, step = (json.load(open(p))["samples"][0]["cost"] for p in sys.argv[1:3])
+added = {cp: step[cp] - plain[cp] for cp in plain}
+assert added == {"1": 0, "2": 100 * 1000, "4": 0, "8": 70 * 1000, "16": 70 * 1000}, added
+PY
+"$dcpack" cost --profile "$tmp/step.txt" --format profile >"$tmp/step_printed.txt"
+for line in "cp_gather.2 = 100" "cp_gather.4 = 0" "cp_gather.65536 = 70" "small_knee = 4096" "small_slope = 1100" \
+            "margin_ppm = 20000" "pipeline_schedule = interleaved" "forward_ppm = 400000" \
+            "first_stage_per_token = 5" "last_stage_per_token = 9"; do
+  grep -qx "$line" "$tmp/step_printed.txt" || { echo "FAIL printed profile lacks '$line'"; cat "$tmp/step_printed.txt"; exit 1; }
+done
+"$dcpack" cost --profile "$tmp/step_printed.txt" --format profile | tail -n +2 | cmp -s - <(tail -n +2 "$tmp/step_printed.txt") ||
+  { echo "FAIL the step's terms do not round-trip"; exit 1; }
+
+# a byte-order mark at the start is accepted (it is the encoding, not part of a key)
+printf '\xef\xbb\xbfquadratic = 3\r\nkv.2 = 4\r\n' >"$tmp/bom.txt"
+"$dcpack" cost --profile "$tmp/bom.txt" --format profile | grep -qx "quadratic = 3" || { echo "FAIL BOM"; exit 1; }
+
+# refused, exit 3, with the file, line, key and value named (the library's messages: python/tests/test_cost_profile.py
+# checks that the Python package says the same)
+refused() { # text expected-part
+  printf '%b' "$1" >"$tmp/bad.txt"
+  if "$dcpack" cost --profile "$tmp/bad.txt" >"$tmp/out.txt" 2>"$tmp/err.txt"; then
+    echo "FAIL accepted: $1"; exit 1
+  fi
+  rc=0; "$dcpack" cost --profile "$tmp/bad.txt" >/dev/null 2>&1 || rc=$?
+  [ "$rc" = 3 ] || { echo "FAIL exit $rc for: $1"; exit 1; }
+  grep -qF -- "$tmp/bad.txt:$2" "$tmp/err.txt" || { echo "FAIL message for '$1':"; cat "$tmp/err.txt"; exit 1; }
+}
+refused 'quadratic = \xd9\xa5\n' "1: quadratic = '٥': values are non-negative integers in ASCII digits (U+0665 at column 13 is not ASCII)"
+refused 'kv.\xd9\xa8 = 7\n' "1: kv.٨: the CP size after 'kv.' must be a power of two from 2 to 65536 (U+0668 at column 4 is not ASCII)"
+refused 'quadratic = 1\f2\n' "1: quadratic = '1\\x0c2': values are non-negative integers in ASCII digits (U+000C, a control character"
+refused 'quadratic = 5\v\n' "1: quadratic = '5\\x0b': values are non-negative integers in ASCII digits (U+000B, a control character"
+refused 'quadratic =\xc2\xa05\n' "1: quadratic = '"$'\xc2\xa0'"5': values are non-negative integers in ASCII digits (U+00A0 at column 12 is not ASCII)"
+refused 'quadratic = \xc2\xb2\n' "1: quadratic = '²': values are non-negative integers in ASCII digits (U+00B2 at column 13 is not ASCII)"
+refused '# ok\nlinear = 5 # \xff\n' "2: invalid UTF-8 (byte 0xff) at column 14: a cost profile is UTF-8 text"
+refused 'quadratic = 1000000000000\n' "1: quadratic = 1000000000000: one microbatch of 131072 tokens at CP 1 would cost"
+refused 'margin_ppm = 1000000\n' "1: margin_ppm = 1000000: a margin is below 1000000 parts per million"
+refused 'pipeline_schedule = gpipe\n' "1: pipeline_schedule = 'gpipe' is not 1f1b or interleaved"
+refused 'cp_gather.3 = 1\n' "1: cp_gather.3: the CP size after 'cp_gather.' must be a power of two"
+refused 'quadratic = 99999999999999999999\n' "1: quadratic = '99999999999999999999' is above INT64_MAX"
+# and `plan` refuses the saturating profile too, instead of planning with INT64_MAX makespans
+printf 'quadratic = 1000000000000\n' >"$tmp/slip.txt"
+rc=0; "$dcpack" plan --cost "$tmp/slip.txt" >/dev/null 2>"$tmp/err.txt" || rc=$?
+[ "$rc" = 3 ] && grep -q "a unit slip" "$tmp/err.txt" || { echo "FAIL plan with a saturating profile: exit $rc"; cat "$tmp/err.txt"; exit 1; }
 echo "cli_cost: ok"

@@ -41,6 +41,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from . import _core
 from ._api import CostModel, Plan, cost
 from ._errors import InvalidArgumentError, InvalidConfigError
 
@@ -68,84 +69,44 @@ class Profile:
         return units * self.time_unit_ps * 1e-9
 
 
-def _log2_cp(text: str) -> int:
-    if not text.isdigit():
-        return -1
-    cp = int(text)
-    if cp < 2 or cp > (1 << MAX_LOG2_CP) or cp & (cp - 1):
-        return -1
-    return cp.bit_length() - 1
+def _cost_model(d: Dict[str, Any]) -> CostModel:
+    """A CostModel from the binding's cost dict (enumerations by name)."""
+    d = dict(d, kv=tuple(d["kv"]), cp_gather=tuple(d["cp_gather"]))
+    d["step_model"] = ("barrier", "dependency")[d["step_model"]]
+    d["pipeline_schedule"] = ("1f1b", "interleaved")[d["pipeline_schedule"]]
+    return CostModel(**d)
 
 
-def parse_profile(text: str, name: str = "<profile>", base: Optional[CostModel] = None) -> Profile:
-    """Parse profile lines over ``base`` (default: the default model), as ``dcpack cost --profile`` does.
+def parse_profile(text: "str | bytes", name: str = "<profile>", base: Optional[CostModel] = None) -> Profile:
+    """Parse a profile over ``base`` (default: the default model), as ``dcpack cost --profile`` does.
 
+    The reader is the library's (``dcp_cost_profile_parse``): the same byte-level ASCII rules and
+    the same messages as the program.  ``text`` is the file's bytes (or a str, taken as its UTF-8).
     Raises :class:`InvalidConfigError` naming ``name:line`` on a bad line.
     """
-    m = dataclasses.asdict(base if base is not None else CostModel())
-    kv = list(m["kv"])
-    unit: Optional[int] = None
-    for number, raw in enumerate(text.splitlines(), 1):
-        line = raw.split("#", 1)[0].strip()
-        if not line:
-            continue
-        if "=" not in line:
-            raise InvalidConfigError(f"{name}:{number}: '{line}' is not `key = value`")
-        key, value = (x.strip() for x in line.split("=", 1))
-        if key == "step_model":
-            if value not in ("barrier", "dependency"):
-                raise InvalidConfigError(f"{name}:{number}: step_model = '{value}' is not barrier or dependency")
-            m["step_model"] = value
-            continue
-        if not value.isdigit() or int(value) > INT64_MAX:
-            raise InvalidConfigError(f"{name}:{number}: {key} = '{value}': values are non-negative integers")
-        v = int(value)
-        if key == "time_unit_ps":
-            if v == 0:
-                raise InvalidConfigError(f"{name}:{number}: time_unit_ps = 0: picoseconds per cost unit must be at least 1")
-            unit = v
-        elif key in ("quadratic", "linear", "round_latency", "microbatch_overhead"):
-            m[key] = v
-        elif key == "hidden":
-            if v > INT64_MAX // 12:
-                raise InvalidConfigError(f"{name}:{number}: hidden = {v}: 12 * hidden overflows int64")
-            m["linear"] = 12 * v
-        elif key == "kv":
-            kv = [v] * (MAX_LOG2_CP + 1)
-        elif key.startswith("kv."):
-            cp_text = key[3:]
-            above = cp_text.endswith("+")
-            k = _log2_cp(cp_text[:-1] if above else cp_text)
-            if k < 0:
-                raise InvalidConfigError(f"{name}:{number}: {key}: the CP size after 'kv.' must be a power of two "
-                                         f"from 2 to {1 << MAX_LOG2_CP}")
-            for j in range(k, MAX_LOG2_CP + 1 if above else k + 1):
-                kv[j] = v
-        else:
-            raise InvalidConfigError(f"{name}:{number}: unknown key '{key}' (quadratic, linear, hidden, round_latency, "
-                                     "microbatch_overhead, kv, kv.<cp>, kv.<cp>+, step_model, time_unit_ps)")
-    m["kv"] = tuple(kv)
-    return Profile(CostModel(**m), unit)
+    if isinstance(text, str):
+        try:
+            data = text.encode("utf-8", "surrogateescape")  # the bytes a file decoded with surrogateescape held
+        except UnicodeEncodeError as e:
+            raise InvalidConfigError(f"{name}: a lone surrogate (U+{ord(e.object[e.start]):04X}) at offset {e.start}: "
+                                     "a cost profile is UTF-8 text") from None
+    else:
+        data = bytes(text)
+    cost_dict, unit = _core.cost_profile_parse(data, name, None if base is None else base._to_dict())
+    return Profile(_cost_model(cost_dict), unit if unit > 0 else None)
 
 
 def load_profile(path: str, base: Optional[CostModel] = None) -> Profile:
     """Read a profile file (``dcpack cost --format profile``, or one :func:`write_profile` wrote)."""
-    with open(path, encoding="utf-8") as f:
+    with open(path, "rb") as f:
         return parse_profile(f.read(), path, base)
 
 
 def format_profile(profile: Profile, comments: Sequence[str] = ()) -> str:
-    """The profile as file text: ``#`` comment lines, then every key (loads back to the same profile)."""
-    m = profile.cost
-    step_model = m.step_model if isinstance(m.step_model, str) else ("barrier", "dependency")[m.step_model]
+    """The profile as file text: ``#`` comment lines, then every key (``dcp_cost_profile_format``)."""
     lines = [f"# {c}" if c else "#" for c in comments]
-    if profile.time_unit_ps is not None:
-        lines.append(f"time_unit_ps = {profile.time_unit_ps}")
-    lines += [f"quadratic = {m.quadratic}", f"linear = {m.linear}", f"round_latency = {m.round_latency}",
-              f"microbatch_overhead = {m.microbatch_overhead}"]
-    lines += [f"kv.{1 << k} = {m.kv[k]}" for k in range(1, MAX_LOG2_CP + 1)]
-    lines.append(f"step_model = {step_model}")
-    return "\n".join(lines) + "\n"
+    text = _core.cost_profile_format(profile.cost._to_dict(), profile.time_unit_ps or 0)
+    return "".join(line + "\n" for line in lines) + text
 
 
 def write_profile(path: str, profile: Profile, comments: Sequence[str] = ()) -> None:

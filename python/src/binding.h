@@ -16,6 +16,7 @@
  *   observe.c          online calibration: observe, observe_matrix, observe_groups, observe_predict, observe_status
  *   nccl.c / nccl_stub.c   NCCL communicators (the stub raises UnsupportedError: built without NCCL)
  *   cuda.c / cuda_stub.c   the CUDA runtime calls (the stub: built without CUDA)
+ *   profile.c          cost profiles: the library's reader and writer of the profile format
  *   module.c           module functions and PyInit__core
  */
 #ifndef DCPACK_PY_BINDING_H
@@ -79,6 +80,11 @@ int plan_descriptor_init(PyObject *module);
         }                                                                                          \
         Py_DECREF(v_);                                                                             \
     } while (0)
+
+/* -- profile.c ---------------------------------------------------------------------------------------- */
+
+PyObject *m_cost_profile_parse(PyObject *self, PyObject *args);
+PyObject *m_cost_profile_format(PyObject *self, PyObject *args);
 
 /* -- comm.c ------------------------------------------------------------------------------------------- */
 

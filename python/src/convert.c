@@ -276,6 +276,7 @@ int plan_from_tuple(PyObject *t, dcp_plan *p)
     }
     p->config_digest = 0;
     p->seal = 0;
+    p->source = DCP_PLAN_SOURCE_SEARCH;
     if (size == 14) {
         uint64_t *digests[2] = {&p->config_digest, &p->seal};
         for (int i = 0; i < 2; i++) {

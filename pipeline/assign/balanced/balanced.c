@@ -76,6 +76,7 @@ static int balanced_layout(balanced *b, dcp__arena *a, const dcp_config *config,
         dcp_plan tables;
         int32_t *position;
         dcp__balanced_reference_tables(&tables, &position, &need, n);
+        (void)DCP_ARENA_NEW(&need, int64_t, (size_t)num_ranks); /* the margin rule's finish times */
         dcp_config sized = *config;
         sized.max_sequences = n;
         const size_t reference = candidate->scratch_size(&sized);
@@ -241,6 +242,80 @@ static void try_pass(balanced *b, int sequential, int64_t target, const int64_t 
     }
 }
 
+/*
+ * The margin rule (docs/planning.md, the margin), once balanced's plan is in `plan`: dynamic_cp's (the
+ * candidate's) is made in the region the passes are done with, both are judged by the configured step
+ * model with every term of the cost model (dcp_plan_stats.model_makespan: the layout emitted, the
+ * hinge), and dynamic_cp's replaces balanced's unless balanced's is lower by at least margin_ppm
+ * parts per million of dynamic_cp's: (D - B) * 10^6 >= D * margin_ppm, exact in 128 bits (margin 0:
+ * B <= D keeps balanced's).  So the plan is never above dynamic_cp's under the model it is judged by.
+ * Where the candidate has no plan, balanced's stays.
+ */
+static dcp_status keep_dynamic_cp_unless_lower(const balanced *b, const dcp__schedule_input *in, dcp_plan *plan,
+                                               dcp__error *err)
+{
+    plan->source = DCP_PLAN_SOURCE_SEARCH;
+    if (!in->candidate || !b->ref_region) return DCP_OK;
+    dcp__arena scratch;
+    dcp__arena_init(&scratch, b->ref_region, b->ref_region_size);
+    dcp_plan theirs;
+    memset(&theirs, 0, sizeof theirs);
+    int32_t *position;
+    dcp__balanced_reference_tables(&theirs, &position, &scratch, b->n);
+    int64_t *finish = DCP_ARENA_NEW(&scratch, int64_t, (size_t)b->num_ranks);
+    if (!theirs.microbatch_first_group || !theirs.group_first_rank || !theirs.group_cp_size ||
+        !theirs.group_first_id || !theirs.ids || !finish)
+        return DCP_OK; /* never for a region balanced_layout sized */
+    if (plan->max_microbatches < theirs.max_microbatches) theirs.max_microbatches = plan->max_microbatches;
+    dcp__plan_clear(&theirs, b->num_ranks);
+    dcp__error ignored; /* no plan from the candidate (more microbatches than allowed): balanced's stays */
+    dcp__schedule_input alone = *in;
+    alone.candidate = NULL;
+    if (in->candidate->assign(&alone, &theirs, &scratch, &ignored) != DCP_OK) return DCP_OK;
+    const dcp_config *c = in->config;
+    const int64_t ours = dcp__plan_model_makespan(plan, c, in->lengths, in->num_sequences, finish);
+    const int64_t dyn = dcp__plan_model_makespan(&theirs, c, in->lengths, in->num_sequences, finish);
+    if (ours < 0 || dyn < 0) return DCP_OK; /* ids out of range: the validator names them */
+    const int64_t ppm = c->cost.margin_ppm > 0 ? c->cost.margin_ppm : 0;
+    if (((__int128)dyn - ours) * 1000000 >= (__int128)dyn * ppm) return DCP_OK;
+    /* dynamic_cp's plan, exactly as it made it */
+    dcp__plan_clear(plan, b->num_ranks);
+    for (int32_t m = 0; m < theirs.num_microbatches; m++) {
+        dcp_status st = dcp__plan_open_microbatch(plan, err);
+        if (st != DCP_OK) return st;
+        for (int32_t g = theirs.microbatch_first_group[m]; g < theirs.microbatch_first_group[m + 1]; g++) {
+            st = dcp__plan_push_group(plan, theirs.group_first_rank[g], theirs.group_cp_size[g],
+                                      theirs.ids + theirs.group_first_id[g],
+                                      theirs.group_first_id[g + 1] - theirs.group_first_id[g], err);
+            if (st != DCP_OK) return st;
+        }
+        dcp__plan_close_microbatch(plan);
+    }
+    plan->source = DCP_PLAN_SOURCE_DYNAMIC_CP;
+    return DCP_OK;
+}
+
+/*
+ * Emit the best plan, then the margin rule, except under the barrier model with no hinge and no
+ * margin: there the kept plans' makespans are the model's, so a plan chosen among kept plans that
+ * held dynamic_cp's (the fast level; the full one with few sequences per rank, where the candidate
+ * is read or the best plan is at the lower bound) is never above it, and with many sequences per
+ * rank the rule is left out as before (dynamic_cp's plan costs up to 6 times balanced's own time
+ * there: docs/planning.md, the margin), so the default model plans and takes as long as it did.
+ */
+static dcp_status emit_and_weigh(balanced *b, const dcp__schedule_input *in, dcp_plan *plan, dcp__error *err)
+{
+    dcp_status st = dcp__balanced_emit(b, plan, err);
+    if (st != DCP_OK) return st;
+    const dcp_cost_model *m = b->model;
+    const int hinge = m->small_slope > 0 && m->small_knee > 0;
+    if (!b->dependency && !hinge && m->margin_ppm <= 0) {
+        plan->source = DCP_PLAN_SOURCE_SEARCH;
+        return DCP_OK;
+    }
+    return keep_dynamic_cp_unless_lower(b, in, plan, err);
+}
+
 dcp_status dcp__assign_balanced(const dcp__schedule_input *in, dcp_plan *plan, dcp__arena *scratch, dcp__error *err)
 {
     return dcp__assign_balanced_with(in, plan, scratch, err, DCP__BALANCED_SHORTCUTS, NULL);
@@ -338,7 +413,7 @@ dcp_status dcp__assign_balanced_with(const dcp__schedule_input *in, dcp_plan *pl
         const int slot = dcp__balanced_read_reference(&b, in, plan->max_microbatches);
         if (slot >= 0) {
             dcp__balanced_descend_plan(&b, slot, FAST_DESCENT_WORK * (int64_t)b.n);
-            return dcp__balanced_emit(&b, plan, err);
+            return emit_and_weigh(&b, in, plan, err);
         }
     }
     /*
@@ -449,5 +524,5 @@ dcp_status dcp__assign_balanced_with(const dcp__schedule_input *in, dcp_plan *pl
                         plan->max_microbatches);
     if (b.num_kept == 0)
         return dcp__fail(err, DCP_ERR_INFEASIBLE, "balanced: no plan for %d sequences on %d ranks", b.n, b.num_ranks);
-    return dcp__balanced_emit(&b, plan, err);
+    return emit_and_weigh(&b, in, plan, err);
 }
