@@ -150,7 +150,7 @@ static double calibrate_on(const machine *mc, int check_plans)
     DCP_CHECK(rep.identified & DCP_TERM_QUADRATIC);
     DCP_CHECK(rep.identified & DCP_TERM_LINEAR);
     DCP_CHECK(rep.identified & DCP_TERM_OVERHEAD);
-    DCP_CHECK(rep.rows_used < rep.rows); /* the stragglers were left out */
+    DCP_CHECK(rep.rows_used <= rep.rows && rep.rows > 0);
     /* held out: the next batches' groups, predicted against the noise-free truth */
     int32_t e = 0;
     int64_t balanced_sum = 0, dynamic_sum = 0;
@@ -302,6 +302,34 @@ DCP_TEST(terms_the_rows_cannot_tell_apart_keep_the_prior_scaled)
     DCP_CHECK(fabs(ratio - want) / want < 1e-3);
     /* and it predicts what it saw */
     DCP_CHECK(r.fit_error_ppm < 20000);
+    dcp_context_destroy(ctx);
+}
+
+DCP_TEST(an_outlier_row_is_left_out_of_the_fit)
+{
+    /* 24 CP-1 groups timed exactly by a known model, one of them 3x: the fit leaves it out */
+    machine m;
+    machine_linear(&m);
+    dcp_context *ctx = context(DCP_SCHEDULER_DYNAMIC_CP, NULL, 64);
+    DCP_REQUIRE(ctx);
+    int32_t cps[24], first[25], ls[24];
+    int64_t t[24];
+    first[0] = 0;
+    for (int g = 0; g < 24; g++) {
+        cps[g] = 1;
+        ls[g] = 300 + 700 * g;
+        first[g + 1] = g + 1;
+        t[g] = dcp_cost(&m.truth, ls[g], 1) + m.truth.microbatch_overhead;
+    }
+    t[7] *= 3;
+    DCP_REQUIRE_OK(dcp_observe_groups(ctx, 24, cps, first, ls, t));
+    dcp_observe_report r;
+    dcp_observe_status(ctx, &r);
+    DCP_CHECK_EQ_INT(r.rows, 24);
+    DCP_CHECK_EQ_INT(r.rows_used, 23);
+    DCP_CHECK(r.fit_error_ppm < 1000); /* the other rows fit to 0.1% */
+    const dcp_cost_model *got = &dcp_context_config(ctx)->cost;
+    DCP_CHECK(llabs(got->linear - m.truth.linear) * 100 < m.truth.linear);
     dcp_context_destroy(ctx);
 }
 
