@@ -194,12 +194,53 @@ static const dcp__fit_row *row_at(const dcp__fit_state *s, int32_t i)
     return &s->rows[(start + i) % s->capacity];
 }
 
+/* A row's non-zero columns (at most 6 of the 21): their indices and values, in column order. */
+static int row_columns(const dcp__fit_row *r, int64_t knee, int *idx, double *val)
+{
+    int n = 0;
+    for (int j = 0; j < DCP__FIT_COLS; j++) {
+        if (j >= DCP__COL_GATHER && j < DCP__COL_ROUNDS && j != DCP__COL_GATHER + r->log2_cp - 1) continue;
+        double x = column(r, j, knee);
+        if (x != 0.0) {
+            idx[n] = j;
+            val[n++] = x;
+        }
+    }
+    return n;
+}
+
+/* The weighted normal equations over every column, one pass over the rows: A = X'WX, b = X'Wy. */
+static void normal_equations(const dcp__fit_state *s, const double *w, int64_t knee,
+                             double A[DCP__FIT_COLS][DCP__FIT_COLS], double *b)
+{
+    enum { P = DCP__FIT_COLS };
+    memset(A, 0, sizeof(double) * P * P);
+    for (int j = 0; j < P; j++) b[j] = 0.0;
+    for (int32_t i = 0; i < s->count; i++) {
+        if (w[i] == 0.0) continue;
+        const dcp__fit_row *r = row_at(s, i);
+        int idx[P];
+        double val[P];
+        const int n = row_columns(r, knee, idx, val);
+        const double y = (double)r->time;
+        for (int p = 0; p < n; p++) {
+            const double wx = w[i] * val[p];
+            b[idx[p]] += wx * y;
+            for (int q = 0; q <= p; q++) A[idx[p]][idx[q]] += wx * val[q];
+        }
+    }
+    for (int a = 0; a < P; a++)
+        for (int c = a + 1; c < P; c++) A[a][c] = A[c][a];
+}
+
 /*
- * One weighted solve.  free_[j]: the column may be fitted; fixed[j]: its value
- * otherwise.  Out: beta[j] for every column, ident[j] 1 where the rows
- * identified it (fitted, or held at 0 after the solve made it negative).
+ * One weighted solve from the normal equations.  free_[j]: the column may be
+ * fitted; fixed[j]: its value otherwise.  Out: beta[j] for every column,
+ * ident[j] 1 where the rows identified it (fitted, or held at 0 after the
+ * solve made it negative).  Columns are scaled to unit norm for the
+ * identification test and the factorisation.
  */
-static void solve(const dcp__fit_state *s, const double *w, const int *free_, const double *fixed, int64_t knee,
+static void solve(double A[DCP__FIT_COLS][DCP__FIT_COLS], const double *bvec, const int *free_, const double *fixed,
                   double *beta, int *ident)
 {
     enum { P = DCP__FIT_COLS };
@@ -207,40 +248,22 @@ static void solve(const dcp__fit_state *s, const double *w, const int *free_, co
     double norm[P];
     for (int j = 0; j < P; j++) {
         held_zero[j] = 0;
-        double n2 = 0.0;
-        for (int32_t i = 0; i < s->count; i++) {
-            double x = column(row_at(s, i), j, knee);
-            n2 += w[i] * x * x;
-        }
-        norm[j] = n2 > 0.0 ? sqrt(n2) : 0.0;
+        norm[j] = A[j][j] > 0.0 ? sqrt(A[j][j]) : 0.0;
     }
     for (int round = 0; round <= P; round++) {
         for (int j = 0; j < P; j++) cand[j] = free_[j] && !held_zero[j] && norm[j] > 0.0;
-        /* the scaled normal matrix of the candidates */
-        double A[P][P];
-        memset(A, 0, sizeof A);
-        for (int32_t i = 0; i < s->count; i++) {
-            if (w[i] == 0.0) continue;
-            const dcp__fit_row *r = row_at(s, i);
-            double z[P];
-            for (int j = 0; j < P; j++) z[j] = cand[j] ? column(r, j, knee) / norm[j] : 0.0;
-            for (int a = 0; a < P; a++) {
-                if (!cand[a]) continue;
-                for (int b = 0; b <= a; b++)
-                    if (cand[b]) A[a][b] += w[i] * z[a] * z[b];
-            }
-        }
-        /* Cholesky in the fixed order, keeping a column only when enough of it is independent */
+        /* Cholesky of the scaled normal matrix in the fixed order, keeping a column only when enough of it
+           is independent of those kept before it */
         double L[P][P];
         int acc[P];
         memset(L, 0, sizeof L);
         for (int j = 0; j < P; j++) {
             acc[j] = 0;
             if (!cand[j]) continue;
-            double d = A[j][j];
+            double d = A[j][j] / (norm[j] * norm[j]);
             for (int k = 0; k < j; k++) {
                 if (!acc[k]) continue;
-                double v = A[j][k];
+                double v = A[j][k] / (norm[j] * norm[k]);
                 for (int m = 0; m < k; m++)
                     if (acc[m]) v -= L[j][m] * L[k][m];
                 L[j][k] = v / L[k][k];
@@ -251,19 +274,16 @@ static void solve(const dcp__fit_state *s, const double *w, const int *free_, co
                 L[j][j] = sqrt(d);
             }
         }
-        /* right-hand side: the time less the terms held fixed */
-        double rhs[P];
-        for (int j = 0; j < P; j++) rhs[j] = 0.0;
-        for (int32_t i = 0; i < s->count; i++) {
-            if (w[i] == 0.0) continue;
-            const dcp__fit_row *r = row_at(s, i);
-            double y = (double)r->time;
-            for (int j = 0; j < P; j++)
-                if (!acc[j]) y -= column(r, j, knee) * (held_zero[j] ? 0.0 : fixed[j]);
-            for (int j = 0; j < P; j++)
-                if (acc[j]) rhs[j] += w[i] * (column(r, j, knee) / norm[j]) * y;
+        /* right-hand side: the time less the terms held fixed, X'W(y - X_f beta_f), scaled */
+        double rhs[P], u[P];
+        for (int j = 0; j < P; j++) {
+            rhs[j] = 0.0;
+            if (!acc[j]) continue;
+            double v = bvec[j];
+            for (int f = 0; f < P; f++)
+                if (!acc[f] && norm[f] > 0.0) v -= A[j][f] * (held_zero[f] ? 0.0 : fixed[f]);
+            rhs[j] = v / norm[j];
         }
-        double u[P];
         for (int j = 0; j < P; j++) {
             u[j] = 0.0;
             if (!acc[j]) continue;
@@ -297,6 +317,8 @@ static void solve(const dcp__fit_state *s, const double *w, const int *free_, co
             return;
         }
         held_zero[worst] = 1; /* the most negative coefficient is held at 0; solve the rest again */
+        /* the scaled solution above was divided in place: redo it from scratch next round */
+        for (int j = 0; j < P; j++) beta[j] = fixed[j];
     }
 }
 
@@ -345,13 +367,17 @@ void dcp__fit_refit(dcp__fit_state *s, void *scratch, dcp_cost_model *model)
     int32_t used = n;
     for (int t = 0; t <= TRIM_ROUNDS; t++) {
         for (int j = 0; j < P; j++) beta[j] = fixed[j];
-        solve(s, w, free_, fixed, knee, beta, ident);
+        double A[P][P], bvec[P];
+        normal_equations(s, w, knee, A, bvec);
+        solve(A, bvec, free_, fixed, beta, ident);
         /* relative errors under this fit; the median of the rows kept */
         int32_t kept = 0;
         for (int32_t i = 0; i < n; i++) {
             const dcp__fit_row *r = row_at(s, i);
-            double p = 0.0;
-            for (int j = 0; j < P; j++) p += column(r, j, knee) * beta[j];
+            int idx[P];
+            double val[P], p = 0.0;
+            const int nz = row_columns(r, knee, idx, val);
+            for (int q = 0; q < nz; q++) p += val[q] * beta[idx[q]];
             err[i] = rel_error_ppm(p, r->time);
             if (!trimmed[i]) sorted[kept++] = err[i];
         }
