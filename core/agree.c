@@ -69,6 +69,7 @@ static const char *call_name(uint32_t kind)
     case DCP_CALL_GATHER: return "dcp_gather";
     case DCP_CALL_STEP: return "dcp_step";
     case DCP_CALL_MTP_ROLL: return "dcp_mtp_roll";
+    case DCP_CALL_OBSERVE: return "dcp_observe";
     default: return "an unknown call";
     }
 }

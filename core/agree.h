@@ -35,7 +35,7 @@ dcp_status dcp__agree(dcp_comm *comm, dcp_status local, dcp__error *err, const c
  * be silently wrong, so every rank returns DCP_ERR_OUT_OF_STEP (a different
  * configuration: DCP_ERR_INVALID_CONFIG) and says which ranks differ.
  */
-enum { DCP_CALL_GATHER = 1, DCP_CALL_STEP = 2, DCP_CALL_MTP_ROLL = 3 };
+enum { DCP_CALL_GATHER = 1, DCP_CALL_STEP = 2, DCP_CALL_MTP_ROLL = 3, DCP_CALL_OBSERVE = 4 };
 
 #define DCP_CALL_TAG_MAGIC 0x44435054u /* "DCPT" */
 

@@ -162,6 +162,9 @@ dcp_status dcp_config_validate(const dcp_config *c, char *message, size_t messag
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++)
         if (sizes[i].value < 1)
             REJECT(DCP_ERR_INVALID_CONFIG, "%s must be >= 1, got %d", sizes[i].name, sizes[i].value);
+    if (c->max_observations < 0)
+        REJECT(DCP_ERR_INVALID_CONFIG, "max_observations must be >= 0 (0: online calibration off), got %d",
+               c->max_observations);
 
     const struct { const char *name; int64_t value; } counts[] = {
         {"world_size", c->world_size},

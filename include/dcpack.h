@@ -283,6 +283,9 @@ typedef struct dcp_config {
     int32_t skip_sibling_data_check;
     dcp_cost_model cost;                  /* used by DCP_SCHEDULER_BALANCED and by plan statistics */
     dcp_plan_effort plan_effort;          /* balanced's search (above); default DCP_PLAN_EFFORT_FULL */
+    int32_t max_observations;             /* online calibration (below, "Online calibration"): observation
+                                             rows the context keeps, one per CP group and microbatch;
+                                             0 (the default) = off.  Sized into the workspace */
 } dcp_config;
 
 /* Defaults: 1 rank of each kind, dynamic_cp, 4096 sequences, M = 4096, all fields. */
@@ -1151,6 +1154,142 @@ dcp_status dcp_nccl_cp_groups_create(dcp_comm *data_context_parallel, dcp_nccl_c
 /* This rank's communicator for a microbatch with this local_cp_size, or NULL. */
 dcp_comm *dcp_nccl_cp_group(dcp_nccl_cp_groups *groups, int32_t local_cp_size);
 void dcp_nccl_cp_groups_destroy(dcp_nccl_cp_groups *groups);
+
+/* ------------------------------------------------------------------------ */
+/* Online calibration                                                        */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The trainer's own step times keep the cost model true (docs/planning.md,
+ * online calibration).  After a step, the caller reports how long each rank
+ * took on each microbatch of the plan it stepped (forward and backward of
+ * that rank's share), in the profile's time unit, picoseconds; the context
+ * refits config.cost from everything it observed, and the next
+ * dcp_plan_compute() / dcp_step() plans with the refit model.
+ *
+ * Rows.  An observation row is one CP group of one microbatch: the median of
+ * its ranks' times (ranks that report DCP_OBSERVE_MISSING are left out; a
+ * group none of whose ranks timed it gives no row) against the features the
+ * cost model's terms multiply: sum s^2/cp (quadratic), sum s/cp (linear), 1
+ * (microbatch_overhead), sum s at cp = 2^k (cp_gather[k]), sequences*(cp-1)
+ * (round_latency), max(0, knee - tokens per rank) (small_slope, knee the
+ * prior's small_knee or 4096).  The context keeps the last max_observations
+ * rows (a ring placed at creation: nothing is allocated after it).
+ *
+ * Fit.  Weighted least squares in relative terms: a row weighs
+ * 0.9375^age / time^2 (age in observed steps: recent steps count most, a
+ * half-life of about 11 steps).  A term is identified when at least 3% of
+ * its column (in norm) is independent of the columns before it in the order
+ * quadratic, linear, overhead, cp_gather[1..16], round_latency, small; a term
+ * the rows do not identify keeps the prior's value (config.cost at creation)
+ * times the one scale that fits the prior best, so a default model in
+ * abstract units becomes one in picoseconds at the first observation.  A
+ * coefficient the solve makes negative is held at 0 (identified as 0).
+ * Outliers: rows whose relative error is past 4 times the median and 2% are
+ * left out and the fit repeated (up to 3 times).  Once some cp_gather[k] is
+ * identified the model prices the CP exchange in the exposed form (kv[*] =
+ * 0) and CP sizes without a fit take the nearest fitted size below them
+ * (else above); before that kv and cp_gather keep the prior's, scaled.
+ * Arithmetic: double precision in one fixed order, compiled without fused
+ * multiply-add (-ffp-contract=off), only + - * / sqrt floor (all correctly
+ * rounded), then rounded to int64: every rank that observed the same rows
+ * computes the same model bit for bit.
+ *
+ * Safe start.  Every refit sets the model's margin_ppm (balanced keeps
+ * dynamic_cp's plan unless its own is predicted faster by that much) to the
+ * largest of the prior's margin_ppm, the fit's median error on its rows and
+ * the median error, over the last 4 observed steps, of the model that planned
+ * them (capped at 900000): while the model has seen little, its predictions
+ * of new batches are poor and balanced plans as dynamic_cp does.
+ *
+ * The model is part of the configuration digest every multi-rank call
+ * agrees: ranks holding different models fail their next dcp_step (or
+ * gather) with DCP_ERR_INVALID_CONFIG on every rank, never plan differently.
+ */
+#define DCP_OBSERVE_MISSING INT64_C(-1)         /* the rank held nothing in that microbatch or did not time it (0 too) */
+#define DCP_OBSERVE_INVALID INT64_MIN           /* a timing that failed (a NaN): a bad observation */
+#define DCP_OBSERVE_MAX_TIME (INT64_C(1) << 53) /* about 2.5 hours in ps: a longer time is a bad observation */
+
+/* Terms of the cost model a fit identified (dcp_observe_report.identified). */
+enum {
+    DCP_TERM_SCALE = 1u << 0,         /* the prior's scale: any observation */
+    DCP_TERM_QUADRATIC = 1u << 1,
+    DCP_TERM_LINEAR = 1u << 2,
+    DCP_TERM_OVERHEAD = 1u << 3,      /* microbatch_overhead */
+    DCP_TERM_ROUND_LATENCY = 1u << 4,
+    DCP_TERM_SMALL = 1u << 5          /* small_slope at small_knee */
+};
+#define DCP_TERM_CP_GATHER(k) (1u << (8 + (k))) /* cp_gather[k], k = 1..16 */
+
+/* Where a context's online calibration stands. */
+typedef struct dcp_observe_report {
+    int64_t steps;             /* observations taken (calls that succeeded with at least one row) */
+    int32_t rows;              /* rows held, at most max_observations */
+    int32_t rows_used;         /* rows the last fit kept (the others: outliers) */
+    uint32_t identified;       /* DCP_TERM_* the last fit identified; 0 before any */
+    int64_t fit_error_ppm;     /* median relative error of the held rows under the current model */
+    int64_t predict_error_ppm; /* median relative error of the last 4 steps' rows under the models that planned them */
+    int64_t margin_ppm;        /* the current model's margin_ppm */
+    uint64_t digest;           /* of the prior and every row observed: equal on ranks that observed alike */
+} dcp_observe_report;
+
+/*
+ * One step's observation over the DPxCP communicator `comm` (rank = DPxCP
+ * rank, size num_ranks): every rank of it passes its own times, my_times[m]
+ * for each microbatch m of `plan` (DCP_OBSERVE_MISSING where it held
+ * nothing), for the plan it stepped: the one dcp_plan_compute() or
+ * dcp_step() made of `lengths` on this context under its current model.  A
+ * collective of its own, counted and tagged like dcp_step (step_id, the
+ * call count, the configuration digest with the model, the digest of the
+ * observations so far and the plan's seal): the rows are all-gathered, each
+ * checked against its sender's hash, and every rank refits from the same
+ * matrix.  Errors, on every rank alike, and the model is then unchanged:
+ * DCP_ERR_CAPACITY (max_observations is 0), DCP_ERR_INVALID_ARGUMENT (a
+ * plan that is not this context's of these lengths, a time that is
+ * negative, DCP_OBSERVE_INVALID or past DCP_OBSERVE_MAX_TIME, a time for a
+ * microbatch where the rank held nothing; ranks that observed different
+ * plans), DCP_ERR_INVALID_CONFIG (ranks whose models or observation
+ * histories differ), DCP_ERR_OUT_OF_STEP, DCP_ERR_COMM (rows that did not
+ * arrive intact) and the communicator's.  Allocation-free.
+ *
+ * plan and lengths both NULL: the plan of this context's last dcp_step(), of
+ * the lengths that step gathered (a trainer that lets dcp_step plan); call
+ * it before the next step or plan on the context.
+ */
+dcp_status dcp_observe(dcp_context *context, const dcp_plan *plan, const int32_t *lengths, int32_t num_lengths,
+                       const int64_t *my_times, dcp_comm *comm, uint64_t step_id);
+
+/*
+ * The same in one process: times[m * plan->num_ranks + r] is rank r's time
+ * on microbatch m (plan and lengths NULL: as dcp_observe).  No collective,
+ * not counted as a multi-rank call.
+ */
+dcp_status dcp_observe_matrix(dcp_context *context, const dcp_plan *plan, const int32_t *lengths,
+                              int32_t num_lengths, const int64_t *times);
+
+/*
+ * One step's rows given directly, for a trainer with plans of its own or a
+ * replay: group g runs lengths[group_first[g] .. group_first[g+1]) on
+ * cp_sizes[g] ranks (a power of two) and took times[g] (DCP_OBSERVE_MISSING:
+ * no row).  Errors as dcp_observe_matrix (DCP_ERR_BAD_LENGTH for a length
+ * below 1, DCP_ERR_CAPACITY for more groups than max_sequences).
+ */
+dcp_status dcp_observe_groups(dcp_context *context, int32_t num_groups, const int32_t *cp_sizes,
+                              const int32_t *group_first, const int32_t *lengths, const int64_t *times);
+
+/*
+ * Predicted times of `plan` under the context's current model:
+ * out[m * plan->num_ranks + r] is rank r's time on microbatch m (its group's
+ * summed dcp_cost(), the small-microbatch hinge and microbatch_overhead, in
+ * the model's unit), DCP_OBSERVE_MISSING where it holds nothing.  The plan is
+ * validated for these lengths (DCP_ERR_INVALID_PLAN); any valid plan, not
+ * only this context's.  Allocation-free.
+ */
+dcp_status dcp_observe_predict(dcp_context *context, const dcp_plan *plan, const int32_t *lengths,
+                               int32_t num_lengths, int64_t *out);
+
+/* Where the calibration stands (all zero when max_observations is 0). */
+dcp_status dcp_observe_status(const dcp_context *context, dcp_observe_report *report);
 
 #ifdef __cplusplus
 }

@@ -111,6 +111,7 @@ static size_t scratch_size(const dcp_config *c)
     s = max_size(s, dcp__validate_scratch_size(c)); /* dcp_plan_validate, and dcp_plan_stats_compute's check */
     s = max_size(s, dcp__stats_scratch_size(c));    /* dcp_plan_stats_compute's finish times, after the check */
     s = max_size(s, dcp__step_scratch_size(c));
+    s = max_size(s, dcp__observe_scratch_size(c)); /* 0 when max_observations is 0 */
     return s;
 }
 
@@ -132,6 +133,8 @@ dcp_status dcp__context_layout(dcp_context *ctx, dcp__arena *arena, const dcp_co
     if (dcp__arena_failed(arena)) return DCP_ERR_WORKSPACE_TOO_SMALL;
 
     st = dcp__step_layout(ctx, arena, config); /* data-plane buffers (none when max_tokens_per_rank is 0) */
+    if (st != DCP_OK) return st;
+    st = dcp__observe_layout(ctx, arena, config); /* observation rows (none when max_observations is 0) */
     if (st != DCP_OK) return st;
 
     ctx->config_digest = dcp__config_digest(config);

@@ -16,6 +16,7 @@
 #include "../alloc/arena.h"
 #include "../alloc/host.h"
 #include "../core/agree.h"
+#include "../core/cost_fit.h"
 #include "../core/error.h"
 #include "../core/plan.h"
 
@@ -53,8 +54,15 @@ struct dcp_context {
     uint32_t steps_skipped;   /* dcp_step calls since the last first agreement that failed here before one (step.c) */
     uint64_t config_digest;   /* dcp__config_digest(&config) */
 
+    /* online calibration (observe.c): the rows and the fit; rows NULL when max_observations is 0 */
+    dcp__fit_state fit;
+
     dcp__host_block owned;     /* the workspace, when dcp_context_create() allocated it */
 };
+
+/* Online calibration (observe.c): the rows' ring on `arena`, and the scratch an observation needs. */
+dcp_status dcp__observe_layout(dcp_context *ctx, dcp__arena *arena, const dcp_config *config);
+size_t dcp__observe_scratch_size(const dcp_config *config);
 
 /* Lay out the persistent buffers on `arena` and reserve the scratch. */
 dcp_status dcp__context_layout(dcp_context *ctx, dcp__arena *arena, const dcp_config *config);

@@ -694,6 +694,34 @@ class Plan:
                 f"{self._desc.num_ids} sequences on {self._desc.num_ranks} ranks>")
 
 
+_DEFAULT_OBSERVATIONS = 4096
+_TERMS = (("scale", 1 << 0), ("quadratic", 1 << 1), ("linear", 1 << 2), ("microbatch_overhead", 1 << 3),
+          ("round_latency", 1 << 4), ("small_slope", 1 << 5))
+
+
+def _cost_model_from_dict(c: dict[str, Any]) -> CostModel:
+    c = dict(c)
+    c["kv"] = tuple(c["kv"])
+    c["cp_gather"] = tuple(c["cp_gather"])
+    if isinstance(c.get("step_model"), int) and 0 <= c["step_model"] < len(_STEP_MODELS):
+        c["step_model"] = _STEP_MODELS[c["step_model"]]
+    if isinstance(c.get("pipeline_schedule"), int) and 0 <= c["pipeline_schedule"] < len(_PIPELINE_SCHEDULES):
+        c["pipeline_schedule"] = _PIPELINE_SCHEDULES[c["pipeline_schedule"]]
+    return CostModel(**c)
+
+
+def _format_profile(c: dict[str, Any], time_unit_ps: int) -> str:
+    """The cost-profile text of a cost dict (the keys dcp_cost_profile_parse reads)."""
+    lines = [f"time_unit_ps = {time_unit_ps}"] if time_unit_ps > 0 else []
+    for key in ("quadratic", "linear", "round_latency", "microbatch_overhead", "small_knee", "small_slope",
+                "margin_ppm"):
+        lines.append(f"{key} = {c[key]}")
+    lines += [f"kv.{1 << k} = {c['kv'][k]}" for k in range(1, len(c["kv"]))]
+    lines += [f"cp_gather.{1 << k} = {c['cp_gather'][k]}" for k in range(1, len(c["cp_gather"]))]
+    lines.append(f"step_model = {_STEP_MODELS[c['step_model']]}")
+    return "\n".join(lines) + "\n"
+
+
 class Planner:
     """Plans global batches with one context (``dcp_context_create`` + ``dcp_plan_compute``).
 
@@ -705,6 +733,9 @@ class Planner:
     """
 
     def __init__(self, config: Config | None = None, **fields: Any) -> None:
+        # online calibration's capacity (dcp_config.max_observations): rows kept, one per CP group and
+        # microbatch; not a planning field (plans made here match a Stepper's context without it)
+        max_observations = fields.pop("max_observations", _DEFAULT_OBSERVATIONS)
         if config is None:
             config = Config(**fields)
         elif fields:
@@ -712,7 +743,9 @@ class Planner:
         if not isinstance(config, Config):
             raise InvalidArgumentError(f"config must be a dcpack.Config, got {type(config).__name__}")
         self._config = config
+        self._max_observations = _check_int("max_observations", max_observations, *_INT32)
         d = config.to_dict()
+        d["max_observations"] = self._max_observations
         self._ctx = _core.Context(d)
         ranks = d["data_parallel_size"] * d["context_parallel_size"]
         if d["scheduler"] != _SCHEDULERS.index("dp_balanced") and ranks & (ranks - 1):
@@ -797,6 +830,113 @@ class Planner:
                           if num else np.empty(0, dtype=np.int32))
         rank_offsets = np.array(_view(offsets, size + 1, "int32", None), dtype=np.int32, copy=True)
         return global_lengths, rank_offsets
+
+    # -- online calibration (docs/python.md, online calibration) -----------------------------------------
+
+    def _plan_of_mine(self, plan: Any) -> Plan:
+        if not isinstance(plan, Plan):
+            raise InvalidArgumentError(f"plan must be a dcpack.Plan, got {type(plan).__name__}")
+        plan._check()
+        if plan._lengths is None:
+            raise InvalidArgumentError("this plan carries no lengths: observe and predict take a plan from plan()")
+        return plan
+
+    def observe(self, plan: Plan, times: Any, *, comm: Any = None, step_id: int = 0) -> None:
+        """Report a stepped plan's measured times and refit the cost model (``dcp_observe_matrix``).
+
+        ``times``: seconds, a numpy array ``[plan.num_microbatches, plan.num_ranks]`` (each rank's
+        forward and backward of its share of each microbatch; 0 where a rank held nothing or did not
+        time it).  The next :meth:`plan` uses the refit model (its unit is then picoseconds, the
+        cost-profile unit).  With ``comm`` (the DPxCP communicator, collective) ``times`` is this
+        rank's own row ``[plan.num_microbatches]`` and the rows are agreed over it
+        (``dcp_observe``): every rank refits from the same matrix, and a bad row on any rank raises
+        the same error on every rank.  Raises InvalidArgumentError for a time that is negative, NaN
+        or infinite, for a time where the rank held nothing, and for a plan this planner did not
+        make of its lengths under its current model (a plan from before the last refit); the model
+        is then unchanged.  CapacityError when the planner was built with ``max_observations=0``.
+        """
+        plan = self._plan_of_mine(plan)
+        t = np.asarray(times, dtype=np.float64)
+        want = (plan.num_microbatches,) if comm is not None else (plan.num_microbatches, plan.num_ranks)
+        if t.shape != want:
+            raise InvalidArgumentError(f"times must have shape {want}, got {t.shape}")
+        ps = np.full(t.shape, np.iinfo(np.int64).min, dtype=np.int64)  # DCP_OBSERVE_INVALID where not finite
+        finite = np.isfinite(t)
+        # past the library's bound (2^53 ps) the library says so; keep the conversion itself in range
+        ps[finite] = np.rint(np.clip(t[finite], -1.0, 1e7) * 1e12).astype(np.int64)
+        ps = np.ascontiguousarray(ps)
+        lengths = plan._lengths
+        if comm is None:
+            _core.observe_matrix(self._ctx, plan._desc, _address(lengths), lengths.size, _address(ps))
+        else:
+            sid = _check_int("step_id", step_id, 0, (1 << 64) - 1, error=InvalidArgumentError)
+            _core.observe(self._ctx, plan._desc, _address(lengths), lengths.size, _address(ps), comm, sid)
+
+    def observe_groups(self, cp_sizes: Any, lengths: Any, times: Any) -> None:
+        """One step's rows given directly (``dcp_observe_groups``): group ``g`` ran ``lengths[g]`` (a
+        sequence of ints) on ``cp_sizes[g]`` ranks and took ``times[g]`` seconds (0: no row).  For
+        replays and trainers with plans of their own."""
+        cps = np.ascontiguousarray(np.asarray(cp_sizes, dtype=np.int32))
+        flat = [np.asarray(x, dtype=np.int32).ravel() for x in lengths]
+        if len(flat) != cps.size:
+            raise InvalidArgumentError(f"{cps.size} CP sizes for {len(flat)} groups")
+        first = np.zeros(cps.size + 1, dtype=np.int32)
+        first[1:] = np.cumsum([f.size for f in flat]) if flat else []
+        all_lengths = np.ascontiguousarray(np.concatenate(flat) if flat else np.zeros(1, dtype=np.int32))
+        t = np.asarray(times, dtype=np.float64)
+        if t.shape != (cps.size,):
+            raise InvalidArgumentError(f"times must have shape ({cps.size},), got {t.shape}")
+        ps = np.full(t.shape, np.iinfo(np.int64).min, dtype=np.int64)
+        finite = np.isfinite(t)
+        ps[finite] = np.rint(np.clip(t[finite], -1.0, 1e7) * 1e12).astype(np.int64)
+        ps = np.ascontiguousarray(ps if ps.size else np.zeros(1, dtype=np.int64))
+        cps_arg = cps if cps.size else np.zeros(1, dtype=np.int32)
+        _core.observe_groups(self._ctx, int(t.size), _address(cps_arg), _address(first), _address(all_lengths),
+                             _address(ps))
+
+    def predict(self, plan: Plan) -> np.ndarray:
+        """Predicted seconds ``[plan.num_microbatches, plan.num_ranks]`` of a plan under the current model
+        (``dcp_observe_predict``: each rank's group cost, the small-microbatch hinge and the microbatch
+        overhead), 0 where a rank holds nothing.  Seconds only once the model is in picoseconds: after an
+        observation, or when the planner started from a calibrated profile."""
+        plan = self._plan_of_mine(plan)
+        out = np.empty((plan.num_microbatches, plan.num_ranks), dtype=np.int64)
+        lengths = plan._lengths
+        _core.observe_predict(self._ctx, plan._desc, _address(lengths), lengths.size, _address(out))
+        return np.where(out < 0, 0.0, out.astype(np.float64) * 1e-12)
+
+    @property
+    def cost_model(self) -> CostModel:
+        """The cost model the next :meth:`plan` uses (the configuration's, refit by :meth:`observe`)."""
+        return _cost_model_from_dict(_core.observe_status(self._ctx)["cost"])
+
+    @property
+    def calibration(self) -> dict[str, Any]:
+        """Where online calibration stands (``dcp_observe_status``): ``steps``, ``rows``, ``rows_used``,
+        ``identified`` (names of the terms the observations identify), ``fit_error`` and
+        ``predict_error`` (median relative errors), ``margin_ppm`` and ``digest``."""
+        st = _core.observe_status(self._ctx)
+        bits = st["identified"]
+        names = [name for name, bit in _TERMS if bits & bit]
+        names += [f"cp_gather.{1 << k}" for k in range(1, _core.MAX_LOG2_CP + 1) if bits & (1 << (8 + k))]
+        return {"steps": st["steps"], "rows": st["rows"], "rows_used": st["rows_used"], "identified": names,
+                "fit_error": st["fit_error_ppm"] * 1e-6, "predict_error": st["predict_error_ppm"] * 1e-6,
+                "margin_ppm": st["margin_ppm"], "digest": st["digest"]}
+
+    def save_profile(self, path: Any, *, comment: str = "") -> None:
+        """Write the current model as a cost profile (the format ``dcpack plan --cost`` reads), in
+        picoseconds (``time_unit_ps = 1``) once an observation has set its unit."""
+        cost = _core.observe_status(self._ctx)["cost"]
+        unit = 1 if _core.observe_status(self._ctx)["steps"] > 0 else 0
+        if hasattr(_core, "cost_profile_format"):
+            text = _core.cost_profile_format(cost, unit)
+        else:
+            text = _format_profile(cost, unit)
+        head = "# dcpack cost profile, calibrated online from the trainer's own microbatch times\n"
+        if comment:
+            head += "".join(f"# {line}\n" for line in comment.splitlines())
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(head + text)
 
     def close(self) -> None:
         """Destroy the context now (views of it go stale; it is otherwise released when collected)."""

@@ -744,21 +744,45 @@ class DataPath:
     is counted in ``plan_ahead_lost`` and warned of (RuntimeWarning).
     ``last_plan_ahead`` says how long the last plan took on its thread and
     how long the step waited for it.
+
+    ``calibrate="online"`` keeps the step's cost model true from the trainer's
+    own times (docs/python.md, online calibration): each microbatch the
+    trainer takes from the iterator records a CUDA event (the host clock on
+    the CPU path) on the current stream, nothing waits inside the step; at the
+    next ``wrap_data_iterator`` the events are read (microbatch m runs from
+    its fetch to the next one's; the last, which runs into the optimizer, is
+    not reported) and observed on the step's context, agreed over the DPxCP
+    communicator (``dcp_observe``), before the next batch is planned with the
+    refit model.  The config needs ``max_observations`` (default 4096 here);
+    TP 1, PP 1 and no plan_ahead (the plan made ahead would be of the older
+    model).  ``last_calibration`` is the step context's calibration state.
     """
 
     def __init__(self, config: Config, groups: Any = None, mtp_virtual_stages: int = 0, *,
-                 plan_ahead: bool = False, data_parallel: Any = None) -> None:
+                 plan_ahead: bool = False, data_parallel: Any = None, calibrate: str | None = None,
+                 max_observations: int = 4096) -> None:
         from ._require import require_torch
 
         torch = require_torch("dcpack.megatron.DataPath")
 
         from ._step import StepArgs, Stepper
 
+        if calibrate not in (None, "online"):
+            raise InvalidConfigError(f"calibrate must be None or 'online', got {calibrate!r}")
+        if calibrate == "online" and (plan_ahead or config.tensor_parallel_size != 1
+                                      or config.pipeline_parallel_size != 1):
+            raise InvalidConfigError("calibrate='online' needs tensor_parallel_size 1, pipeline_parallel_size 1 and "
+                                     "plan_ahead off (every rank of the step must observe the same rows)")
+        self.calibrate = calibrate
+        self._observations = max_observations if calibrate == "online" else 0
+        self._timing: _MicrobatchTiming | None = None
+        self.last_calibration: dict[str, Any] | None = None
         self.config = config
         self.plan_ahead = bool(plan_ahead)
+        step_config = _observing(config, self._observations) if self._observations else config
         if isinstance(groups, StepArgs):
             self.groups = groups
-            self.stepper = Stepper(config)
+            self.stepper = Stepper(step_config)
             self.device = torch.device("cpu")
             self._host = True
         else:
@@ -766,7 +790,7 @@ class DataPath:
 
             self.groups = groups if groups is not None else dt.NcclGroups.from_megatron(
                 config, data_parallel=self.plan_ahead)
-            self.stepper = dt.CudaStepper(config, self.groups)
+            self.stepper = dt.CudaStepper(step_config, self.groups)
             self.device = torch.device("cuda", self.groups.device)
             self._host = False
         self.mtp_virtual_stages = mtp_virtual_stages
@@ -794,6 +818,21 @@ class DataPath:
         """With plan_ahead: global batches stepped without their plan made ahead because its gather or plan
         failed (each also a RuntimeWarning; the step planned the batch itself).  0 on ranks without data."""
         return self._reader.lost if self._reader is not None else 0
+
+    def _observe_last_step(self) -> None:
+        """The last step's microbatch times, agreed over the DPxCP communicator, refit the step's model."""
+        from . import _core
+
+        timing, self._timing = self._timing, None
+        if timing is None or not self.groups.holds_data:
+            return
+        times = timing.collect()
+        ctx = (self.stepper if self._host else self.stepper._stepper)._ctx
+        ps = np.ascontiguousarray(np.rint(np.clip(times, 0.0, 1e7) * 1e12).astype(np.int64))
+        comm = self.groups.data_context_parallel
+        _core.observe(ctx, None, 0, 0, ps.ctypes.data, comm, 0)
+        st = _core.observe_status(ctx)
+        self.last_calibration = {k: v for k, v in st.items() if k != "cost"}
 
     def _lone_failure(self) -> None:
         (self.stepper if self._host else self.stepper._stepper)._count_lone_failure()
@@ -826,6 +865,8 @@ class DataPath:
             source = next((d for d in source if d is not None), None)
         samples = None
         plan = None
+        if self._observations:
+            self._observe_last_step()
         if self.groups.holds_data:
             if source is None:
                 raise ValueError("this rank holds data but its data_iterator is None")
@@ -894,6 +935,9 @@ class DataPath:
         if self._reader is not None:  # the next global batch: read, gathered, planned while this one trains
             self._ahead = self._reader.read(source, num_microbatches)
         per_stage = [iter(batches_all[v * nm:(v + 1) * nm]) for v in range(vpp)]
+        if self._observations and self.groups.holds_data:
+            self._timing = _MicrobatchTiming(nm, self._host)
+            per_stage = [self._timing.wrap(it) for it in per_stage]
         iterators: Any = per_stage if vpp > 1 else per_stage[0]
         return iterators, out.num_microbatches, float(out.seqlen_sum), float(out.seqlen_squared_sum)
 
@@ -933,6 +977,63 @@ class DataPath:
             params.seq_idx = seq_idx
         return (batch["tokens"], batch["labels"], batch["loss_mask"], None, batch["position_ids"], params,
                 batch["padding_mask"])
+
+
+def _observing(config: Config, max_observations: int) -> Config:
+    """The same configuration whose context keeps observation rows (dcp_config.max_observations)."""
+
+    @dataclasses.dataclass
+    class _ObservingConfig(Config):
+        def to_dict(self) -> dict[str, Any]:
+            d = super().to_dict()
+            d["max_observations"] = max_observations
+            return d
+
+    return _ObservingConfig(**{f.name: getattr(config, f.name) for f in dataclasses.fields(Config)})
+
+
+class _MicrobatchTiming:
+    """A mark at every microbatch the trainer fetches (a CUDA event on the current stream, or the host clock)."""
+
+    def __init__(self, num_microbatches: int, host: bool) -> None:
+        self.n = num_microbatches
+        self.host = host
+        self.marks: list[Any] = []
+
+    def wrap(self, it: Any) -> Any:
+        timing = self
+
+        class _Timed:
+            def __iter__(self) -> Any:
+                return self
+
+            def __next__(self) -> Any:
+                item = next(it)
+                timing.mark()
+                return item
+
+        return _Timed()
+
+    def mark(self) -> None:
+        if self.host:
+            self.marks.append(time.perf_counter())
+        else:
+            import torch
+
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            self.marks.append(e)
+
+    def collect(self) -> np.ndarray:
+        """Seconds per microbatch: from its fetch to the next one's; 0 (not reported) for the last."""
+        out = np.zeros(self.n, dtype=np.float64)
+        k = min(len(self.marks), self.n)
+        if not self.host and k > 1:
+            self.marks[k - 1].synchronize()  # long complete by the next step: reads, does not wait
+        for i in range(k - 1):
+            a, b = self.marks[i], self.marks[i + 1]
+            out[i] = (b - a) if self.host else a.elapsed_time(b) * 1e-3
+        return out
 
 
 def config_from_megatron(args: Any, max_sequences: int, max_tokens_per_rank: int,

@@ -13,6 +13,7 @@
  *   comm.c             World (the in-process world) and Comm (a rank's communicator)
  *   context.c          Context: one dcp_context, planning (plan, stats, validate), lifetime
  *   step.c             Context.step: the sample table in columns, dcp_step, the microbatch table
+ *   observe.c          online calibration: observe, observe_matrix, observe_groups, observe_predict, observe_status
  *   nccl.c / nccl_stub.c   NCCL communicators (the stub raises UnsupportedError: built without NCCL)
  *   cuda.c / cuda_stub.c   the CUDA runtime calls (the stub: built without CUDA)
  *   profile.c          cost profiles: the library's reader and writer of the profile format
@@ -23,9 +24,27 @@
 
 #ifndef Py_LIMITED_API
 #define Py_LIMITED_API 0x030A0000
+/* -- observe.c ---------------------------------------------------------------------------------------- */
+
+PyObject *m_observe(PyObject *m, PyObject *args);
+PyObject *m_observe_matrix(PyObject *m, PyObject *args);
+PyObject *m_observe_groups(PyObject *m, PyObject *args);
+PyObject *m_observe_predict(PyObject *m, PyObject *args);
+PyObject *m_observe_status(PyObject *m, PyObject *arg);
+int observe_init(PyObject *module);
+
 #endif
 #ifndef PY_SSIZE_T_CLEAN
 #define PY_SSIZE_T_CLEAN
+/* -- observe.c ---------------------------------------------------------------------------------------- */
+
+PyObject *m_observe(PyObject *m, PyObject *args);
+PyObject *m_observe_matrix(PyObject *m, PyObject *args);
+PyObject *m_observe_groups(PyObject *m, PyObject *args);
+PyObject *m_observe_predict(PyObject *m, PyObject *args);
+PyObject *m_observe_status(PyObject *m, PyObject *arg);
+int observe_init(PyObject *module);
+
 #endif
 #include <Python.h>
 
@@ -133,5 +152,14 @@ PyObject *context_error(ContextObject *self, dcp_status st, const char *what);
 PyObject *Context_step(PyObject *o, PyObject *args, PyObject *kwds);
 PyObject *Context_count_failed_step(PyObject *o, PyObject *unused);
 int step_init(PyObject *module);
+
+/* -- observe.c ---------------------------------------------------------------------------------------- */
+
+PyObject *m_observe(PyObject *m, PyObject *args);
+PyObject *m_observe_matrix(PyObject *m, PyObject *args);
+PyObject *m_observe_groups(PyObject *m, PyObject *args);
+PyObject *m_observe_predict(PyObject *m, PyObject *args);
+PyObject *m_observe_status(PyObject *m, PyObject *arg);
+int observe_init(PyObject *module);
 
 #endif

@@ -92,6 +92,9 @@ int config_from_dict(PyObject *dict, dcp_config *c)
         get_i32(dict, "skip_sibling_data_check", &c->skip_sibling_data_check) < 0 ||
         get_i32(dict, "plan_effort", &effort) < 0)
         return -1;
+    /* optional (Planner's max_observations, online calibration): absent means off */
+    if (PyDict_GetItemString(dict, "max_observations") && get_i32(dict, "max_observations", &c->max_observations) < 0)
+        return -1;
     if (fields < 0 || fields > (int64_t)UINT32_MAX) {
         raise_status(DCP_ERR_INVALID_CONFIG, "fields does not fit in uint32");
         return -1;

@@ -153,6 +153,12 @@ static PyMethodDef module_methods[] = {
     {"nccl_unique_id", m_nccl_unique_id, METH_NOARGS, "ncclGetUniqueId() as 128 bytes."},
     {"nccl_comm_create", m_nccl_comm_create, METH_VARARGS, "ncclCommInitRank + dcp_nccl_comm_init -> Comm."},
     {"cuda_set_device", m_cuda_set_device, METH_O, "cudaSetDevice() in dcpack's CUDA runtime."},
+    {"observe", m_observe, METH_VARARGS, "observe(ctx, plan, lengths, n, my_times, comm, step_id): dcp_observe."},
+    {"observe_matrix", m_observe_matrix, METH_VARARGS, "observe_matrix(ctx, plan, lengths, n, times): dcp_observe_matrix."},
+    {"observe_groups", m_observe_groups, METH_VARARGS,
+     "observe_groups(ctx, num_groups, cp_sizes, group_first, lengths, times): dcp_observe_groups."},
+    {"observe_predict", m_observe_predict, METH_VARARGS, "observe_predict(ctx, plan, lengths, n, out): dcp_observe_predict."},
+    {"observe_status", m_observe_status, METH_O, "observe_status(ctx) -> dict (dcp_observe_status, and the cost model)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -174,7 +180,9 @@ PyMODINIT_FUNC PyInit__core(void)
 
     PyObject *m = PyModule_Create(&module_def);
     if (!m) return NULL;
-    if (plan_descriptor_init(m) < 0 || comm_init(m) < 0 || context_init(m) < 0 || step_init(m) < 0) goto fail;
+    if (plan_descriptor_init(m) < 0 || comm_init(m) < 0 || context_init(m) < 0 || step_init(m) < 0 ||
+        observe_init(m) < 0)
+        goto fail;
     if (add_int(m, "VERSION_MAJOR", DCP_VERSION_MAJOR) < 0 || add_int(m, "VERSION_MINOR", DCP_VERSION_MINOR) < 0 ||
         add_int(m, "VERSION_PATCH", DCP_VERSION_PATCH) < 0 || add_int(m, "MAX_LOG2_CP", DCP_MAX_LOG2_CP) < 0 ||
         add_int(m, "HAVE_CUDA", binding_have_cuda) < 0 || add_int(m, "HAVE_NCCL", binding_have_nccl) < 0)

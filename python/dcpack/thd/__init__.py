@@ -9,6 +9,9 @@
 - :class:`THDBatch`, :class:`CPGroups`, :func:`train_step`, :func:`forward_backward`:
   microbatches in, masked token cross entropy over the global token count out,
   gradients summed over DPxCP.
+- :class:`MicrobatchTimer`: each microbatch's forward and backward timed with CUDA
+  events for online calibration (``train_step(..., timer=)``, then
+  ``Planner.observe(plan, timer.collect(), comm=...)`` at the next step).
 
 See docs/training.md.
 """
@@ -20,5 +23,6 @@ require_torch("dcpack.thd")
 from .attention import LOCAL_REPLAY, AttentionLayout, GatherKV, LayoutError, layout, math_attention, varlen_attention, \
     varlen_available  # noqa: F401
 from .model import ModelConfig, THDTransformer  # noqa: F401
+from .online import MicrobatchTimer  # noqa: F401
 from .train import CPGroups, THDBatch, allreduce_gradients, forward_backward, loss_denominator, loss_sum, \
     train_step  # noqa: F401

@@ -198,18 +198,25 @@ def allreduce_gradients(model: torch.nn.Module, group: Any = None) -> None:
 
 
 def train_step(model: torch.nn.Module, batches: Sequence[THDBatch], *, group: Any = None,
-               optimizer: Optional[torch.optim.Optimizer] = None) -> float:
+               optimizer: Optional[torch.optim.Optimizer] = None, timer: Any = None) -> float:
     """One step over this rank's microbatches: the global loss (every rank returns the same value).
 
     Gradients are zeroed, accumulated over the microbatches (each ``loss_sum`` over
     the global denominator), summed over the DPxCP ``group`` once at the end, and
-    ``optimizer.step()`` runs when given.
+    ``optimizer.step()`` runs when given.  ``timer``: a :class:`dcpack.thd.online.MicrobatchTimer`
+    that marks each microbatch's forward and backward (CUDA events, read at the next step).
     """
     model.zero_grad(set_to_none=False)
     den = loss_denominator(batches, group, device=model.device if hasattr(model, "device") else None)
     total = torch.zeros((), dtype=torch.float64, device=den.device)
+    if timer is not None:
+        timer.begin(len(batches))
     for b in batches:
         total = total + forward_backward(model, b, den.float()).double()
+        if timer is not None:
+            timer.mark()
+    if timer is not None:
+        timer.end()
     if dist.is_initialized():
         allreduce_gradients(model, group)
         dist.all_reduce(total, group=group)
