@@ -3,7 +3,7 @@
 as the offline profile?
 
     python bench/online_replay.py [--data bench/data/replay_1xh200_2026-11-28.json]
-                                  [--profile bench/profiles/llama8b-layer-h200.profile] [--ahead 5] [--json OUT]
+                                  [--profile bench/data/profiles-superseded/llama8b-layer-h200.profile] [--ahead 5] [--json OUT]
 
 The replay's cells (one global batch each, in the file's order) are the steps.  Each cell's replayed
 microbatches become observation rows, one per CP group: its CP size, its sequences' padded spans and
@@ -102,7 +102,7 @@ def median_error(m: dcpack.CostModel, rows, scale_ps: float = 1.0) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--data", default=str(ROOT / "bench/data/replay_1xh200_2026-11-28.json"))
-    ap.add_argument("--profile", default=str(ROOT / "bench/profiles/llama8b-layer-h200.profile"))
+    ap.add_argument("--profile", default=str(ROOT / "bench/data/profiles-superseded/llama8b-layer-h200.profile"))
     ap.add_argument("--ahead", type=int, default=5, help="steps after each one that its model predicts")
     ap.add_argument("--json", default="", help="write the per-step table here")
     a = ap.parse_args()
