@@ -211,7 +211,7 @@ dcp_status dcp_cost_profile_parse(const char *text, size_t length, const char *n
     dcp_cost_model m = *model;
     int64_t unit_ps = 0;
     int scalar_line[NUM_SCALARS] = {0}, kv_line[DCP_MAX_LOG2_CP + 1] = {0}, gather_line[DCP_MAX_LOG2_CP + 1] = {0};
-    const unsigned char *p = (const unsigned char *)text, *end = p + length;
+    const unsigned char *p = (const unsigned char *)text, *end = p ? p + length : p; /* NULL text: length 0 */
     if (length >= 3 && p[0] == 0xef && p[1] == 0xbb && p[2] == 0xbf) p += 3; /* a byte-order mark */
     char line[LINE_CHARS + 2], show[LINE_CHARS * 4 + 8], note[96];
     for (int number = 1; p < end; number++) {

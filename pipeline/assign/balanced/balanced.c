@@ -252,6 +252,9 @@ static void try_pass(balanced *b, int sequential, int64_t target, const int64_t 
  * B <= D keeps balanced's).  So the plan is never above dynamic_cp's under the model it is judged by.
  * Where the candidate has no plan, balanced's stays.
  */
+static dcp_status weigh_against_dynamic_cp(const balanced *b, const dcp__schedule_input *in, dcp_plan *plan,
+                                           dcp__arena *scratch_region, dcp__error *err);
+
 static dcp_status keep_dynamic_cp_unless_lower(const balanced *b, const dcp__schedule_input *in, dcp_plan *plan,
                                                dcp__error *err)
 {
@@ -259,6 +262,16 @@ static dcp_status keep_dynamic_cp_unless_lower(const balanced *b, const dcp__sch
     if (!in->candidate || !b->ref_region) return DCP_OK;
     dcp__arena scratch;
     dcp__arena_init(&scratch, b->ref_region, b->ref_region_size);
+    dcp_status st = weigh_against_dynamic_cp(b, in, plan, &scratch, err);
+    dcp__arena_release(&scratch); /* the region is the pass state's again (the pipeline's passes run there) */
+    return st;
+}
+
+/* The margin rule itself, with dynamic_cp's plan made in *scratch_region (b->ref_region). */
+static dcp_status weigh_against_dynamic_cp(const balanced *b, const dcp__schedule_input *in, dcp_plan *plan,
+                                           dcp__arena *scratch_region, dcp__error *err)
+{
+    dcp__arena scratch = *scratch_region;
     dcp_plan theirs;
     memset(&theirs, 0, sizeof theirs);
     int32_t *position;

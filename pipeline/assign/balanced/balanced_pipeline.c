@@ -44,7 +44,7 @@ int dcp__balanced_pipeline_layout(balanced *b, dcp__arena *a, const dcp_config *
     b->pp_order = DCP_ARENA_NEW(a, int32_t, 4 * un);
     b->pp_model = DCP_ARENA_NEW(a, unsigned char, dcp__pipeline_scratch_size(&pipe, n));
     /* a copy of the emitted plan's tables, to lay it out again in another order */
-    b->pp_tables = DCP_ARENA_NEW(a, int32_t, dcp__size_add(dcp__size_mul(4, un), 2));
+    b->pp_tables = DCP_ARENA_NEW(a, int32_t, dcp__size_add(dcp__size_mul(5, un), 2));
     /* the tables of a plan with another microbatch count, n of each (a plan has at most n groups and microbatches) */
     b->pp_alt = DCP_ARENA_NEW(a, int32_t, dcp__size_add(dcp__size_mul(5, un), 2));
     return b->pp_cost && b->pp_order && b->pp_model && b->pp_tables && b->pp_alt;
@@ -127,7 +127,7 @@ static void search_order(const dcp__pipeline *pipe, pipe_candidate *c, int32_t *
     }
 }
 
-/* A plan's table copy in `tables` (4n + 2 int32): first groups, first ranks, CP sizes, first ids, ids. */
+/* A plan's table copy in `tables` (K + 3G + 2 + ids <= 5n + 2 int32, as K <= G <= n): first groups, first ranks, CP sizes, first ids, ids. */
 typedef struct plan_copy {
     int32_t *first_group, *first_rank, *cp_size, *first_id, *ids;
 } plan_copy;
@@ -305,6 +305,8 @@ dcp_status dcp__balanced_pipeline(balanced *b, const dcp__schedule_input *in, dc
             plan->source = source;
         }
     }
+    /* dynamic_cp's plan is read: its region holds the pass state again, which the passes below rebuild */
+    if (in->candidate && b->ref_region) dcp__arena_release(&region);
     if (st == DCP_OK) st = more_microbatches(b, in, &pipe, plan, best, own.K, reference, err);
     if (st != DCP_OK) return st;
     /* the swaps, on the plan chosen (its order as it stands is the first weighed: never above it) */
