@@ -158,7 +158,8 @@ dcp_status dcp_workspace_size(const dcp_config *config, size_t *size)
     if (st != DCP_OK) return st == DCP_ERR_WORKSPACE_TOO_SMALL ? DCP_ERR_OVERFLOW : st;
     size_t total = dcp__size_add(DCP_ARENA_ALIGN, CONTEXT_BYTES);
     total = dcp__size_add(total, measure.used);
-    total = dcp__size_add(total, probe.scratch_bytes);
+    /* the arena keeps whole 64-byte blocks, so the scratch is counted in them too */
+    total = dcp__size_add(total, dcp__arena_bytes(1, probe.scratch_bytes));
     if (total == SIZE_MAX) return DCP_ERR_OVERFLOW;
     *size = total;
     return DCP_OK;

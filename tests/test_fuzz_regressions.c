@@ -4,6 +4,9 @@
  */
 #include "dcp_test.h"
 
+#include <stdio.h>
+#include <stdlib.h>
+
 /*
  * fuzz_plan: dp_balanced with a static CP size that is not a power of two
  * (DP 2 x CP 3) produced plans of 3-rank groups, which the validator rejected
@@ -103,4 +106,42 @@ DCP_TEST(balanced_cp_groups_beyond_65536_ranks)
             dcp_context_destroy(ctx);
         }
     }
+}
+
+/*
+ * fuzz_config: dynamic_cp with PP 251 needs a scratch region that is not a
+ * whole number of 64-byte blocks (stage times for PP x microbatches).  The
+ * arena keeps whole blocks only, so at some misalignments
+ * dcp_context_init_static refused the exact dcp_workspace_size bytes
+ * (DCP_ERR_WORKSPACE_TOO_SMALL).  Every offset must take the exact size, for
+ * every scheduler and pipeline size.
+ */
+DCP_TEST(init_static_exact_size_with_a_scratch_of_partial_blocks)
+{
+    for (int s = 0; s < 3; s++)
+        for (int32_t pp = 1; pp <= 256; pp += (pp < 8 ? 1 : 13)) {
+            dcp_config c;
+            dcp_config_default(&c);
+            c.scheduler = (dcp_scheduler)s;
+            c.pipeline_parallel_size = pp;
+            c.microbatch_group_size_per_vp_stage = 7364607;
+            c.max_sequences = 64;
+            c.max_seqlen_per_rank = 4096;
+            size_t need = 0;
+            DCP_REQUIRE_OK(dcp_workspace_size(&c, &need));
+            unsigned char *memory = malloc(need + 64);
+            DCP_REQUIRE(memory);
+            for (size_t offset = 0; offset < 64; offset++) {
+                dcp_context *ctx = NULL;
+                dcp_status st = dcp_context_init_static(memory + offset, need, &c, &ctx);
+                if (st != DCP_OK) {
+                    DCP_CHECK_STATUS(st, DCP_OK);
+                    fprintf(stderr, "scheduler %d PP %d offset %zu: %zu bytes refused\n", s, (int)pp, offset, need);
+                    break;
+                }
+                DCP_CHECK(dcp_context_workspace_bytes(ctx) <= need);
+                dcp_context_destroy(ctx);
+            }
+            free(memory);
+        }
 }
