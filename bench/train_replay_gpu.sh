@@ -79,6 +79,10 @@ CELLS="$(IFS=,; echo "${cells[*]}")"
 SCHEDS="${SCHEDULERS:-dynamic_cp,balanced+cal}"
 used=$((SECONDS - T0))
 limit=$(( BUDGET - used - ${ROW_S:-60} ))   # start no row that cannot end inside the budget
+if [ "$limit" -lt 1 ]; then   # no row could start: say so rather than write an empty report
+  note "BUDGET $BUDGET s leaves no time for a row of ROW_S ${ROW_S:-60} s after $used s of setup: raise BUDGET or lower ROW_S"
+  exit 2
+fi
 note "bench: ${#cells[@]} cells x $SCHEDS, ${BATCHES:-3} batches, reps ${REPS:-5} after ${WARMUP:-1} warm-up pass(es), new rows until $limit s from now"
 timeout $(( BUDGET - used )) "$PY" "$SRC/bench/bench_train_step.py" --replay 8 --cells "$CELLS" \
   --schedulers "$SCHEDS" "${args[@]}" "${model[@]}" \

@@ -205,12 +205,19 @@ int64_t dcp__pipeline_lower_bound(const dcp__pipeline *pipe, const int64_t *cost
     for (int32_t r = 0; r < P; r++) {
         int64_t work = 0, head = INT64_MAX, tail = INT64_MAX;
         for (int32_t m = 0; m < K; m++) {
+            /*
+             * Stages 0..r-1 of chunk 0: stage 0 with its per-token extra, the
+             * rest alike (none of them is the last virtual stage), so the sum
+             * is closed-form and the bound O(P * V * K), not O(P^2 * K).
+             */
             int64_t fh = 0, bt = 0;
-            for (int32_t s = 0; s < r; s++) {
-                int64_t f, b;
-                dcp__pipeline_op_times(pipe, cost[m], tokens ? tokens[m] : 0, s, &f, &b);
-                fh = sat_add(fh, f);
-                bt = sat_add(bt, b);
+            if (r > 0) {
+                const int64_t t = tokens ? tokens[m] : 0;
+                int64_t f0, b0, fm = 0, bm = 0;
+                dcp__pipeline_op_times(pipe, cost[m], t, 0, &f0, &b0);
+                if (r > 1) dcp__pipeline_op_times(pipe, cost[m], t, 1, &fm, &bm);
+                fh = sat_add(f0, sat_mul(r - 1, fm));
+                bt = sat_add(b0, sat_mul(r - 1, bm));
             }
             if (fh < head) head = fh;
             if (bt < tail) tail = bt;

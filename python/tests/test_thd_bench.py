@@ -251,8 +251,6 @@ def test_verl_microbatches_train_as_dcpacks_do():
     assert len(res["microbatch_times_s"]) == n and res["composed_barrier_s"] > 0
 
 
-@pytest.mark.skip(reason="bench/train_replay_gpu.sh TINY=1 writes no replay rows since the back-to-back replay; "
-                         "to be fixed (the GPU runs of that script worked)")
 def test_the_one_gpu_script_runs_end_to_end_tiny(tmp_path):
     """bench/train_replay_gpu.sh with TINY=1 (a tiny model, M / 32, no build) under a short budget: the first
     cells' rows of every scheduler, the calibrated predictions, the time limit noted, the report written."""
@@ -261,7 +259,7 @@ def test_the_one_gpu_script_runs_end_to_end_tiny(tmp_path):
     prof = tmp_path / "cal.profile"
     prof.write_text(PROFILE)
     verl = VERL if os.path.isdir(VERL) else str(tmp_path / "no-verl")
-    env = dict(os.environ, TINY="1", BUDGET="40", BATCHES="1", REPS="1",
+    env = dict(os.environ, TINY="1", BUDGET="40", ROW_S="10", BATCHES="1", REPS="1",
                SCHEDULERS="dp_balanced,dynamic_cp,balanced,balanced+cal,verl_kk", PYTHON=sys.executable,
                PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     out = tmp_path / "out"
@@ -278,3 +276,15 @@ def test_the_one_gpu_script_runs_end_to_end_tiny(tmp_path):
     md = (out / "replay.md").read_text()
     assert "| longsft | 256 | 16 | balanced+cal |" in md and "Against `dynamic_cp`" in md
     assert "bench: exit 0" in (out / "replay_summary.txt").read_text()
+
+
+def test_the_one_gpu_script_refuses_a_budget_with_no_room_for_a_row(tmp_path):
+    """A BUDGET that cannot fit one row of ROW_S seconds is refused with the reason, not an empty report."""
+    import subprocess
+    env = dict(os.environ, TINY="1", BUDGET="40", ROW_S="60")
+    out = tmp_path / "out"
+    r = subprocess.run(["bash", str(SOURCE / "bench" / "train_replay_gpu.sh"), str(out), str(tmp_path / "none"),
+                        str(tmp_path / "no-verl")], env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "BUDGET 40 s leaves no time for a row of ROW_S 60 s" in r.stdout
+    assert not (out / "replay.json").exists()
