@@ -27,6 +27,42 @@ static void keep_own(const dcp__error *err, char *own, size_t size)
     own[size - 1] = '\0';
 }
 
+int dcp__comm_ops_usable(const dcp_comm_ops *ops)
+{
+    return ops && ops->version == DCP_COMM_OPS_VERSION && ops->size >= sizeof(dcp_comm_ops) && ops->allgather &&
+           ops->allgatherv && ops->alltoallv && ops->broadcast && ops->agree;
+}
+
+dcp_status dcp__comm_ops_check(const dcp_comm_ops *ops, const char *who, const char *name, dcp__error *err)
+{
+    if (!ops) return dcp__fail(err, DCP_ERR_NULL_POINTER, "%s: the %s has no operations", who, name);
+    if (ops->version != DCP_COMM_OPS_VERSION)
+        return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT,
+                         "%s: the %s's operations table is version %" PRIu32 ", this dcpack reads version %u "
+                         "(dcp_comm_ops.version = DCP_COMM_OPS_VERSION)", who, name, ops->version,
+                         DCP_COMM_OPS_VERSION);
+    if (ops->size < sizeof(dcp_comm_ops))
+        return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT,
+                         "%s: the %s's operations table is %" PRIu32 " bytes, version %u has %zu "
+                         "(dcp_comm_ops.size = sizeof(dcp_comm_ops))", who, name, ops->size, DCP_COMM_OPS_VERSION,
+                         sizeof(dcp_comm_ops));
+    const char *missing = !ops->allgather ? "allgather" : !ops->allgatherv ? "allgatherv"
+                        : !ops->alltoallv ? "alltoallv" : !ops->broadcast ? "broadcast" : !ops->agree ? "agree" : NULL;
+    if (missing) return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "%s: the %s has no %s operation", who, name, missing);
+    return DCP_OK;
+}
+
+dcp_status dcp__comm_check(const dcp_comm *comm, const char *who, const char *name, dcp__error *err)
+{
+    if (!comm) return dcp__fail(err, DCP_ERR_NULL_POINTER, "%s: the %s is NULL", who, name);
+    dcp_status s = dcp__comm_ops_check(comm->ops, who, name, err);
+    if (s != DCP_OK) return s;
+    if (comm->size < 1 || comm->rank < 0 || comm->rank >= comm->size)
+        return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "%s: %s rank %d outside [0, %d)", who, name, comm->rank,
+                         comm->size);
+    return DCP_OK;
+}
+
 dcp_status dcp__agree(dcp_comm *comm, dcp_status local, dcp__error *err, const char *who, const char *rank_name)
 {
     dcp_status agreed = DCP_OK;

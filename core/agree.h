@@ -28,6 +28,24 @@
 dcp_status dcp__agree(dcp_comm *comm, dcp_status local, dcp__error *err, const char *who, const char *rank_name);
 
 /*
+ * Whether an operations table can be called through: this version
+ * (DCP_COMM_OPS_VERSION), at least its size, every required operation.  The
+ * check says which is wrong in `err` (DCP_ERR_NULL_POINTER for no table,
+ * DCP_ERR_INVALID_ARGUMENT for the rest), `who` and `name` starting it.
+ */
+int dcp__comm_ops_usable(const dcp_comm_ops *ops);
+dcp_status dcp__comm_ops_check(const dcp_comm_ops *ops, const char *who, const char *name, dcp__error *err);
+
+/*
+ * Whether `comm` can be called through: non-NULL, a dcp_comm_ops table of
+ * this version and at least its size, every required operation present, and
+ * rank inside [0, size).  Otherwise fails `err` (DCP_ERR_NULL_POINTER for a
+ * missing communicator or table, DCP_ERR_INVALID_ARGUMENT for the rest)
+ * with `who` ("step", "gather") and `name` ("TP communicator") in the message.
+ */
+dcp_status dcp__comm_check(const dcp_comm *comm, const char *who, const char *name, dcp__error *err);
+
+/*
  * Calls in step.  The first collective of every multi-rank call carries a
  * tag: which call it is, the caller's count of such calls, the caller's step
  * id and a digest of the configuration.  Ranks whose tags differ met in

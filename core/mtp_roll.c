@@ -100,6 +100,10 @@ dcp_status dcp__mtp_roll_check(const dcp_comm *comm, int32_t first, int32_t cp, 
         return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT,
                         "mtp_roll: group [%d, %d) does not hold rank %d of a %d-rank communicator", first, first + cp,
                         comm->rank, comm->size);
+    if (comm) {
+        dcp_status s = dcp__comm_ops_check(comm->ops, "mtp_roll", "communicator", err);
+        if (s != DCP_OK) return s;
+    }
     if (num_cu < 1) return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "mtp_roll: %d cu_seqlens entries", num_cu);
     if (num_tokens < 0) return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "mtp_roll: %lld tokens", (long long)num_tokens);
     for (int32_t f = 0; f < num_fields; f++) {
@@ -224,7 +228,7 @@ dcp_status dcp__mtp_roll_agree(dcp_comm *comm, uint64_t step_id, dcp_cp_partitio
     if (!comm) return local;
     const uint64_t call = comm->calls++; /* counts a roll that fails here alone too */
     *call_out = call;
-    if (!comm->ops) return local != DCP_OK ? local : DCP_ERR_NULL_POINTER; /* nobody to tell */
+    if (!dcp__comm_ops_usable(comm->ops)) return local != DCP_OK ? local : DCP_ERR_INVALID_ARGUMENT; /* nobody to tell */
     /* the roll's tag: the count of rolls over this handle, so a rank that skipped one is caught here */
     dcp__call_tag tag;
     dcp__call_tag_init(&tag, DCP_CALL_MTP_ROLL, call, step_id, 1 + (uint64_t)partition);

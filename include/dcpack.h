@@ -524,7 +524,19 @@ typedef struct dcp_plan_violation {
  */
 typedef struct dcp_comm dcp_comm;
 
+/*
+ * The layout of dcp_comm_ops a backend is written for.  A table starts with
+ * it and its own size, as NCCL's plugin tables carry their version:
+ *     static const dcp_comm_ops my_ops = {DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), my_allgather, ...};
+ * Every call that takes a communicator refuses (DCP_ERR_INVALID_ARGUMENT, naming
+ * both) a table of another version, one shorter than this version's layout,
+ * or one missing a required operation, instead of calling through it.
+ */
+#define DCP_COMM_OPS_VERSION 1u
+
 typedef struct dcp_comm_ops {
+    uint32_t version; /* DCP_COMM_OPS_VERSION */
+    uint32_t size;    /* sizeof(dcp_comm_ops) where the table was compiled */
     /* recv[r*bytes .. (r+1)*bytes) = rank r's send buffer. */
     dcp_status (*allgather)(dcp_comm *comm, const void *send, size_t bytes, void *recv);
     /* Rank r's send_bytes land at recv + recv_offsets[r]; recv_bytes[r] must equal what r sends. */

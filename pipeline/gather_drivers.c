@@ -100,6 +100,8 @@ static dcp_status gather_lengths(dcp_context *ctx, dcp_comm *comm, dcp__call_tag
 static dcp_status check_comm(dcp_context *ctx, dcp_comm *comm, dcp__error *err)
 {
     if (!comm || !comm->ops) return dcp__fail(err, DCP_ERR_NULL_POINTER, "gather: the communicator is NULL");
+    dcp_status s = dcp__comm_ops_check(comm->ops, "gather", "communicator", err);
+    if (s != DCP_OK) return s;
     if (comm->size != ctx->config.data_parallel_size)
         return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "gather: communicator has %d ranks, data_parallel_size is %d",
                         comm->size, ctx->config.data_parallel_size);

@@ -294,6 +294,8 @@ dcp_status dcp_observe(dcp_context *ctx, const dcp_plan *plan, const int32_t *le
             ctx, dcp__fail(&err, DCP_ERR_INVALID_ARGUMENT,
                            "observe: the communicator must be the DPxCP group of %d ranks (got %s)", ctx->num_ranks,
                            !comm ? "NULL" : !comm->ops ? "no operations" : "another size or rank"), &err);
+    dcp_status usable = dcp__comm_ops_check(comm->ops, who, "communicator", &err);
+    if (usable != DCP_OK) return dcp__context_fail(ctx, usable, &err);
     /* off: no scratch for an agreement; at once, as on every rank built alike */
     if (ctx->config.max_observations <= 0) return dcp__context_fail(ctx, off(ctx, who, &err), &err);
     observe_scratch o;

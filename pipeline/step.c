@@ -134,18 +134,14 @@ static dcp_status skipped(dcp_context *ctx, dcp_status status, const dcp__error 
 /* A communicator the caller hands in: operations present, this rank inside the group. */
 static dcp_status check_comm(const dcp_comm *comm, const char *name, dcp__error *err)
 {
-    if (!comm->ops) return dcp__fail(err, DCP_ERR_NULL_POINTER, "step: the %s communicator has no operations", name);
-    if (comm->size < 1 || comm->rank < 0 || comm->rank >= comm->size)
-        return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "step: %s communicator rank %d outside [0, %d)", name,
-                         comm->rank, comm->size);
-    return DCP_OK;
+    return dcp__comm_check(comm, "step", name, err);
 }
 
 static dcp_status check_args(const dcp_context *ctx, const dcp_step_args *a, int holds_data, dcp__error *err)
 {
     const dcp_config *c = &ctx->config;
     dcp_status s;
-    if (a->tensor_parallel && (s = check_comm(a->tensor_parallel, "TP", err)) != DCP_OK) return s;
+    if (a->tensor_parallel && (s = check_comm(a->tensor_parallel, "TP communicator", err)) != DCP_OK) return s;
     if (a->pipeline_rank < 0 || a->pipeline_rank >= c->pipeline_parallel_size)
         return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "step: pipeline_rank %d outside [0, %d)", a->pipeline_rank,
                          c->pipeline_parallel_size);
@@ -161,7 +157,7 @@ static dcp_status check_args(const dcp_context *ctx, const dcp_step_args *a, int
     if (holds_data) {
         if (!a->data_context_parallel || !a->data_context_parallel->ops)
             return dcp__fail(err, DCP_ERR_NULL_POINTER, "step: a rank that holds data needs its DPxCP communicator");
-        if ((s = check_comm(a->data_context_parallel, "DPxCP", err)) != DCP_OK) return s;
+        if ((s = check_comm(a->data_context_parallel, "DPxCP communicator", err)) != DCP_OK) return s;
         if (a->data_context_parallel->size != ctx->num_ranks)
             return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "step: DPxCP communicator has %d ranks, the plan needs %d",
                              a->data_context_parallel->size, ctx->num_ranks);
@@ -328,6 +324,8 @@ static dcp_status step_begin(dcp_context *ctx, const dcp_step_args *args, dcp__c
         return skipped(ctx, dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "step: world communicator rank %d outside [0, %d)",
                                       args->world->rank, args->world->size),
                        err); /* an agreement through it could not be trusted */
+    dcp_status s = dcp__comm_ops_check(args->world->ops, "step", "world communicator", err);
+    if (s != DCP_OK) return skipped(ctx, s, err); /* nor through a table of another layout */
     return DCP_OK;
 }
 

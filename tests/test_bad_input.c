@@ -63,7 +63,53 @@ static dcp_status solo_agree(dcp_comm *comm, dcp_status local, dcp_status *agree
     return DCP_OK;
 }
 
-static const dcp_comm_ops solo_ops = {solo_allgather, solo_allgatherv, solo_alltoallv, solo_broadcast, solo_agree, NULL};
+static const dcp_comm_ops solo_ops = {DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), solo_allgather, solo_allgatherv, solo_alltoallv, solo_broadcast, solo_agree, NULL};
+
+/*
+ * Tables dcpack must refuse without calling through: another version, a
+ * size short of this version's layout, a required operation missing.  Their
+ * operations count the calls that reached them.
+ */
+static int trap_calls;
+static dcp_status trap_allgather(dcp_comm *c, const void *s, size_t b, void *r)
+{
+    (void)c, (void)s, (void)b, (void)r;
+    trap_calls++;
+    return DCP_ERR_COMM;
+}
+static dcp_status trap_allgatherv(dcp_comm *c, const void *s, size_t sb, void *r, const size_t *rb, const size_t *ro)
+{
+    (void)c, (void)s, (void)sb, (void)r, (void)rb, (void)ro;
+    trap_calls++;
+    return DCP_ERR_COMM;
+}
+static dcp_status trap_alltoallv(dcp_comm *c, const void *s, const size_t *sb, const size_t *so, void *r,
+                                 const size_t *rb, const size_t *ro)
+{
+    (void)c, (void)s, (void)sb, (void)so, (void)r, (void)rb, (void)ro;
+    trap_calls++;
+    return DCP_ERR_COMM;
+}
+static dcp_status trap_broadcast(dcp_comm *c, void *b, size_t n, int32_t root)
+{
+    (void)c, (void)b, (void)n, (void)root;
+    trap_calls++;
+    return DCP_ERR_COMM;
+}
+static dcp_status trap_agree(dcp_comm *c, dcp_status l, dcp_status *a, int32_t *f)
+{
+    (void)c, (void)l, (void)a, (void)f;
+    trap_calls++;
+    return DCP_ERR_COMM;
+}
+static const dcp_comm_ops version_2_ops = {2, sizeof(dcp_comm_ops), trap_allgather, trap_allgatherv, trap_alltoallv,
+                                           trap_broadcast, trap_agree, NULL};
+static const dcp_comm_ops version_0_ops = {0, sizeof(dcp_comm_ops), trap_allgather, trap_allgatherv, trap_alltoallv,
+                                           trap_broadcast, trap_agree, NULL};
+static const dcp_comm_ops short_ops = {DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops) - sizeof(void *), trap_allgather,
+                                       trap_allgatherv, trap_alltoallv, trap_broadcast, trap_agree, NULL};
+static const dcp_comm_ops no_agree_ops = {DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), trap_allgather,
+                                          trap_allgatherv, trap_alltoallv, trap_broadcast, NULL, NULL};
 
 static dcp_comm solo_comm(void)
 {
@@ -393,6 +439,22 @@ DCP_TEST(gather_bad_inputs)
     DCP_CHECK_STATUS(dcp_gather_packed(ctx, &comm, 0, cu_good, 4, 12, &lengths, &n, &offsets), DCP_OK);
     DCP_CHECK_EQ_INT(n, 2);
     DCP_CHECK(lengths[0] == 7 && lengths[1] == 5);
+    /* operations tables of another layout are refused, never called through */
+    trap_calls = 0;
+    dcp_comm bad = solo_comm(); /* the good one stays for the check that the context is still usable */
+    bad.ops = &version_2_ops;
+    GATHER_FAILS(dcp_gather(ctx, &bad, 0, good_lengths, 8, &lengths, &n, &offsets), DCP_ERR_INVALID_ARGUMENT,
+                 "operations table is version 2, this dcpack reads version 1");
+    bad.ops = &version_0_ops;
+    GATHER_FAILS(dcp_gather(ctx, &bad, 0, good_lengths, 8, &lengths, &n, &offsets), DCP_ERR_INVALID_ARGUMENT,
+                 "version 0");
+    bad.ops = &short_ops;
+    GATHER_FAILS(dcp_gather_packed(ctx, &bad, 0, cu_good, 4, 12, &lengths, &n, &offsets), DCP_ERR_INVALID_ARGUMENT,
+                 "bytes, version 1 has");
+    bad.ops = &no_agree_ops;
+    GATHER_FAILS(dcp_gather(ctx, &bad, 0, good_lengths, 8, &lengths, &n, &offsets), DCP_ERR_INVALID_ARGUMENT,
+                 "has no agree operation");
+    DCP_CHECK_EQ_INT(trap_calls, 0);
 #undef GATHER_FAILS
     dcp_context_destroy(ctx);
 }
@@ -549,6 +611,12 @@ DCP_TEST(step_bad_inputs)
     STEP_FAILS(f.world.ops = NULL, DCP_ERR_NULL_POINTER, "world communicator");
     STEP_FAILS(f.args.data_context_parallel = NULL, DCP_ERR_NULL_POINTER, "DPxCP communicator");
     STEP_FAILS(f.lane.ops = NULL, DCP_ERR_NULL_POINTER, "DPxCP communicator");
+    trap_calls = 0;
+    STEP_FAILS(f.world.ops = &version_2_ops, DCP_ERR_INVALID_ARGUMENT, "world communicator's operations table is version 2");
+    STEP_FAILS(f.world.ops = &short_ops, DCP_ERR_INVALID_ARGUMENT, "world communicator's operations table is");
+    STEP_FAILS(f.lane.ops = &version_0_ops, DCP_ERR_INVALID_ARGUMENT, "DPxCP communicator's operations table is version 0");
+    STEP_FAILS(f.lane.ops = &no_agree_ops, DCP_ERR_INVALID_ARGUMENT, "DPxCP communicator has no agree operation");
+    DCP_CHECK_EQ_INT(trap_calls, 0);
     STEP_FAILS(f.lane.size = 2, DCP_ERR_INVALID_ARGUMENT, "DPxCP communicator has 2 ranks");
     STEP_FAILS(f.lane.rank = 1, DCP_ERR_INVALID_ARGUMENT, "rank 1");
     STEP_FAILS(f.lane.rank = -1, DCP_ERR_INVALID_ARGUMENT, "rank -1");
