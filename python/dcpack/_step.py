@@ -732,17 +732,20 @@ class Stepper:
             elif kwargs:
                 raise InvalidArgumentError("give either a StepArgs or keyword arguments, not both")
         except BaseException:
-            self._count_lone_failure()
+            self.count_failed_step()
             raise
         return self._wrap_host(self._step(samples, args, fields, step_id=step_id, plan=plan))
 
-    def _count_lone_failure(self) -> None:
-        """Count a step refused in Python, before the library saw it, on the context.
+    def count_failed_step(self) -> None:
+        """Count a step that failed on this rank alone before it reached :meth:`step`.
 
-        The library counts a step that fails on the calling rank alone; so does
-        the package: the peers' next step then finds this rank a call ahead and
-        every rank raises OutOfStepError, instead of this rank's next step pairing
-        with the peers' current one.  (Failures from the C call are counted there.)
+        ``step()`` counts its own failures (the library counts a step that fails
+        on the calling rank alone, and the package a call it refuses before the
+        library sees it).  A wrapper that gives up on a step before calling
+        ``step()`` (its own argument checks, a batch it could not read) calls this
+        instead, so the ranks stay paired: the peers' next step then finds this
+        rank a call ahead and realigns, instead of this rank's next step pairing
+        with the peers' current one.  Never raises.
         """
         try:
             self._ctx.count_failed_step()
@@ -792,7 +795,7 @@ class Stepper:
                 else:  # refused by the step itself, so every rank raises at once (no lone failure)
                     desc, stale = _REFUSED_PLAN, _STALE_PLAN
         except BaseException:
-            self._count_lone_failure()
+            self.count_failed_step()
             raise
         # from here on the C binding counts the call, whatever happens
         t0 = time.perf_counter_ns()

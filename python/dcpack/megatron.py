@@ -835,7 +835,7 @@ class DataPath:
         self.last_calibration = {k: v for k, v in st.items() if k != "cost"}
 
     def _lone_failure(self) -> None:
-        (self.stepper if self._host else self.stepper._stepper)._count_lone_failure()
+        self.stepper.count_failed_step()
 
     _items = staticmethod(_read_items)
 

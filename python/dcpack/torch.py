@@ -405,6 +405,10 @@ class CudaStepper:
         """``dcp_context_resync()``: after an OutOfStepError, on every rank with the same ``next_call``."""
         self._stepper.resync(next_call)
 
+    def count_failed_step(self) -> None:
+        """As :meth:`dcpack.Stepper.count_failed_step`: a step given up on this rank before ``step()``."""
+        self._stepper.count_failed_step()
+
     def step(self, samples: Any, *, mtp_virtual_stages: int = 0,
              fields: int | None = None, step_id: int = 0, plan: Any = None) -> TorchStepOutput:
         """One step on this rank.
@@ -425,7 +429,7 @@ class CudaStepper:
             self.groups.stream.wait_stream(current)
             _core.cuda_set_device(self.device)
         except BaseException:
-            self._stepper._count_lone_failure()
+            self._stepper.count_failed_step()
             raise
         raw = self._stepper._step(None, args, fields,
                                   columns=lambda keep: self._columns(samples, fields, keep), plan=plan)

@@ -29,8 +29,11 @@ def base_of(w, k):
     return 1000 * (k + 1) + 100 * w
 
 
+@pytest.mark.parametrize("how", ["refused", "counted"])
 @pytest.mark.parametrize("lone_steps", [1, 2])
-def test_ranks_in_lockstep_realign_after_a_lone_failure(lone_steps):
+def test_ranks_in_lockstep_realign_after_a_lone_failure(lone_steps, how):
+    """Rank 0's step is refused by the package (``plan={}``), or rank 0 gives up before ``step()`` and says so
+    with ``count_failed_step()``: either way the next step realigns."""
     cfg = config()
     cluster = dcpack.InprocCluster(cfg, timeout_ms=TIMEOUT_MS)
     steppers = [dcpack.Stepper(cfg) for _ in range(2)]
@@ -39,6 +42,9 @@ def test_ranks_in_lockstep_realign_after_a_lone_failure(lone_steps):
         def rank(w):
             args = cluster.args(w)
             if w == 0 and k < lone_steps:
+                if how == "counted":
+                    steppers[w].count_failed_step()  # a wrapper gave up on this step before step()
+                    raise dcpack.InvalidArgumentError("given up before the step")
                 steppers[w].step([sample(base_of(w, k))], args, plan={})  # refused by the package on rank 0 alone
             out = steppers[w].step([sample(base_of(w, k))], args)
             return sorted(np.concatenate([mb.tokens for mb in out.microbatches]).tolist())
