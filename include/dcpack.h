@@ -7,7 +7,13 @@
  * data into THD buffers.  Everything a training step needs is sized once from
  * a dcp_config; after dcp_context_init*() no step allocates.
  *
- * Conventions used throughout this header:
+ * This header holds the stable core: status, configuration, cost profiles,
+ * context, plan, the communicator interface, planning, the step and online
+ * calibration.  It includes the rest: dcpack_inproc.h (the in-process
+ * communicator), dcpack_model.h (MTP roll, GDN padding) and dcpack_cuda.h
+ * (CUDA workspaces, NCCL).  Including dcpack.h gives all of them.
+ *
+ * Conventions used throughout these headers:
  *  - Every fallible function returns a dcp_status.  DCP_OK is 0; every error
  *    is negative.  dcp_status_str() names a status; dcp_context_last_error()
  *    returns the message of the context's last failure, with the offending
@@ -572,91 +578,6 @@ struct dcp_comm {
                        that skipped one makes the next fail with DCP_ERR_OUT_OF_STEP.  Zero when made */
 };
 
-/*
- * In-process backend: one "world" of n ranks that are threads of this
- * process (tests, CPU-only runs, the `dcpack step` command).
- *
- * Pairing.  The k-th collective a rank calls meets the k-th collective of
- * every other rank; every call counts, including one that fails early.
- * Each collective is a rendezvous: a rank announces its buffers and sizes,
- * waits until all ranks have announced, copies what it receives straight
- * from its peers' buffers, and leaves once every rank has copied (so no send
- * buffer is reused while a peer still reads it).  No collective allocates.
- *
- * Outcome.  A collective ends in exactly one of three ways, and every rank
- * that takes part in it, early, on time or late, returns the same status:
- *  - DCP_OK: all ranks announced consistent sizes; the data was copied.
- *  - DCP_ERR_CORRUPT_INPUT: all ranks announced, but the announcements
- *    disagree: a different operation, allgather bytes that differ,
- *    allgatherv recv_bytes[r] != what r sends, alltoallv send_bytes[p] on r !=
- *    recv_bytes[r] on p, broadcast bytes or root that differ, a root outside
- *    [0, size), or a sender that provides fewer bytes than it announced
- *    (DCP_FAULT_TRUNCATE).  Nothing is copied.
- *  - aborted: before all ranks announced, one rank gave up and every rank
- *    gets that rank's status.  A rank gives up when its own arguments are
- *    unusable (DCP_ERR_NULL_POINTER, DCP_ERR_OVERFLOW), when it is told to
- *    fail (DCP_FAULT_RETURN_ERROR: DCP_ERR_COMM), or when it has waited
- *    timeout_ms for its peers (DCP_ERR_TIMEOUT).  The first rank to give up
- *    decides; nothing is copied.  Ranks waiting in the collective wake at
- *    once; a rank that arrives after the abort returns the same status at
- *    once instead of waiting (whatever its own arguments or fault), and its
- *    next collective meets its peers' next one, so the world stays usable.  A rank more than 64 collectives behind
- *    its peers finds the outcome forgotten and gets DCP_ERR_TIMEOUT.
- *
- * Timeouts.  A waiting rank's clock runs from the later of its own call and
- * the moment the world finished its previous collective; after timeout_ms
- * the rank aborts the collective the world is assembling with
- * DCP_ERR_TIMEOUT.  Normally that is the rank's own collective, and the
- * ranks missing from it are those that have not called it yet.  A rank that
- * got ahead (DCP_FAULT_NEVER_ARRIVE: it skipped a collective without joining)
- * waits until the world has finished the collective it skipped; its clock
- * restarts whenever the world moves on, and if its time runs out first it
- * aborts the skipped collective itself.  timeout_ms = 0 waits forever.  Once
- * all ranks have announced, nothing times out: copies always finish.
- *
- * One thread per rank.  A rank's handle is used by one thread at a time: a
- * second thread that calls a collective through a handle whose rank is
- * already inside one (a caller bug, e.g. rank 1 took rank 0's handle) gets
- * DCP_ERR_INVALID_ARGUMENT at once without taking part, and describe_failure
- * says so; the first thread goes on and, missing the real rank, times out.
- * No wait outlives timeout_ms.
- *
- * agree() follows the same rules: it returns DCP_OK with the agreed status
- * when all ranks took part, otherwise the collective's failure status, which
- * it also writes to *agreed, with the rank that caused it in *failed_rank
- * (a rank that gave up: itself; a timeout: the lowest-numbered rank that had
- * not called the collective, or the rank that had skipped it, when its time
- * ran out first; DCP_ERR_CORRUPT_INPUT: the lowest-numbered rank in a
- * disagreement, or the rank that truncated; DCP_FAULT_NEVER_ARRIVE on the
- * faulty rank itself: itself).
- * *failed_rank is -1 when every rank passed DCP_OK.
- */
-typedef struct dcp_inproc_world dcp_inproc_world;
-
-/* Create a world of `size` >= 1 ranks (allocates; not a step operation); timeout_ms >= 0. */
-dcp_status dcp_inproc_world_create(int32_t size, int32_t timeout_ms, dcp_inproc_world **world);
-/* Release a world no rank is using any more.  NULL is a no-op. */
-void dcp_inproc_world_destroy(dcp_inproc_world *world);
-/* The communicator handle of one rank of the world; `comm` is caller storage. */
-dcp_status dcp_inproc_comm(dcp_inproc_world *world, int32_t rank, dcp_comm *comm);
-
-/*
- * Run fn(rank, arg) on `size` new threads, one per rank, and join them all.
- * The threads start together: if one cannot be created, none runs fn and
- * DCP_ERR_ALLOC is returned.  Allocates (thread handles); not a step operation.
- */
-dcp_status dcp_inproc_run(int32_t size, void (*fn)(int32_t rank, void *arg), void *arg);
-
-/* Fault injection for tests (in-process backend only); applies to the rank's next collective. */
-typedef enum dcp_inproc_fault {
-    DCP_FAULT_NONE = 0,         /* clear a pending fault */
-    DCP_FAULT_RETURN_ERROR = 1, /* the rank fails locally and aborts the collective: DCP_ERR_COMM on every rank */
-    DCP_FAULT_NEVER_ARRIVE = 2, /* the rank returns DCP_ERR_COMM without joining; the others time out
-                                   (with timeout_ms = 0 they, and the rank's next collective, wait forever) */
-    DCP_FAULT_TRUNCATE = 3      /* the rank provides half the bytes it announces: DCP_ERR_CORRUPT_INPUT
-                                   on every rank (a rank with nothing to send truncates nothing) */
-} dcp_inproc_fault;
-dcp_status dcp_inproc_inject_fault(dcp_inproc_world *world, int32_t rank, dcp_inproc_fault fault);
 
 /* ------------------------------------------------------------------------ */
 /* Planning                                                                  */
@@ -945,229 +866,6 @@ dcp_status dcp_step(dcp_context *context, const dcp_step_args *args, const dcp_s
                     const dcp_step_output **output);
 
 /* ------------------------------------------------------------------------ */
-/* Model-side helpers: the MTP packed-sequence roll and GDN conv padding     */
-/* ------------------------------------------------------------------------ */
-
-/*
- * MTP roll (as Megatron-LM's reference does): shift a packed field left by one token within
- * each sequence, writing 0 at each sequence's last position, so no value
- * crosses into the next sequence.  `cu_seqlens_padded` are the microbatch's
- * global boundaries (before CP slicing; num_cu_seqlens entries, starting at 0,
- * non-decreasing, repeated final entries allowed: they are empty sequences),
- * as dcp_step hands them out.  With a CP group of cp > 1 ranks under the
- * zigzag layout each rank holds chunks r and 2*cp-1-r of every sequence
- * (every span a multiple of 2*cp); the first token of each chunk is what the
- * neighbouring rank needs, so one exchange carries, for all sequences and all
- * fields at once, two values per sequence to each neighbour (the reference
- * exchanges sequence by sequence).  Slots past the last boundary (THD tail
- * padding) are rolled as one more sequence of their own.  `partition` is the
- * layout the microbatch was cut with (dcp_config.cp_partition): under
- * DCP_CP_CONTIGUOUS rank r holds global slots [r * num_tokens, (r+1) *
- * num_tokens), spans need no divisibility, and each rank sends one value per
- * field to the previous rank.  dcp_mtp_roll_cuda rolls zigzag only
- * (DCP_ERR_UNSUPPORTED for contiguous with cp > 1).
- *
- * `step_id` (the caller's step number, 0 = none) travels in the agreement
- * with the count of rolls made over the handle (dcp_comm.calls) and the
- * partition: ranks that differ (one skipped or repeated a roll) all return
- * DCP_ERR_OUT_OF_STEP.  The values exchanged carry a sealed trailer (sender,
- * roll count, hash) that dcp_mtp_roll checks: a communicator that reports
- * success with zeroed, stale or garbage bytes (a peer gone) makes the roll
- * DCP_ERR_COMM, never DCP_OK with a wrong boundary value.
- *
- * The group is ranks [group_first_rank, group_first_rank + cp) of `comm`
- * (consecutive, as dcp plans them): pass the DPxCP communicator with the
- * microbatch's local_cp_size and this rank's rank - cp_rank, or the CP group's
- * own communicator with group_first_rank 0.  The exchange is one all-to-all-v
- * over `comm` in which only CP neighbours exchange bytes, so every rank of
- * `comm` calls it for the same microbatch (each with its own group).  With
- * cp == 1, comm may be NULL and nothing is exchanged.
- *
- * fields[f] of elem_size[f] bytes (1, 2, 4 or 8) hold num_tokens elements (this
- * rank's slots); out[f] receives the rolled field and must not overlap any
- * input (labels and loss_mask roll together in one call).  With comm != NULL
- * every rank of comm takes part in the exchange, cp == 1 ranks too (they move
- * no bytes).  Scratch, from dcp_mtp_roll_exchange_bytes(num_cu_seqlens,
- * elem_size, num_fields, comm size): dcp_mtp_roll takes one host buffer of
- * that size as `exchange`; dcp_mtp_roll_cuda takes device_exchange of
- * (num_cu_seqlens, elem_size, num_fields, 0) bytes and host_scratch of
- * (0, NULL, 0, comm size) bytes.  Allocation-free.  Errors:
- * DCP_ERR_NULL_POINTER, DCP_ERR_INVALID_ARGUMENT (cp not a power of two or
- * outside comm, elem_size, num_fields outside [1, 4], an unknown partition),
- * DCP_ERR_CORRUPT_INPUT (cu_seqlens not starting at 0 or decreasing, a zigzag
- * span not divisible by 2*cp, a last boundary past cp * num_tokens),
- * DCP_ERR_OUT_OF_STEP, DCP_ERR_COMM (exchanged values that did not arrive
- * intact), the communicator's errors.  With comm,
- * errors are agreed over it before the exchange (one agree()): every rank of
- * comm returns the same status, the lowest-numbered failing rank's.
- */
-#define DCP_MTP_ROLL_MAX_FIELDS 4
-size_t dcp_mtp_roll_exchange_bytes(int32_t num_cu_seqlens, const size_t *elem_size, int32_t num_fields,
-                                   int32_t comm_size);
-dcp_status dcp_mtp_roll(dcp_comm *comm, uint64_t step_id, int32_t group_first_rank, int32_t cp,
-                        dcp_cp_partition partition, const int32_t *cu_seqlens_padded, int32_t num_cu_seqlens, int64_t num_tokens, const void *const *fields, void *const *out,
-                        const size_t *elem_size, int32_t num_fields, void *exchange);
-
-/*
- * GDN causal-conv padding (as Megatron-LM's reference does).  A packed buffer of `rows`
- * rows of row_bytes bytes is padded with zero rows up to a multiple of
- * `alignment` (4096 by default: DCP_GDN_ALIGNMENT; <= 0 means no padding), and
- * the last cu_seqlens entry grows by the same number of rows, so the conv
- * sees few distinct lengths.  cu_seqlens may be NULL (a buffer that is one
- * sequence): then only the rows are padded and out_cu_seqlens is not written
- * -- the case the reference crashed on.  out may equal in (padding in place:
- * only the new rows are written); out must hold dcp_gdn_padded_rows() rows
- * (out_capacity_rows).  dcp_gdn_strip() copies the first `rows` rows of a
- * padded conv output to `out` (nothing when out == padded: the padded buffer's
- * prefix already is the result).  Allocation-free.  Errors:
- * DCP_ERR_NULL_POINTER, DCP_ERR_INVALID_ARGUMENT (rows < 0, row_bytes 0,
- * num_cu_seqlens < 1), DCP_ERR_CAPACITY (out_capacity_rows too small),
- * DCP_ERR_OVERFLOW (the padded last entry past INT32_MAX), and for the host
- * version DCP_ERR_CORRUPT_INPUT when cu_seqlens do not describe the rows: a
- * first entry other than 0, a decreasing entry, or a last entry other than
- * `rows` (checked before anything is written).  dcp_gdn_padded_rows()
- * saturates at INT64_MAX, which no output holds.
- */
-#define DCP_GDN_ALIGNMENT 4096
-int64_t dcp_gdn_padded_rows(int64_t rows, int32_t alignment);
-dcp_status dcp_gdn_pad(const void *in, int64_t rows, size_t row_bytes, int32_t alignment, const int32_t *cu_seqlens,
-                       int32_t num_cu_seqlens, void *out, int64_t out_capacity_rows, int32_t *out_cu_seqlens);
-dcp_status dcp_gdn_strip(const void *padded, int64_t rows, size_t row_bytes, void *out);
-
-/* ------------------------------------------------------------------------ */
-/* CUDA and NCCL                                                             */
-/* ------------------------------------------------------------------------ */
-
-/*
- * Built where nvcc is found, the library carries CUDA kernels for sm_90
- * (gpu/ .cu files); where NCCL is found too, a communicator backend over NCCL.  No
- * CUDA or NCCL type appears in this header: a stream is passed as `void *`
- * (a cudaStream_t), a communicator as `void *` (an ncclComm_t).  In a build
- * without CUDA (or NCCL) every function below returns DCP_ERR_UNSUPPORTED
- * (dcp_cuda_device_count() returns 0).  Device pointers are named so; every
- * other pointer is host memory.
- */
-
-/* Visible CUDA devices; 0 when there is none or the library has no CUDA. */
-int32_t dcp_cuda_device_count(void);
-/* 1 when the library was built with the NCCL backend. */
-int32_t dcp_nccl_available(void);
-
-/*
- * Device data plane.  A context with a CUDA workspace runs dcp_step() on the
- * GPU: sample field buffers (tokens, labels, loss_mask, position_ids) are
- * device memory, while cu_seqlens and lengths stay host memory; the outputs'
- * arrays are device memory, with cu_seqlens_host/cu_seqlens_padded_host in
- * host memory.  Every copy and kernel goes on args->cuda_stream; the step
- * waits for its stream before it returns (its closing error agreement reads
- * the result), so outputs are ready when it returns.  The communicators must
- * accept device buffers for the exchange and the TP broadcast (the NCCL
- * backend below does).
- *
- * dcp_cuda_workspace_size() gives the device bytes (staging for the exchange,
- * the outputs, segment tables) and pinned host bytes (segment tables on their
- * way up) a context needs.  dcp_context_attach_cuda() binds them: pass
- * memory, or NULL to let dcpack take it (one cudaMalloc on the current
- * device, one cudaMallocHost; dcp_context_destroy() releases them).  These
- * are the only device and pinned allocations dcpack makes; no step allocates.
- * Errors: DCP_ERR_CAPACITY (max_tokens_per_rank is 0), DCP_ERR_WORKSPACE_TOO_SMALL,
- * DCP_ERR_CUDA (with the CUDA message in dcp_context_last_error()),
- * DCP_ERR_INVALID_ARGUMENT (already attached).
- */
-dcp_status dcp_cuda_workspace_size(const dcp_config *config, size_t *device_bytes, size_t *host_bytes);
-dcp_status dcp_context_attach_cuda(dcp_context *context, void *device_memory, size_t device_bytes,
-                                   void *pinned_host_memory, size_t host_bytes);
-
-/*
- * The MTP roll and GDN padding on device memory, on `cuda_stream` (see above;
- * cu arrays are device memory).  dcp_mtp_roll_cuda checks its arguments but
- * not the contents of device_cu_seqlens_padded (reading them back would cost a
- * synchronisation per call): pass the cu_seqlens_padded a step produced, or
- * check them on the host with dcp_mtp_roll first.
- */
-dcp_status dcp_mtp_roll_cuda(dcp_comm *comm, uint64_t step_id, int32_t group_first_rank, int32_t cp,
-                             dcp_cp_partition partition, const int32_t *device_cu_seqlens_padded, int32_t num_cu_seqlens, int64_t num_tokens,
-                             const void *const *device_fields, void *const *device_out, const size_t *elem_size,
-                             int32_t num_fields, void *device_exchange, void *host_scratch, void *cuda_stream);
-dcp_status dcp_gdn_pad_cuda(const void *device_in, int64_t rows, size_t row_bytes, int32_t alignment,
-                            const int32_t *device_cu_seqlens, int32_t num_cu_seqlens, void *device_out,
-                            int64_t out_capacity_rows, int32_t *device_out_cu_seqlens, void *cuda_stream);
-dcp_status dcp_gdn_strip_cuda(const void *device_padded, int64_t rows, size_t row_bytes, void *device_out,
-                              void *cuda_stream);
-
-/*
- * NCCL communicator backend.  dcp_nccl_comm_init() wraps the caller's
- * ncclComm_t (not taken over: the caller destroys it) and CUDA stream in a
- * dcp_comm.  Every operation is enqueued on that stream and waited for before
- * it returns (the step reads what it receives), polling
- * ncclCommGetAsyncError meanwhile:
- *  - device buffers go to NCCL as they are: allgather = ncclAllGather,
- *    allgatherv and alltoallv = grouped ncclSend/ncclRecv (the own block by
- *    cudaMemcpyAsync), broadcast = ncclBroadcast, agree = one ncclAllGather
- *    of a sealed 32-byte record per rank (magic, rank, status, the
- *    communicator's count of agreements, a check) through the staging buffer;
- *  - host buffers (plan metadata, a few KB) go through a device staging
- *    buffer of options.host_staging_bytes taken at init, zeroed before each
- *    collective (a collective that wrote nothing hands back zeros, never the
- *    previous call's bytes).
- * Init allocates (the backend state, the staging buffer); operations do not.
- * Errors: an NCCL call's failure and an asynchronous NCCL error are
- * DCP_ERR_NCCL, a CUDA failure DCP_ERR_CUDA, an operation still incomplete
- * after options.timeout_ms DCP_ERR_TIMEOUT, an agreement record that did not
- * arrive intact (a peer gone, the communicator aborted) DCP_ERR_COMM (after
- * any of these the communicator is unusable: call dcp_nccl_comm_abort()),
- * host buffers larger than the staging buffer DCP_ERR_CAPACITY.
- * dcp_nccl_comm_last_error() gives the message.
- */
-typedef struct dcp_nccl_options {
-    int32_t timeout_ms;        /* 0 = wait forever; default 600000 */
-    size_t host_staging_bytes; /* default 1 MiB; dcp_nccl_staging_bytes() gives what dcp_step needs */
-} dcp_nccl_options;
-
-void dcp_nccl_options_default(dcp_nccl_options *options);
-/* Staging a dcp_step over this configuration needs for its host-memory collectives. */
-size_t dcp_nccl_staging_bytes(const dcp_config *config);
-dcp_status dcp_nccl_comm_init(dcp_comm *comm, void *nccl_comm, void *cuda_stream, const dcp_nccl_options *options);
-/* ncclCommSplit of comm's communicator: the child owns its new ncclComm_t (destroyed with it).
-   color < 0 leaves this rank out (child->ops is then NULL).  Collective over `parent`. */
-dcp_status dcp_nccl_comm_split(dcp_comm *parent, int32_t color, int32_t key, dcp_comm *child);
-/* The wrapped ncclComm_t. */
-void *dcp_nccl_comm_handle(const dcp_comm *comm);
-/* Message of the communicator's last failure ("" if none). */
-const char *dcp_nccl_comm_last_error(const dcp_comm *comm);
-/* ncclCommAbort: after a timeout or an asynchronous error; the communicator is then destroyed. */
-dcp_status dcp_nccl_comm_abort(dcp_comm *comm);
-/* Release the backend state (and the ncclComm_t only when dcp_nccl_comm_split created it). NULL-safe. */
-void dcp_nccl_comm_destroy(dcp_comm *comm);
-
-/*
- * Dynamic CP groups.  A microbatch's CP group is a block of local_cp_size
- * consecutive DPxCP ranks starting at a multiple of local_cp_size (or all N
- * ranks when N is not a power of two and the group is the whole pool): its
- * identity is (local_cp_size, dpxcp_rank - cp_rank), both handed out in each
- * dcp_microbatch.  dcp_nccl_cp_groups_create() builds, collectively over the
- * DPxCP communicator and once at init, this rank's communicator for every
- * such block (ncclCommSplit with color = rank / size, one split per power of
- * two up to N, plus the full group), like the reference's pre-built groups;
- * dcp_nccl_cp_group() picks the one of a microbatch.  A caller with its own
- * process groups passes their ncclComm_t to dcp_nccl_comm_init() instead.
- * Blocks are built for power-of-two CP sizes up to 2^DCP_MAX_LOG2_CP = 65536
- * ranks (plus the full group of a pool whose size is not a power of two);
- * dcp_nccl_cp_group() returns NULL for a wider power-of-two block, which only
- * a DPxCP pool of more than 65536 GPUs can need: its caller builds those.
- */
-typedef struct dcp_nccl_cp_groups {
-    int32_t count;                              /* entries of group[] in use */
-    int32_t size[DCP_MAX_LOG2_CP + 2];          /* group[i] has size[i] ranks */
-    dcp_comm group[DCP_MAX_LOG2_CP + 2];
-} dcp_nccl_cp_groups;
-
-dcp_status dcp_nccl_cp_groups_create(dcp_comm *data_context_parallel, dcp_nccl_cp_groups *groups);
-/* This rank's communicator for a microbatch with this local_cp_size, or NULL. */
-dcp_comm *dcp_nccl_cp_group(dcp_nccl_cp_groups *groups, int32_t local_cp_size);
-void dcp_nccl_cp_groups_destroy(dcp_nccl_cp_groups *groups);
-
-/* ------------------------------------------------------------------------ */
 /* Online calibration                                                        */
 /* ------------------------------------------------------------------------ */
 
@@ -1306,5 +1004,10 @@ dcp_status dcp_observe_status(const dcp_context *context, dcp_observe_report *re
 #ifdef __cplusplus
 }
 #endif
+
+/* The rest of the public API, in headers of their own (each includes this one). */
+#include "dcpack_inproc.h" /* the in-process communicator (tests, CPU-only runs) */
+#include "dcpack_model.h"  /* the MTP packed-sequence roll, GDN conv padding */
+#include "dcpack_cuda.h"   /* CUDA workspaces, the NCCL communicator, dynamic-CP groups */
 
 #endif /* DCPACK_H */
