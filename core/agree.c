@@ -27,12 +27,6 @@ static void keep_own(const dcp__error *err, char *own, size_t size)
     own[size - 1] = '\0';
 }
 
-int dcp__comm_ops_usable(const dcp_comm_ops *ops)
-{
-    return ops && ops->version == DCP_COMM_OPS_VERSION && ops->size >= sizeof(dcp_comm_ops) && ops->allgather &&
-           ops->allgatherv && ops->alltoallv && ops->broadcast && ops->agree;
-}
-
 dcp_status dcp__comm_ops_check(const dcp_comm_ops *ops, const char *who, const char *name, dcp__error *err)
 {
     if (!ops) return dcp__fail(err, DCP_ERR_NULL_POINTER, "%s: the %s has no operations", who, name);

@@ -30,10 +30,9 @@ dcp_status dcp__agree(dcp_comm *comm, dcp_status local, dcp__error *err, const c
 /*
  * Whether an operations table can be called through: this version
  * (DCP_COMM_OPS_VERSION), at least its size, every required operation.  The
- * check says which is wrong in `err` (DCP_ERR_NULL_POINTER for no table,
- * DCP_ERR_INVALID_ARGUMENT for the rest), `who` and `name` starting it.
+ * check says which is wrong in `err` (may be NULL; DCP_ERR_NULL_POINTER for no
+ * table, DCP_ERR_INVALID_ARGUMENT for the rest), `who` and `name` starting it.
  */
-int dcp__comm_ops_usable(const dcp_comm_ops *ops);
 dcp_status dcp__comm_ops_check(const dcp_comm_ops *ops, const char *who, const char *name, dcp__error *err);
 
 /*

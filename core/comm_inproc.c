@@ -530,7 +530,8 @@ static const char *inproc_describe_failure(dcp_comm *comm)
 }
 
 static const dcp_comm_ops inproc_ops = {
-    DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), inproc_allgather, inproc_allgatherv, inproc_alltoallv, inproc_broadcast, inproc_agree, inproc_describe_failure,
+    DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), inproc_allgather, inproc_allgatherv, inproc_alltoallv, inproc_broadcast,
+    inproc_agree, inproc_describe_failure,
 };
 
 /* ---- worlds ---- */

@@ -228,7 +228,8 @@ dcp_status dcp__mtp_roll_agree(dcp_comm *comm, uint64_t step_id, dcp_cp_partitio
     if (!comm) return local;
     const uint64_t call = comm->calls++; /* counts a roll that fails here alone too */
     *call_out = call;
-    if (!dcp__comm_ops_usable(comm->ops)) return local != DCP_OK ? local : DCP_ERR_INVALID_ARGUMENT; /* nobody to tell */
+    const dcp_status usable = dcp__comm_ops_check(comm->ops, "mtp_roll", "communicator", NULL);
+    if (usable != DCP_OK) return local != DCP_OK ? local : usable; /* nobody to tell */
     /* the roll's tag: the count of rolls over this handle, so a rank that skipped one is caught here */
     dcp__call_tag tag;
     dcp__call_tag_init(&tag, DCP_CALL_MTP_ROLL, call, step_id, 1 + (uint64_t)partition);

@@ -284,8 +284,10 @@ static const char *w_describe_failure(dcp_comm *comm)
     return inner->ops->describe_failure ? inner->ops->describe_failure(inner) : "";
 }
 
-static const dcp_comm_ops counted_ops = {DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), w_allgather, w_allgatherv, w_alltoallv, w_broadcast, w_agree,
-                                         w_describe_failure};
+static const dcp_comm_ops counted_ops = {
+    DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), w_allgather, w_allgatherv, w_alltoallv, w_broadcast, w_agree,
+    w_describe_failure,
+};
 
 void counted(dcp_comm *inner, dcp_comm *outer)
 {

@@ -144,7 +144,8 @@ static dcp_status fuzz_solo_agree(dcp_comm *comm, dcp_status local, dcp_status *
 }
 
 static const dcp_comm_ops fuzz_solo_ops = {
-    DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), fuzz_solo_allgather, fuzz_solo_allgatherv, fuzz_solo_alltoallv, fuzz_solo_broadcast, fuzz_solo_agree, NULL,
+    DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), fuzz_solo_allgather, fuzz_solo_allgatherv, fuzz_solo_alltoallv,
+    fuzz_solo_broadcast, fuzz_solo_agree, NULL,
 };
 
 static inline void fuzz_solo_comm(dcp_comm *comm)

@@ -443,8 +443,10 @@ static dcp_status op_agree(dcp_comm *comm, dcp_status local, dcp_status *agreed,
 
 static const char *op_describe_failure(dcp_comm *comm) { return comm && comm->impl ? IMPL(comm)->message : ""; }
 
-static const dcp_comm_ops nccl_ops = {DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), op_allgather, op_allgatherv, op_alltoallv, op_broadcast, op_agree,
-                                      op_describe_failure};
+static const dcp_comm_ops nccl_ops = {
+    DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), op_allgather, op_allgatherv, op_alltoallv, op_broadcast, op_agree,
+    op_describe_failure,
+};
 
 /* ------------------------------------------------------------------------ */
 /* Life cycle                                                                */

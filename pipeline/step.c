@@ -131,17 +131,12 @@ static dcp_status skipped(dcp_context *ctx, dcp_status status, const dcp__error 
     return dcp__context_fail(ctx, status, err);
 }
 
-/* A communicator the caller hands in: operations present, this rank inside the group. */
-static dcp_status check_comm(const dcp_comm *comm, const char *name, dcp__error *err)
-{
-    return dcp__comm_check(comm, "step", name, err);
-}
-
 static dcp_status check_args(const dcp_context *ctx, const dcp_step_args *a, int holds_data, dcp__error *err)
 {
     const dcp_config *c = &ctx->config;
     dcp_status s;
-    if (a->tensor_parallel && (s = check_comm(a->tensor_parallel, "TP communicator", err)) != DCP_OK) return s;
+    if (a->tensor_parallel && (s = dcp__comm_check(a->tensor_parallel, "step", "TP communicator", err)) != DCP_OK)
+        return s;
     if (a->pipeline_rank < 0 || a->pipeline_rank >= c->pipeline_parallel_size)
         return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "step: pipeline_rank %d outside [0, %d)", a->pipeline_rank,
                          c->pipeline_parallel_size);
@@ -157,7 +152,7 @@ static dcp_status check_args(const dcp_context *ctx, const dcp_step_args *a, int
     if (holds_data) {
         if (!a->data_context_parallel || !a->data_context_parallel->ops)
             return dcp__fail(err, DCP_ERR_NULL_POINTER, "step: a rank that holds data needs its DPxCP communicator");
-        if ((s = check_comm(a->data_context_parallel, "DPxCP communicator", err)) != DCP_OK) return s;
+        if ((s = dcp__comm_check(a->data_context_parallel, "step", "DPxCP communicator", err)) != DCP_OK) return s;
         if (a->data_context_parallel->size != ctx->num_ranks)
             return dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "step: DPxCP communicator has %d ranks, the plan needs %d",
                              a->data_context_parallel->size, ctx->num_ranks);

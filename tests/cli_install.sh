@@ -9,7 +9,9 @@ dcpack_bin="$1"; src="$2"
 build_dir="$(dirname "$dcpack_bin")"
 tmp="$(mktemp -d)"; trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build_dir" --prefix "$tmp/prefix" >/dev/null
-for h in dcpack.h dcpack_inproc.h dcpack_model.h dcpack_cuda.h; do test -f "$tmp/prefix/include/$h" || { echo "$h not installed"; exit 1; }; done
+for h in dcpack.h dcpack_inproc.h dcpack_model.h dcpack_cuda.h; do
+  test -f "$tmp/prefix/include/$h" || { echo "$h not installed"; exit 1; }
+done
 lib=$(find "$tmp/prefix" -name libdcpack.a | head -1); test -n "$lib"
 pc=$(find "$tmp/prefix" -name dcpack.pc | head -1); test -n "$pc"
 # the shipped cost profiles install beside the program, which finds them by name from anywhere

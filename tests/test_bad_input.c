@@ -63,7 +63,10 @@ static dcp_status solo_agree(dcp_comm *comm, dcp_status local, dcp_status *agree
     return DCP_OK;
 }
 
-static const dcp_comm_ops solo_ops = {DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), solo_allgather, solo_allgatherv, solo_alltoallv, solo_broadcast, solo_agree, NULL};
+static const dcp_comm_ops solo_ops = {
+    DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), solo_allgather, solo_allgatherv, solo_alltoallv, solo_broadcast,
+    solo_agree, NULL,
+};
 
 /*
  * Tables dcpack must refuse without calling through: another version, a
@@ -612,9 +615,11 @@ DCP_TEST(step_bad_inputs)
     STEP_FAILS(f.args.data_context_parallel = NULL, DCP_ERR_NULL_POINTER, "DPxCP communicator");
     STEP_FAILS(f.lane.ops = NULL, DCP_ERR_NULL_POINTER, "DPxCP communicator");
     trap_calls = 0;
-    STEP_FAILS(f.world.ops = &version_2_ops, DCP_ERR_INVALID_ARGUMENT, "world communicator's operations table is version 2");
+    STEP_FAILS(f.world.ops = &version_2_ops, DCP_ERR_INVALID_ARGUMENT,
+               "world communicator's operations table is version 2");
     STEP_FAILS(f.world.ops = &short_ops, DCP_ERR_INVALID_ARGUMENT, "world communicator's operations table is");
-    STEP_FAILS(f.lane.ops = &version_0_ops, DCP_ERR_INVALID_ARGUMENT, "DPxCP communicator's operations table is version 0");
+    STEP_FAILS(f.lane.ops = &version_0_ops, DCP_ERR_INVALID_ARGUMENT,
+               "DPxCP communicator's operations table is version 0");
     STEP_FAILS(f.lane.ops = &no_agree_ops, DCP_ERR_INVALID_ARGUMENT, "DPxCP communicator has no agree operation");
     DCP_CHECK_EQ_INT(trap_calls, 0);
     STEP_FAILS(f.lane.size = 2, DCP_ERR_INVALID_ARGUMENT, "DPxCP communicator has 2 ranks");

@@ -211,7 +211,10 @@ static const char *l_describe(dcp_comm *comm)
     return c->inner.ops->describe_failure(&c->inner);
 }
 
-static const dcp_comm_ops lying_ops = {DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), l_allgather, l_allgatherv, l_alltoallv, l_broadcast, l_agree, l_describe};
+static const dcp_comm_ops lying_ops = {
+    DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), l_allgather, l_allgatherv, l_alltoallv, l_broadcast, l_agree,
+    l_describe,
+};
 
 static void lying_init(lying_comm *c, lie_world *w, dcp_inproc_world *inner, int32_t inner_rank, int32_t group,
                        int32_t world_rank, int victim_inside)
@@ -584,8 +587,10 @@ static const char *s_describe(dcp_comm *comm)
     return "";
 }
 
-static const dcp_comm_ops scripted_ops = {DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), s_allgather, (void *)s_unused, (void *)s_unused, (void *)s_unused, s_agree,
-                                          s_describe};
+static const dcp_comm_ops scripted_ops = {
+    DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), s_allgather, (void *)s_unused, (void *)s_unused, (void *)s_unused,
+    s_agree, s_describe,
+};
 
 DCP_TEST(an_agreement_is_never_ok_where_this_rank_failed)
 {

@@ -438,7 +438,10 @@ static dcp_status lie_agree(dcp_comm *c, dcp_status local, dcp_status *agreed, i
 {
     return ((lying *)c)->inner.ops->agree(&((lying *)c)->inner, local, agreed, failed);
 }
-static const dcp_comm_ops lie_ops = {DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), lie_allgather, lie_allgatherv, lie_alltoallv, lie_broadcast, lie_agree, NULL};
+static const dcp_comm_ops lie_ops = {
+    DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), lie_allgather, lie_allgatherv, lie_alltoallv, lie_broadcast, lie_agree,
+    NULL,
+};
 
 static void observe_rank(int32_t rank, void *arg)
 {

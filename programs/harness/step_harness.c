@@ -92,8 +92,10 @@ static const char *f_describe_failure(dcp_comm *c)
     return inner->ops->describe_failure ? inner->ops->describe_failure(inner) : "";
 }
 
-static const dcp_comm_ops fault_comm_ops = {DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), f_allgather, f_allgatherv, f_alltoallv, f_broadcast, f_agree,
-                                            f_describe_failure};
+static const dcp_comm_ops fault_comm_ops = {
+    DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), f_allgather, f_allgatherv, f_alltoallv, f_broadcast, f_agree,
+    f_describe_failure,
+};
 
 static dcp_status fault_comm_init(fault_comm *f, dcp_inproc_world *world, int32_t rank, int32_t *calls,
                                   const int32_t *fault_at, const dcp_inproc_fault *fault, dcp_comm *comm)

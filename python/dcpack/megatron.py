@@ -834,9 +834,6 @@ class DataPath:
         st = _core.observe_status(ctx)
         self.last_calibration = {k: v for k, v in st.items() if k != "cost"}
 
-    def _lone_failure(self) -> None:
-        self.stepper.count_failed_step()
-
     _items = staticmethod(_read_items)
 
     def _step(self, samples: Any, plan: Any) -> Any:
@@ -895,7 +892,7 @@ class DataPath:
             except InvalidArgumentError:
                 # refused before the step: counted as this rank's failed step, as the stepper counts a
                 # refused input, so the ranks' next step is an OutOfStepError on every rank
-                self._lone_failure()
+                self.stepper.count_failed_step()
                 raise
             del items
         try:
