@@ -534,9 +534,10 @@ typedef struct dcp_comm dcp_comm;
  * The layout of dcp_comm_ops a backend is written for.  A table starts with
  * it and its own size, as NCCL's plugin tables carry their version:
  *     static const dcp_comm_ops my_ops = {DCP_COMM_OPS_VERSION, sizeof(dcp_comm_ops), my_allgather, ...};
- * Every call that takes a communicator refuses (DCP_ERR_INVALID_ARGUMENT, naming
- * both) a table of another version, one shorter than this version's layout,
- * or one missing a required operation, instead of calling through it.
+ * Every call that takes a communicator refuses (DCP_ERR_INVALID_ARGUMENT,
+ * saying which is wrong) a table of another version, one shorter than this
+ * version's layout, or one missing a required operation, instead of calling
+ * through it.
  */
 #define DCP_COMM_OPS_VERSION 1u
 
