@@ -81,6 +81,7 @@ int64_t dcp__dependency_lower_bound(const dcp_cost_model *model, const int32_t *
  */
 dcp_status dcp__plan_stats(const dcp_plan *plan, const dcp_config *config, const int32_t *lengths, int32_t num_lengths,
                            int64_t *finish, dcp_plan_stats *stats);
+/* in whole int64s */
 size_t dcp__stats_scratch_size(const dcp_config *config);
 
 /*

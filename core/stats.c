@@ -367,7 +367,9 @@ static size_t pipeline_stats_scratch_size(const dcp_config *config)
     dcp__pipeline pipe;
     dcp__pipeline_of(config, &pipe);
     const int32_t mb = config->max_microbatches > 0 ? config->max_microbatches : config->max_sequences;
-    return dcp__size_add(dcp__size_mul(2 * sizeof(int64_t), (size_t)mb), dcp__pipeline_scratch_size(&pipe, mb));
+    const size_t bytes = dcp__size_add(dcp__size_mul(2 * sizeof(int64_t), (size_t)mb), dcp__pipeline_scratch_size(&pipe, mb));
+    /* whole int64s: the caller takes the scratch as an int64 array (the model's stage tables end in int32s) */
+    return dcp__size_add(bytes, (sizeof(int64_t) - bytes % sizeof(int64_t)) % sizeof(int64_t));
 }
 
 size_t dcp__stats_scratch_size(const dcp_config *config)

@@ -696,3 +696,34 @@ DCP_TEST(workspace_reserves_the_finish_times)
     dcp_context_destroy(ctx);
     free(memory);
 }
+
+/*
+ * fuzz_config (PP 101, one microbatch): the pipeline model's stage tables end in int32s, so with an odd
+ * PP its scratch is a multiple of 4 bytes, not 8; dcp_plan_stats_compute took the statistics' scratch as
+ * size / 8 int64s and the model wrote its last int32 past the arena allocation (ASan: use-after-poison).
+ * The size is whole int64s now; the statistics run (under the sanitizer job, inside their allocation).
+ */
+DCP_TEST(stats_scratch_is_whole_int64s_for_odd_pipelines)
+{
+    for (int32_t pp = 2; pp <= 101; pp += (pp < 9 ? 1 : 23)) {
+        dcp_config c;
+        dcp_config_default(&c);
+        c.scheduler = DCP_SCHEDULER_DP_BALANCED;
+        c.pipeline_parallel_size = pp;
+        c.max_microbatches = 1;
+        c.max_sequences = 8;
+        c.max_seqlen_per_rank = 4096;
+        const size_t bytes = dcp__stats_scratch_size(&c);
+        if (bytes % sizeof(int64_t) != 0) fprintf(stderr, "PP %d: %zu bytes\n", (int)pp, bytes);
+        DCP_CHECK_EQ_INT(bytes % sizeof(int64_t), 0);
+        dcp_context *ctx = NULL;
+        DCP_REQUIRE_OK(dcp_context_create(&c, &ctx));
+        const int32_t lengths[2] = {100, 200};
+        const dcp_plan *plan = NULL;
+        DCP_REQUIRE_OK(dcp_plan_compute(ctx, lengths, 2, &plan));
+        dcp_plan_stats s;
+        DCP_CHECK_STATUS(dcp_plan_stats_compute(ctx, plan, lengths, 2, &s), DCP_OK);
+        DCP_CHECK(s.pipeline_makespan > 0);
+        dcp_context_destroy(ctx);
+    }
+}

@@ -259,7 +259,9 @@ def test_the_one_gpu_script_runs_end_to_end_tiny(tmp_path):
     prof = tmp_path / "cal.profile"
     prof.write_text(PROFILE)
     verl = VERL if os.path.isdir(VERL) else str(tmp_path / "no-verl")
-    env = dict(os.environ, TINY="1", BUDGET="40", ROW_S="10", BATCHES="1", REPS="1",
+    # ROW_S leaves the first cell's five rows room on a loaded machine (the sanitizer job's); a row that
+    # outlasts it is stopped by the script's timeout, which the report notes (next test)
+    env = dict(os.environ, TINY="1", BUDGET="60", ROW_S="20", BATCHES="1", REPS="1",
                SCHEDULERS="dp_balanced,dynamic_cp,balanced,balanced+cal,verl_kk", PYTHON=sys.executable,
                PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     out = tmp_path / "out"
@@ -276,7 +278,41 @@ def test_the_one_gpu_script_runs_end_to_end_tiny(tmp_path):
     assert "time_limit_reached" in result
     md = (out / "replay.md").read_text()
     assert "| longsft | 256 | 16 | balanced+cal |" in md and "Against `dynamic_cp`" in md
-    assert "bench: exit 0" in (out / "replay_summary.txt").read_text()
+    summary = (out / "replay_summary.txt").read_text()
+    assert "bench: exit 0" in summary or "bench: stopped by its timeout" in summary, summary
+
+
+def test_the_one_gpu_script_notes_a_bench_its_timeout_stopped(tmp_path):
+    """A row that outlasts ROW_S is stopped by the script's timeout: the rows written so far stay, replay.json
+    says it was stopped, the script ends 0; a bench that fails otherwise ends the script with its status."""
+    import subprocess
+    import sys
+    fake = tmp_path / "python"
+    # bench_train_step.py writes one row and hangs (or fails); everything else is the real interpreter
+    fake.write_text(f"""#!/bin/bash
+if [[ "$1" == *bench_train_step.py ]]; then
+  out=""; prev=""
+  for a in "$@"; do [ "$prev" = --out ] && out="$a"; prev="$a"; done
+  echo '{{"mode": "replay", "rows": [{{"trace": "t", "scheduler": "dynamic_cp"}}]}}' > "$out"
+  [ "$FAKE_FAIL" = 1 ] && exit 3
+  exec sleep 60
+fi
+exec {sys.executable} "$@"
+""")
+    fake.chmod(0o755)
+    for fail, want in (("0", 0), ("1", 3)):
+        env = dict(os.environ, TINY="1", BUDGET="6", ROW_S="1", PYTHON=str(fake), FAKE_FAIL=fail)
+        out = tmp_path / f"out{fail}"
+        r = subprocess.run(["bash", str(SOURCE / "bench" / "train_replay_gpu.sh"), str(out), str(tmp_path / "none"),
+                            str(tmp_path / "no-verl")], env=env, capture_output=True, text=True, timeout=60)
+        assert r.returncode == want, r.stdout + r.stderr
+        result = json.loads((out / "replay.json").read_text())
+        assert [row["scheduler"] for row in result["rows"]] == ["dynamic_cp"]
+        if fail == "0":
+            assert "stopped by the" in result["time_limit_reached"] and "after 1 rows" in result["time_limit_reached"]
+            assert "bench: stopped by its timeout" in r.stdout
+        else:
+            assert "time_limit_reached" not in result and "bench: exit 3" in r.stdout
 
 
 def test_the_one_gpu_script_refuses_a_budget_with_no_room_for_a_row(tmp_path):
