@@ -4,7 +4,7 @@
  * gpu/ backend, it takes one through core/mover.h's dcp__mover_backend table.
  */
 #include "dcpack.h"
-#include "../core/mover.h"
+#include "../gpu/mover_cuda.h"
 #include "../pipeline/context.h"
 
 dcp_status dcp_cuda_workspace_size(const dcp_config *c, size_t *device_bytes, size_t *host_bytes)

@@ -21,7 +21,7 @@
  * from the caller's samples), zero every padding slot and write the mask.
  * The device body has the host body's layout (core/body.h).
  */
-#include "../core/mover.h"
+#include "mover_cuda.h"
 #include "../core/segments.h"
 #include "../alloc/device.h"
 #include "kernels.h"

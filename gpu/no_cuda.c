@@ -4,7 +4,7 @@
  * mover (it steps on the host).
  */
 #include "dcpack.h"
-#include "../core/mover.h"
+#include "mover_cuda.h"
 
 
 int32_t dcp_cuda_device_count(void) { return 0; }

@@ -289,7 +289,7 @@ def plant(source, build):
                "layer core uses dcp__step_scratch_size, defined only in layer pipeline")
         expect("core object calling free", problems, "layer core objects call free")
 
-        # a pipeline object that names the CUDA mover's backend itself (core/ declares it; api/ alone may name it)
+        # a pipeline object that names the CUDA mover's backend itself (gpu/mover_cuda.h declares it; api/ alone may name it)
         sibling_c = os.path.join(tmp, "sibling.c")
         with open(sibling_c, "w") as f:
             f.write("extern const int dcp__mover_backend_cuda;\n"

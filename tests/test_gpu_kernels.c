@@ -26,6 +26,7 @@
 #include "../core/pack.h"
 #include "../core/segments.h"
 #include "../gpu/kernels.h"
+#include "../gpu/mover_cuda.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 static uint64_t rnd(void)
