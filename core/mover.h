@@ -142,6 +142,17 @@ dcp_status dcp__landing_refuse(dcp__error *err, int64_t bad, int64_t total_token
 /* The CPU mover over a host body of `capacity` bytes. */
 void dcp__mover_cpu_init(dcp__mover *m, unsigned char *host_body, size_t capacity);
 
+/*
+ * The most scratch the CPU mover's buffers, stage and land take in one step,
+ * one after the other: two exchange buffers of `staging` bytes, `send_pieces`
+ * pieces staged from `samples` samples to `ranks` peers, and `land_pieces`
+ * received and own pieces landed (at most 2 max_sequences).  Measured by
+ * running the operations' own takes on a measuring arena; SIZE_MAX when it
+ * overflows.  A device mover takes no host scratch.
+ */
+size_t dcp__mover_cpu_scratch_size(size_t staging, int32_t ranks, int32_t samples, int64_t send_pieces,
+                                   int64_t land_pieces);
+
 /* What a device mover must hold for a configuration (see pipeline/context.c). */
 typedef struct dcp__mover_sizes {
     size_t staging;   /* one exchange buffer, send or receive */
@@ -153,22 +164,13 @@ typedef struct dcp__mover_sizes {
 } dcp__mover_sizes;
 
 /*
- * The CUDA mover (gpu/mover_cuda.c; in builds without CUDA gpu/no_cuda.c,
- * whose calls return DCP_ERR_UNSUPPORTED).  workspace_size gives the device
- * and pinned bytes; create binds the caller's memory, or allocates what is
- * NULL (alloc/device.h), and turns `m` into a CUDA mover over the same host
- * body.
- */
-dcp_status dcp__mover_cuda_workspace_size(const dcp__mover_sizes *z, size_t *device_bytes, size_t *host_bytes);
-dcp_status dcp__mover_cuda_create(dcp__mover *m, const dcp__mover_sizes *z, void *device_memory, size_t device_bytes,
-                                  void *host_memory, size_t host_bytes, dcp__error *err);
-
-/*
  * A device mover backend: an ops table, as dcp_comm_ops is for collectives,
  * so that the context (pipeline/context.c) binds a device mover without
- * naming one.  workspace_size and create are as the CUDA mover's above.  The
- * public entry points that choose a backend (api/attach_cuda.c) sit above
- * both pipeline/ and gpu/.
+ * naming one.  workspace_size gives the device and pinned bytes a backend
+ * needs for the sizes; create binds that memory (or allocates what is NULL)
+ * and turns `m` into the backend's mover over the same host body.  The
+ * backends (gpu/mover_cuda.h) and the public entry points that choose one
+ * (api/attach_cuda.c) sit above core/.
  */
 typedef struct dcp__mover_backend {
     const char *name;
@@ -176,8 +178,5 @@ typedef struct dcp__mover_backend {
     dcp_status (*create)(dcp__mover *m, const dcp__mover_sizes *z, void *device_memory, size_t device_bytes,
                          void *host_memory, size_t host_bytes, dcp__error *err);
 } dcp__mover_backend;
-
-/* The CUDA mover's backend (gpu/mover_cuda.c, or gpu/no_cuda.c). */
-extern const dcp__mover_backend dcp__mover_backend_cuda;
 
 #endif

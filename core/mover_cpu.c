@@ -10,13 +10,59 @@
 
 #include <string.h>
 
+/*
+ * The scratch each operation takes, one take function each, so that
+ * dcp__mover_cpu_scratch_size measures the operations' own layout.  Each
+ * returns 0 when an array does not fit.
+ */
+
+/* The send and receive buffers (one byte more each: a buffer of no bytes is still a pointer). */
+static int buffers_take(dcp__arena *scratch, size_t send_bytes, size_t recv_bytes, unsigned char **send,
+                        unsigned char **recv)
+{
+    *send = DCP_ARENA_NEW(scratch, unsigned char, send_bytes + 1);
+    *recv = DCP_ARENA_NEW(scratch, unsigned char, recv_bytes + 1);
+    return *send && *recv;
+}
+
+/* Staging: each peer's element base of a field, each piece's destination, each sample's buffer of the field. */
+typedef struct stage_scratch {
+    int64_t *base, *dst;
+    const void **sources;
+} stage_scratch;
+
+static int stage_take(dcp__arena *scratch, int64_t peers, int64_t pieces, int64_t samples, stage_scratch *t)
+{
+    t->base = DCP_ARENA_NEW(scratch, int64_t, peers);
+    t->dst = DCP_ARENA_NEW(scratch, int64_t, pieces);
+    t->sources = DCP_ARENA_NEW(scratch, const void *, samples);
+    return t->base && t->dst && t->sources;
+}
+
+/* Landing: the segment table of `cap` entries, each kept field's source table and every destination. */
+typedef struct land_scratch {
+    int32_t *src_index;
+    int64_t *src_offset, *dst_offset, *length;
+    const void **src; /* [DCP_NUM_FIELDS][sources] */
+    void **dst;       /* [DCP_NUM_FIELDS + 1]: the fields, then the mask */
+} land_scratch;
+
+static int land_take(dcp__arena *scratch, int64_t cap, int64_t sources, land_scratch *t)
+{
+    t->src_index = DCP_ARENA_NEW(scratch, int32_t, cap);
+    t->src_offset = DCP_ARENA_NEW(scratch, int64_t, cap);
+    t->dst_offset = DCP_ARENA_NEW(scratch, int64_t, cap);
+    t->length = DCP_ARENA_NEW(scratch, int64_t, cap);
+    t->src = DCP_ARENA_NEW(scratch, const void *, (size_t)DCP_NUM_FIELDS * (size_t)(sources > 0 ? sources : 1));
+    t->dst = DCP_ARENA_NEW(scratch, void *, DCP_NUM_FIELDS + 1);
+    return t->src_index && t->src_offset && t->dst_offset && t->length && t->src && t->dst;
+}
+
 static dcp_status cpu_buffers(dcp__mover *m, const dcp__exchange_blocks *x, dcp__arena *scratch, unsigned char **send,
                               unsigned char **recv, dcp__error *err)
 {
     (void)m;
-    *send = DCP_ARENA_NEW(scratch, unsigned char, x->send_total + 1);
-    *recv = DCP_ARENA_NEW(scratch, unsigned char, x->recv_total + 1);
-    if (!*send || !*recv)
+    if (!buffers_take(scratch, x->send_total, x->recv_total, send, recv))
         return dcp__fail(err, DCP_ERR_CAPACITY, "step: staging of %zu + %zu bytes exceeds the workspace", x->send_total,
                          x->recv_total);
     return DCP_OK;
@@ -35,10 +81,11 @@ static dcp_status cpu_stage(dcp__mover *m, void *stream, const dcp_step_input *i
 {
     (void)m, (void)stream;
     if (p->count == 0) return DCP_OK; /* nothing travels */
-    int64_t *base = DCP_ARENA_NEW(scratch, int64_t, x->num_peers);
-    int64_t *dst = DCP_ARENA_NEW(scratch, int64_t, p->count);
-    const void **sources = DCP_ARENA_NEW(scratch, const void *, in->num_samples);
-    if (!base || !dst || !sources) return dcp__fail(err, DCP_ERR_CAPACITY, "step: staging scratch too small");
+    stage_scratch t;
+    if (!stage_take(scratch, x->num_peers, p->count, in->num_samples, &t))
+        return dcp__fail(err, DCP_ERR_CAPACITY, "step: staging scratch too small");
+    int64_t *base = t.base, *dst = t.dst;
+    const void **sources = t.sources;
     size_t field_offset = 0; /* bytes per token of the kept fields before this one */
     for (int f = 0; f < DCP_NUM_FIELDS; f++) {
         if (!(kept & dcp__field_bit[f])) continue;
@@ -67,13 +114,12 @@ static dcp_status cpu_land(dcp__mover *m, void *stream, uint32_t kept, const dcp
     const int64_t cap = 2 * (r->count + o->count) + 1;
     const int32_t samples = o->count > 0 ? in->num_samples : 0;
     const int64_t sources = (int64_t)x->num_peers + samples;
-    int32_t *src_index = DCP_ARENA_NEW(scratch, int32_t, cap);
-    int64_t *src_offset = DCP_ARENA_NEW(scratch, int64_t, cap), *dst_offset = DCP_ARENA_NEW(scratch, int64_t, cap);
-    int64_t *length = DCP_ARENA_NEW(scratch, int64_t, cap);
-    const void **src = DCP_ARENA_NEW(scratch, const void *, (size_t)DCP_NUM_FIELDS * (size_t)(sources > 0 ? sources : 1));
-    void **dst = DCP_ARENA_NEW(scratch, void *, DCP_NUM_FIELDS + 1);
-    if (!src_index || !src_offset || !dst_offset || !length || !src || !dst)
-        return dcp__fail(err, DCP_ERR_CAPACITY, "step: landing scratch too small");
+    land_scratch t;
+    if (!land_take(scratch, cap, sources, &t)) return dcp__fail(err, DCP_ERR_CAPACITY, "step: landing scratch too small");
+    int32_t *src_index = t.src_index;
+    int64_t *src_offset = t.src_offset, *dst_offset = t.dst_offset, *length = t.length;
+    const void **src = t.src;
+    void **dst = t.dst;
     int64_t bad = 0;
     const int64_t n = dcp__landing_segments(r, o, x->num_peers, total_tokens, src_index, src_offset, dst_offset,
                                             length, &bad);
@@ -139,4 +185,20 @@ void dcp__mover_cpu_init(dcp__mover *m, unsigned char *host_body, size_t capacit
     m->host_body = host_body;
     m->body = host_body;
     m->body_capacity = capacity;
+}
+
+size_t dcp__mover_cpu_scratch_size(size_t staging, int32_t ranks, int32_t samples, int64_t send_pieces,
+                                   int64_t land_pieces)
+{
+    dcp__arena measure;
+    dcp__arena_init_measure(&measure);
+    unsigned char *send, *recv;
+    stage_scratch stage;
+    land_scratch land;
+    /* one after the other, as a step calls them: nothing is released between them */
+    if (!buffers_take(&measure, staging, staging, &send, &recv) ||
+        !stage_take(&measure, ranks, send_pieces, samples, &stage) ||
+        !land_take(&measure, 2 * land_pieces + 1, (int64_t)ranks + samples, &land))
+        return SIZE_MAX;
+    return measure.used;
 }

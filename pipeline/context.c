@@ -35,20 +35,12 @@ static size_t staging_bytes(const dcp_config *c)
 size_t dcp__step_scratch_size(const dcp_config *c)
 {
     if (c->max_tokens_per_rank <= 0) return 0;
-    size_t n = (size_t)dcp_config_num_ranks(c), ns = (size_t)c->max_sequences;
-    size_t own = dcp__size_mul(2, ns), send = dcp__step_send_piece_bound(c);
-    /* after planning: reroute's geometry, group scratch and tables (measured from their layout code), the
-       exchange buffers, the mover's staging and landing */
+    const int32_t n = dcp_config_num_ranks(c), ns = c->max_sequences;
+    const int64_t send = (int64_t)dcp__step_send_piece_bound(c); /* at most max_tokens_per_rank */
+    /* after planning: reroute's geometry, group scratch and tables, then the mover's exchange buffers, staging
+       and landing (every received and own piece: 2 max_sequences), each measured from its own layout code */
     size_t s = dcp__reroute_scratch_size(c);
-    s = dcp__size_add(s, dcp__size_mul(2, dcp__arena_bytes(1, dcp__size_add(staging_bytes(c), 1))));
-    /* the CPU mover: staging (field bases, offsets, sample buffers), then landing (its segment table) */
-    size_t stage = dcp__size_add(DCP_ARENA_BYTES(int64_t, n), DCP_ARENA_BYTES(int64_t, send));
-    stage = dcp__size_add(stage, DCP_ARENA_BYTES(const void *, ns));
-    size_t segments = dcp__size_add(dcp__size_mul(2, own), 1);
-    size_t land = dcp__size_add(DCP_ARENA_BYTES(int32_t, segments), dcp__size_mul(3, DCP_ARENA_BYTES(int64_t, segments)));
-    land = dcp__size_add(land, DCP_ARENA_BYTES(const void *, dcp__size_mul(DCP_NUM_FIELDS, dcp__size_add(n, ns))));
-    land = dcp__size_add(land, DCP_ARENA_BYTES(void *, DCP_NUM_FIELDS + 1));
-    s = dcp__size_add(s, dcp__size_add(stage, land));
+    s = dcp__size_add(s, dcp__mover_cpu_scratch_size(staging_bytes(c), n, ns, send, 2 * (int64_t)ns));
     s = max_size(s, dcp__gather_step_scratch_size(c));
     /* the call agreement over the world: one tag per rank of DP*CP*TP*PP */
     int64_t world = (int64_t)dcp_config_num_ranks(c) * c->tensor_parallel_size * c->pipeline_parallel_size;
