@@ -78,12 +78,25 @@ dcp_status dcp__mover_workspace_size(const dcp_config *c, const struct dcp__move
 dcp_status dcp__context_attach_mover(dcp_context *ctx, const struct dcp__mover_backend *backend, void *device_memory,
                                      size_t device_bytes, void *host_memory, size_t host_bytes);
 
-/* A fresh scratch arena for one stage call: everything past scratch_mark is free. */
-static inline dcp__arena *dcp__context_scratch(dcp_context *ctx)
+/*
+ * Scratch: the arena past scratch_mark, taken in phases.  A call begins with
+ * all of it free (dcp__scratch_begin gives the mark it starts at); a phase
+ * takes from ctx->arena what it needs, and it lives until the caller resets
+ * to a mark taken before it (dcp__scratch_reset_to), so a buffer's lifetime
+ * is the span between the mark and the reset that names it.  A call ends
+ * with dcp__scratch_end, successful or not.
+ */
+static inline size_t dcp__scratch_begin(dcp_context *ctx)
 {
     dcp__arena_reset(&ctx->arena, ctx->scratch_mark);
-    return &ctx->arena;
+    return ctx->scratch_mark;
 }
+/* Where the next phase starts: everything taken so far stays. */
+static inline size_t dcp__scratch_mark(const dcp_context *ctx) { return dcp__arena_mark(&ctx->arena); }
+/* Release everything taken since `mark`. */
+static inline void dcp__scratch_reset_to(dcp_context *ctx, size_t mark) { dcp__arena_reset(&ctx->arena, mark); }
+/* Release the call's scratch. */
+static inline void dcp__scratch_end(dcp_context *ctx) { dcp__arena_reset(&ctx->arena, ctx->scratch_mark); }
 
 /*
  * Start a multi-rank call: count it and fill its tag.  DCP_ERR_OUT_OF_STEP

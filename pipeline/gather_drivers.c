@@ -120,7 +120,7 @@ static dcp_status check_pointers(const void *data, int32_t n, const int32_t **gl
 static dcp_status finish(dcp_context *ctx, dcp_status st, dcp__error *err, const int32_t **global_lengths,
                          int32_t *num_global, const int32_t **rank_offsets)
 {
-    dcp__arena_reset(&ctx->arena, ctx->scratch_mark);
+    dcp__scratch_end(ctx);
     if (st != DCP_OK) {
         ctx->num_global = 0;
         return dcp__context_fail(ctx, st, err);
@@ -156,7 +156,8 @@ dcp_status dcp_gather(dcp_context *ctx, dcp_comm *comm, uint64_t step_id, const 
     dcp_status st = gather_begin(ctx, comm, step_id, &tag, &err);
     if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* no collective: no peer can be told */
 
-    dcp__arena *scratch = dcp__context_scratch(ctx);
+    dcp__scratch_begin(ctx); /* the lengths and the gather's scratch live until finish() */
+    dcp__arena *scratch = &ctx->arena;
     int32_t *local = DCP_ARENA_NEW(scratch, int32_t, ctx->config.max_sequences);
     int32_t count = 0;
     dcp_status local_status = check_pointers(local_lengths, num_local, global_lengths, num_global, rank_offsets, &err);
@@ -190,7 +191,8 @@ dcp_status dcp_gather_packed(dcp_context *ctx, dcp_comm *comm, uint64_t step_id,
     dcp_status st = gather_begin(ctx, comm, step_id, &tag, &err);
     if (st != DCP_OK) return dcp__context_fail(ctx, st, &err); /* no collective: no peer can be told */
 
-    dcp__arena *scratch = dcp__context_scratch(ctx);
+    dcp__scratch_begin(ctx); /* the lengths and the gather's scratch live until finish() */
+    dcp__arena *scratch = &ctx->arena;
     int32_t *local = DCP_ARENA_NEW(scratch, int32_t, ctx->config.max_sequences);
     int32_t count = 0;
     dcp_status local_status =

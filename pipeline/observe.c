@@ -216,13 +216,14 @@ dcp_status dcp_observe_matrix(dcp_context *ctx, const dcp_plan *plan, const int3
     if (st == DCP_OK) st = check_times(plan, v, 0, plan->num_ranks, who, &err);
     if (st != DCP_OK) return dcp__context_fail(ctx, st, &err);
     observe_scratch o;
-    if (!observe_scratch_take(&ctx->config, dcp__context_scratch(ctx), &o)) {
-        dcp__arena_reset(&ctx->arena, ctx->scratch_mark);
+    dcp__scratch_begin(ctx);
+    if (!observe_scratch_take(&ctx->config, &ctx->arena, &o)) {
+        dcp__scratch_end(ctx);
         return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_WORKSPACE_TOO_SMALL, "%s: scratch too small", who), &err);
     }
     int32_t count = plan_rows(plan, lengths, v, &ctx->config.cost, &o);
     take_rows(ctx, o.rows, count, o.predicted, o.fit);
-    dcp__arena_reset(&ctx->arena, ctx->scratch_mark);
+    dcp__scratch_end(ctx);
     return DCP_OK;
 }
 
@@ -261,8 +262,9 @@ dcp_status dcp_observe_groups(dcp_context *ctx, int32_t num_groups, const int32_
     }
     if (st != DCP_OK) return dcp__context_fail(ctx, st, &err);
     observe_scratch o;
-    if (!observe_scratch_take(&ctx->config, dcp__context_scratch(ctx), &o)) {
-        dcp__arena_reset(&ctx->arena, ctx->scratch_mark);
+    dcp__scratch_begin(ctx);
+    if (!observe_scratch_take(&ctx->config, &ctx->arena, &o)) {
+        dcp__scratch_end(ctx);
         return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_WORKSPACE_TOO_SMALL, "%s: scratch too small", who), &err);
     }
     int32_t count = 0;
@@ -276,7 +278,7 @@ dcp_status dcp_observe_groups(dcp_context *ctx, int32_t num_groups, const int32_
         count++;
     }
     take_rows(ctx, o.rows, count, o.predicted, o.fit);
-    dcp__arena_reset(&ctx->arena, ctx->scratch_mark);
+    dcp__scratch_end(ctx);
     return DCP_OK;
 }
 
@@ -299,8 +301,9 @@ dcp_status dcp_observe(dcp_context *ctx, const dcp_plan *plan, const int32_t *le
     /* off: no scratch for an agreement; at once, as on every rank built alike */
     if (ctx->config.max_observations <= 0) return dcp__context_fail(ctx, off(ctx, who, &err), &err);
     observe_scratch o;
-    if (!observe_scratch_take(&ctx->config, dcp__context_scratch(ctx), &o)) {
-        dcp__arena_reset(&ctx->arena, ctx->scratch_mark);
+    dcp__scratch_begin(ctx);
+    if (!observe_scratch_take(&ctx->config, &ctx->arena, &o)) {
+        dcp__scratch_end(ctx);
         return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_WORKSPACE_TOO_SMALL, "observe: scratch too small"), &err);
     }
     if (!plan && !lengths) { /* the context's own plan, of the lengths its last step gathered */
@@ -364,7 +367,7 @@ dcp_status dcp_observe(dcp_context *ctx, const dcp_plan *plan, const int32_t *le
             take_rows(ctx, o.rows, count, o.predicted, o.fit);
         }
     }
-    dcp__arena_reset(&ctx->arena, ctx->scratch_mark);
+    dcp__scratch_end(ctx);
     st = dcp__context_call_end(ctx, st);
     return st == DCP_OK ? DCP_OK : dcp__context_fail(ctx, st, &err);
 }

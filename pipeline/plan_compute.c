@@ -11,24 +11,17 @@
 
 #include <stdio.h>
 
-dcp_status dcp_plan_compute(dcp_context *ctx, const int32_t *lengths, int32_t num_lengths, const dcp_plan **plan)
+/*
+ * bucket -> assign -> validate into the context's plan.  Each stage is a phase that starts at the mark the
+ * call found and is released before the next; the scratch is back at that mark on return.
+ */
+static dcp_status plan_stages(dcp_context *ctx, const int32_t *lengths, int32_t num_lengths, dcp__error *err)
 {
-    if (!ctx) return DCP_ERR_NULL_POINTER;
-    dcp__error err;
-    dcp__error_clear(&err);
-    if (!plan || !lengths)
-        return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_NULL_POINTER, "dcp_plan_compute: %s is NULL",
-                                              plan ? "lengths" : "plan"), &err);
-    if (num_lengths < 0)
-        return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_INVALID_ARGUMENT, "num_lengths %d is negative",
-                                              num_lengths), &err);
-    if (num_lengths == 0)
-        return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_INVALID_ARGUMENT, "empty batch: no sequences to plan"),
-                                &err);
     const dcp_config *config = &ctx->config;
-    dcp_status st = dcp__bucket(lengths, num_lengths, config, ctx->sorted_ids, ctx->min_cp, dcp__context_scratch(ctx),
-                               &err);
-    if (st != DCP_OK) goto done;
+    const size_t phase = dcp__scratch_mark(ctx);
+    dcp_status st = dcp__bucket(lengths, num_lengths, config, ctx->sorted_ids, ctx->min_cp, &ctx->arena, err);
+    dcp__scratch_reset_to(ctx, phase);
+    if (st != DCP_OK) return st;
 
     dcp__schedule_input in = {
         .lengths = lengths,
@@ -38,25 +31,49 @@ dcp_status dcp_plan_compute(dcp_context *ctx, const int32_t *lengths, int32_t nu
         .num_ranks = ctx->num_ranks,
         .config = config,
     };
-    st = dcp__assign(&in, &ctx->plan, dcp__context_scratch(ctx), &err);
-    if (st != DCP_OK) goto done;
+    st = dcp__assign(&in, &ctx->plan, &ctx->arena, err);
+    dcp__scratch_reset_to(ctx, phase);
+    if (st != DCP_OK) return st;
 
     dcp_plan_violation violation;
-    st = dcp__plan_check(&ctx->plan, config, lengths, num_lengths, dcp__context_scratch(ctx), &violation);
-    if (st != DCP_OK) {
-        dcp__fail(&err, st, "%s scheduler produced an invalid plan (invariant %d): %s",
-                 dcp_scheduler_name(config->scheduler), (int)violation.invariant, violation.message);
-        goto done;
-    }
+    st = dcp__plan_check(&ctx->plan, config, lengths, num_lengths, &ctx->arena, &violation);
+    dcp__scratch_reset_to(ctx, phase);
+    if (st != DCP_OK)
+        return dcp__fail(err, st, "%s scheduler produced an invalid plan (invariant %d): %s",
+                         dcp_scheduler_name(config->scheduler), (int)violation.invariant, violation.message);
     ctx->plan.config_digest = dcp__plan_config_digest(config); /* the seal a step checks (plan_ahead.c) */
     ctx->plan.seal = dcp__plan_seal(ctx->plan.config_digest, lengths, num_lengths, &ctx->plan);
+    return DCP_OK;
+}
+
+dcp_status dcp__plan_make(dcp_context *ctx, const int32_t *lengths, int32_t num_lengths, dcp__error *err)
+{
+    dcp_status st;
+    if (num_lengths < 0)
+        st = dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "num_lengths %d is negative", num_lengths);
+    else if (num_lengths == 0)
+        st = dcp__fail(err, DCP_ERR_INVALID_ARGUMENT, "empty batch: no sequences to plan");
+    else
+        st = plan_stages(ctx, lengths, num_lengths, err);
+    if (st == DCP_OK) return DCP_OK;
+    if (num_lengths > 0) dcp__plan_clear(&ctx->plan, ctx->num_ranks); /* never hand out a half-built plan */
+    if (!err->message[0]) dcp__fail(err, st, "%s", dcp_status_str(st)); /* a stage that named nothing */
+    return st;
+}
+
+dcp_status dcp_plan_compute(dcp_context *ctx, const int32_t *lengths, int32_t num_lengths, const dcp_plan **plan)
+{
+    if (!ctx) return DCP_ERR_NULL_POINTER;
+    dcp__error err;
+    dcp__error_clear(&err);
+    if (!plan || !lengths)
+        return dcp__context_fail(ctx, dcp__fail(&err, DCP_ERR_NULL_POINTER, "dcp_plan_compute: %s is NULL",
+                                              plan ? "lengths" : "plan"), &err);
+    dcp__scratch_begin(ctx);
+    dcp_status st = dcp__plan_make(ctx, lengths, num_lengths, &err);
+    dcp__scratch_end(ctx);
+    if (st != DCP_OK) return dcp__context_fail(ctx, st, &err);
     *plan = &ctx->plan;
-done:
-    dcp__arena_reset(&ctx->arena, ctx->scratch_mark);
-    if (st != DCP_OK) {
-        dcp__plan_clear(&ctx->plan, ctx->num_ranks); /* never hand out a half-built plan */
-        return dcp__context_fail(ctx, st, &err);
-    }
     return DCP_OK;
 }
 
@@ -102,8 +119,9 @@ dcp_status dcp_plan_validate(dcp_context *ctx, const dcp_plan *plan, const int32
     if (bad != DCP_OK) return argument_error(ctx, bad, at, violation, &err);
     dcp_plan_violation local;
     dcp_plan_violation *v = violation ? violation : &local;
-    dcp_status st = dcp__plan_check(plan, &ctx->config, lengths, num_lengths, dcp__context_scratch(ctx), v);
-    dcp__arena_reset(&ctx->arena, ctx->scratch_mark);
+    dcp__scratch_begin(ctx);
+    dcp_status st = dcp__plan_check(plan, &ctx->config, lengths, num_lengths, &ctx->arena, v);
+    dcp__scratch_end(ctx);
     if (st != DCP_OK) {
         dcp__fail(&err, st, "invariant %d: %s", (int)v->invariant, v->message);
         return dcp__context_fail(ctx, st, &err);
@@ -126,19 +144,20 @@ dcp_status dcp_plan_stats_compute(dcp_context *context, const dcp_plan *plan, co
     dcp_status bad = check_lengths(lengths, num_lengths, &at, &err);
     if (bad != DCP_OK) return dcp__context_fail(context, bad, &err);
     dcp_plan_violation v;
-    dcp_status checked = dcp__plan_check(plan, config, lengths, num_lengths, dcp__context_scratch(context), &v);
-    dcp__arena_reset(&context->arena, context->scratch_mark);
+    const size_t phase = dcp__scratch_begin(context);
+    dcp_status checked = dcp__plan_check(plan, config, lengths, num_lengths, &context->arena, &v);
+    dcp__scratch_reset_to(context, phase); /* the check's scratch; the finish times start at the same mark */
     if (checked != DCP_OK)
         return dcp__context_fail(context, dcp__fail(&err, checked, "plan stats: invalid plan (invariant %d): %s",
                                                     (int)v.invariant, v.message), &err);
     /* the dependency model's per-rank finish times (the checked plan has the configuration's N ranks) */
-    int64_t *finish = DCP_ARENA_NEW(dcp__context_scratch(context), int64_t,
+    int64_t *finish = DCP_ARENA_NEW(&context->arena, int64_t,
                                     dcp__stats_scratch_size(config) / sizeof(int64_t));
     if (!finish) /* cannot happen: the workspace reserves dcp__stats_scratch_size() */
         return dcp__context_fail(context, dcp__fail(&err, DCP_ERR_WORKSPACE_TOO_SMALL,
                                                     "plan stats: scratch too small for %d ranks", plan->num_ranks),
                                  &err);
     dcp_status st = dcp__plan_stats(plan, config, lengths, num_lengths, finish, stats);
-    dcp__arena_reset(&context->arena, context->scratch_mark);
+    dcp__scratch_end(context);
     return st;
 }

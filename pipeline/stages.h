@@ -333,10 +333,12 @@ typedef struct dcp__broadcast_header {
 
 /*
  * Broadcast the header, then (when rank 0 announced success) the used body,
- * over the TP group; a peer checks the header against its capacities and
- * reads the body's prefix back to the host through the mover.
+ * over the TP group; a peer lays out `b` from the header, checks it against
+ * its capacities and reads the body's prefix back to the host through the
+ * mover.  Rank 0's `b` is its own layout, not read.
  */
-dcp_status dcp__broadcast(dcp_comm *tp, int holds_data, dcp__broadcast_header *header, dcp__mover *mover,
-                          int32_t max_microbatches, void *stream, dcp_step_stats *stats, dcp__error *err);
+dcp_status dcp__broadcast(dcp_comm *tp, int holds_data, dcp__broadcast_header *header, dcp__body_layout *b,
+                          dcp__mover *mover, int32_t max_microbatches, void *stream, dcp_step_stats *stats,
+                          dcp__error *err);
 
 #endif

@@ -8,7 +8,8 @@
  *             data, so PP stages and TP peers that hold data are compared
  *             (check_same_batch)
  *   gather    per-rank headers + (padded, original) lengths over DPxCP
- *   plan      dcp_plan_compute on the gathered padded lengths (or check the plan made ahead)
+ *   plan      dcp__plan_make (dcp_plan_compute's stages) on the gathered padded lengths (or check the plan
+ *             made ahead)
  *   reroute   this rank's THD geometry                             -> agree over world
  *   reroute   receive (and own) and send tables, blocks; stage (mover) the
  *             tokens that travel; the exchange
@@ -24,6 +25,10 @@
  * never written.  Every agreement is an all-gather of sealed records (see
  * core/agree.h): a communicator that "succeeds" with a zeroed, stale or
  * garbage result after a peer is gone fails the step, never passes it.
+ *
+ * Scratch phases (context.h's marks): the first agreement's records, released after it; the gather's,
+ * released before planning; planning's, released inside dcp__plan_make; then, kept to the end of the step,
+ * the geometry, the later agreements' records, the route tables and the mover's buffers.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "context.h"
@@ -108,7 +113,8 @@ static dcp_status agree_call(dcp_context *ctx, dcp_comm *world, dcp__call_tag *t
                              dcp_step_stats *stats)
 {
     tag->status = local;
-    dcp__call_tag *tags = DCP_ARENA_NEW(dcp__context_scratch(ctx), dcp__call_tag, world->size);
+    const size_t phase = dcp__scratch_mark(ctx);
+    dcp__call_tag *tags = DCP_ARENA_NEW(&ctx->arena, dcp__call_tag, world->size);
     dcp__error own = *err; /* this rank's local error, kept for a retry */
     dcp_status st;
     for (;;) {
@@ -121,6 +127,7 @@ static dcp_status agree_call(dcp_context *ctx, dcp_comm *world, dcp__call_tag *t
     }
     ctx->steps_skipped = 0;
     if (st == DCP_OK && tags) st = check_same_batch(tags, world->size, err);
+    dcp__scratch_reset_to(ctx, phase); /* the records are read */
     return dcp__context_call_end(ctx, st);
 }
 
@@ -171,6 +178,7 @@ typedef struct step_run {
     const dcp_plan *plan;
     dcp__step_lengths lengths;
     dcp__rank_geometry geometry;
+    dcp__body_layout body; /* of this rank's outputs: from its geometry, or (a TP peer) from the header */
     dcp__group_scratch gs;
     uint64_t data_digest; /* of the bytes this rank moves, when CP siblings compare them; else 0 */
     dcp_step_stats stats;
@@ -185,8 +193,10 @@ static dcp_status gather_and_plan(step_run *r, dcp__error *err)
     L->padded = ctx->global_lengths;
     L->original = st->original_lengths;
     L->rank_offsets = ctx->rank_offsets;
+    const size_t phase = dcp__scratch_mark(ctx);
     dcp_status s = dcp__gather_step(r->lane, r->input->fields, &st->local, r->data_digest, &ctx->config, L,
-                                    dcp__context_scratch(ctx), &r->stats, err);
+                                    &ctx->arena, &r->stats, err);
+    dcp__scratch_reset_to(ctx, phase); /* the gathered lengths are in the context's arrays */
     ctx->num_global = s == DCP_OK ? L->num_sequences : 0;
     if (s != DCP_OK) return s;
     st->output.num_sequences = L->num_sequences;
@@ -203,16 +213,22 @@ static dcp_status gather_and_plan(step_run *r, dcp__error *err)
         if (s != DCP_OK) return s;
         r->plan = &ctx->plan;
     } else {
-        s = dcp_plan_compute(ctx, L->padded, L->num_sequences, &r->plan);
-        if (s != DCP_OK) return dcp__fail(err, s, "%s", ctx->last_error.message);
+        s = dcp__plan_make(ctx, L->padded, L->num_sequences, err); /* releases its own scratch */
+        if (s != DCP_OK) return s;
+        r->plan = &ctx->plan;
     }
 
-    dcp__arena *scratch = dcp__context_scratch(ctx); /* planning's scratch is free again */
-    if (dcp__rank_geometry_take(&ctx->config, r->plan->num_microbatches, scratch, &r->geometry) != DCP_OK ||
-        dcp__group_scratch_take(&ctx->config, scratch, &r->gs) != DCP_OK)
+    /* the geometry and group scratch live to the end of the step */
+    if (dcp__rank_geometry_take(&ctx->config, r->plan->num_microbatches, &ctx->arena, &r->geometry) != DCP_OK ||
+        dcp__group_scratch_take(&ctx->config, &ctx->arena, &r->gs) != DCP_OK)
         return dcp__fail(err, DCP_ERR_CAPACITY, "step: geometry scratch too small");
-    return dcp__reroute_geometry(r->plan, &ctx->config, L, r->rank, st->token_capacity, st->cu_capacity,
-                                 &r->geometry, err);
+    s = dcp__reroute_geometry(r->plan, &ctx->config, L, r->rank, st->token_capacity, st->cu_capacity, &r->geometry,
+                              err);
+    if (s != DCP_OK) return s;
+    /* the body's layout, once: the route tables, the landing, the header and the views all read it */
+    dcp__body_layout_compute(r->plan->num_microbatches, r->geometry.total_cu, r->geometry.total_tokens, r->kept,
+                             &r->body);
+    return DCP_OK;
 }
 
 /* reroute and pack: the route tables, staging, the exchange, landing. */
@@ -221,23 +237,22 @@ static dcp_status exchange_and_pack(step_run *r, dcp__error *err)
     dcp_context *ctx = r->ctx;
     dcp__step_state *st = ctx->step;
     dcp__mover *mover = &st->mover;
-    dcp__arena *scratch = &ctx->arena; /* after the geometry's scratch */
+    dcp__arena *scratch = &ctx->arena; /* after the geometry and the agreements' records; kept to the end */
     const dcp_config *c = &ctx->config;
     const int32_t n = ctx->num_ranks;
     const size_t per_token = dcp__bytes_per_token(r->kept);
     void *stream = r->args->cuda_stream;
     const int64_t t_stage = now_ns();
 
-    dcp__body_layout b;
-    dcp__body_layout_compute(r->plan->num_microbatches, r->geometry.total_cu, r->geometry.total_tokens, r->kept, &b);
+    const dcp__body_layout *b = &r->body;
     dcp__receive_table rt;
     dcp__send_table sendt;
     dcp__block_arrays xa;
     if (dcp__reroute_tables_take(c, scratch, &rt, &sendt, &xa) != DCP_OK)
         return dcp__fail(err, DCP_ERR_CAPACITY, "step: exchange scratch too small");
-    rt.rows = (dcp__body_row *)(st->mover.host_body + b.rows);
-    rt.cu = (int32_t *)(st->mover.host_body + b.cu);
-    rt.cu_padded = (int32_t *)(st->mover.host_body + b.cu_padded);
+    rt.rows = (dcp__body_row *)(st->mover.host_body + b->rows);
+    rt.cu = (int32_t *)(st->mover.host_body + b->cu);
+    rt.cu_padded = (int32_t *)(st->mover.host_body + b->cu_padded);
 
     dcp__reroute_receive(r->plan, c, &r->lengths, r->rank, &st->local, &r->geometry, &r->gs, &rt);
     r->stats.tokens_computed += rt.own_tokens;
@@ -268,7 +283,7 @@ static dcp_status exchange_and_pack(step_run *r, dcp__error *err)
     }
     const int64_t t_pack = now_ns();
     r->stats.time_exchange_ns += t_pack - t_exchange;
-    s = dcp__pack_land(mover, stream, r->kept, &rt, &blocks, recv, r->input, &b, r->geometry.total_tokens, scratch,
+    s = dcp__pack_land(mover, stream, r->kept, &rt, &blocks, recv, r->input, b, r->geometry.total_tokens, scratch,
                        err);
     r->stats.time_pack_ns += now_ns() - t_pack;
     return s;
@@ -276,7 +291,7 @@ static dcp_status exchange_and_pack(step_run *r, dcp__error *err)
 
 static dcp_status finish(dcp_context *ctx, dcp_status s, dcp__error *err, const dcp_step_output **output)
 {
-    dcp__arena_reset(&ctx->arena, ctx->scratch_mark);
+    dcp__scratch_end(ctx);
     if (s != DCP_OK) {
         ctx->step->output.num_microbatches = 0;
         ctx->step->output.microbatches = NULL;
@@ -372,8 +387,6 @@ static dcp_status check_local(step_run *r, dcp__call_tag *tag, int holds_data, i
 static void broadcast_header_fill(const step_run *r, dcp_status s, dcp__broadcast_header *header)
 {
     const dcp_step_output *out = &r->ctx->step->output;
-    dcp__body_layout b;
-    dcp__body_layout_compute(r->plan->num_microbatches, r->geometry.total_cu, r->geometry.total_tokens, r->kept, &b);
     header->status = s;
     header->microbatches = r->plan->num_microbatches;
     header->cu = r->geometry.total_cu;
@@ -382,16 +395,16 @@ static void broadcast_header_fill(const step_run *r, dcp_status s, dcp__broadcas
     header->sequences = out->num_sequences;
     header->sum = out->seqlen_sum;
     header->squared_sum = out->seqlen_squared_sum;
-    header->body_bytes = (int64_t)b.used;
+    header->body_bytes = (int64_t)r->body.used;
 }
 
-/* The broadcast to the TP group; a peer takes the batch's numbers from the header. */
+/* The broadcast to the TP group; a peer takes the batch's numbers, and its body's layout, from the header. */
 static dcp_status broadcast_to_tp(step_run *r, int holds_data, dcp__broadcast_header *header, dcp__error *err)
 {
     dcp_context *ctx = r->ctx;
     dcp__step_state *st = ctx->step;
-    dcp_status s = dcp__broadcast(r->args->tensor_parallel, holds_data, header, &st->mover, ctx->max_microbatches,
-                                  r->args->cuda_stream, &r->stats, err);
+    dcp_status s = dcp__broadcast(r->args->tensor_parallel, holds_data, header, &r->body, &st->mover,
+                                  ctx->max_microbatches, r->args->cuda_stream, &r->stats, err);
     if (!holds_data) {
         st->output.num_sequences = (int32_t)header->sequences;
         st->output.seqlen_sum = header->sum;
@@ -400,15 +413,13 @@ static dcp_status broadcast_to_tp(step_run *r, int holds_data, dcp__broadcast_he
     return s;
 }
 
-/* The output: every virtual stage's views over the body the header lays out, and the step's numbers. */
+/* The output: every virtual stage's views over the body (laid out as the header says), and the step's numbers. */
 static void publish_output(step_run *r, int holds_data, const dcp__broadcast_header *header)
 {
     dcp_context *ctx = r->ctx;
     dcp__step_state *st = ctx->step;
-    dcp__body_layout b;
-    dcp__body_layout_compute(header->microbatches, header->cu, header->tokens, (uint32_t)header->kept, &b);
     dcp__step_views(&ctx->config, r->args->pipeline_rank, r->args->mtp_virtual_stages, (int32_t)header->microbatches,
-                    (uint32_t)header->kept, &b, st->mover.host_body, st->mover.body, st->views);
+                    (uint32_t)header->kept, &r->body, st->mover.host_body, st->mover.body, st->views);
     st->output.num_microbatches = (int32_t)header->microbatches;
     st->output.num_virtual_stages = ctx->config.virtual_pipeline_size;
     st->output.microbatches = st->views;
@@ -425,6 +436,7 @@ dcp_status dcp_step(dcp_context *ctx, const dcp_step_args *args, const dcp_step_
     dcp__call_tag tag;
     dcp_status s = step_begin(ctx, args, &tag, &err);
     if (s != DCP_OK) return s;
+    dcp__scratch_begin(ctx); /* released in finish() */
 
     memset(&ctx->step->output, 0, sizeof ctx->step->output);
     step_run r;

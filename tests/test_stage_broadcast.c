@@ -64,6 +64,7 @@ typedef struct bcast {
     dcp_status status[2];
     char message[2][DCP_ERROR_MESSAGE_SIZE];
     dcp_step_stats stats[2];
+    dcp__body_layout layout[2];
 } bcast;
 
 static void bcast_rank(int32_t rank, void *arg)
@@ -76,8 +77,12 @@ static void bcast_rank(int32_t rank, void *arg)
     dcp__error err;
     dcp__error_clear(&err);
     if (t->fault[rank] != DCP_FAULT_NONE) dcp_inproc_inject_fault(t->world, rank, t->fault[rank]);
-    t->status[rank] = dcp__broadcast(&tp, rank == 0, &t->header[rank], &mover, t->max_microbatches[rank], NULL,
+    dcp__body_layout b; /* rank 0's own layout, of its header; rank 1's is filled from the header it receives */
+    dcp__body_layout_compute(t->header[rank].microbatches, t->header[rank].cu, t->header[rank].tokens,
+                             (uint32_t)t->header[rank].kept, &b);
+    t->status[rank] = dcp__broadcast(&tp, rank == 0, &t->header[rank], &b, &mover, t->max_microbatches[rank], NULL,
                                      &t->stats[rank], &err);
+    t->layout[rank] = b;
     snprintf(t->message[rank], sizeof t->message[rank], "%s", err.message);
 }
 
@@ -129,6 +134,10 @@ static void check_delivered(const bcast *t, int line)
             dcp_test_fail(__FILE__, line, "rank 1's body written past 512 bytes (at %d)", i);
             break;
         }
+    /* rank 1 lays out its body from the header it received: rank 0's layout */
+    if (memcmp(&t->layout[1], &t->layout[0], sizeof t->layout[0]) != 0 || t->layout[1].used != 512)
+        dcp_test_fail(__FILE__, line, "rank 1's body layout (%zu bytes) differs from rank 0's (%zu)", t->layout[1].used,
+                      t->layout[0].used);
     /* rank 1 reads back the prefix (rows + both cu arrays = 192 bytes); rank 0 does not */
     if (t->rec[1].read_backs != 1 || t->rec[1].prefix != 192 || t->rec[0].read_backs != 0)
         dcp_test_fail(__FILE__, line, "read backs: rank 0 %d, rank 1 %d of %zu bytes", t->rec[0].read_backs,
