@@ -18,7 +18,7 @@
  * once out of the receive buffer.  The CUDA mover runs that table as one
  * kernel launch, the CPU mover as the kernel's CPU twin, so the step's oracle
  * tests hold for either.  Piece tables are SoA arrays built by the reroute
- * stage.
+ * stage, defined once below.
  */
 #ifndef DCP_MOVER_H
 #define DCP_MOVER_H
@@ -28,23 +28,29 @@
 #include "error.h"
 #include "../alloc/arena.h"
 
+/*
+ * The piece tables: one definition each, written by the reroute stage into
+ * its tables (pipeline/stages.h holds them as members) and read by a mover,
+ * which takes them const.
+ */
+
 /* This rank's outgoing pieces, in exchange order. */
 typedef struct dcp__send_pieces {
     int64_t count;
-    const int32_t *sample; /* the input sample a piece comes from */
-    const int64_t *src;    /* its first element in that sample */
-    const int32_t *peer;   /* the receiving rank */
-    const int64_t *cursor; /* its token offset in that peer's block */
-    const int64_t *length; /* tokens */
+    int32_t *sample; /* the input sample a piece comes from */
+    int64_t *src;    /* its first element in that sample */
+    int32_t *peer;   /* the receiving rank */
+    int64_t *cursor; /* its token offset in that peer's block */
+    int64_t *length; /* tokens */
 } dcp__send_pieces;
 
 /* This rank's incoming pieces, by destination (increasing, disjoint). */
 typedef struct dcp__recv_pieces {
     int64_t count;
-    const int32_t *sender; /* the sending rank */
-    const int64_t *cursor; /* token offset in that sender's block */
-    const int64_t *dst;    /* token offset in the body */
-    const int64_t *length; /* tokens */
+    int32_t *sender; /* the sending rank */
+    int64_t *cursor; /* token offset in that sender's block */
+    int64_t *dst;    /* token offset in the body */
+    int64_t *length; /* tokens */
 } dcp__recv_pieces;
 
 /*
@@ -54,10 +60,10 @@ typedef struct dcp__recv_pieces {
  */
 typedef struct dcp__own_pieces {
     int64_t count;
-    const int32_t *sample; /* the input sample a piece comes from */
-    const int64_t *src;    /* its first element in that sample */
-    const int64_t *dst;    /* token offset in the body */
-    const int64_t *length; /* tokens */
+    int32_t *sample; /* the input sample a piece comes from */
+    int64_t *src;    /* its first element in that sample */
+    int64_t *dst;    /* token offset in the body */
+    int64_t *length; /* tokens */
 } dcp__own_pieces;
 
 /*

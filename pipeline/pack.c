@@ -19,10 +19,8 @@ dcp_status dcp__pack_land(dcp__mover *mover, void *stream, uint32_t kept, const 
                           const dcp__exchange_blocks *blocks, const unsigned char *recv, const dcp_step_input *input,
                           const dcp__body_layout *b, int64_t total_tokens, dcp__arena *scratch, dcp__error *err)
 {
-    dcp__recv_pieces pieces = {received->count, received->sender, received->cursor, received->dst, received->length};
-    dcp__own_pieces own = {received->own_count, received->own_sample, received->own_src, received->own_dst,
-                          received->own_length};
-    return mover->ops->land(mover, stream, kept, &pieces, blocks, recv, &own, input, b, total_tokens, scratch, err);
+    return mover->ops->land(mover, stream, kept, &received->received, blocks, recv, &received->own, input, b,
+                            total_tokens, scratch, err);
 }
 
 void dcp__pack_views(int32_t microbatches, uint32_t shown, const dcp__body_layout *b, const unsigned char *host_body,

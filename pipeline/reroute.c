@@ -53,21 +53,21 @@ dcp_status dcp__reroute_tables_take(const dcp_config *c, dcp__arena *scratch, dc
     const size_t n = (size_t)dcp_config_num_ranks(c), own = 2 * (size_t)c->max_sequences;
     const size_t bound = dcp__step_send_piece_bound(c);
     memset(rt, 0, sizeof *rt);
-    rt->sender = DCP_ARENA_NEW(scratch, int32_t, own);
-    rt->cursor = DCP_ARENA_NEW(scratch, int64_t, own);
-    rt->dst = DCP_ARENA_NEW(scratch, int64_t, own);
-    rt->length = DCP_ARENA_NEW(scratch, int64_t, own);
+    rt->received.sender = DCP_ARENA_NEW(scratch, int32_t, own);
+    rt->received.cursor = DCP_ARENA_NEW(scratch, int64_t, own);
+    rt->received.dst = DCP_ARENA_NEW(scratch, int64_t, own);
+    rt->received.length = DCP_ARENA_NEW(scratch, int64_t, own);
     rt->tokens_from = DCP_ARENA_NEW_ZERO(scratch, int64_t, n);
-    rt->own_sample = DCP_ARENA_NEW(scratch, int32_t, own);
-    rt->own_src = DCP_ARENA_NEW(scratch, int64_t, own);
-    rt->own_dst = DCP_ARENA_NEW(scratch, int64_t, own);
-    rt->own_length = DCP_ARENA_NEW(scratch, int64_t, own);
+    rt->own.sample = DCP_ARENA_NEW(scratch, int32_t, own);
+    rt->own.src = DCP_ARENA_NEW(scratch, int64_t, own);
+    rt->own.dst = DCP_ARENA_NEW(scratch, int64_t, own);
+    rt->own.length = DCP_ARENA_NEW(scratch, int64_t, own);
     memset(send, 0, sizeof *send);
-    send->sample = DCP_ARENA_NEW(scratch, int32_t, bound);
-    send->peer = DCP_ARENA_NEW(scratch, int32_t, bound);
-    send->src = DCP_ARENA_NEW(scratch, int64_t, bound);
-    send->cursor = DCP_ARENA_NEW(scratch, int64_t, bound);
-    send->length = DCP_ARENA_NEW(scratch, int64_t, bound);
+    send->pieces.sample = DCP_ARENA_NEW(scratch, int32_t, bound);
+    send->pieces.peer = DCP_ARENA_NEW(scratch, int32_t, bound);
+    send->pieces.src = DCP_ARENA_NEW(scratch, int64_t, bound);
+    send->pieces.cursor = DCP_ARENA_NEW(scratch, int64_t, bound);
+    send->pieces.length = DCP_ARENA_NEW(scratch, int64_t, bound);
     send->capacity = (int64_t)bound;
     send->tokens_to = DCP_ARENA_NEW_ZERO(scratch, int64_t, n);
     blocks->send_bytes = DCP_ARENA_NEW(scratch, size_t, n);
@@ -75,9 +75,12 @@ dcp_status dcp__reroute_tables_take(const dcp_config *c, dcp__arena *scratch, dc
     blocks->recv_bytes = DCP_ARENA_NEW(scratch, size_t, n);
     blocks->recv_offsets = DCP_ARENA_NEW(scratch, size_t, n);
     /* each pointer, not the arena's sticky flag: the step's arena may hold an earlier failed (optional) take */
-    int ok = rt->sender && rt->cursor && rt->dst && rt->length && rt->tokens_from && rt->own_sample && rt->own_src &&
-             rt->own_dst && rt->own_length && send->sample && send->peer && send->src && send->cursor &&
-             send->length && send->tokens_to && blocks->send_bytes && blocks->send_offsets && blocks->recv_bytes &&
+    const dcp__recv_pieces *r = &rt->received;
+    const dcp__own_pieces *o = &rt->own;
+    const dcp__send_pieces *p = &send->pieces;
+    int ok = r->sender && r->cursor && r->dst && r->length && rt->tokens_from && o->sample && o->src && o->dst &&
+             o->length && p->sample && p->peer && p->src && p->cursor && p->length && send->tokens_to &&
+             blocks->send_bytes && blocks->send_offsets && blocks->recv_bytes &&
              blocks->recv_offsets;
     return ok ? DCP_OK : DCP_ERR_CAPACITY;
 }
@@ -186,27 +189,27 @@ void dcp__reroute_receive(const dcp_plan *plan, const dcp_config *c, const dcp__
             int32_t id = plan->ids[plan->group_first_id[g] + gs->seq[i]];
             if (id >= lo && id < hi) { /* its own DP rank's: from the sample, no exchange */
                 int32_t k = id - lo;
-                out->own_sample[own] = local->sample[k];
-                out->own_src[own] = local->start[k] + gs->seq_offset[i];
-                out->own_dst[own] = token_at + gs->local_offset[i];
-                out->own_length[own] = gs->length[i];
+                out->own.sample[own] = local->sample[k];
+                out->own.src[own] = local->start[k] + gs->seq_offset[i];
+                out->own.dst[own] = token_at + gs->local_offset[i];
+                out->own.length[own] = gs->length[i];
                 own_tokens += gs->length[i];
                 own++;
                 continue;
             }
             int32_t sender = owner_of(L->rank_offsets, dp, id) * cp + me % cp;
-            out->sender[received] = sender;
-            out->cursor[received] = out->tokens_from[sender];
-            out->dst[received] = token_at + gs->local_offset[i];
-            out->length[received] = gs->length[i];
+            out->received.sender[received] = sender;
+            out->received.cursor[received] = out->tokens_from[sender];
+            out->received.dst[received] = token_at + gs->local_offset[i];
+            out->received.length[received] = gs->length[i];
             out->tokens_from[sender] += gs->length[i];
             received++;
         }
         token_at += geo->num_tokens;
         cu_at += geo->num_cu_seqlens;
     }
-    out->count = received;
-    out->own_count = own;
+    out->received.count = received;
+    out->own.count = own;
     out->own_tokens = own_tokens;
 }
 
@@ -247,18 +250,18 @@ dcp_status dcp__reroute_send(const dcp_plan *plan, const dcp_config *c, const dc
                         return dcp__fail(err, DCP_ERR_CAPACITY, "step: more than %lld pieces to send",
                                          (long long)out->capacity);
                     int32_t k = id - lo;
-                    out->sample[sent] = local->sample[k];
-                    out->src[sent] = local->start[k] + gs->seq_offset[i];
-                    out->peer[sent] = d;
-                    out->cursor[sent] = out->tokens_to[d];
-                    out->length[sent] = gs->length[i];
+                    out->pieces.sample[sent] = local->sample[k];
+                    out->pieces.src[sent] = local->start[k] + gs->seq_offset[i];
+                    out->pieces.peer[sent] = d;
+                    out->pieces.cursor[sent] = out->tokens_to[d];
+                    out->pieces.length[sent] = gs->length[i];
                     out->tokens_to[d] += gs->length[i];
                     sent++;
                 }
             }
         }
     }
-    out->count = sent;
+    out->pieces.count = sent;
     return DCP_OK;
 }
 

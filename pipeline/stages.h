@@ -243,13 +243,10 @@ dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *config,
 typedef struct dcp__receive_table {
     dcp__body_row *rows;           /* [num_microbatches] */
     int32_t *cu, *cu_padded;      /* [total_cu] */
-    int32_t *sender;              /* [2 max_sequences]: received pieces */
-    int64_t *cursor, *dst, *length;
-    int64_t count;
+    dcp__recv_pieces received;    /* [2 max_sequences] (core/mover.h) */
     int64_t *tokens_from;         /* [num_ranks]: received tokens by sender (0 from this rank) */
-    int32_t *own_sample;          /* [2 max_sequences]: own pieces */
-    int64_t *own_src, *own_dst, *own_length;
-    int64_t own_count, own_tokens;
+    dcp__own_pieces own;          /* [2 max_sequences] */
+    int64_t own_tokens;
 } dcp__receive_table;
 
 /* `local` is this rank's sequence table (gather_local): where its own pieces start in its samples. */
@@ -259,9 +256,8 @@ void dcp__reroute_receive(const dcp_plan *plan, const dcp_config *config, const 
 
 /* The send side: the pieces of this DP rank's sequences this CP sibling sends to other ranks (none to itself). */
 typedef struct dcp__send_table {
-    int32_t *sample, *peer;       /* [send bound] */
-    int64_t *src, *cursor, *length;
-    int64_t count, capacity;
+    dcp__send_pieces pieces;      /* [send bound] (core/mover.h) */
+    int64_t capacity;
     int64_t *tokens_to;           /* [num_ranks] */
 } dcp__send_table;
 

@@ -256,7 +256,7 @@ static dcp_status exchange_and_pack(step_run *r, dcp__error *err)
 
     dcp__reroute_receive(r->plan, c, &r->lengths, r->rank, &st->local, &r->geometry, &r->gs, &rt);
     r->stats.tokens_computed += rt.own_tokens;
-    for (int64_t i = 0; i < rt.count; i++) r->stats.tokens_computed += rt.length[i];
+    for (int64_t i = 0; i < rt.received.count; i++) r->stats.tokens_computed += rt.received.length[i];
     r->stats.tokens_out = r->geometry.total_tokens;
     if (per_token > 0) {
         dcp_status s = dcp__reroute_send(r->plan, c, &r->lengths, r->rank, &st->local, &r->gs, &sendt, err);
@@ -269,8 +269,7 @@ static dcp_status exchange_and_pack(step_run *r, dcp__error *err)
     dcp_status s = mover->ops->buffers(mover, &blocks, scratch, &send, &recv, err);
     if (s != DCP_OK) return s;
     if (per_token > 0) {
-        dcp__send_pieces pieces = {sendt.count, sendt.sample, sendt.src, sendt.peer, sendt.cursor, sendt.length};
-        s = mover->ops->stage(mover, stream, r->input, r->kept, &pieces, &blocks, send, scratch, err);
+        s = mover->ops->stage(mover, stream, r->input, r->kept, &sendt.pieces, &blocks, send, scratch, err);
         if (s != DCP_OK) return s;
     }
 

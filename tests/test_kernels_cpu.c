@@ -35,10 +35,10 @@ DCP_TEST(pack_copies_segments_from_several_buffers)
 DCP_TEST(landing_table_tiles_the_body_and_refuses_overlaps)
 {
     /* received: from peer 1 at its cursor 0 to slots 2..4, from peer 0 at cursor 5 to slot 9; own: sample 1 to 0..1 and 6..7 */
-    const int32_t sender[] = {1, 0};
-    const int64_t cursor[] = {0, 5}, rdst[] = {2, 9}, rlen[] = {3, 1};
-    const int32_t sample[] = {1, 0};
-    const int64_t src[] = {4, 0}, odst[] = {0, 6}, olen[] = {2, 2};
+    int32_t sender[] = {1, 0};
+    int64_t cursor[] = {0, 5}, rdst[] = {2, 9}, rlen[] = {3, 1};
+    int32_t sample[] = {1, 0};
+    int64_t src[] = {4, 0}, odst[] = {0, 6}, olen[] = {2, 2};
     dcp__recv_pieces r = {2, sender, cursor, rdst, rlen};
     dcp__own_pieces o = {2, sample, src, odst, olen};
     int32_t si[9];
@@ -72,7 +72,7 @@ DCP_TEST(landing_table_tiles_the_body_and_refuses_overlaps)
         DCP_CHECK_EQ_INT(mask[i], want_mask[i]);
     }
     /* an own piece over a received one, and a piece past the body, are refused and named */
-    const int64_t odst_bad[] = {3, 6};
+    int64_t odst_bad[] = {3, 6};
     dcp__own_pieces overlap = {2, sample, src, odst_bad, olen};
     DCP_CHECK_EQ_INT(dcp__landing_segments(&r, &overlap, 2, 12, si, so, d, l, &bad), -1);
     DCP_CHECK_EQ_INT(bad, -1); /* own piece 0 starts inside received piece 0 */

@@ -105,8 +105,8 @@ DCP_TEST(stage_fills_each_peer_block)
      *   peer 0: tokens [0,8) = 15, position_ids [8,16) = 105, loss [16,20) = 2.75
      *   peer 1: tokens [24,48) = 22, 23, 10; position_ids [48,72) = 202, 203, 100; loss [72,84) = 12, 13, 0.25
      */
-    const int32_t sample[3] = {1, 0, 0}, peer[3] = {1, 0, 1};
-    const int64_t src[3] = {2, 5, 0}, cursor[3] = {0, 0, 2}, length[3] = {2, 1, 1};
+    int32_t sample[3] = {1, 0, 0}, peer[3] = {1, 0, 1};
+    int64_t src[3] = {2, 5, 0}, cursor[3] = {0, 0, 2}, length[3] = {2, 1, 1};
     dcp__send_pieces p = {3, sample, src, peer, cursor, length};
     const size_t send_offsets[2] = {0, 24}, recv_offsets[2] = {0, 0};
     const int64_t to[2] = {1, 3}, from[2] = {0, 0};
@@ -201,8 +201,8 @@ DCP_TEST(land_reads_each_field_run_of_each_peer)
     put64(recv + 24, 310);
     putf(recv + 32, 0.125f);
     memset(body, 0xAB, sizeof body);
-    const int32_t sender[3] = {0, 1, 0};
-    const int64_t cursor[3] = {1, 0, 0}, dst[3] = {0, 1, 3}, length[3] = {1, 1, 1};
+    int32_t sender[3] = {0, 1, 0};
+    int64_t cursor[3] = {1, 0, 0}, dst[3] = {0, 1, 3}, length[3] = {1, 1, 1};
     dcp__recv_pieces p = {3, sender, cursor, dst, length};
     const size_t send_offsets[2] = {0, 0}, recv_offsets[2] = {0, 24};
     const int64_t to[2] = {0, 0}, from[2] = {2, 1};
@@ -260,10 +260,10 @@ typedef struct mixed {
     _Alignas(64) unsigned char recv[40];
 } mixed;
 
-static const int32_t mix_sender[2] = {2, 0};
-static const int64_t mix_cursor[2] = {0, 0}, mix_rdst[2] = {2, 5}, mix_rlen[2] = {1, 2};
-static const int32_t mix_sample[3] = {1, 0, 0};
-static const int64_t mix_src[3] = {2, 3, 0}, mix_odst[3] = {0, 4, 7}, mix_olen[3] = {2, 1, 1};
+static int32_t mix_sender[2] = {2, 0};
+static int64_t mix_cursor[2] = {0, 0}, mix_rdst[2] = {2, 5}, mix_rlen[2] = {1, 2};
+static int32_t mix_sample[3] = {1, 0, 0};
+static int64_t mix_src[3] = {2, 3, 0}, mix_odst[3] = {0, 4, 7}, mix_olen[3] = {2, 1, 1};
 static const size_t mix_send_offsets[3] = {0, 0, 0}, mix_recv_offsets[3] = {0, 24, 24};
 static const int64_t mix_to[3] = {0, 0, 0}, mix_from[3] = {2, 0, 1};
 
@@ -363,7 +363,7 @@ DCP_TEST(land_refuses_a_bad_piece_before_writing)
     dcp__error err;
     dcp__error_clear(&err);
     /* own piece 1 moved from slot 4 to slot 6: inside received piece 1 (slots 5..6) */
-    const int64_t odst[3] = {0, 6, 7};
+    int64_t odst[3] = {0, 6, 7};
     dcp__recv_pieces r = {2, mix_sender, mix_cursor, mix_rdst, mix_rlen};
     dcp__own_pieces o = {3, mix_sample, mix_src, odst, mix_olen};
     dcp__arena_init(&a, memory, sizeof memory);
@@ -372,7 +372,7 @@ DCP_TEST(land_refuses_a_bad_piece_before_writing)
     DCP_CHECK_CONTAINS(err.message, "own piece 1 lands over another or past 8 tokens");
     dcp__arena_release(&a);
     /* received piece 1 two slots long from slot 7 of 8: past the body */
-    const int64_t rdst[2] = {2, 7};
+    int64_t rdst[2] = {2, 7};
     dcp__recv_pieces past = {2, mix_sender, mix_cursor, rdst, mix_rlen};
     dcp__own_pieces first = {1, mix_sample, mix_src, mix_odst, mix_olen}; /* slots 0..1 only */
     dcp__arena_init(&a, memory, sizeof memory);
@@ -436,9 +436,9 @@ DCP_TEST(landing_segments_tile_the_body_with_fills)
      * src 1 -> slot 6 (source 2 + 0); total 10:
      *   fill [0,3), peer 1 [3,5), fill [5,6), sample 0 [6,7), fill [7,10)
      */
-    const int32_t r2_sender[1] = {1}, o2_sample[1] = {0};
-    const int64_t r2_cursor[1] = {4}, r2_dst[1] = {3}, r2_len[1] = {2};
-    const int64_t o2_src[1] = {1}, o2_dst[1] = {6}, o2_len[1] = {1};
+    int32_t r2_sender[1] = {1}, o2_sample[1] = {0};
+    int64_t r2_cursor[1] = {4}, r2_dst[1] = {3}, r2_len[1] = {2};
+    int64_t o2_src[1] = {1}, o2_dst[1] = {6}, o2_len[1] = {1};
     dcp__recv_pieces r2 = {1, r2_sender, r2_cursor, r2_dst, r2_len};
     dcp__own_pieces o2 = {1, o2_sample, o2_src, o2_dst, o2_len};
     n = dcp__landing_segments(&r2, &o2, 2, 10, si, so, d, l, &bad);
@@ -468,56 +468,56 @@ DCP_TEST(landing_segments_refuse_overlaps_and_disorder_naming_the_piece)
 {
     int32_t si[SEGS];
     int64_t so[SEGS], d[SEGS], l[SEGS], bad;
-    const int32_t sender[2] = {0, 1}, sample[2] = {0, 0};
-    const int64_t zero[2] = {0, 0}, one[2] = {1, 1}, two[2] = {2, 2};
+    int32_t sender[2] = {0, 1}, sample[2] = {0, 0};
+    int64_t zero[2] = {0, 0}, one[2] = {1, 1}, two[2] = {2, 2};
     dcp__recv_pieces no_recv = {0, NULL, NULL, NULL, NULL};
     dcp__own_pieces no_own_pieces = {0, NULL, NULL, NULL, NULL};
 
     /* received pieces out of order: slot 5, then slot 2 (before the end of the last, 6): received 1 */
-    const int64_t r_back[2] = {5, 2};
+    int64_t r_back[2] = {5, 2};
     dcp__recv_pieces rb = {2, sender, zero, r_back, one};
     bad = 99;
     DCP_CHECK_EQ_INT(dcp__landing_segments(&rb, &no_own_pieces, 2, 8, si, so, d, l, &bad), -1);
     DCP_CHECK_EQ_INT(bad, 1);
     /* own pieces out of order: slot 4, then slot 1: own 1, named -1 - 1 = -2 */
-    const int64_t o_back[2] = {4, 1};
+    int64_t o_back[2] = {4, 1};
     dcp__own_pieces ob = {2, sample, zero, o_back, one};
     bad = 99;
     DCP_CHECK_EQ_INT(dcp__landing_segments(&no_recv, &ob, 2, 8, si, so, d, l, &bad), -1);
     DCP_CHECK_EQ_INT(bad, -2);
     /* received pieces overlapping: [1,3) then [2,4): received 1 */
-    const int64_t r_over[2] = {1, 2};
+    int64_t r_over[2] = {1, 2};
     dcp__recv_pieces ro = {2, sender, zero, r_over, two};
     bad = 99;
     DCP_CHECK_EQ_INT(dcp__landing_segments(&ro, &no_own_pieces, 2, 8, si, so, d, l, &bad), -1);
     DCP_CHECK_EQ_INT(bad, 1);
     /* a received piece starting inside an own one: own [0,2) lands first, received [1,2) overlaps: received 0 */
-    const int64_t r_in[1] = {1}, o_at0[1] = {0};
+    int64_t r_in[1] = {1}, o_at0[1] = {0};
     dcp__recv_pieces ri = {1, sender, zero, r_in, one};
     dcp__own_pieces o0 = {1, sample, zero, o_at0, two};
     bad = 99;
     DCP_CHECK_EQ_INT(dcp__landing_segments(&ri, &o0, 2, 8, si, so, d, l, &bad), -1);
     DCP_CHECK_EQ_INT(bad, 0);
     /* both at slot 3: the received one is taken first, the own one is refused: own 0 (-1) */
-    const int64_t at3[1] = {3};
+    int64_t at3[1] = {3};
     dcp__recv_pieces r3 = {1, sender, zero, at3, one};
     dcp__own_pieces o3 = {1, sample, zero, at3, one};
     bad = 99;
     DCP_CHECK_EQ_INT(dcp__landing_segments(&r3, &o3, 2, 8, si, so, d, l, &bad), -1);
     DCP_CHECK_EQ_INT(bad, -1);
     /* past total_tokens: own [7,9) of 8 (own 1, after own [0,2)); a negative length (received 0) */
-    const int64_t o_past[2] = {0, 7};
+    int64_t o_past[2] = {0, 7};
     dcp__own_pieces op = {2, sample, zero, o_past, two};
     bad = 99;
     DCP_CHECK_EQ_INT(dcp__landing_segments(&no_recv, &op, 2, 8, si, so, d, l, &bad), -1);
     DCP_CHECK_EQ_INT(bad, -2);
-    const int64_t minus[1] = {-1};
+    int64_t minus[1] = {-1};
     dcp__recv_pieces rn = {1, sender, zero, at3, minus};
     bad = 99;
     DCP_CHECK_EQ_INT(dcp__landing_segments(&rn, &no_own_pieces, 2, 8, si, so, d, l, &bad), -1);
     DCP_CHECK_EQ_INT(bad, 0);
     /* the same pieces in order are accepted: [1,3) and [3,5) received, [5,7) own -> fill, 3 pieces, tail */
-    const int64_t r_ok[2] = {1, 3}, o_ok[1] = {5};
+    int64_t r_ok[2] = {1, 3}, o_ok[1] = {5};
     dcp__recv_pieces rk = {2, sender, zero, r_ok, two};
     dcp__own_pieces ok = {1, sample, zero, o_ok, two};
     DCP_CHECK_EQ_INT(dcp__landing_segments(&rk, &ok, 2, 8, si, so, d, l, &bad), 5);

@@ -71,11 +71,11 @@ static void fill_recv(unsigned char *recv)
 static void land_tables(dcp__receive_table *rt, dcp__exchange_blocks *x)
 {
     memset(rt, 0, sizeof *rt);
-    rt->sender = (int32_t *)land_sender;
-    rt->cursor = (int64_t *)land_cursor;
-    rt->dst = (int64_t *)land_dst;
-    rt->length = (int64_t *)land_length;
-    rt->count = 3;
+    rt->received.sender = (int32_t *)land_sender;
+    rt->received.cursor = (int64_t *)land_cursor;
+    rt->received.dst = (int64_t *)land_dst;
+    rt->received.length = (int64_t *)land_length;
+    rt->received.count = 3;
     memset(x, 0, sizeof *x);
     x->num_peers = 2;
     x->send_offsets = land_send_offsets;
@@ -226,11 +226,11 @@ static void own_setup(own_input *o, dcp__receive_table *rt, const int64_t *dst)
         o->s[k].num_tokens = 4; /* position_ids not kept: NULL, never read */
     }
     o->in = (dcp_step_input){o->s, 2, LAND_KEPT};
-    rt->own_sample = (int32_t *)own_sample;
-    rt->own_src = (int64_t *)own_src;
-    rt->own_dst = (int64_t *)dst;
-    rt->own_length = (int64_t *)own_length;
-    rt->own_count = 2;
+    rt->own.sample = (int32_t *)own_sample;
+    rt->own.src = (int64_t *)own_src;
+    rt->own.dst = (int64_t *)dst;
+    rt->own.length = (int64_t *)own_length;
+    rt->own.count = 2;
     rt->own_tokens = 3;
 }
 

@@ -203,11 +203,16 @@ static dcp_status compute_tables(const fixture *f, int32_t rank, int64_t token_c
                                          &t->err);
     if (s != DCP_OK) return s;
     /* counts -1 until the stage writes them */
-    dcp__receive_table rt = {t->rows,     t->cu,       t->cu_padded, t->sender, t->cursor, t->dst,     t->length, -1,
-                            t->tokens_from, t->o_sample, t->o_src, t->o_dst, t->o_length, -1, -1};
+    dcp__receive_table rt = {t->rows,
+                             t->cu,
+                             t->cu_padded,
+                             {-1, t->sender, t->cursor, t->dst, t->length},
+                             t->tokens_from,
+                             {-1, t->o_sample, t->o_src, t->o_dst, t->o_length},
+                             -1};
     t->rt = rt;
     dcp__reroute_receive(&f->plan, &f->c, &f->L, rank, &f->local[rank / 2], &t->geometry, &t->gs, &t->rt);
-    dcp__send_table st = {t->s_sample, t->s_peer, t->s_src, t->s_cursor, t->s_length, -1, send_capacity, t->tokens_to};
+    dcp__send_table st = {{-1, t->s_sample, t->s_src, t->s_peer, t->s_cursor, t->s_length}, send_capacity, t->tokens_to};
     t->st = st;
     return dcp__reroute_send(&f->plan, &f->c, &f->L, rank, &f->local[rank / 2], &t->gs, &t->st, &t->err);
 }
@@ -275,16 +280,16 @@ static void check_tables(const tables *t, const want *w, int32_t microbatches, i
         EQ(t->cu[i], w->cu[i], "cu_seqlens", i);
         EQ(t->cu_padded[i], w->cu_padded[i], "cu_seqlens_padded", i);
     }
-    EQ(t->rt.count, w->pieces, "receive count", 0);
-    for (int64_t i = 0; i < w->pieces && i < t->rt.count; i++) {
+    EQ(t->rt.received.count, w->pieces, "receive count", 0);
+    for (int64_t i = 0; i < w->pieces && i < t->rt.received.count; i++) {
         EQ(t->sender[i], w->sender[i], "receive sender", i);
         EQ(t->cursor[i], w->cursor[i], "receive cursor", i);
         EQ(t->dst[i], w->dst[i], "receive dst", i);
         EQ(t->length[i], w->length[i], "receive length", i);
     }
     for (int q = 0; q < NR; q++) EQ(t->tokens_from[q], w->from[q], "tokens_from", q);
-    EQ(t->st.count, w->sends, "send count", 0);
-    for (int64_t i = 0; i < w->sends && i < t->st.count; i++) {
+    EQ(t->st.pieces.count, w->sends, "send count", 0);
+    for (int64_t i = 0; i < w->sends && i < t->st.pieces.count; i++) {
         EQ(t->s_sample[i], w->s_sample[i], "send sample", i);
         EQ(t->s_src[i], w->s_src[i], "send src", i);
         EQ(t->s_peer[i], w->s_peer[i], "send peer", i);
@@ -292,8 +297,8 @@ static void check_tables(const tables *t, const want *w, int32_t microbatches, i
         EQ(t->s_length[i], w->s_length[i], "send length", i);
     }
     for (int q = 0; q < NR; q++) EQ(t->tokens_to[q], w->to[q], "tokens_to", q);
-    EQ(t->rt.own_count, w->owns, "own count", 0);
-    for (int64_t i = 0; i < w->owns && i < t->rt.own_count; i++) {
+    EQ(t->rt.own.count, w->owns, "own count", 0);
+    for (int64_t i = 0; i < w->owns && i < t->rt.own.count; i++) {
         EQ(t->o_sample[i], w->o_sample[i], "own sample", i);
         EQ(t->o_src[i], w->o_src[i], "own src", i);
         EQ(t->o_dst[i], w->o_dst[i], "own dst", i);
@@ -302,16 +307,16 @@ static void check_tables(const tables *t, const want *w, int32_t microbatches, i
     EQ(t->rt.own_tokens, w->own_tokens, "own tokens", 0);
     /* the counts agree with the pieces: tokens_from sums the received lengths, own_tokens the own ones */
     int64_t received = 0, from = 0, own = 0;
-    for (int64_t i = 0; i < t->rt.count; i++) received += t->length[i];
+    for (int64_t i = 0; i < t->rt.received.count; i++) received += t->length[i];
     for (int q = 0; q < NR; q++) from += t->tokens_from[q];
-    for (int64_t i = 0; i < t->rt.own_count; i++) own += t->o_length[i];
+    for (int64_t i = 0; i < t->rt.own.count; i++) own += t->o_length[i];
     EQ(from, received, "tokens_from summed", 0);
     EQ(t->rt.own_tokens, own, "own_tokens summed", 0);
     /* nothing to or from itself */
     EQ(t->tokens_from[rank], 0, "tokens_from", rank);
     EQ(t->tokens_to[rank], 0, "tokens_to", rank);
-    for (int64_t i = 0; i < t->rt.count; i++) EQ(t->sender[i] == rank, 0, "received from itself", i);
-    for (int64_t i = 0; i < t->st.count; i++) EQ(t->s_peer[i] == rank, 0, "sent to itself", i);
+    for (int64_t i = 0; i < t->rt.received.count; i++) EQ(t->sender[i] == rank, 0, "received from itself", i);
+    for (int64_t i = 0; i < t->st.pieces.count; i++) EQ(t->s_peer[i] == rank, 0, "sent to itself", i);
 #undef EQ
 }
 
@@ -759,7 +764,7 @@ DCP_TEST(send_refuses_more_pieces_than_its_capacity)
     DCP_REQUIRE(fixture_two_microbatches_crossed(f));
     /* rank 0 sends 4 pieces (see crossed_two): 4 fit, 3 do not */
     DCP_CHECK_STATUS(compute_tables(f, 0, 64, 64, 4, t), DCP_OK);
-    DCP_CHECK_EQ_INT(t->st.count, 4);
+    DCP_CHECK_EQ_INT(t->st.pieces.count, 4);
     release_tables(t);
     DCP_CHECK_STATUS(compute_tables(f, 0, 64, 64, 3, t), DCP_ERR_CAPACITY);
     DCP_CHECK_CONTAINS(t->err.message, "more than 3 pieces to send");
@@ -767,8 +772,8 @@ DCP_TEST(send_refuses_more_pieces_than_its_capacity)
     /* own pieces take none of it: on the other plan rank 2 keeps 2 pieces and sends none, so 0 is enough */
     DCP_REQUIRE(fixture_two_microbatches(f));
     DCP_CHECK_STATUS(compute_tables(f, 2, 64, 64, 0, t), DCP_OK);
-    DCP_CHECK_EQ_INT(t->st.count, 0);
-    DCP_CHECK_EQ_INT(t->rt.own_count, 2);
+    DCP_CHECK_EQ_INT(t->st.pieces.count, 0);
+    DCP_CHECK_EQ_INT(t->rt.own.count, 2);
     release_tables(t);
     free(t);
     free(f);
@@ -997,8 +1002,7 @@ static dcp_status move_rank_run(moved *mv, int32_t rank, tables *t, unsigned cha
     dcp__arena_init(&scratch, scratch_memory, scratch_bytes);
     unsigned char *send = NULL, *recv = NULL;
     s = mover.ops->buffers(&mover, &x, &scratch, &send, &recv, &t->err);
-    dcp__send_pieces sp = {t->st.count, t->s_sample, t->s_src, t->s_peer, t->s_cursor, t->s_length};
-    if (s == DCP_OK) s = mover.ops->stage(&mover, NULL, &in, KEPT, &sp, &x, send, &scratch, &t->err);
+    if (s == DCP_OK) s = mover.ops->stage(&mover, NULL, &in, KEPT, &t->st.pieces, &x, send, &scratch, &t->err);
     if (s == DCP_OK) s = dcp__reroute_exchange(&comm, send, sb, so, recv, rb, ro, &mv->stats[rank], &t->err);
     dcp__body_layout b;
     dcp__body_layout_compute(mv->f.plan.num_microbatches, t->geometry.total_cu, t->geometry.total_tokens, KEPT, &b);
