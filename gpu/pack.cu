@@ -431,7 +431,7 @@ int launch_persistent(const Table &t, const Fields &fields, int32_t num_fields, 
 /*
  * variant 0 = the library's choice: the persistent kernel, 8 16-byte units in
  * flight a lane, short pieces in groups, 2 blocks of 256 threads a
- * multiprocessor at least.  Measured on H100 (bench/bench_gpu.c, docs/gpu.md).
+ * multiprocessor at least.  Measured on H100 (bench/c/bench_gpu.c, docs/gpu.md).
  * Other variants, for measurements:
  *   200, 202, 203  the persistent kernel: 200 as 0; 202 4 units in flight; 203
  *             no groups (each piece the whole warp's).  (Measured and dropped:

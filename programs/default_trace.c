@@ -2,7 +2,7 @@
  * default_trace.c - the trace `dcpack plan` uses without --trace or --generate:
  * workloads.py's mlmdefault family (the reference benchmark's lognormal, mean 1024,
  * sigma 1.5, clipped to [128, 8192]), 1024 sequences, seed 1 (random.Random("mlmdefault/1024/1")).
- * Written by tests/make_default_trace.py; `dcpack generate mlmdefault:n=1024,seed=1` draws the same.
+ * Written by tests/tools/make_default_trace.py; `dcpack generate mlmdefault:n=1024,seed=1` draws the same.
  */
 #include "cli.h"
 

@@ -433,7 +433,7 @@ class CommModel:
 
 
 def fit_comm_model(table: Dict[str, Any], source: str = "") -> CommModel:
-    """The ring model from a table of all-gather and reduce-scatter times (``bench/bench_train_step.py``'s
+    """The ring model from a table of all-gather and reduce-scatter times (``bench/training/bench_train_step.py``'s
     ``measure_comm``: rows of tokens_per_rank, bytes_per_rank, all_gather, reduce_scatter seconds on
     ``world`` ranks): alpha and beta by non-negative least squares on relative error."""
     rows = table.get("rows") or []
@@ -531,7 +531,7 @@ def length_mixes(tokens: int, granule: int = 64) -> List[Tuple[str, Tuple[int, .
 
 def _time_ms(fn: Callable[[], None], warmup: int, repeats: int, device: Any) -> float:
     """Median milliseconds of fn() over repeats after warm-up: CUDA events between back-to-back runs on a
-    GPU (the way bench/bench_train_step.py --replay times a rank's microbatches), else perf_counter."""
+    GPU (the way bench/training/bench_train_step.py --replay times a rank's microbatches), else perf_counter."""
     import torch
 
     for _ in range(warmup):

@@ -48,7 +48,7 @@ def test_install_without_megatron_says_what_to_install():
     assert "needs Megatron-LM" in r.stderr and "d48bd6be0a85" in r.stderr and "PYTHONPATH" in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("script", ["python/tests/thd_equality.py", "bench/bench_train_step.py"])
+@pytest.mark.parametrize("script", ["python/tests/thd_equality.py", "bench/training/bench_train_step.py"])
 def test_help_works_without_torch(script):
     path = ROOT / script
     code = BLOCK_TORCH + f"import runpy, sys; sys.argv = [{str(path)!r}, '--help']; runpy.run_path({str(path)!r}, run_name='__main__')"

@@ -1,4 +1,4 @@
-"""bench/pipeline_compose.py: 1F1B and interleaved 1F1B composed from per-microbatch times, exactly
+"""bench/training/pipeline_compose.py: 1F1B and interleaved 1F1B composed from per-microbatch times, exactly
 against hand-computed schedules and against dcpack's C pipeline model (PlanStats.pipeline_makespan)."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import dcpack
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
+TRAINING = ROOT / "bench" / "training"
+sys.path.insert(0, str(TRAINING))
 import pipeline_compose as pc  # noqa: E402
 
 
@@ -31,7 +32,7 @@ def test_one_f_one_b_by_hand():
         for k in (1, 4, 7):
             f, b = uniform(p, 1, 1, 2, k)
             assert pc.compose(f, b, p) == (k + p - 1) * 3
-    # unequal: microbatch 0 ops 4, microbatch 1 ops 1 (worked in tests/test_pipeline_model.c): 17
+    # unequal: microbatch 0 ops 4, microbatch 1 ops 1 (worked in tests/unit/test_pipeline_model.c): 17
     f = [[4, 1], [4, 1]]
     assert pc.compose(f, f, 2) == 17
     # the last stage's extra work: its ops 3, stage 0's 2: 16
@@ -39,7 +40,7 @@ def test_one_f_one_b_by_hand():
 
 
 def test_interleaved_by_hand():
-    # 2 stages, 2 chunks, 2 microbatches, every op 2 (tests/test_pipeline_model.c works it through): 20
+    # 2 stages, 2 chunks, 2 microbatches, every op 2 (tests/unit/test_pipeline_model.c works it through): 20
     f, b = uniform(2, 2, 2, 2, 2)
     assert pc.compose(f, b, 2, 2, 2) == 20
     # schedules.py's own table for PP 2, group 3, 5 microbatches, VP 2
@@ -63,7 +64,7 @@ def test_replay_cli(tmp_path):
                                                                       "last_forward": 1.0}]}
     path = tmp_path / "replay.json"
     path.write_text(json.dumps(replay))
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "pipeline_compose.py"), str(path), "--pp", "2",
+    out = subprocess.run([sys.executable, str(TRAINING / "pipeline_compose.py"), str(path), "--pp", "2",
                           "--vpp", "2"], capture_output=True, text=True, check=True)
     d = json.loads(out.stdout)
     assert d["composed"] is True

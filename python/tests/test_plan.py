@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import GOLDEN, WORKLOADS, plan_hash_program, read_trace
 
-# tests/plan_hash_main.c's configurations: (ranks, max_seqlen, vpp_group, min_cp, seq_cap)
+# tests/tools/plan_hash_main.c's configurations: (ranks, max_seqlen, vpp_group, min_cp, seq_cap)
 PLAN_HASH_CONFIGS = [(8, 2048, 0, 1, 0), (32, 4096, 0, 1, 0), (32, 8192, 4, 1, 0), (128, 4096, 0, 1, 0),
                      (512, 4096, 0, 1, 0), (24, 4096, 0, 2, 0), (32, 4096, 0, 1, 3)]
 SCHEDULERS = ["dp_balanced", "dynamic_cp", "balanced", "balanced/fast"]

@@ -1,4 +1,4 @@
-"""bench/bench_train_step.py's step composition equals dcpack's own step models when fed the model's costs."""
+"""bench/training/bench_train_step.py's step composition equals dcpack's own step models when fed the model's costs."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ pytest.importorskip("torch", reason="bench_train_step needs torch")
 import dcpack  # noqa: E402
 from conftest import SOURCE, read_trace  # noqa: E402
 
+TRAINING = SOURCE / "bench" / "training"
+
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("bench_train_step", SOURCE / "bench" / "bench_train_step.py")
+    spec = importlib.util.spec_from_file_location("bench_train_step", TRAINING / "bench_train_step.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -112,7 +114,7 @@ def test_verl_prediction_equals_bench_vs_verl_makespan():
     import sys
     bench = _bench()
     plan_fn, _ = _verl_or_skip()
-    sys.path.insert(0, str(SOURCE / "bench"))
+    sys.path.insert(0, str(SOURCE / "bench" / "planners"))
     import bench_vs_verl as bv
     n, m = 8, 8192
     lengths = bench.batches_of("mlmdefault_n4096_seed1.txt", n, m, 1, 2 * m)[0]
@@ -206,7 +208,7 @@ def test_replay_memo_times_each_shape_once():
 
 
 def _report():
-    spec = importlib.util.spec_from_file_location("train_step_report", SOURCE / "bench" / "train_step_report.py")
+    spec = importlib.util.spec_from_file_location("train_step_report", TRAINING / "train_step_report.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -252,7 +254,7 @@ def test_verl_microbatches_train_as_dcpacks_do():
 
 
 def test_the_one_gpu_script_runs_end_to_end_tiny(tmp_path):
-    """bench/train_replay_gpu.sh with TINY=1 (a tiny model, M / 32, no build) under a short budget: the first
+    """bench/training/train_replay_gpu.sh with TINY=1 (a tiny model, M / 32, no build) under a short budget: the first
     cells' rows of every scheduler, the calibrated predictions, the time limit noted, the report written."""
     import subprocess
     import sys
@@ -265,7 +267,7 @@ def test_the_one_gpu_script_runs_end_to_end_tiny(tmp_path):
                SCHEDULERS="dp_balanced,dynamic_cp,balanced,balanced+cal,verl_kk", PYTHON=sys.executable,
                PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     out = tmp_path / "out"
-    r = subprocess.run(["bash", str(SOURCE / "bench" / "train_replay_gpu.sh"), str(out), str(prof), verl],
+    r = subprocess.run(["bash", str(TRAINING / "train_replay_gpu.sh"), str(out), str(prof), verl],
                        env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.loads((out / "replay.json").read_text())
@@ -303,7 +305,7 @@ exec {sys.executable} "$@"
     for fail, want in (("0", 0), ("1", 3)):
         env = dict(os.environ, TINY="1", BUDGET="6", ROW_S="1", PYTHON=str(fake), FAKE_FAIL=fail)
         out = tmp_path / f"out{fail}"
-        r = subprocess.run(["bash", str(SOURCE / "bench" / "train_replay_gpu.sh"), str(out), str(tmp_path / "none"),
+        r = subprocess.run(["bash", str(TRAINING / "train_replay_gpu.sh"), str(out), str(tmp_path / "none"),
                             str(tmp_path / "no-verl")], env=env, capture_output=True, text=True, timeout=60)
         assert r.returncode == want, r.stdout + r.stderr
         result = json.loads((out / "replay.json").read_text())
@@ -320,7 +322,7 @@ def test_the_one_gpu_script_refuses_a_budget_with_no_room_for_a_row(tmp_path):
     import subprocess
     env = dict(os.environ, TINY="1", BUDGET="40", ROW_S="60")
     out = tmp_path / "out"
-    r = subprocess.run(["bash", str(SOURCE / "bench" / "train_replay_gpu.sh"), str(out), str(tmp_path / "none"),
+    r = subprocess.run(["bash", str(TRAINING / "train_replay_gpu.sh"), str(out), str(tmp_path / "none"),
                         str(tmp_path / "no-verl")], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 2, r.stdout + r.stderr
     assert "BUDGET 40 s leaves no time for a row of ROW_S 60 s" in r.stdout

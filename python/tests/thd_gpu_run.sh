@@ -10,7 +10,7 @@
 #   attention  pytest test_thd_attention.py (varlen's causal alignment, varlen against the math kernel)
 #   equality   thd_equality.py under torchrun on 1 and 2 GPUs: fp32 math kernel with the CPU data plane
 #              (every case) and with dcpack.torch.CudaStepper, and bf16 varlen with CudaStepper
-#   bench      bench/bench_train_step.py: wall time on 2 and 1 GPUs, replay on 16 ranks
+#   bench      bench/training/bench_train_step.py: wall time on 2 and 1 GPUs, replay on 16 ranks
 # Environment: GPUS (default: all, at most 2), BENCH_ARGS (extra arguments for every bench run),
 # REPLAY (default 16).
 set -uo pipefail
@@ -70,7 +70,7 @@ if [[ $parts == *,equality,* ]]; then
 fi
 
 if [[ $parts == *,bench,* ]]; then
-  B="$SRC/bench/bench_train_step.py"
+  B="$SRC/bench/training/bench_train_step.py"
   read -r -a extra <<< "${BENCH_ARGS:-}"
   if [ "$GPUS" -ge 2 ]; then
     run bench_wall_2gpu 300 "${TORCHRUN[@]}" --nproc-per-node 2 "$B" --reps 2 --out "$O/train_2gpu.json" "${extra[@]}"

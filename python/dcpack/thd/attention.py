@@ -193,7 +193,7 @@ class _LocalReplay:
 
 #: Pass as a microbatch's CP group to compute one CP rank's share with no peers: the gathered K/V
 #: is this rank's own K/V repeated cp times, so every kernel runs on the shapes the real group
-#: gives (the replay mode of bench/bench_train_step.py; the values, hence the loss, are not the
+#: gives (the replay mode of bench/training/bench_train_step.py; the values, hence the loss, are not the
 #: real group's).
 LOCAL_REPLAY = _LocalReplay()
 

@@ -18,8 +18,8 @@ stats.plan_seconds: the median of K runs of dcp_plan_compute(), which also valid
 Both plans must be identical: the same microbatches, each rank's ids in the same order.
 A plan that differs, or a planner that fails, is reported and the exit status is 1.
 
-    python3 bench/bench_vs_reference.py --megatron ~/Megatron-LM
-    python3 bench/bench_vs_reference.py --megatron-git /path/to/Megatron-LM.git@dev \\
+    python3 bench/planners/bench_vs_reference.py --megatron ~/Megatron-LM
+    python3 bench/planners/bench_vs_reference.py --megatron-git /path/to/Megatron-LM.git@dev \\
         --points mlmdefault_n4096_seed1:128 longsft_n4096_seed1:128:8192:dynamic_cp
 """
 import argparse
@@ -41,7 +41,7 @@ REF_SCHED_CLASSES = ("BasePackingScheduler", "DpBalancedScheduler", "DefaultDyna
 SCHEDULERS = ("dp_balanced", "dynamic_cp")
 DEFAULT_POINTS = ("mlmdefault_n4096_seed1:32", "mlmdefault_n4096_seed1:128", "mlmdefault_n16384_seed1:512")
 TRACE_NAME = re.compile(r"^(mlmdefault|longsft|bimodal|uniform32k)_n([0-9]+)_seed([0-9]+)$")
-SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCE_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # bench/planners/ -> the tree
 
 
 class BenchError(Exception):

@@ -3,7 +3,7 @@
 
     bench_plan --makespans > old.txt        (one build)
     bench_plan --makespans > new.txt        (the other)
-    python3 bench/compare_makespans.py old.txt new.txt [--scheduler NAME]
+    python3 bench/planners/compare_makespans.py old.txt new.txt [--scheduler NAME]
 
 Each line of a --makespans file is `trace|configuration|scheduler|hash|makespan` (or `...|skipped`).
 For every scheduler: how many cells have a lower, equal or higher makespan in NEW, the median and

@@ -3,7 +3,7 @@
 # kernel, NCCL and multi-GPU step tests, compute-sanitizer on the kernels and
 # on a two-GPU step, and the GPU benchmark.  Each program's log goes to OUT.
 #
-#   bash tests/gpu_run.sh [BUILD_DIR (default build)] [OUT (default $OUT or gpu-logs)] [PARTS]
+#   bash tests/tools/gpu_run.sh [BUILD_DIR (default build)] [OUT (default $OUT or gpu-logs)] [PARTS]
 #
 # PARTS: any of tests, sanitize, bench, comma-separated (default all three).
 # BUILD_DIR is a CUDA build of this tree (cmake -S . -B build -G Ninja, with nvcc

@@ -1,7 +1,7 @@
 """Markdown tables of python -m dcpack.calibrate's JSON (--json): the fitted profile, predicted
 against measured time per microbatch, and the checked steps (wall against composed and model times).
 
-    python bench/calibration_report.py one.json [two.json ...]
+    python bench/calibration/calibration_report.py one.json [two.json ...]
 
 Prints to stdout; docs/benchmarks.md's calibration section was made with it.
 """

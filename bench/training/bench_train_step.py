@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Training step time of dcpack.thd's reference transformer on every scheduler's plans of the same batches.
 
-Wall mode (``torchrun --nproc-per-node N bench/bench_train_step.py ...``): for each trace and
+Wall mode (``torchrun --nproc-per-node N bench/training/bench_train_step.py ...``): for each trace and
 ``max_seqlen_per_rank`` M, K global batches are cut from the trace (consecutive sequences, lengths
 at most N*M, until the batch holds ``--tokens-per-rank`` x N tokens), each scheduler plans and
 steps them with dcpack (the CPU data plane, every process stepping all N ranks in-process and
@@ -37,16 +37,16 @@ with a profile every row also gets its plan's makespans under that model
 verl's own sequence balancing (``RayPPOTrainer._balance_batch``: Karmarkar-Karp over workloads
 24576 s + s^2 into equal-count DP partitions, then ``rearrange_micro_batches`` with
 ``max_token_len`` = M on every rank), run from verl's source at run time as
-bench/bench_vs_verl.py does, from ``--verl DIR`` (or ``DCPACK_VERL_DIR``): a checkout, or a folder
+bench/planners/bench_vs_verl.py does, from ``--verl DIR`` (or ``DCPACK_VERL_DIR``): a checkout, or a folder
 holding just the two files it reads, ``verl/utils/seqlen_balancing.py`` and
 ``verl/trainer/ppo/ray_trainer.py`` (plus an optional ``COMMIT`` file naming the revision).  Its
 micro-batches are CP 1, so the row runs where every sequence fits M (otherwise it is skipped with
 the reason); micro-batch m of every rank is step m.  Batches have a sequence count divisible by the
 rank count (verl's equal-size partitions need it; every scheduler gets the same batches).
 
-    torchrun --nproc-per-node 2 bench/bench_train_step.py --out OUT/train_2gpu.json
-    python bench/bench_train_step.py --replay 16 --comm-table OUT/train_2gpu.json --out OUT/replay16.json
-    python bench/bench_train_step.py --replay 8,16,32,64 --comm-table bench/data/comm_2xh200.json \
+    torchrun --nproc-per-node 2 bench/training/bench_train_step.py --out OUT/train_2gpu.json
+    python bench/training/bench_train_step.py --replay 16 --comm-table OUT/train_2gpu.json --out OUT/replay16.json
+    python bench/training/bench_train_step.py --replay 8,16,32,64 --comm-table bench/data/comm_2xh200.json \
         --schedulers dp_balanced,dynamic_cp,balanced,balanced+cal,verl_kk --cost-profile my.profile \
         --verl /path/to/verl --out replay.json
 """
@@ -74,13 +74,14 @@ except ImportError as _missing_torch:  # --help works without torch; a run says 
     if __name__ != "__main__" or not any(a in ("-h", "--help") for a in sys.argv[1:]):
         raise SystemExit(f"bench_train_step.py needs torch (pip install torch): {_missing_torch}") from None
 
-BENCH = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent   # bench/training/
+BENCH = HERE.parent
 SOURCE = BENCH.parent
-sys.path.insert(0, str(BENCH))
+sys.path.insert(0, str(HERE))
 WORKLOADS = SOURCE / "tests" / "data" / "workloads"
 
 import dcpack  # noqa: E402
-import train_step_report  # noqa: E402  (bench/train_step_report.py: the markdown tables)
+import train_step_report  # noqa: E402  (bench/training/train_step_report.py: the markdown tables)
 if "torch" in globals():
     from dcpack.thd import LOCAL_REPLAY, CPGroups, ModelConfig, THDBatch, THDTransformer, forward_backward, \
         train_step  # noqa: E402
@@ -260,8 +261,9 @@ def model_times(plan, lengths: List[int], cost) -> List[List[float]]:
 
 
 def load_verl_kk(folder: str):
-    """verl's balancing, loaded from folder by bench/bench_vs_verl.py's loader: (plan function, description)."""
-    sys.path.insert(0, str(BENCH))
+    """verl's balancing, loaded from folder by bench/planners/bench_vs_verl.py's loader: (plan function,
+    description)."""
+    sys.path.insert(0, str(BENCH / "planners"))
     import bench_vs_verl as bv  # noqa: E402  (the verl loader; imports nothing of verl itself)
     desc, sources = bv.read_sources("--verl", folder, None, (bv.VERL_BALANCING, bv.VERL_TRAINER))
     commit = Path(folder) / "COMMIT"

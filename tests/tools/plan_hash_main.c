@@ -7,7 +7,7 @@
  * One line per (trace, configuration, scheduler; balanced also at the fast
  * effort level, "balanced/fast"): the status, the plan hash
  * (dcp_plan_hash: FNV-1a over the plan's arrays) and the step-model makespan.
- * tests/cli_determinism.sh builds this program with several compilers and
+ * tests/cli/cli_determinism.sh builds this program with several compilers and
  * optimisation levels and requires identical output: the planning path is
  * integer-only, so every build must compute the same plans.
  */

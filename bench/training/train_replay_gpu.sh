@@ -1,16 +1,16 @@
 #!/bin/bash
 # train_replay_gpu.sh - the composed (replay) step times of every scheduler on one GPU, in one device
 # call of at most 6 minutes: build dcpack (offline, python/tests/thd_gpu_run.sh's build), then
-# bench/bench_train_step.py --replay over the long-context traces and mlmdefault, M 8K/16K/32K, 8 to 64
+# bench/training/bench_train_step.py --replay over the long-context traces and mlmdefault, M 8K/16K/32K, 8 to 64
 # ranks, schedulers dp_balanced, dynamic_cp, balanced, balanced+cal (the calibrated profile) and verl_kk
 # (verl's Karmarkar-Karp balancing, CP 1), CP communication priced from bench/data/comm_2xh200.json.
 #
-#   bash bench/train_replay_gpu.sh OUT PROFILE VERL_DIR
+#   bash bench/training/train_replay_gpu.sh OUT PROFILE VERL_DIR
 #
 # PROFILE: the calibrated cost profile (python -m dcpack.calibrate's output); VERL_DIR: a verl checkout
 # or a folder with verl/utils/seqlen_balancing.py and verl/trainer/ppo/ray_trainer.py.  A missing one
 # skips its rows with the reason (the rest still runs).  Writes OUT/replay.json (every row, written after
-# each), OUT/replay.log (progress: one line a row), OUT/replay.md (the tables, bench/train_step_report.py)
+# each), OUT/replay.log (progress: one line a row), OUT/replay.md (the tables, bench/training/train_step_report.py)
 # and OUT/replay_summary.txt (timings).  The cells run in priority order and the bench starts no new
 # row once BUDGET (default 330) seconds from this script's start are near, so the call ends in time and
 # keeps what it measured (replay.json's time_limit_reached says where it stopped; a row that outlasts
@@ -28,7 +28,7 @@
 #   git -C VERL rev-parse HEAD > $d/COMMIT     # where VERL is a git checkout (optional)
 set -uo pipefail
 T0=$SECONDS
-SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 O="${1:?usage: train_replay_gpu.sh OUT PROFILE VERL_DIR}"
 PROFILE="${2:-}"
 VERL_DIR="${3:-}"
@@ -56,7 +56,7 @@ if [ "${TINY:-0}" = 1 ]; then
   note "TINY: a tiny model, M / $div, no build"
 else
   div=1
-  model=(--vocab 1024)   # the calibration's model (bench/calibrate_gpu.sh): the same output head
+  model=(--vocab 1024)   # the calibration's model (bench/calibration/calibrate_gpu.sh): the same output head
   bash "$SRC/python/tests/thd_gpu_run.sh" "$O" build > "$O/thd_build.log" 2>&1
   note "build: exit $? ($(grep -h '^build' "$O/thd_summary.txt" 2>/dev/null))"
   export PYTHONPATH="${THD_SITE:-/tmp/dcpack-thd-site}"
@@ -86,7 +86,7 @@ if [ "$limit" -lt 1 ]; then   # no row could start: say so rather than write an 
   exit 2
 fi
 note "bench: ${#cells[@]} cells x $SCHEDS, ${BATCHES:-3} batches, reps ${REPS:-5} after ${WARMUP:-1} warm-up pass(es), new rows until $limit s from now"
-timeout $(( BUDGET - used )) "$PY" "$SRC/bench/bench_train_step.py" --replay 8 --cells "$CELLS" \
+timeout $(( BUDGET - used )) "$PY" "$SRC/bench/training/bench_train_step.py" --replay 8 --cells "$CELLS" \
   --schedulers "$SCHEDS" "${args[@]}" "${model[@]}" \
   --replay-steps "${BATCHES:-3}" --reps "${REPS:-5}" --warmup "${WARMUP:-1}" --bias-check "${BIAS_CHECK:-0}" \
   --comm-table "$SRC/bench/data/comm_2xh200.json" \
@@ -108,7 +108,7 @@ PY
   note "bench: stopped by its timeout; replay.json says so"
 fi
 if [ -f "$O/replay.json" ]; then
-  "$PY" "$SRC/bench/train_step_report.py" "$O/replay.json" > "$O/replay.md" 2>&1
+  "$PY" "$SRC/bench/training/train_step_report.py" "$O/replay.json" > "$O/replay.md" 2>&1
   note "report: exit $?, $O/replay.md"
 fi
 note "done"

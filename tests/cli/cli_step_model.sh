@@ -3,12 +3,12 @@
 # cost` prints it back in every format and a printed profile loads back to it; `dcpack plan` and
 # `dcpack compare` report both makespans (barrier and dependency) in text and JSON, and judge
 # efficiency and the best plan by the profile's model; plan statistics under it are recomputed
-# independently (tests/cli_check_plan.py simulates the dependency model rank by rank).
+# independently (tests/cli/cli_check_plan.py simulates the dependency model rank by rank).
 # usage: cli_step_model.sh <path-to-dcpack> <source-dir>
 set -euo pipefail
 dcpack="$1"
 src="$2"
-check="$src/tests/cli_check_plan.py"
+check="$src/tests/cli/cli_check_plan.py"
 data="$src/tests/data/workloads"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT

@@ -197,7 +197,7 @@ def plan_stats(dcpack: str, trace: Path, scheduler: str, ranks: int, m: int, pp:
 
 
 def grid(args) -> int:
-    root = Path(__file__).resolve().parent.parent
+    root = Path(__file__).resolve().parents[2]   # bench/training/ -> the tree
     profiles = [None] + sorted(str(p) for p in (root / "bench" / "profiles").glob("*.profile"))
     rows = []
     tmp = Path(args.tmp)

@@ -202,7 +202,7 @@ def main():
     expect("busy_sum", busy)
     expect("quad_makespan", quad_makespan)
     # the reported bound: at least the plain one recomputed here (work over the ranks plus the
-    # token-forced microbatches' overhead), at most the makespan (tests/test_bound.c checks it further)
+    # token-forced microbatches' overhead), at most the makespan (tests/unit/test_bound.c checks it further)
     plain = lower_bound(model, lengths, n, m, stats["context_parallel_size"])
     lb = stats["lower_bound"]
     if not plain <= lb <= makespan:

@@ -1,7 +1,7 @@
 # readme_example.cmake - write the README's C example (the first ```c block
 # under "## Using the library") to OUT, exactly as printed.
 #
-#   cmake -DREADME=README.md -DOUT=readme_example.c -P tests/readme_example.cmake
+#   cmake -DREADME=README.md -DOUT=readme_example.c -P tests/checks/readme_example.cmake
 file(READ "${README}" text)
 string(FIND "${text}" "\n## Using the library\n" section)
 if(section EQUAL -1)

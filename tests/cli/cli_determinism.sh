@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # cli_determinism.sh - the same lengths give byte-identical plans with gcc and
-# clang at -O0 and -O3: the planning sources and tests/plan_hash_main.c are
+# clang at -O0 and -O3: the planning sources and tests/tools/plan_hash_main.c are
 # compiled four ways (direct compiler calls, CPU-only, no jemalloc), each build
 # prints the plan hash of every scheduler on the 256- and 1024-sequence traces
 # for several configurations, and every output must equal the CMake build's
 # (dcp_plan_hash next to dcpack).  A compiler that is not installed is skipped.
 #
-#   bash tests/cli_determinism.sh <path-to-dcpack> <source-dir>
+#   bash tests/cli/cli_determinism.sh <path-to-dcpack> <source-dir>
 set -euo pipefail
 dcpack="$1"
 src="$2"
@@ -24,7 +24,7 @@ sources=()
 for f in "$src"/alloc/*.c "$src"/core/*.c $(find "$src"/pipeline -name '*.c' | LC_ALL=C sort); do
   case "$f" in */alloc/device_cuda.c | */alloc/host_block_jemalloc.c) ;; *) sources+=("$f") ;; esac
 done
-sources+=("$src"/gpu/no_cuda.c "$src"/gpu/no_nccl.c "$src"/tests/plan_hash_main.c)
+sources+=("$src"/gpu/no_cuda.c "$src"/gpu/no_nccl.c "$src"/tests/tools/plan_hash_main.c)
 
 "$reference_program" "${traces[@]}" > "$work/reference.txt"
 lines=$(wc -l < "$work/reference.txt")

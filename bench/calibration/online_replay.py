@@ -2,7 +2,7 @@
 """Online calibration replayed from committed timings: after how many steps does it predict as well
 as the offline profile?
 
-    python bench/online_replay.py [--data bench/data/replay_1xh200_2026-11-28.json]
+    python bench/calibration/online_replay.py [--data bench/data/replay_1xh200_2026-11-28.json]
                                   [--profile bench/data/profiles-superseded/llama8b-layer-h200.profile] [--ahead 5] [--json OUT]
 
 The replay's cells (one global batch each, in the file's order) are the steps.  Each cell's replayed
@@ -28,7 +28,7 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]   # bench/calibration/ -> the tree
 
 import dcpack  # noqa: E402  (the installed package: pip install . builds its C extension)
 

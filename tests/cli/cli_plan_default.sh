@@ -3,7 +3,7 @@
 # scheduler, printed exactly as tests/data/cli/plan_default.txt (plan times aside: --no-timing prints
 # '-' for them), within a few seconds, exit status 0.
 # When a scheduler's plans change on purpose (or one lands), regenerate the golden file with
-#   UPDATE_GOLDEN=1 bash tests/cli_plan_default.sh build/dcpack .
+#   UPDATE_GOLDEN=1 bash tests/cli/cli_plan_default.sh build/dcpack .
 # and review the diff.
 # usage: cli_plan_default.sh <path-to-dcpack> <source-dir>
 set -euo pipefail

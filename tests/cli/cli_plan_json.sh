@@ -7,7 +7,7 @@
 set -euo pipefail
 dcpack="$1"
 src="$2"
-check="$src/tests/cli_check_plan.py"
+check="$src/tests/cli/cli_check_plan.py"
 data="$src/tests/data/workloads"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT

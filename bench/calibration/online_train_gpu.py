@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """dcpack.thd on one GPU with online calibration: the timing's cost per step, and step times against dynamic_cp.
 
-    python bench/online_train_gpu.py [--trace tests/data/workloads/...] [--m 16384] [--tokens 65536]
+    python bench/calibration/online_train_gpu.py [--trace tests/data/workloads/...] [--m 16384] [--tokens 65536]
                                      [--observe 12] [--measure 8] [--reps 3] [--layers 1] [--json OUT]
 
 A THD transformer layer (Llama-8B sizes by default) trains on batches of the trace's lengths (one
@@ -32,7 +32,7 @@ import torch
 import dcpack
 from dcpack.thd import MicrobatchTimer, ModelConfig, THDBatch, THDTransformer, train_step
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]   # bench/calibration/ -> the tree
 
 
 def read_trace(path: Path) -> np.ndarray:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""compare_makespans_check.py - bench/compare_makespans.py on hand-made --makespans files: a cell
+"""compare_makespans_check.py - bench/planners/compare_makespans.py on hand-made --makespans files: a cell
 that rose, a cell where balanced is above dynamic_cp, and a clean comparison are each told apart.
 usage: compare_makespans_check.py <source-dir>"""
 import os
@@ -8,7 +8,7 @@ import sys
 import tempfile
 
 src = sys.argv[1]
-script = os.path.join(src, "bench", "compare_makespans.py")
+script = os.path.join(src, "bench", "planners", "compare_makespans.py")
 failures = 0
 
 

@@ -6,7 +6,7 @@ long-context training mixes show: length = int(scale * paretovariate(alpha)), cl
 [min, max], with Python's ``random.Random("pareto/N/SEED")`` (deterministic on every platform,
 as ``dcpack generate`` seeds its families).  The committed bench/data/pareto_n4096_seed1.txt is
 
-    python3 bench/make_pareto_trace.py --n 4096 --seed 1 > bench/data/pareto_n4096_seed1.txt
+    python3 bench/planners/make_pareto_trace.py --n 4096 --seed 1 > bench/data/pareto_n4096_seed1.txt
 
 (alpha 1.1, scale 1024, min 256, max 131072: median about 1.9K tokens, about 1 sequence in
 12 above 10K; tail index 1.1 means a few sequences hold a large part of the tokens).

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Markdown tables of bench/bench_train_step.py's JSON, as docs/benchmarks.md shows them.
+"""Markdown tables of bench/training/bench_train_step.py's JSON, as docs/benchmarks.md shows them.
 
-    python3 bench/train_step_report.py OUT/replay.json [MORE.json ...]
+    python3 bench/training/train_step_report.py OUT/replay.json [MORE.json ...]
 
 Replay (composed) results: one table, a row per trace x M x ranks x scheduler: the composed step
 time under the barrier and the dependency step models (ms), tokens per second (barrier), the change

@@ -36,8 +36,8 @@ benchmark stops if they differ). verl does not cap a micro-batch at max_token_le
 workloads over ceil(tokens / max_token_len) micro-batches), so micro-batches over the budget are
 counted; dcpack's plans never exceed it.
 
-    python3 bench/bench_vs_verl.py --verl /tmp/verl
-    python3 bench/bench_vs_verl.py --verl-git /path/to/verl.git@main \\
+    python3 bench/planners/bench_vs_verl.py --verl /tmp/verl
+    python3 bench/planners/bench_vs_verl.py --verl-git /path/to/verl.git@main \\
         --points mlmdefault_n4096_seed1:32:8192 uniform8192_n4096_seed1:128:16384
 """
 import argparse

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Re-fit a committed calibration (python -m dcpack.calibrate's --json) with the current fit, offline.
 
-    python3 bench/refit_profile.py IN.json OUT.profile [--json OUT.json] [--note TEXT] [--header PROFILE]
+    python3 bench/calibration/refit_profile.py IN.json OUT.profile [--json OUT.json] [--note TEXT] [--header PROFILE]
 
 Reads the JSON's measured samples (nothing is re-timed), fits them with
 dcpack.calibrate.fit_cost_model (form gather: cp_gather.<cp>, the small-microbatch hinge over the
@@ -43,8 +43,8 @@ def main() -> int:
         text = doc.get("profile", "")
     old = [line[2:] for line in text.splitlines() if line.startswith("# ") and "re-fitted" not in line]
     cps = sorted({s.cp for s in samples})
-    comments = [f"re-fitted on {time.strftime('%Y-%m-%d')} by bench/refit_profile.py from the samples of {a.inp} "
-                f"(not re-timed); the original header:"] + [f"  {c}" for c in old[:4]] + [
+    comments = [f"re-fitted on {time.strftime('%Y-%m-%d')} by bench/calibration/refit_profile.py from the samples of "
+                f"{a.inp} (not re-timed); the original header:"] + [f"  {c}" for c in old[:4]] + [
         f"form: gather (cp_gather.<cp> undivided per token, kv 0); knees tried {knees} "
         f"(none above the smallest measured {smallest} tokens per rank); chosen {fit.model.small_knee}"
         + ("" if fit.model.small_slope else ": no hinge fitted (no microbatch small enough to place one)"),

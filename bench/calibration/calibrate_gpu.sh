@@ -9,14 +9,14 @@
 # bench/data/comm_2xh200.json.  ONE_LIMIT (default 240 s) bounds the one-GPU run, CHECK_STEPS its
 # checked steps (default 0).
 #
-#   bash bench/calibrate_gpu.sh [OUT (default $OUT or calibrate-logs)]
+#   bash bench/calibration/calibrate_gpu.sh [OUT (default $OUT or calibrate-logs)]
 #
 # CALIBRATE_ARGS (the model and grid arguments) replaces the layer above, e.g. for a CPU dry run.
 # OUT gets: install.log, one.log/one.json/one.profile (1 GPU, with 2 batches' steps checked),
 # two.log/two.json/two.profile (2 GPUs; skipped on a machine with one).
 # Needs python3 with torch (CUDA), numpy, scikit-build-core, cmake and ninja; nothing is downloaded.
 set -uo pipefail
-SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+SRC="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 O="${1:-${OUT:-calibrate-logs}}"
 mkdir -p "$O" && O="$(cd "$O" && pwd)"
 PY="${PYTHON:-python3}"

@@ -17,7 +17,7 @@
 # script runs with --comm nccl --ranks N (N = 2, 4 or 8).
 set -uo pipefail
 comm=shm; n=8; bin="${DCPACK_TRAIN_LOOP:-}"; timeout_ms=
-here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"; src="$(dirname "$here")"
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"; src="$(dirname "$(dirname "$here")")"
 while [ $# -gt 0 ]; do
   case "$1" in
     --comm) comm="$2"; shift 2 ;;

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """unseen_traces.py - batches outside the benchmark matrix, to try a planner change on.
 
-    python3 bench/unseen_traces.py DIR [--seeds 2 3 4] [--sizes 256 1024 4096]
+    python3 bench/planners/unseen_traces.py DIR [--seeds 2 3 4] [--sizes 256 1024 4096]
     build/bench_plan --traces DIR --no-scaling --makespans > old.txt   (one build)
     build/bench_plan --traces DIR --no-scaling --makespans > new.txt   (the other)
-    python3 bench/compare_makespans.py old.txt new.txt
+    python3 bench/planners/compare_makespans.py old.txt new.txt
 
 Writes FAMILY_nN_seedS.txt (one length per line) for the four families of the bundled traces,
 drawn afresh from Python's own generator (stdlib only; the same files on every machine):

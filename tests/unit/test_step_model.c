@@ -12,7 +12,7 @@
  *    names of the models.
  *  - Random batches: dependency_makespan equals a rank-by-rank simulation.
  *  - Every plan of the benchmark matrix (every trace of tests/data/workloads x
- *    bench/bench_plan.c's configurations x every scheduler): dependency_lower_bound <= dependency_makespan <=
+ *    bench/c/bench_plan.c's configurations x every scheduler): dependency_lower_bound <= dependency_makespan <=
  *    makespan.
  *  - Statistics stay allocation-free, and the workspace reserves their scratch.
  */
@@ -563,7 +563,7 @@ DCP_TEST(random_static_cp_plans_within_both_bounds)
 
 /* ---- the benchmark matrix ---- */
 
-/* bench/bench_plan.c's configurations: ranks, max_seqlen_per_rank, VPP group. */
+/* bench/c/bench_plan.c's configurations: ranks, max_seqlen_per_rank, VPP group. */
 static const int32_t bench_configs[][3] = {{8, 2048, 0},   {8, 8192, 0},   {32, 4096, 0},  {32, 8192, 0},
                                            {32, 8192, 4},  {128, 4096, 0}, {512, 4096, 0}, {512, 8192, 0}};
 
