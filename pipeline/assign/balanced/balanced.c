@@ -8,34 +8,28 @@
 #include "balanced_internal.h"
 #include "../../../core/plan.h"
 
-/*
- * Lay out the scratch for up to `n` sequences on `num_ranks` ranks (a
- * measuring arena gives the size); the dependency model's layout adds its
- * per-rank arrays at the end, so the barrier model's scratch is unchanged,
- * and a VPP group adds the state a pass keeps for its second alignment.
- */
-static int balanced_layout(balanced *b, dcp__arena *a, const dcp_config *config, int32_t n, int32_t num_ranks,
-                           const dcp__scheduler *candidate)
+/* The problem by position, and the kept plans' arrays. */
+static int layout_problem(balanced *b, dcp__arena *a, size_t un)
 {
-    const int dependency = config->cost.step_model == DCP_STEP_MODEL_DEPENDENCY;
-    const int vpp = config->microbatch_group_size_per_vp_stage;
-    size_t un = (size_t)n;
-    int32_t local = n < num_ranks ? n : num_ranks;
     b->len = DCP_ARENA_NEW(a, int32_t, un);
     b->min_cp = DCP_ARENA_NEW(a, int32_t, un);
     b->run_end = DCP_ARENA_NEW(a, int32_t, un);
     b->next_cost = DCP_ARENA_NEW(a, int64_t, un);
     b->min_cost = DCP_ARENA_NEW(a, int64_t, un);
-    int kept_ok = 1;
+    int ok = b->len && b->min_cp && b->run_end && b->next_cost && b->min_cost;
     for (int j = 0; j < NUM_KEPT; j++) {
         b->kept[j].item_group = DCP_ARENA_NEW(a, int32_t, un);
         b->kept[j].g_mb = DCP_ARENA_NEW(a, int32_t, un);
         b->kept[j].g_cp = DCP_ARENA_NEW(a, int32_t, un);
-        kept_ok = kept_ok && b->kept[j].item_group && b->kept[j].g_mb && b->kept[j].g_cp;
+        ok = ok && b->kept[j].item_group && b->kept[j].g_mb && b->kept[j].g_cp;
     }
-    const size_t region_start = dcp__arena_mark(a);
+    return ok;
+}
+
+/* A pass's arrays, cp to cursor: the region the candidate's plan is made in once the passes are over. */
+static int layout_pass(balanced *b, dcp__arena *a, size_t un, int32_t local)
+{
     b->cp = DCP_ARENA_NEW(a, int32_t, un);
-    unsigned char *region = (unsigned char *)b->cp;
     b->sizes_cp = DCP_ARENA_NEW(a, int32_t, un);
     b->sizes_cost = DCP_ARENA_NEW(a, int64_t, un);
     b->cost = DCP_ARENA_NEW(a, int64_t, un);
@@ -62,32 +56,46 @@ static int balanced_layout(balanced *b, dcp__arena *a, const dcp_config *config,
     b->park = b->heap ? b->heap + un : NULL;
     b->local = DCP_ARENA_NEW(a, heap_entry, (size_t)local);
     b->cursor = DCP_ARENA_NEW(a, int32_t, 2 * un);
-    /*
-     * Every array from cp to cursor is rebuilt from a kept plan before it is
-     * read again once the passes are over: the candidate's plan is made there
-     * (balanced_reference.c), in as many bytes more after them as it needs
-     * beyond them.
-     */
+    return b->cp && b->sizes_cp && b->sizes_cost && b->cost && b->order && b->class_list && b->item_group &&
+           b->item_next && b->free_groups && b->g_mb && b->g_cp && b->g_head && b->g_tail && b->g_count &&
+           b->g_load && b->g_tokens && b->g_key && b->mb_free && b->mb_cap && b->mb_level && b->mb_order &&
+           b->mb_first && b->mb_groups && b->heap && b->park && b->cursor && b->local;
+}
+
+/*
+ * Every array from cp to cursor is rebuilt from a kept plan before it is
+ * read again once the passes are over: the candidate's plan is made there
+ * (balanced_reference.c), in as many bytes more after them as it needs
+ * beyond them.  `region_start` is the arena's mark at cp.
+ */
+static int layout_reference_region(balanced *b, dcp__arena *a, const dcp_config *config, int32_t n,
+                                   int32_t num_ranks, const dcp__scheduler *candidate, size_t region_start)
+{
     b->ref_region = NULL;
     b->ref_region_size = 0;
-    if (candidate) {
-        dcp__arena need;
-        dcp__arena_init_measure(&need);
-        dcp_plan tables;
-        int32_t *position;
-        dcp__balanced_reference_tables(&tables, &position, &need, n);
-        (void)DCP_ARENA_NEW(&need, int64_t, (size_t)num_ranks); /* the margin rule's finish times */
-        dcp_config sized = *config;
-        sized.max_sequences = n;
-        const size_t reference = candidate->scratch_size(&sized);
-        const size_t used = dcp__arena_mark(a) - region_start;
-        if (reference > SIZE_MAX - need.used) return 0;
-        const size_t more = need.used + reference > used ? need.used + reference - used : 0;
-        if (more > 0 && !DCP_ARENA_NEW(a, unsigned char, more)) return 0;
-        b->ref_region = region;
-        b->ref_region_size = dcp__arena_mark(a) - region_start;
-    }
-    /* repacking handles microbatches of up to repack_limit sequences: 2N, at most REPACK_MAX */
+    if (!candidate) return 1;
+    dcp__arena need;
+    dcp__arena_init_measure(&need);
+    dcp_plan tables;
+    int32_t *position;
+    dcp__balanced_reference_tables(&tables, &position, &need, n);
+    (void)DCP_ARENA_NEW(&need, int64_t, (size_t)num_ranks); /* the margin rule's finish times */
+    dcp_config sized = *config;
+    sized.max_sequences = n;
+    const size_t reference = candidate->scratch_size(&sized);
+    const size_t used = dcp__arena_mark(a) - region_start;
+    if (reference > SIZE_MAX - need.used) return 0;
+    const size_t more = need.used + reference > used ? need.used + reference - used : 0;
+    if (more > 0 && !DCP_ARENA_NEW(a, unsigned char, more)) return 0;
+    b->ref_region = (unsigned char *)b->cp;
+    b->ref_region_size = dcp__arena_mark(a) - region_start;
+    return 1;
+}
+
+/* Repacking's arrays (microbatches of up to 2N sequences, at most REPACK_MAX) and the cost table. */
+static int layout_repack(balanced *b, dcp__arena *a, int32_t n, int32_t num_ranks)
+{
+    size_t un = (size_t)n;
     int32_t limit = num_ranks < REPACK_MAX / 2 ? 2 * num_ranks : REPACK_MAX;
     if (limit > n) limit = n;
     b->repack_limit = limit;
@@ -113,6 +121,14 @@ static int balanced_layout(balanced *b, dcp__arena *a, const dcp_config *config,
     b->cost_least = DCP_ARENA_NEW(a, __int128, (size_t)table_n);
     b->rp_tail = DCP_ARENA_NEW(a, int32_t, ul);
     b->rp_next = DCP_ARENA_NEW(a, int32_t, ul);
+    return b->rp_items && b->rp_of && b->rp_size && b->rp_count && b->rp_load && b->rp_tokens && b->rp_cost &&
+           b->rp_row && b->rp_bits && b->rp_seg && b->rp_head && b->rp_tail && b->rp_next && b->rp_memo &&
+           (table_n == 0 || (b->cost_table && b->cost_cheapest && b->cost_least));
+}
+
+/* The sequential pass's arrays, the merge sorts and the regrouping's saved microbatches. */
+static int layout_construction(balanced *b, dcp__arena *a, size_t un, int32_t local)
+{
     b->alive_next = DCP_ARENA_NEW(a, int32_t, un + 1);
     b->g_slot = DCP_ARENA_NEW(a, int32_t, un);
     b->room_leaves = 1;
@@ -121,6 +137,12 @@ static int balanced_layout(balanced *b, dcp__arena *a, const dcp_config *config,
     b->sort_a = DCP_ARENA_NEW(a, int32_t, un);
     b->sort_b = DCP_ARENA_NEW(a, int32_t, un);
     b->saved_mb = DCP_ARENA_NEW(a, int32_t, un);
+    return b->alive_next && b->g_slot && b->room_tree && b->sort_a && b->sort_b && b->saved_mb;
+}
+
+/* The pooled packing's cost cache and room buckets; its trial arrays are the passes' (balanced_internal.h). */
+static int layout_pool(balanced *b, dcp__arena *a, size_t un)
+{
     b->pk_k0 = DCP_ARENA_NEW(a, int8_t, un);
     b->pk_cost = DCP_ARENA_NEW(a, int64_t, dcp__size_mul(un, POOL_WINDOW));
     /* dynamic_cp's plan is kept where the pooled packing's costs were (read after every pass) */
@@ -129,22 +151,27 @@ static int balanced_layout(balanced *b, dcp__arena *a, const dcp_config *config,
     b->kept[NUM_KEPT].g_cp = b->pk_cost ? (int32_t *)b->pk_cost + 2 * un : NULL;
     b->pk_bhead = DCP_ARENA_NEW(a, int32_t, (size_t)NUM_CLASSES * POOL_BUCKETS);
     b->pk_bits = DCP_ARENA_NEW(a, uint64_t, (size_t)NUM_CLASSES * POOL_BUCKETS / 64);
-    /* the pooled packing is done before any pass starts: its trial arrays are theirs (balanced_internal.h) */
+    /* the pooled packing is done before any pass starts: its trial arrays are theirs */
     b->pk_grp = (pool_group *)b->heap;
     b->pk_of = b->order;
     b->pk_keep_of = b->class_list;
     b->pk_keep_size = b->alive_next;
-    /*
-     * The local search runs after every pass and polish, and needs none of
-     * their working arrays: its own live in theirs (balanced_internal.h).
-     */
+    return b->pk_k0 && b->pk_cost && b->pk_bhead && b->pk_bits;
+}
+
+/*
+ * The phases that run once the passes are done, in the passes' arrays
+ * (balanced_internal.h): the local search runs after every pass and polish
+ * and needs none of their working arrays; the dependency layout runs at emit.
+ */
+static void share_with_later_phases(balanced *b, size_t un, int32_t local)
+{
     b->ds_heap = b->order;
     b->ds_pos = b->class_list;
     b->ds_leaf = b->alive_next;
     b->ds_slack = (int64_t *)b->heap;
     b->ds_room = (int64_t *)b->park;
     b->local_cap = local;
-    /* the dependency layout runs at emit: its group and microbatch arrays are the passes' (balanced_internal.h) */
     b->pl_load = b->g_load;
     b->pl_done = b->g_key;
     b->pl_index = b->sort_a;
@@ -159,44 +186,67 @@ static int balanced_layout(balanced *b, dcp__arena *a, const dcp_config *config,
     b->pl_best_order = b->heap ? (int32_t *)b->heap + un : NULL;
     b->pl_order = b->mb_order;
     b->pl_block_cap = local;
-    int vpp_ok = 1;
+}
+
+/* With a VPP group, the state a pass keeps for its second alignment (NULL arrays otherwise). */
+static int layout_before_vpp(balanced *b, dcp__arena *a, size_t un, int vpp)
+{
     memset(&b->before_vpp, 0, sizeof b->before_vpp);
-    if (vpp > 1) {
-        b->before_vpp.cp = DCP_ARENA_NEW(a, int32_t, un);
-        b->before_vpp.item_group = DCP_ARENA_NEW(a, int32_t, un);
-        b->before_vpp.item_next = DCP_ARENA_NEW(a, int32_t, un);
-        b->before_vpp.free_groups = DCP_ARENA_NEW(a, int32_t, un);
-        b->before_vpp.mb_free = DCP_ARENA_NEW(a, int32_t, un); /* after compaction a microbatch holds a group */
-        b->before_vpp.cost = DCP_ARENA_NEW(a, int64_t, un);
-        b->before_vpp.g_mb = DCP_ARENA_NEW(a, int32_t, un);
-        b->before_vpp.g_cp = DCP_ARENA_NEW(a, int32_t, un);
-        b->before_vpp.g_head = DCP_ARENA_NEW(a, int32_t, un);
-        b->before_vpp.g_tail = DCP_ARENA_NEW(a, int32_t, un);
-        b->before_vpp.g_count = DCP_ARENA_NEW(a, int32_t, un);
-        b->before_vpp.g_load = DCP_ARENA_NEW(a, int64_t, un);
-        b->before_vpp.g_tokens = DCP_ARENA_NEW(a, int64_t, un);
-        vpp_ok = b->before_vpp.cp && b->before_vpp.item_group && b->before_vpp.item_next && b->before_vpp.free_groups &&
-                 b->before_vpp.mb_free && b->before_vpp.cost && b->before_vpp.g_mb && b->before_vpp.g_cp &&
-                 b->before_vpp.g_head && b->before_vpp.g_tail && b->before_vpp.g_count && b->before_vpp.g_load &&
-                 b->before_vpp.g_tokens;
-    }
-    const int pipe_ok = config->pipeline_parallel_size <= 1 || dcp__balanced_pipeline_layout(b, a, config, n);
-    int place_ok = pipe_ok;
-    if (dependency) {
-        b->pl_finish = DCP_ARENA_NEW(a, int64_t, (size_t)num_ranks);
-        b->pl_max = DCP_ARENA_NEW(a, int64_t, (size_t)num_ranks);
-        b->pl_at = DCP_ARENA_NEW(a, int32_t, (size_t)num_ranks);
-        b->pl_blocks = DCP_ARENA_NEW(a, uint64_t, 2 * (size_t)local); /* + the radix sort's buffer */
-        b->pl_next = DCP_ARENA_NEW(a, int32_t, (size_t)local);
-        place_ok = pipe_ok && b->pl_finish && b->pl_max && b->pl_at && b->pl_blocks && b->pl_next;
-    }
-    return place_ok && vpp_ok && b->len && b->min_cp && b->run_end && b->next_cost && b->min_cost && b->cp && b->sizes_cp && b->sizes_cost && b->cost && b->order && b->class_list &&
-           b->item_group && b->item_next && b->free_groups && b->g_mb && b->g_cp && b->g_head && b->g_tail && b->g_count &&
-           b->g_load && b->g_tokens && b->g_key && b->mb_free && b->mb_cap && b->mb_level && b->mb_order &&
-           b->mb_first && b->mb_groups && b->heap && b->park && b->cursor && b->local && kept_ok && b->sort_a && b->sort_b && b->saved_mb && b->alive_next && b->g_slot && b->room_tree && b->rp_items && b->rp_of &&
-           b->rp_size && b->rp_count && b->rp_load && b->rp_tokens && b->rp_cost && b->rp_row && b->rp_bits && b->rp_seg && b->rp_head && b->rp_tail && b->rp_next && b->rp_memo &&
-           b->pk_k0 && b->pk_cost && b->pk_bhead && b->pk_bits &&
-           (table_n == 0 || (b->cost_table && b->cost_cheapest && b->cost_least));
+    if (vpp <= 1) return 1;
+    b->before_vpp.cp = DCP_ARENA_NEW(a, int32_t, un);
+    b->before_vpp.item_group = DCP_ARENA_NEW(a, int32_t, un);
+    b->before_vpp.item_next = DCP_ARENA_NEW(a, int32_t, un);
+    b->before_vpp.free_groups = DCP_ARENA_NEW(a, int32_t, un);
+    b->before_vpp.mb_free = DCP_ARENA_NEW(a, int32_t, un); /* after compaction a microbatch holds a group */
+    b->before_vpp.cost = DCP_ARENA_NEW(a, int64_t, un);
+    b->before_vpp.g_mb = DCP_ARENA_NEW(a, int32_t, un);
+    b->before_vpp.g_cp = DCP_ARENA_NEW(a, int32_t, un);
+    b->before_vpp.g_head = DCP_ARENA_NEW(a, int32_t, un);
+    b->before_vpp.g_tail = DCP_ARENA_NEW(a, int32_t, un);
+    b->before_vpp.g_count = DCP_ARENA_NEW(a, int32_t, un);
+    b->before_vpp.g_load = DCP_ARENA_NEW(a, int64_t, un);
+    b->before_vpp.g_tokens = DCP_ARENA_NEW(a, int64_t, un);
+    return b->before_vpp.cp && b->before_vpp.item_group && b->before_vpp.item_next && b->before_vpp.free_groups &&
+           b->before_vpp.mb_free && b->before_vpp.cost && b->before_vpp.g_mb && b->before_vpp.g_cp &&
+           b->before_vpp.g_head && b->before_vpp.g_tail && b->before_vpp.g_count && b->before_vpp.g_load &&
+           b->before_vpp.g_tokens;
+}
+
+/* The dependency model's per-rank arrays, its own (laid out only under that model). */
+static int layout_dependency(balanced *b, dcp__arena *a, int32_t num_ranks, int32_t local)
+{
+    b->pl_finish = DCP_ARENA_NEW(a, int64_t, (size_t)num_ranks);
+    b->pl_max = DCP_ARENA_NEW(a, int64_t, (size_t)num_ranks);
+    b->pl_at = DCP_ARENA_NEW(a, int32_t, (size_t)num_ranks);
+    b->pl_blocks = DCP_ARENA_NEW(a, uint64_t, 2 * (size_t)local); /* + the radix sort's buffer */
+    b->pl_next = DCP_ARENA_NEW(a, int32_t, (size_t)local);
+    return b->pl_finish && b->pl_max && b->pl_at && b->pl_blocks && b->pl_next;
+}
+
+/*
+ * Lay out the scratch for up to `n` sequences on `num_ranks` ranks (a
+ * measuring arena gives the size); the dependency model's layout adds its
+ * per-rank arrays at the end, so the barrier model's scratch is unchanged,
+ * and a VPP group adds the state a pass keeps for its second alignment.
+ * Every part is laid out, in this order, whether or not one before failed.
+ */
+static int balanced_layout(balanced *b, dcp__arena *a, const dcp_config *config, int32_t n, int32_t num_ranks,
+                           const dcp__scheduler *candidate)
+{
+    const size_t un = (size_t)n;
+    const int32_t local = n < num_ranks ? n : num_ranks;
+    int ok = layout_problem(b, a, un);
+    const size_t region_start = dcp__arena_mark(a);
+    ok &= layout_pass(b, a, un, local);
+    if (!layout_reference_region(b, a, config, n, num_ranks, candidate, region_start)) return 0;
+    ok &= layout_repack(b, a, n, num_ranks);
+    ok &= layout_construction(b, a, un, local);
+    ok &= layout_pool(b, a, un);
+    share_with_later_phases(b, un, local);
+    ok &= layout_before_vpp(b, a, un, config->microbatch_group_size_per_vp_stage);
+    ok &= config->pipeline_parallel_size <= 1 || dcp__balanced_pipeline_layout(b, a, config, n);
+    if (config->cost.step_model == DCP_STEP_MODEL_DEPENDENCY) ok &= layout_dependency(b, a, num_ranks, local);
+    return ok;
 }
 
 size_t dcp__assign_balanced_scratch_size(const dcp_config *config, const dcp__scheduler *candidate)
@@ -343,6 +393,181 @@ dcp_status dcp__assign_balanced(const dcp__schedule_input *in, dcp_plan *plan, d
     return dcp__assign_balanced_with(in, plan, scratch, err, DCP__BALANCED_SHORTCUTS, NULL);
 }
 
+/* The problem, by position in length-descending order: lengths, minimal sizes and their costs, the totals. */
+static void read_problem(balanced *b, const dcp__schedule_input *in)
+{
+    const dcp_config *c = in->config;
+    b->n = in->num_sequences;
+    b->num_ranks = in->num_ranks;
+    b->max_seqlen = c->max_seqlen_per_rank;
+    b->seq_cap = c->max_sequences_per_microbatch;
+    b->min_cp_size = c->min_cp_size;
+    b->vpp = c->microbatch_group_size_per_vp_stage > 1 ? c->microbatch_group_size_per_vp_stage : 1;
+    b->model = &c->cost;
+    b->ids = in->sorted_ids;
+    for (int32_t p = 0, run = 0; p < b->n; p++) {
+        int32_t id = in->sorted_ids[p];
+        b->len[p] = in->lengths[id];
+        b->min_cp[p] = in->min_cp[id];
+        /* lengths descend: equal ones come in runs */
+        if (p > 0 && b->len[p] == b->len[p - 1] && b->min_cp[p] == b->min_cp[p - 1]) {
+            b->min_cost[p] = b->min_cost[p - 1];
+        } else {
+            b->min_cost[p] = dcp__cost(b->model, b->len[p], b->min_cp[p]);
+            b->next_cost[p] = -1;
+            run = p;
+        }
+        b->run_end[run] = p + 1;
+        b->min_work += (__int128)b->min_cp[p] * b->min_cost[p];
+        b->total_tokens += b->len[p];
+    }
+}
+
+/*
+ * The allowance for joining a wider group (1/8 more GPU time), and per class
+ * the per-rank cost below which a lone sequence cannot join it (join_below).
+ */
+static void set_join_allowance(balanced *b)
+{
+    b->join_num = 1;
+    b->join_den = 8;
+    const int64_t latency = b->model->round_latency > 0 ? b->model->round_latency : 0;
+    for (int k = 0; k < NUM_CLASSES; k++) {
+        b->join_len[k] = -1;
+        const int64_t c2 = dcp__balanced_class_size(b, k);
+        const __int128 ring = (__int128)c2 * (c2 - 1) * latency;
+        const __int128 least = (ring - (c2 - 1)) * b->join_den;
+        /*
+         * h * join_num < least  <=>  h < ceil(least / join_num).  Only while the
+         * ring term is far below INT64_MAX, so that no cost involved saturates
+         * (a saturated cost would break the inequality); else no shortcut.
+         */
+        const __int128 below = least <= 0 || ring >= ((__int128)1 << 61) ? 0 : (least + b->join_num - 1) / b->join_num;
+        b->join_below[k] = below > ((__int128)1 << 61) ? (int64_t)1 << 61 : (int64_t)below;
+    }
+}
+
+/* The polishing budget, and with few sequences per rank the repacking memory and the cost table, cleared. */
+static void prepare_search(balanced *b)
+{
+    b->polish_work = POLISH_WORK;
+    b->dense = (int64_t)b->n < 16 * (int64_t)b->num_ranks;
+    /* repacking runs with few sequences per rank, and in VPP alignment: only then is its memory cleared */
+    if (b->dense || b->vpp > 1) memset(b->rp_memo, 0, REPACK_MEMO * sizeof *b->rp_memo);
+    /* with few sequences per rank the cost table's rows are computed when first asked for */
+    b->table_ready = b->dense && b->table_n > 0;
+    if (b->table_ready) memset(b->cost_cheapest, 0xff, (size_t)b->table_n * sizeof *b->cost_cheapest);
+}
+
+/*
+ * Few sequences per rank on a power of two of ranks: first the pooled
+ * packing (balanced_pool.c) for the least microbatch count k0 and one more,
+ * each kept as a candidate.  On many ranks (POOL_MIN_RANKS and more), when
+ * the plan for the least count is within 1/16 of the bound for that count
+ * (the GPU time at minimal sizes over its ranks, or the dearest sequence's
+ * cheapest cost, whichever is higher, plus the overheads) it is the plan and
+ * 1 is returned: the passes are skipped (they cost most there); else they
+ * run as they would without it (they are needed where lengths are far
+ * apart: one level for all is a poor fit when a few sequences cost far more
+ * than the rest).  On fewer ranks the passes always run: the pooled plan
+ * costs a few passes' time and is the best plan on some batches, but within
+ * 1/16 of its bound is not close enough there.  Both pooled searches give up
+ * when the floor needs more than 17/16 of the ranks (pool_search): such a
+ * pooled plan sits far above its bound, and on no row of the benchmark was
+ * one kept, while its search took up to a third of the call.
+ */
+static int try_pooled(balanced *b, int64_t k0, int32_t max_microbatches, int *over_capacity)
+{
+    if (!b->dense || (b->num_ranks & (b->num_ranks - 1)) != 0) return 0;
+    dcp__balanced_pool_prepare(b);
+    for (int t = 0; t < 2; t++) {
+        const int64_t k = k0 + (int64_t)t * b->vpp;
+        if (k > b->n || k > INT32_MAX) break;
+        b->vpp_misaligned = 0;
+        const int64_t makespan = dcp__balanced_pool_pass(b, (int32_t)k);
+        if (makespan < 0) continue;
+        if (b->num_mbs > max_microbatches) {
+            *over_capacity = 1;
+            continue;
+        }
+        dcp__balanced_keep_plan(b, makespan, -1);
+        __int128 level = dcp__balanced_ceil_div128(b->min_work, (__int128)b->num_mbs * b->num_ranks);
+        if (b->pk_floor > level) level = b->pk_floor;
+        const __int128 near = (level + b->model->microbatch_overhead) * b->num_mbs;
+        /* only the least count is trusted: needing more is the sign of lengths far apart */
+        if (b->num_ranks >= POOL_MIN_RANKS && t == 0 && (__int128)makespan * 16 <= near * 17) return 1;
+    }
+    return 0;
+}
+
+/*
+ * The construction passes from k0 microbatches on, until the best plan is at
+ * `least_makespan` (-1: not known).  Which passes (chosen by measurement
+ * over the benchmark matrix): with many sequences per rank a pass costs most
+ * and three suffice, one LPT pass at the token bound and two sequential ones
+ * (no widening, and widening up to 1/4 more GPU time for one microbatch
+ * more); with fewer than 16 per rank, where a pass is cheap and the outcome
+ * sensitive, both constructions for five target counts and four allowances.
+ * A pass whose CP sizes repeat an earlier one's (for a sequential pass: any
+ * earlier one's; for an LPT pass: at the same target) is skipped.
+ */
+static void run_passes(balanced *b, int64_t k0, int64_t least_makespan, int32_t max_microbatches, int *over_capacity)
+{
+    static const int64_t widen[][2] = {{0, 1}, {1, 4}, {1, 16}, {1, 0}};
+    const int64_t capacity = (int64_t)b->num_ranks * b->max_seqlen;
+    /*
+     * The step model's bound at minimal CP sizes: the work spread over all
+     * ranks plus the overhead of the microbatches the tokens need.  With many
+     * sequences per rank the widened pass runs only while the best plan is
+     * more than 1% above it, so skipping it gives up less than 1%.
+     */
+    const __int128 bound = b->min_work / b->num_ranks + (__int128)((b->total_tokens + capacity - 1) / capacity) *
+                                                            b->model->microbatch_overhead;
+    for (int t = 0; t < (b->dense ? 5 : 2); t++) {
+        const int64_t k = k0 + (int64_t)t * b->vpp;
+        if (k > b->n || best_at_bound(b, least_makespan)) break;
+        if (!b->dense && t > 0 && b->num_kept > 0 && (__int128)b->kept[0].makespan * 99 <= bound * 100) break;
+        for (int w = 0; w < (b->dense ? 4 : 2); w++) {
+            for (int sequential = 0; sequential < 2; sequential++) {
+                if (!b->dense && (w != t || (!sequential && t > 0))) continue;
+                if (best_at_bound(b, least_makespan)) break;
+                try_pass(b, sequential, k, widen[w], max_microbatches, over_capacity);
+            }
+        }
+    }
+}
+
+/*
+ * The kept plans improved: with few sequences per rank every one polished
+ * (unless the pooled plan is the plan) and searched locally; with many, the
+ * local search on the best one when there are enough sequences for it to pay
+ * (below that the search costs more than the plan).
+ */
+static void improve_kept(balanced *b, int pooled_done, int64_t least_makespan, int32_t max_microbatches)
+{
+    if (b->dense && !pooled_done)
+        for (int j = 0; j < b->num_kept && !best_at_bound(b, least_makespan); j++)
+            dcp__balanced_polish_plan(b, j, max_microbatches);
+    if (b->dense) {
+        for (int j = 0; j < b->num_kept && !best_at_bound(b, least_makespan); j++)
+            dcp__balanced_descend_plan(b, j, DESCENT_WORK_DENSE * (int64_t)b->n + 4096);
+    } else if (b->n >= DESCENT_MIN_SEQUENCES && b->num_kept > 0) {
+        int best = 0;
+        for (int j = 1; j < b->num_kept; j++)
+            if (b->kept[j].makespan < b->kept[best].makespan) best = j;
+        dcp__balanced_descend_plan(b, best, DESCENT_WORK_MANY * (int64_t)b->n);
+    }
+}
+
+static void fill_report(const balanced *b, dcp__balanced_report *report)
+{
+    report->realigned = b->num_realigned;
+    report->merges_skipped = b->merges_skipped;
+    report->trials_implied = b->trials_implied;
+    report->merge_choices = b->merge_choices;
+    report->budget_ran_out = b->polish_work <= 0;
+}
+
 dcp_status dcp__assign_balanced_with(const dcp__schedule_input *in, dcp_plan *plan, dcp__arena *scratch, dcp__error *err,
                                      unsigned shortcuts, dcp__balanced_report *report)
 {
@@ -356,30 +581,7 @@ dcp_status dcp__assign_balanced_with(const dcp__schedule_input *in, dcp_plan *pl
     if (!balanced_layout(&b, scratch, c, in->num_sequences, in->num_ranks, in->candidate))
         return dcp__fail(err, DCP_ERR_CAPACITY, "balanced scratch too small for %d sequences on %d ranks",
                         in->num_sequences, in->num_ranks);
-    b.n = in->num_sequences;
-    b.num_ranks = in->num_ranks;
-    b.max_seqlen = c->max_seqlen_per_rank;
-    b.seq_cap = c->max_sequences_per_microbatch;
-    b.min_cp_size = c->min_cp_size;
-    b.vpp = c->microbatch_group_size_per_vp_stage > 1 ? c->microbatch_group_size_per_vp_stage : 1;
-    b.model = &c->cost;
-    b.ids = in->sorted_ids;
-    for (int32_t p = 0, run = 0; p < b.n; p++) {
-        int32_t id = in->sorted_ids[p];
-        b.len[p] = in->lengths[id];
-        b.min_cp[p] = in->min_cp[id];
-        /* lengths descend: equal ones come in runs */
-        if (p > 0 && b.len[p] == b.len[p - 1] && b.min_cp[p] == b.min_cp[p - 1]) {
-            b.min_cost[p] = b.min_cost[p - 1];
-        } else {
-            b.min_cost[p] = dcp__cost(b.model, b.len[p], b.min_cp[p]);
-            b.next_cost[p] = -1;
-            run = p;
-        }
-        b.run_end[run] = p + 1;
-        b.min_work += (__int128)b.min_cp[p] * b.min_cost[p];
-        b.total_tokens += b.len[p];
-    }
+    read_problem(&b, in);
     const int64_t capacity = (int64_t)b.num_ranks * b.max_seqlen;
     int64_t k0 = (b.total_tokens + capacity - 1) / capacity;
     if (k0 < 1) k0 = 1;
@@ -388,40 +590,8 @@ dcp_status dcp__assign_balanced_with(const dcp__schedule_input *in, dcp_plan *pl
         return dcp__fail(err, DCP_ERR_INFEASIBLE,
                         "%d sequences cannot fill %lld microbatches (a multiple of the VPP group %d)", b.n,
                         (long long)k0, b.vpp);
-    b.join_num = 1;
-    b.join_den = 8;
-    const int64_t latency = b.model->round_latency > 0 ? b.model->round_latency : 0;
-    for (int k = 0; k < NUM_CLASSES; k++) {
-        b.join_len[k] = -1;
-        const int64_t c2 = dcp__balanced_class_size(&b, k);
-        const __int128 ring = (__int128)c2 * (c2 - 1) * latency;
-        const __int128 least = (ring - (c2 - 1)) * b.join_den;
-        /*
-         * h * join_num < least  <=>  h < ceil(least / join_num).  Only while the
-         * ring term is far below INT64_MAX, so that no cost involved saturates
-         * (a saturated cost would break the inequality); else no shortcut.
-         */
-        const __int128 below = least <= 0 || ring >= ((__int128)1 << 61) ? 0 : (least + b.join_num - 1) / b.join_num;
-        b.join_below[k] = below > ((__int128)1 << 61) ? (int64_t)1 << 61 : (int64_t)below;
-    }
-    b.polish_work = POLISH_WORK;
-    /*
-     * Which passes (chosen by measurement over the benchmark matrix): with
-     * many sequences per rank a pass costs most and three suffice, one LPT
-     * pass at the token bound and two sequential ones (no widening, and
-     * widening up to 1/4 more GPU time for one microbatch more); with fewer
-     * than 16 per rank, where a pass is cheap and the outcome sensitive, both
-     * constructions for five target counts and four allowances.  A pass whose
-     * CP sizes repeat an earlier one's (for a sequential pass: any earlier
-     * one's; for an LPT pass: at the same target) is skipped.
-     */
-    static const int64_t widen[][2] = {{0, 1}, {1, 4}, {1, 16}, {1, 0}};
-    b.dense = (int64_t)b.n < 16 * (int64_t)b.num_ranks;
-    /* repacking runs with few sequences per rank, and in VPP alignment: only then is its memory cleared */
-    if (b.dense || b.vpp > 1) memset(b.rp_memo, 0, REPACK_MEMO * sizeof *b.rp_memo);
-    /* with few sequences per rank the cost table's rows are computed when first asked for */
-    b.table_ready = b.dense && b.table_n > 0;
-    if (b.table_ready) memset(b.cost_cheapest, 0xff, (size_t)b.table_n * sizeof *b.cost_cheapest);
+    set_join_allowance(&b);
+    prepare_search(&b);
     int over_capacity = 0;
     /*
      * The fast effort level (dcp_config.plan_effort): dynamic_cp's plan and
@@ -438,52 +608,7 @@ dcp_status dcp__assign_balanced_with(const dcp__schedule_input *in, dcp_plan *pl
             return emit(&b, in, plan, err);
         }
     }
-    /*
-     * The step model's bound at minimal CP sizes: the work spread over all
-     * ranks plus the overhead of the microbatches the tokens need.  With many
-     * sequences per rank the widened pass runs only while the best plan is
-     * more than 1% above it, so skipping it gives up less than 1%.
-     */
-    const __int128 bound = b.min_work / b.num_ranks + (__int128)((b.total_tokens + capacity - 1) / capacity) *
-                                                          b.model->microbatch_overhead;
-    /*
-     * Few sequences per rank on a power of two of ranks: first the pooled
-     * packing (balanced_pool.c) for the least microbatch count and one more,
-     * each kept as a candidate.  On many ranks (POOL_MIN_RANKS and more),
-     * when the plan for the least count is within 1/16 of the bound for that
-     * count (the GPU time at minimal sizes over its ranks, or the dearest
-     * sequence's cheapest cost, whichever is higher, plus the overheads) the
-     * passes are skipped (they cost most there); else they run as they would
-     * without it (they are needed where lengths are far apart: one level for
-     * all is a poor fit when a few sequences cost far more than the rest).
-     * On fewer ranks the passes always run: the pooled plan costs a few
-     * passes' time and is the best plan on some batches, but within 1/16 of
-     * its bound is not close enough there.  Both pooled searches give up when
-     * the floor needs more than 17/16 of the ranks (pool_search): such a
-     * pooled plan sits far above its bound, and on no row of the benchmark
-     * was one kept, while its search took up to a third of the call.
-     */
-    int pooled_done = 0;
-    if (b.dense && (b.num_ranks & (b.num_ranks - 1)) == 0) {
-        dcp__balanced_pool_prepare(&b);
-        for (int t = 0; t < 2 && !pooled_done; t++) {
-            const int64_t k = k0 + (int64_t)t * b.vpp;
-            if (k > b.n || k > INT32_MAX) break;
-            b.vpp_misaligned = 0;
-            const int64_t makespan = dcp__balanced_pool_pass(&b, (int32_t)k);
-            if (makespan < 0) continue;
-            if (b.num_mbs > plan->max_microbatches) {
-                over_capacity = 1;
-                continue;
-            }
-            dcp__balanced_keep_plan(&b, makespan, -1);
-            __int128 level = dcp__balanced_ceil_div128(b.min_work, (__int128)b.num_mbs * b.num_ranks);
-            if (b.pk_floor > level) level = b.pk_floor;
-            const __int128 near = (level + b.model->microbatch_overhead) * b.num_mbs;
-            /* only the least count is trusted: needing more is the sign of lengths far apart */
-            pooled_done = b.num_ranks >= POOL_MIN_RANKS && t == 0 && (__int128)makespan * 16 <= near * 17;
-        }
-    }
+    const int pooled_done = try_pooled(&b, k0, plan->max_microbatches, &over_capacity);
     /*
      * With few sequences per rank the passes are many: none of them runs once
      * the best plan is at the cost model's lower bound (core/stats.c), as no
@@ -495,52 +620,19 @@ dcp_status dcp__assign_balanced_with(const dcp__schedule_input *in, dcp_plan *pl
      */
     const int64_t least_makespan =
         b.dense && !b.dependency ? dcp__cost_lower_bound_quick(b.model, b.len, b.n, b.num_ranks, b.max_seqlen) : -1;
-    for (int t = 0; t < (pooled_done ? 0 : b.dense ? 5 : 2); t++) {
-        const int64_t k = k0 + (int64_t)t * b.vpp;
-        if (k > b.n || best_at_bound(&b, least_makespan)) break;
-        if (!b.dense && t > 0 && b.num_kept > 0 && (__int128)b.kept[0].makespan * 99 <= bound * 100) break;
-        for (int w = 0; w < (b.dense ? 4 : 2); w++) {
-            for (int sequential = 0; sequential < 2; sequential++) {
-                if (!b.dense && (w != t || (!sequential && t > 0))) continue;
-                if (best_at_bound(&b, least_makespan)) break;
-                try_pass(&b, sequential, k, widen[w], plan->max_microbatches, &over_capacity);
-            }
-        }
-    }
-    if (b.dense && !pooled_done)
-        for (int j = 0; j < b.num_kept && !best_at_bound(&b, least_makespan); j++)
-            dcp__balanced_polish_plan(&b, j, plan->max_microbatches);
-    /*
-     * The local search: on every kept plan with few sequences per rank; with
-     * many, on the best one when there are enough sequences for it to pay
-     * (below that the search costs more than the plan).
-     */
-    if (b.dense) {
-        for (int j = 0; j < b.num_kept && !best_at_bound(&b, least_makespan); j++)
-            dcp__balanced_descend_plan(&b, j, DESCENT_WORK_DENSE * (int64_t)b.n + 4096);
-    } else if (b.n >= DESCENT_MIN_SEQUENCES && b.num_kept > 0) {
-        int best = 0;
-        for (int j = 1; j < b.num_kept; j++)
-            if (b.kept[j].makespan < b.kept[best].makespan) best = j;
-        dcp__balanced_descend_plan(&b, best, DESCENT_WORK_MANY * (int64_t)b.n);
-    }
+    if (!pooled_done) run_passes(&b, k0, least_makespan, plan->max_microbatches, &over_capacity);
+    improve_kept(&b, pooled_done, least_makespan, plan->max_microbatches);
     /*
      * With few sequences per rank: the candidate's plan (dynamic_cp's, as
      * the driver offers it) as one more candidate, so that the plan is never
-     * above it (the passes can miss what its
-     * construction finds).  Last, so that everything before runs as it would
-     * without it; not polished (that lowered a few plans by up to 6% for 10%
-     * more time over the benchmark matrix).
+     * above it (the passes can miss what its construction finds).  Last, so
+     * that everything before runs as it would without it; not polished (that
+     * lowered a few plans by up to 6% for 10% more time over the benchmark
+     * matrix).
      */
     if (in->candidate && b.dense && !best_at_bound(&b, least_makespan))
         dcp__balanced_read_reference(&b, in, plan->max_microbatches);
-    if (report) {
-        report->realigned = b.num_realigned;
-        report->merges_skipped = b.merges_skipped;
-        report->trials_implied = b.trials_implied;
-        report->merge_choices = b.merge_choices;
-        report->budget_ran_out = b.polish_work <= 0;
-    }
+    if (report) fill_report(&b, report);
     if (b.num_kept == 0 && over_capacity)
         return dcp__fail(err, DCP_ERR_CAPACITY, "balanced: the plan needs more than max_microbatches = %d microbatches",
                         plan->max_microbatches);
