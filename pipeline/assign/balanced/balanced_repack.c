@@ -424,15 +424,11 @@ static void sort_positions(balanced *b, int32_t count)
 }
 
 /*
- * Repack the sequences of microbatches ms[0..num) into microbatch ms[0]: the
- * least level (binary search) at which the trial packing fits N ranks, then
- * the free ranks filled.  Committed only when the resulting level is below
- * `better_than` (and `commit` is set); the other microbatches are left empty.
- * Returns the new level, or -1 when none below `better_than` was found.
- * Uses mb_groups / mb_first from dcp__balanced_index_groups().
+ * The sequences of microbatches ms[0..num) into rp.items, in ascending
+ * position order: how many, or -1 when they are more than a repacking takes
+ * or the polishing budget is spent.
  */
-static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_than, int commit, const merge_trial *replay,
-                      merge_trial *search)
+static int32_t gather_items(balanced *b, const int32_t *ms, int num)
 {
     int32_t count = 0;
     for (int j = 0; j < num; j++)
@@ -444,8 +440,46 @@ static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_th
         for (int32_t x = b->pass.mb_first[ms[j]]; x < b->pass.mb_first[ms[j] + 1]; x++)
             for (int32_t p = b->pass.g_head[b->pass.mb_groups[x]]; p >= 0; p = b->pass.item_next[p])
                 b->rp.items[count++] = p;
-    if (count == 0) return -1;
-    sort_positions(b, count);
+    if (count > 0) sort_positions(b, count);
+    return count;
+}
+
+/* A repacking committed: the old groups go to the free list, the `groups` trial groups become real ones in ms[0]. */
+static void commit_repack(balanced *b, const int32_t *ms, int num, int32_t count, int32_t groups)
+{
+    for (int j = 0; j < num; j++) {
+        for (int32_t x = b->pass.mb_first[ms[j]]; x < b->pass.mb_first[ms[j] + 1]; x++) {
+            int32_t g = b->pass.mb_groups[x];
+            b->pass.g_count[g] = 0;
+            b->pass.g_head[g] = b->pass.g_tail[g] = -1;
+            b->pass.free_groups[b->pass.num_free_groups++] = g;
+        }
+        b->pass.mb_free[ms[j]] = b->in.num_ranks;
+    }
+    const int32_t m = ms[0];
+    int32_t *real = b->work.cursor;
+    for (int32_t j = 0; j < groups; j++) real[j] = dcp__balanced_new_group(b, m, b->rp.size[j]);
+    for (int32_t i = 0; i < count; i++) {
+        int32_t p = b->rp.items[i], g = real[b->rp.of[i]];
+        b->pass.cp[p] = b->pass.g_cp[g];
+        b->pass.cost[p] = b->rp.row[i][dcp__balanced_class_of(b->pass.g_cp[g])];
+        dcp__balanced_group_add(b, g, p, b->pass.cost[p]);
+    }
+}
+
+/*
+ * Repack the sequences of microbatches ms[0..num) into microbatch ms[0]: the
+ * least level (binary search) at which the trial packing fits N ranks, then
+ * the free ranks filled.  Committed only when the resulting level is below
+ * `better_than` (and `commit` is set); the other microbatches are left empty.
+ * Returns the new level, or -1 when none below `better_than` was found.
+ * Uses mb_groups / mb_first from dcp__balanced_index_groups().
+ */
+static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_than, int commit, const merge_trial *replay,
+                      merge_trial *search)
+{
+    const int32_t count = gather_items(b, ms, num);
+    if (count <= 0) return -1;
     /*
      * The same sequences under the same bound were searched before (passes
      * rebuild like microbatches): the search is a pure function of them, so
@@ -525,26 +559,7 @@ static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_th
         search->trial = hi;
         search->charge = work_before - b->rp.polish_work;
     }
-    if (!commit) return level;
-    /* commit: the old groups go to the free list, the trial groups become real ones */
-    for (int j = 0; j < num; j++) {
-        for (int32_t x = b->pass.mb_first[ms[j]]; x < b->pass.mb_first[ms[j] + 1]; x++) {
-            int32_t g = b->pass.mb_groups[x];
-            b->pass.g_count[g] = 0;
-            b->pass.g_head[g] = b->pass.g_tail[g] = -1;
-            b->pass.free_groups[b->pass.num_free_groups++] = g;
-        }
-        b->pass.mb_free[ms[j]] = b->in.num_ranks;
-    }
-    const int32_t m = ms[0];
-    int32_t *real = b->work.cursor;
-    for (int32_t j = 0; j < groups; j++) real[j] = dcp__balanced_new_group(b, m, b->rp.size[j]);
-    for (int32_t i = 0; i < count; i++) {
-        int32_t p = b->rp.items[i], g = real[b->rp.of[i]];
-        b->pass.cp[p] = b->pass.g_cp[g];
-        b->pass.cost[p] = b->rp.row[i][dcp__balanced_class_of(b->pass.g_cp[g])];
-        dcp__balanced_group_add(b, g, p, b->pass.cost[p]);
-    }
+    if (commit) commit_repack(b, ms, num, count, groups);
     return level;
 }
 
@@ -613,53 +628,45 @@ static void microbatch_floor(balanced *b, int32_t m, int64_t *floor_level, __int
     *least_work = work;
 }
 
-/*
- * Merge two microbatches by repacking their sequences together.  Candidates
- * are pairs among the eight least loaded microbatches with at most `limit`
- * sequences between them.  Without `force`, the pair whose merge lowers the
- * makespan most is merged (if any does); with it, the pair whose merge lowers
- * it most or raises it least, whatever the makespan.  Returns 1 when a merge
- * was made.
- * A merge loop clears b->rp.num_merge_memo before its first round; without `force`
- * the trials go through the memo.
- *
- * Either way the pair chosen has the highest gain (both levels plus the
- * overhead, less the merged level), the first in window order among equal
- * gains.  A merged level is never under the pair's floors or its least GPU
- * time over N ranks (microbatch_floor), which caps the gain: pairs are
- * searched in order of that cap, and once no cap left can beat the best gain
- * found, the rest are not searched.  The same pair wins as when every pair is
- * searched; only the polishing budget is spared.
- */
-int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force)
+/* Microbatches a merge round looks at: the least loaded ones. */
+enum { MERGE_WINDOW = 8 };
+
+/* The MERGE_WINDOW lowest levels, by insertion (ties: lower index), and their sequence counts; how many. */
+static int least_window(const balanced *b, int32_t window[MERGE_WINDOW], int32_t counts[MERGE_WINDOW])
 {
-    enum { WINDOW = 8 };
-    int32_t live = 0, window[WINDOW], counts[WINDOW], size = 0;
-    dcp__balanced_evaluate(b, &live);
-    dcp__balanced_index_groups(b);
-    /* the WINDOW lowest levels, by insertion (ties: lower index) */
+    int size = 0;
     for (int32_t m = 0; m < b->pass.num_mbs; m++) {
         if (b->pass.mb_level[m] < 0) continue;
         int32_t count = 0;
         for (int32_t x = b->pass.mb_first[m]; x < b->pass.mb_first[m + 1]; x++)
             count += b->pass.g_count[b->pass.mb_groups[x]];
-        int j = size < WINDOW ? size++ : WINDOW;
+        int j = size < MERGE_WINDOW ? size++ : MERGE_WINDOW;
         while (j > 0 && b->pass.mb_level[window[j - 1]] > b->pass.mb_level[m]) {
-            if (j < WINDOW) {
+            if (j < MERGE_WINDOW) {
                 window[j] = window[j - 1];
                 counts[j] = counts[j - 1];
             }
             j--;
         }
-        if (j < WINDOW) {
+        if (j < MERGE_WINDOW) {
             window[j] = m;
             counts[j] = count;
         }
     }
-    /* the candidate pairs (as i * WINDOW + j, so window order is numeric order), by gain cap descending */
-    int64_t floor_of[WINDOW] = {0}, cap[WINDOW * WINDOW];
-    __int128 work_of[WINDOW] = {0};
-    int32_t pair_of[WINDOW * WINDOW], pairs = 0;
+    return size;
+}
+
+/*
+ * The window's pairs with at most `limit` sequences between them (as
+ * i * MERGE_WINDOW + j, so window order is numeric order) into pair_of, by
+ * gain cap (in cap) descending, equal caps in window order; how many.
+ */
+static int32_t candidate_pairs(balanced *b, int32_t limit, const int32_t *window, const int32_t *counts, int size,
+                               int64_t *cap, int32_t *pair_of)
+{
+    int64_t floor_of[MERGE_WINDOW] = {0};
+    __int128 work_of[MERGE_WINDOW] = {0};
+    int32_t pairs = 0;
     for (int i = 0; i < size && b->shortcut.bound_merges; i++) {
         int paired = 0; /* only a microbatch that can pair up is looked at */
         for (int j = 0; j < size && !paired; j++) paired = j != i && counts[i] + counts[j] <= limit;
@@ -683,9 +690,61 @@ int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force)
                 x--;
             }
             cap[x] = gain_cap;
-            pair_of[x] = i * WINDOW + j;
+            pair_of[x] = i * MERGE_WINDOW + j;
         }
     }
+    return pairs;
+}
+
+/*
+ * The merged level of a pair under `bound` (-1: none below it), and its
+ * search in *search: from the merge loop's memo where the pair was tried
+ * under that bound, else repacked (not committed) and, without `force`,
+ * remembered.
+ */
+static int64_t trial_merge(balanced *b, int32_t pair[2], int64_t bound, int force, merge_trial *search)
+{
+    for (int e = 0; !force && e < b->rp.num_merge_memo; e++) {
+        const merge_trial *t = &b->rp.merge_memo[e];
+        if (t->a == pair[0] && t->b == pair[1] && t->bound == bound) {
+            *search = *t;
+            return search->merged;
+        }
+    }
+    *search = (merge_trial){pair[0], pair[1], bound, -1, 0, 0};
+    const int64_t merged = repack(b, pair, 2, bound, 0, NULL, search);
+    search->merged = merged;
+    if (!force && b->rp.num_merge_memo < MERGE_MEMO) b->rp.merge_memo[b->rp.num_merge_memo++] = *search;
+    return merged;
+}
+
+/*
+ * Merge two microbatches by repacking their sequences together.  Candidates
+ * are pairs among the eight least loaded microbatches with at most `limit`
+ * sequences between them.  Without `force`, the pair whose merge lowers the
+ * makespan most is merged (if any does); with it, the pair whose merge lowers
+ * it most or raises it least, whatever the makespan.  Returns 1 when a merge
+ * was made.
+ * A merge loop clears b->rp.num_merge_memo before its first round; without `force`
+ * the trials go through the memo.
+ *
+ * Either way the pair chosen has the highest gain (both levels plus the
+ * overhead, less the merged level), the first in window order among equal
+ * gains.  A merged level is never under the pair's floors or its least GPU
+ * time over N ranks (microbatch_floor), which caps the gain: pairs are
+ * searched in order of that cap, and once no cap left can beat the best gain
+ * found, the rest are not searched.  The same pair wins as when every pair is
+ * searched; only the polishing budget is spared.
+ */
+int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force)
+{
+    int32_t live = 0, window[MERGE_WINDOW], counts[MERGE_WINDOW];
+    dcp__balanced_evaluate(b, &live);
+    dcp__balanced_index_groups(b);
+    const int size = least_window(b, window, counts);
+    int64_t cap[MERGE_WINDOW * MERGE_WINDOW];
+    int32_t pair_of[MERGE_WINDOW * MERGE_WINDOW];
+    const int32_t pairs = candidate_pairs(b, limit, window, counts, size, cap, pair_of);
     int32_t best[2] = {-1, -1}, best_pair = -1;
     int64_t best_gain = force ? INT64_MIN : 0, best_bound = 0;
     merge_trial best_search = {0};
@@ -693,22 +752,11 @@ int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force)
     for (; q < pairs; q++) {
         /* the caps left are at most this one, and an equal gain wins only earlier in window order */
         if (cap[q] < best_gain || (cap[q] == best_gain && (best_pair < 0 || pair_of[q] > best_pair))) break;
-        int32_t pair[2] = {window[pair_of[q] / WINDOW], window[pair_of[q] % WINDOW]};
+        int32_t pair[2] = {window[pair_of[q] / MERGE_WINDOW], window[pair_of[q] % MERGE_WINDOW]};
         const int64_t both = both_levels(b, pair[0], pair[1]);
-        int64_t bound = force ? INT64_MAX : both;
-        int64_t merged = -2;
-        merge_trial search = {pair[0], pair[1], bound, -1, 0, 0};
-        for (int e = 0; !force && e < b->rp.num_merge_memo; e++)
-            if (b->rp.merge_memo[e].a == pair[0] && b->rp.merge_memo[e].b == pair[1] && b->rp.merge_memo[e].bound == bound) {
-                search = b->rp.merge_memo[e];
-                merged = search.merged;
-                break;
-            }
-        if (merged == -2) {
-            merged = repack(b, pair, 2, bound, 0, NULL, &search);
-            search.merged = merged;
-            if (!force && b->rp.num_merge_memo < MERGE_MEMO) b->rp.merge_memo[b->rp.num_merge_memo++] = search;
-        }
+        const int64_t bound = force ? INT64_MAX : both;
+        merge_trial search;
+        const int64_t merged = trial_merge(b, pair, bound, force, &search);
         if (merged < 0) continue;
         int64_t gain = both - merged;
         if (gain > best_gain || (gain == best_gain && best_pair >= 0 && pair_of[q] < best_pair)) {
