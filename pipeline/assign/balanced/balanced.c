@@ -132,18 +132,18 @@ static int layout_repack(balanced *b, dcp__arena *a, int32_t n, int32_t num_rank
 }
 
 /* The sequential pass's arrays, the merge sorts and the regrouping's saved microbatches. */
-static int layout_construction(balanced *b, dcp__arena *a, size_t un, int32_t local)
+static int layout_construction(balanced_work *w, dcp__arena *a, size_t un, int32_t local)
 {
-    b->work.alive_next = DCP_ARENA_NEW(a, int32_t, un + 1);
-    b->work.g_slot = DCP_ARENA_NEW(a, int32_t, un);
-    b->work.room_leaves = 1;
-    while (b->work.room_leaves < local) b->work.room_leaves *= 2;
-    b->work.room_tree = DCP_ARENA_NEW(a, int64_t, 2 * (size_t)b->work.room_leaves);
-    b->work.sort_a = DCP_ARENA_NEW(a, int32_t, un);
-    b->work.sort_b = DCP_ARENA_NEW(a, int32_t, un);
-    b->work.saved_mb = DCP_ARENA_NEW(a, int32_t, un);
-    return b->work.alive_next && b->work.g_slot && b->work.room_tree && b->work.sort_a && b->work.sort_b &&
-           b->work.saved_mb;
+    w->alive_next = DCP_ARENA_NEW(a, int32_t, un + 1);
+    w->g_slot = DCP_ARENA_NEW(a, int32_t, un);
+    w->room_leaves = 1;
+    while (w->room_leaves < local) w->room_leaves *= 2;
+    w->room_tree = DCP_ARENA_NEW(a, int64_t, 2 * (size_t)w->room_leaves);
+    w->sort_a = DCP_ARENA_NEW(a, int32_t, un);
+    w->sort_b = DCP_ARENA_NEW(a, int32_t, un);
+    w->saved_mb = DCP_ARENA_NEW(a, int32_t, un);
+    return w->alive_next && w->g_slot && w->room_tree && w->sort_a && w->sort_b &&
+           w->saved_mb;
 }
 
 /* The pooled packing's cost cache and room buckets; its trial arrays are the passes' (balanced_internal.h). */
@@ -195,38 +195,38 @@ static void share_with_later_phases(balanced *b, size_t un, int32_t local)
 }
 
 /* With a VPP group, the state a pass keeps for its second alignment (NULL arrays otherwise). */
-static int layout_before_vpp(balanced *b, dcp__arena *a, size_t un, int vpp)
+static int layout_before_vpp(balanced_before_vpp *v, dcp__arena *a, size_t un, int vpp)
 {
-    memset(&b->before_vpp, 0, sizeof b->before_vpp);
+    memset(v, 0, sizeof *v);
     if (vpp <= 1) return 1;
-    b->before_vpp.cp = DCP_ARENA_NEW(a, int32_t, un);
-    b->before_vpp.item_group = DCP_ARENA_NEW(a, int32_t, un);
-    b->before_vpp.item_next = DCP_ARENA_NEW(a, int32_t, un);
-    b->before_vpp.free_groups = DCP_ARENA_NEW(a, int32_t, un);
-    b->before_vpp.mb_free = DCP_ARENA_NEW(a, int32_t, un); /* after compaction a microbatch holds a group */
-    b->before_vpp.cost = DCP_ARENA_NEW(a, int64_t, un);
-    b->before_vpp.g_mb = DCP_ARENA_NEW(a, int32_t, un);
-    b->before_vpp.g_cp = DCP_ARENA_NEW(a, int32_t, un);
-    b->before_vpp.g_head = DCP_ARENA_NEW(a, int32_t, un);
-    b->before_vpp.g_tail = DCP_ARENA_NEW(a, int32_t, un);
-    b->before_vpp.g_count = DCP_ARENA_NEW(a, int32_t, un);
-    b->before_vpp.g_load = DCP_ARENA_NEW(a, int64_t, un);
-    b->before_vpp.g_tokens = DCP_ARENA_NEW(a, int64_t, un);
-    return b->before_vpp.cp && b->before_vpp.item_group && b->before_vpp.item_next && b->before_vpp.free_groups &&
-           b->before_vpp.mb_free && b->before_vpp.cost && b->before_vpp.g_mb && b->before_vpp.g_cp &&
-           b->before_vpp.g_head && b->before_vpp.g_tail && b->before_vpp.g_count && b->before_vpp.g_load &&
-           b->before_vpp.g_tokens;
+    v->cp = DCP_ARENA_NEW(a, int32_t, un);
+    v->item_group = DCP_ARENA_NEW(a, int32_t, un);
+    v->item_next = DCP_ARENA_NEW(a, int32_t, un);
+    v->free_groups = DCP_ARENA_NEW(a, int32_t, un);
+    v->mb_free = DCP_ARENA_NEW(a, int32_t, un); /* after compaction a microbatch holds a group */
+    v->cost = DCP_ARENA_NEW(a, int64_t, un);
+    v->g_mb = DCP_ARENA_NEW(a, int32_t, un);
+    v->g_cp = DCP_ARENA_NEW(a, int32_t, un);
+    v->g_head = DCP_ARENA_NEW(a, int32_t, un);
+    v->g_tail = DCP_ARENA_NEW(a, int32_t, un);
+    v->g_count = DCP_ARENA_NEW(a, int32_t, un);
+    v->g_load = DCP_ARENA_NEW(a, int64_t, un);
+    v->g_tokens = DCP_ARENA_NEW(a, int64_t, un);
+    return v->cp && v->item_group && v->item_next && v->free_groups &&
+           v->mb_free && v->cost && v->g_mb && v->g_cp &&
+           v->g_head && v->g_tail && v->g_count && v->g_load &&
+           v->g_tokens;
 }
 
 /* The dependency model's per-rank arrays, its own (laid out only under that model). */
-static int layout_dependency(balanced *b, dcp__arena *a, int32_t num_ranks, int32_t local)
+static int layout_dependency(balanced_place *pl, dcp__arena *a, int32_t num_ranks, int32_t local)
 {
-    b->pl.finish = DCP_ARENA_NEW(a, int64_t, (size_t)num_ranks);
-    b->pl.max = DCP_ARENA_NEW(a, int64_t, (size_t)num_ranks);
-    b->pl.at = DCP_ARENA_NEW(a, int32_t, (size_t)num_ranks);
-    b->pl.blocks = DCP_ARENA_NEW(a, uint64_t, 2 * (size_t)local); /* + the radix sort's buffer */
-    b->pl.next = DCP_ARENA_NEW(a, int32_t, (size_t)local);
-    return b->pl.finish && b->pl.max && b->pl.at && b->pl.blocks && b->pl.next;
+    pl->finish = DCP_ARENA_NEW(a, int64_t, (size_t)num_ranks);
+    pl->max = DCP_ARENA_NEW(a, int64_t, (size_t)num_ranks);
+    pl->at = DCP_ARENA_NEW(a, int32_t, (size_t)num_ranks);
+    pl->blocks = DCP_ARENA_NEW(a, uint64_t, 2 * (size_t)local); /* + the radix sort's buffer */
+    pl->next = DCP_ARENA_NEW(a, int32_t, (size_t)local);
+    return pl->finish && pl->max && pl->at && pl->blocks && pl->next;
 }
 
 /*
@@ -246,12 +246,12 @@ static int balanced_layout(balanced *b, dcp__arena *a, const dcp_config *config,
     ok &= layout_pass(b, a, un, local);
     if (!layout_reference_region(b, a, config, n, num_ranks, candidate, region_start)) return 0;
     ok &= layout_repack(b, a, n, num_ranks);
-    ok &= layout_construction(b, a, un, local);
+    ok &= layout_construction(&b->work, a, un, local);
     ok &= layout_pool(b, a, un);
     share_with_later_phases(b, un, local);
-    ok &= layout_before_vpp(b, a, un, config->microbatch_group_size_per_vp_stage);
+    ok &= layout_before_vpp(&b->before_vpp, a, un, config->microbatch_group_size_per_vp_stage);
     ok &= config->pipeline_parallel_size <= 1 || dcp__balanced_pipeline_layout(b, a, config, n);
-    if (config->cost.step_model == DCP_STEP_MODEL_DEPENDENCY) ok &= layout_dependency(b, a, num_ranks, local);
+    if (config->cost.step_model == DCP_STEP_MODEL_DEPENDENCY) ok &= layout_dependency(&b->pl, a, num_ranks, local);
     return ok;
 }
 

@@ -39,9 +39,9 @@ enum { SWAP_LOOK = 32, SWAP_ITEMS = 8 };
 
 /* ---- per-microbatch max-heaps of groups by load (ties: lower id on top) ---- */
 
-static inline int heap_higher(const balanced *b, int32_t g, int32_t h)
+static inline int heap_higher(const balanced_pass *ps, int32_t g, int32_t h)
 {
-    return b->pass.g_load[g] > b->pass.g_load[h] || (b->pass.g_load[g] == b->pass.g_load[h] && g < h);
+    return ps->g_load[g] > ps->g_load[h] || (ps->g_load[g] == ps->g_load[h] && g < h);
 }
 
 static void heap_up(balanced *b, int32_t *h, int32_t i)
@@ -49,7 +49,7 @@ static void heap_up(balanced *b, int32_t *h, int32_t i)
     int32_t g = h[i];
     while (i > 0) {
         int32_t parent = (i - 1) / 2;
-        if (!heap_higher(b, g, h[parent])) break;
+        if (!heap_higher(&b->pass, g, h[parent])) break;
         h[i] = h[parent];
         b->ds.pos[h[i]] = i;
         i = parent;
@@ -64,8 +64,8 @@ static void heap_down(balanced *b, int32_t *h, int32_t size, int32_t i)
     for (;;) {
         int32_t c = 2 * i + 1;
         if (c >= size) break;
-        if (c + 1 < size && heap_higher(b, h[c + 1], h[c])) c++;
-        if (!heap_higher(b, h[c], g)) break;
+        if (c + 1 < size && heap_higher(&b->pass, h[c + 1], h[c])) c++;
+        if (!heap_higher(&b->pass, h[c], g)) break;
         h[i] = h[c];
         b->ds.pos[h[i]] = i;
         i = c;
@@ -110,10 +110,10 @@ static int64_t group_free_tokens(const balanced *b, int32_t g)
 }
 
 /* Set leaf `slot` of class k's tree and its ancestors. */
-static void tree_set(balanced *b, int k, int32_t slot, int64_t slack, int64_t room)
+static void tree_set(balanced_descent *ds, int k, int32_t slot, int64_t slack, int64_t room)
 {
-    int64_t *ts = b->ds.slack + b->ds.tree_off[k], *tr = b->ds.room + b->ds.tree_off[k];
-    int32_t i = b->ds.leaves[k] + slot;
+    int64_t *ts = ds->slack + ds->tree_off[k], *tr = ds->room + ds->tree_off[k];
+    int32_t i = ds->leaves[k] + slot;
     ts[i] = slack;
     tr[i] = room;
     for (i >>= 1; i >= 1; i >>= 1) {
@@ -127,7 +127,8 @@ static void tree_set(balanced *b, int k, int32_t slot, int64_t slack, int64_t ro
 
 static void tree_refresh(balanced *b, int32_t g)
 {
-    tree_set(b, dcp__balanced_class_of(b->pass.g_cp[g]), b->work.g_slot[g], group_slack(b, g), group_free_tokens(b, g));
+    tree_set(&b->ds, dcp__balanced_class_of(b->pass.g_cp[g]), b->work.g_slot[g], group_slack(b, g),
+             group_free_tokens(b, g));
 }
 
 /*
@@ -147,7 +148,7 @@ static int32_t tree_find(balanced *b, int k, int64_t need, int64_t tokens, int32
             if (i >= leaves) {
                 int32_t g = b->ds.leaf[b->ds.tree_off[k] / 2 + (i - leaves)];
                 int64_t slack = group_slack(b, g);
-                if (slack != ts[i]) tree_set(b, k, i - leaves, slack, tr[i]);
+                if (slack != ts[i]) tree_set(&b->ds, k, i - leaves, slack, tr[i]);
                 if (slack >= need && g != skip_g && b->pass.g_mb[g] != skip_mb) return g;
             } else {
                 i = 2 * i; /* the left child first */
@@ -164,14 +165,14 @@ static int32_t tree_find(balanced *b, int k, int64_t need, int64_t tokens, int32
 
 /* ---- items ---- */
 
-static void list_remove(balanced *b, int32_t g, int32_t p)
+static void list_remove(balanced_pass *ps, int32_t g, int32_t p)
 {
     int32_t prev = -1;
-    for (int32_t q = b->pass.g_head[g]; q != p; q = b->pass.item_next[q]) prev = q;
-    int32_t next = b->pass.item_next[p];
-    if (prev < 0) b->pass.g_head[g] = next;
-    else b->pass.item_next[prev] = next;
-    if (b->pass.g_tail[g] == p) b->pass.g_tail[g] = prev;
+    for (int32_t q = ps->g_head[g]; q != p; q = ps->item_next[q]) prev = q;
+    int32_t next = ps->item_next[p];
+    if (prev < 0) ps->g_head[g] = next;
+    else ps->item_next[prev] = next;
+    if (ps->g_tail[g] == p) ps->g_tail[g] = prev;
 }
 
 /* Position p's per-rank cost at CP size cp (from the call's table, or the pooled packing's cache, when it has one). */
@@ -190,7 +191,7 @@ static int64_t cost_at(balanced *b, int32_t p, int32_t cp)
 static void apply_move(balanced *b, int32_t p, int32_t g, int32_t h, int64_t c)
 {
     int64_t before_g = b->pass.g_load[g], before_h = b->pass.g_load[h];
-    list_remove(b, g, p);
+    list_remove(&b->pass, g, p);
     b->pass.g_count[g]--;
     b->pass.g_load[g] -= b->pass.cost[p];
     b->pass.g_tokens[g] -= b->in.len[p];

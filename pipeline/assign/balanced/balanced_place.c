@@ -245,9 +245,9 @@ static void prepare(balanced *b, const saved_plan *k)
 }
 
 /* The start time of the block of size 2^k at rank r: the latest finish time of its ranks. */
-static inline int64_t block_start(const balanced *b, const int32_t *level_off, int k, int32_t r)
+static inline int64_t block_start(const balanced_place *pl, const int32_t *level_off, int k, int32_t r)
 {
-    return k == 0 ? b->pl.finish[r] : b->pl.max[level_off[k] + (r >> k)];
+    return k == 0 ? pl->finish[r] : pl->max[level_off[k] + (r >> k)];
 }
 
 /*
@@ -297,7 +297,7 @@ static int place_greedy(balanced *b, const saved_plan *k, int32_t m, const int32
         /* the blocks as integers (above sift_down), the `count` earliest first and in order */
         int64_t least = INT64_MAX, most = 0;
         for (int32_t i = 0; i < num_next; i++) {
-            const int64_t start = block_start(b, level_off, kc, next[i]);
+            const int64_t start = block_start(&b->pl, level_off, kc, next[i]);
             least = start < least ? start : least;
             most = start > most ? start : most;
         }
@@ -306,7 +306,7 @@ static int place_greedy(balanced *b, const saved_plan *k, int32_t m, const int32
         int shift = 0;
         while (((uint64_t)(most - least) >> shift) >> (64 - index_bits)) shift++;
         for (int32_t i = 0; i < num_next; i++)
-            blocks[i] = ((uint64_t)(block_start(b, level_off, kc, next[i]) - least) >> shift) << index_bits |
+            blocks[i] = ((uint64_t)(block_start(&b->pl, level_off, kc, next[i]) - least) >> shift) << index_bits |
                         (uint64_t)(next[i] >> kc);
         if (num_next < RADIX_MIN) sort_least(blocks, num_next, count);
         else radix_sort(blocks, blocks + cap, num_next, ((uint64_t)(most - least) >> shift) << index_bits | index_mask);
@@ -314,7 +314,7 @@ static int place_greedy(balanced *b, const saved_plan *k, int32_t m, const int32
             const int32_t g = b->pl.greedy[j + i], r0 = (int32_t)(blocks[i] & index_mask) << kc;
             b->pl.rank[g] = r0;
             b->pl.done[g] =
-                dcp__balanced_sat_add(dcp__balanced_sat_add(block_start(b, level_off, kc, r0), b->pl.load[g]), o);
+                dcp__balanced_sat_add(dcp__balanced_sat_add(block_start(&b->pl, level_off, kc, r0), b->pl.load[g]), o);
         }
         num_blocks = num_next;
         used = count;
@@ -340,7 +340,7 @@ static int place_default(balanced *b, const saved_plan *k, int32_t m, const int3
             for (int32_t r = 0; r < N; r++)
                 if (b->pl.finish[r] > start) start = b->pl.finish[r];
         } else {
-            start = block_start(b, level_off, kc, (int32_t)rank);
+            start = block_start(&b->pl, level_off, kc, (int32_t)rank);
         }
         b->pl.rank[g] = (int32_t)rank;
         b->pl.done[g] = dcp__balanced_sat_add(dcp__balanced_sat_add(start, b->pl.load[g]), o);
@@ -357,24 +357,24 @@ static int place_default(balanced *b, const saved_plan *k, int32_t m, const int3
  * an order equal to one tried before for this plan (the last sorted order is
  * kept in pl.seen).
  */
-static int choose_order(balanced *b, const saved_plan *k, int layout)
+static int choose_order(balanced_place *pl, const saved_plan *k, int layout)
 {
     const int32_t K = k->num_mbs;
-    int32_t *order = b->pl.order;
+    int32_t *order = pl->order;
     for (int32_t m = 0; m < K; m++) order[m] = m;
     if (layout == LAYOUT_DEFAULT) return 1;
-    if (b->pl.busy_mbs <= 1) return 0;
+    if (pl->busy_mbs <= 1) return 0;
     if (layout == LAYOUT_INDEX) return 1;
-    if (layout == LAYOUT_LEVEL_ASC) sort_by_key(order, K, b->pl.level, 0, b->pl.tmp);
-    else sort_by_key(order, K, b->pl.slack, 1, b->pl.tmp);
-    int same_index = 1, same_seen = b->pl.seen_valid;
+    if (layout == LAYOUT_LEVEL_ASC) sort_by_key(order, K, pl->level, 0, pl->tmp);
+    else sort_by_key(order, K, pl->slack, 1, pl->tmp);
+    int same_index = 1, same_seen = pl->seen_valid;
     for (int32_t i = 0; i < K; i++) {
         same_index = same_index && order[i] == i;
-        same_seen = same_seen && order[i] == b->pl.seen[i];
+        same_seen = same_seen && order[i] == pl->seen[i];
     }
     if (same_index || same_seen) return 0;
-    memcpy(b->pl.seen, order, (size_t)K * sizeof *order);
-    b->pl.seen_valid = 1;
+    memcpy(pl->seen, order, (size_t)K * sizeof *order);
+    pl->seen_valid = 1;
     return 1;
 }
 
@@ -472,7 +472,7 @@ int dcp__balanced_place(balanced *b)
         b->pl.seen_valid = 0;
         for (int x = 0; x < NUM_LAYOUTS; x++) {
             const int layout = runs[x];
-            if (!choose_order(b, k, layout)) continue;
+            if (!choose_order(&b->pl, k, layout)) continue;
             /* least D, then barrier makespan, then kept index, then layout (default first) */
             const int tie = best >= 0 && wins_tie(b, j, layout, best, best_layout);
             const int64_t d = layout_makespan(b, k, layout, best < 0 ? INT64_MAX : best_makespan, tie);

@@ -105,19 +105,19 @@ static inline int32_t pool_bucket(int64_t room, int shift)
 }
 
 /* Take trial group g (class k, linked while its load was as now) out of its bucket. */
-static void pool_unlink(balanced *b, int k, int32_t g)
+static void pool_unlink(balanced_pool *pk, int k, int32_t g)
 {
-    pool_group *x = &b->pk.grp[g];
+    pool_group *x = &pk->grp[g];
     if (x->bprev == POOL_UNLINKED) return;
-    const int32_t bk = pool_bucket(b->pk.level - x->load, b->pk.shift);
-    int32_t *head = b->pk.bhead + (size_t)k * POOL_BUCKETS;
-    if (x->bprev >= 0) b->pk.grp[x->bprev].bnext = x->bnext;
+    const int32_t bk = pool_bucket(pk->level - x->load, pk->shift);
+    int32_t *head = pk->bhead + (size_t)k * POOL_BUCKETS;
+    if (x->bprev >= 0) pk->grp[x->bprev].bnext = x->bnext;
     else head[bk] = x->bnext;
-    if (x->bnext >= 0) b->pk.grp[x->bnext].bprev = x->bprev;
+    if (x->bnext >= 0) pk->grp[x->bnext].bprev = x->bprev;
     if (head[bk] < 0) {
-        uint64_t *bits = b->pk.bits + (size_t)k * (POOL_BUCKETS / 64);
+        uint64_t *bits = pk->bits + (size_t)k * (POOL_BUCKETS / 64);
         bits[bk >> 6] &= ~((uint64_t)1 << (bk & 63));
-        if (!bits[bk >> 6]) b->pk.summary[k] &= ~((uint64_t)1 << (bk >> 6));
+        if (!bits[bk >> 6]) pk->summary[k] &= ~((uint64_t)1 << (bk >> 6));
     }
     x->bprev = POOL_UNLINKED;
 }
@@ -146,14 +146,14 @@ static void pool_link(balanced *b, int k, int32_t g)
 }
 
 /* The first non-empty bucket of class k at or after bk, or -1. */
-static int32_t pool_next_bucket(const balanced *b, int k, int32_t bk)
+static int32_t pool_next_bucket(const balanced_pool *pk, int k, int32_t bk)
 {
     if (bk >= POOL_BUCKETS) return -1;
-    const uint64_t *bits = b->pk.bits + (size_t)k * (POOL_BUCKETS / 64);
+    const uint64_t *bits = pk->bits + (size_t)k * (POOL_BUCKETS / 64);
     int32_t w = bk >> 6;
     uint64_t word = bits[w] & (~(uint64_t)0 << (bk & 63));
     if (word) return (w << 6) + __builtin_ctzll(word);
-    uint64_t rest = w + 1 < POOL_BUCKETS / 64 ? b->pk.summary[k] & (~(uint64_t)0 << (w + 1)) : 0;
+    uint64_t rest = w + 1 < POOL_BUCKETS / 64 ? pk->summary[k] & (~(uint64_t)0 << (w + 1)) : 0;
     if (!rest) return -1;
     w = __builtin_ctzll(rest);
     return (w << 6) + __builtin_ctzll(bits[w]);
@@ -166,8 +166,8 @@ static int32_t pool_find(balanced *b, int k, int64_t c, int32_t s)
     const int32_t *head = b->pk.bhead + (size_t)k * POOL_BUCKETS;
     const int64_t most = b->pk.level - c; /* the load a group may have to take it */
     int scanned = 0;
-    for (int32_t bk = pool_next_bucket(b, k, pool_bucket(c, b->pk.shift)); bk >= 0 && scanned < POOL_LOOK;
-         bk = pool_next_bucket(b, k, bk + 1)) {
+    for (int32_t bk = pool_next_bucket(&b->pk, k, pool_bucket(c, b->pk.shift)); bk >= 0 && scanned < POOL_LOOK;
+         bk = pool_next_bucket(&b->pk, k, bk + 1)) {
         /*
          * In c's own bucket some rooms fall short of c: look at a few only
          * (the bucket can be long); past it every room is enough, and only
@@ -240,7 +240,7 @@ static int64_t pool_trial(balanced *b, int64_t level, int64_t capacity, int64_t 
             best_class = k;
             best_cost = c0;
         } else {
-            pool_unlink(b, best_class, best);
+            pool_unlink(&b->pk, best_class, best);
         }
         pool_group *x = &b->pk.grp[best];
         b->pk.of[p] = best;

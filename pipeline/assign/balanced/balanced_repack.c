@@ -113,10 +113,10 @@ static int32_t rp_split(balanced *b, int32_t g, int32_t *groups)
 }
 
 /* Widen trial group g (one sequence) to size2. */
-static void rp_widen(balanced *b, int32_t g, int32_t size2)
+static void rp_widen(balanced_repack *rp, int32_t g, int32_t size2)
 {
-    b->rp.load[g] = b->rp.row[b->rp.head[g]][dcp__balanced_class_of(size2)];
-    b->rp.size[g] = size2;
+    rp->load[g] = rp->row[rp->head[g]][dcp__balanced_class_of(size2)];
+    rp->size[g] = size2;
 }
 
 /*
@@ -287,10 +287,10 @@ static int repack_fits(balanced *b, int32_t count, int64_t level, __int128 least
 }
 
 /* The ranks the trial groups hold. */
-static int32_t groups_ranks(const balanced *b, int32_t groups)
+static int32_t groups_ranks(const balanced_repack *rp, int32_t groups)
 {
     int32_t ranks = 0;
-    for (int32_t g = 0; g < groups; g++) ranks += b->rp.size[g];
+    for (int32_t g = 0; g < groups; g++) ranks += rp->size[g];
     return ranks;
 }
 
@@ -323,7 +323,7 @@ static int64_t repack_fill(balanced *b, int32_t *num_groups, int32_t free_ranks)
             } else {
                 int32_t size2 = dcp__balanced_next_size(gs, N);
                 if (size2 == 0 || size2 - gs > free_ranks) continue;
-                rp_widen(b, g, size2);
+                rp_widen(&b->rp, g, size2);
                 free_ranks -= size2 - gs;
                 dcp__balanced_heap_push(b->work.local, &size, g, -b->rp.load[g], 0);
             }
@@ -369,7 +369,7 @@ static int64_t repack_fill(balanced *b, int32_t *num_groups, int32_t free_ranks)
             free_ranks -= size;
         } else {
             int32_t size2 = dcp__balanced_next_size(size, N);
-            rp_widen(b, g, size2);
+            rp_widen(&b->rp, g, size2);
             free_ranks -= size2 - size;
         }
     }
@@ -543,7 +543,7 @@ static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_th
         /* the last trial run fitted, at hi or above and alike down to it: its groups are the packing at hi */
         b->rp.polish_work -= count;
         b->shortcut.trials_implied++;
-        ranks = groups_ranks(b, groups);
+        ranks = groups_ranks(&b->rp, groups);
     } else {
         int64_t fits_from;
         ranks = repack_trial(b, count, hi, &groups, &fits_from);
@@ -632,16 +632,16 @@ static void microbatch_floor(balanced *b, int32_t m, int64_t *floor_level, __int
 enum { MERGE_WINDOW = 8 };
 
 /* The MERGE_WINDOW lowest levels, by insertion (ties: lower index), and their sequence counts; how many. */
-static int least_window(const balanced *b, int32_t window[MERGE_WINDOW], int32_t counts[MERGE_WINDOW])
+static int least_window(const balanced_pass *ps, int32_t window[MERGE_WINDOW], int32_t counts[MERGE_WINDOW])
 {
     int size = 0;
-    for (int32_t m = 0; m < b->pass.num_mbs; m++) {
-        if (b->pass.mb_level[m] < 0) continue;
+    for (int32_t m = 0; m < ps->num_mbs; m++) {
+        if (ps->mb_level[m] < 0) continue;
         int32_t count = 0;
-        for (int32_t x = b->pass.mb_first[m]; x < b->pass.mb_first[m + 1]; x++)
-            count += b->pass.g_count[b->pass.mb_groups[x]];
+        for (int32_t x = ps->mb_first[m]; x < ps->mb_first[m + 1]; x++)
+            count += ps->g_count[ps->mb_groups[x]];
         int j = size < MERGE_WINDOW ? size++ : MERGE_WINDOW;
-        while (j > 0 && b->pass.mb_level[window[j - 1]] > b->pass.mb_level[m]) {
+        while (j > 0 && ps->mb_level[window[j - 1]] > ps->mb_level[m]) {
             if (j < MERGE_WINDOW) {
                 window[j] = window[j - 1];
                 counts[j] = counts[j - 1];
@@ -741,7 +741,7 @@ int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force)
     int32_t live = 0, window[MERGE_WINDOW], counts[MERGE_WINDOW];
     dcp__balanced_evaluate(b, &live);
     dcp__balanced_index_groups(b);
-    const int size = least_window(b, window, counts);
+    const int size = least_window(&b->pass, window, counts);
     int64_t cap[MERGE_WINDOW * MERGE_WINDOW];
     int32_t pair_of[MERGE_WINDOW * MERGE_WINDOW];
     const int32_t pairs = candidate_pairs(b, limit, window, counts, size, cap, pair_of);
