@@ -146,7 +146,7 @@ static int layout_construction(balanced_work *w, dcp__arena *a, size_t un, int32
            w->saved_mb;
 }
 
-/* The pooled packing's cost cache and room buckets; its trial arrays are the passes' (balanced_internal.h). */
+/* The pooled packing's cost cache and room buckets; its trial arrays are the passes' (balanced_state.h). */
 static int layout_pool(balanced *b, dcp__arena *a, size_t un)
 {
     b->pk.k0 = DCP_ARENA_NEW(a, int8_t, un);
@@ -167,7 +167,7 @@ static int layout_pool(balanced *b, dcp__arena *a, size_t un)
 
 /*
  * The phases that run once the passes are done, in the passes' arrays
- * (balanced_internal.h): the local search runs after every pass and polish
+ * (balanced_state.h): the local search runs after every pass and polish
  * and needs none of their working arrays; the dependency layout runs at emit.
  */
 static void share_with_later_phases(balanced *b, size_t un, int32_t local)

@@ -253,8 +253,10 @@ typedef struct balanced_before_vpp {
  * Working arrays of the constructions and of the phases that build or
  * regroup microbatches (balanced_lpt.c, balanced_sequential.c,
  * balanced_groups.c, balanced_finish.c, balanced_repack.c,
- * balanced_pool.c, balanced_emit.c): each phase leaves in them nothing
- * another reads, except the heaps a pass hands its repair.
+ * balanced_pool.c, balanced_emit.c): what one phase leaves in them no
+ * other phase reads (the finish sorts in the heaps; the pooled packing, the
+ * local search and the dependency layout keep arrays of their own in them,
+ * as their parts below say).
  */
 typedef struct balanced_work {
     heap_entry *heap; /* [n] per-class heaps of groups by load minus cap, partitioned by class_offset */
