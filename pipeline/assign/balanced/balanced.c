@@ -278,7 +278,7 @@ static int best_at_bound(const balanced *b, int64_t least) { return b->kept.num 
 static void try_pass(balanced *b, int sequential, int64_t target, const int64_t widen[2], int32_t max_microbatches,
                      int *over_capacity)
 {
-    int64_t (*pass)(balanced *, int64_t, int64_t, int64_t, int) =
+    int64_t (*construct)(balanced *, int64_t, int64_t, int64_t, int) =
         sequential ? dcp__balanced_sequential_pass : dcp__balanced_lpt_pass;
     for (int merge_down = 0; merge_down < 2; merge_down++) {
         b->pass.vpp_misaligned = 0;
@@ -289,7 +289,7 @@ static void try_pass(balanced *b, int sequential, int64_t target, const int64_t 
         } else {
             b->before_vpp.saved = 0;
             b->before_vpp.pass_start = b->rp.polish_work;
-            makespan = pass(b, target, widen[0], widen[1], merge_down);
+            makespan = construct(b, target, widen[0], widen[1], merge_down);
         }
         if (makespan >= 0) {
             if (b->pass.num_mbs > max_microbatches) *over_capacity = 1;
