@@ -27,6 +27,10 @@
  * never below the true one: a query that lands on a stale leaf refreshes it
  * and searches on.  Every step is charged to a work budget, so the search
  * ends within a fixed amount of work whatever the input.
+ *
+ * State: reads in, pk's cost cache and table (through
+ * dcp__balanced_cost_row); writes ds (in pass's and work's arrays, which
+ * the passes are done with) and pass, the plan it lowers.
  */
 #include "balanced_internal.h"
 
@@ -35,9 +39,9 @@ enum { SWAP_LOOK = 32, SWAP_ITEMS = 8 };
 
 /* ---- per-microbatch max-heaps of groups by load (ties: lower id on top) ---- */
 
-static inline int heap_higher(const balanced *b, int32_t g, int32_t h)
+static inline int heap_higher(const balanced_pass *ps, int32_t g, int32_t h)
 {
-    return b->g_load[g] > b->g_load[h] || (b->g_load[g] == b->g_load[h] && g < h);
+    return ps->g_load[g] > ps->g_load[h] || (ps->g_load[g] == ps->g_load[h] && g < h);
 }
 
 static void heap_up(balanced *b, int32_t *h, int32_t i)
@@ -45,13 +49,13 @@ static void heap_up(balanced *b, int32_t *h, int32_t i)
     int32_t g = h[i];
     while (i > 0) {
         int32_t parent = (i - 1) / 2;
-        if (!heap_higher(b, g, h[parent])) break;
+        if (!heap_higher(&b->pass, g, h[parent])) break;
         h[i] = h[parent];
-        b->ds_pos[h[i]] = i;
+        b->ds.pos[h[i]] = i;
         i = parent;
     }
     h[i] = g;
-    b->ds_pos[g] = i;
+    b->ds.pos[g] = i;
 }
 
 static void heap_down(balanced *b, int32_t *h, int32_t size, int32_t i)
@@ -60,35 +64,35 @@ static void heap_down(balanced *b, int32_t *h, int32_t size, int32_t i)
     for (;;) {
         int32_t c = 2 * i + 1;
         if (c >= size) break;
-        if (c + 1 < size && heap_higher(b, h[c + 1], h[c])) c++;
-        if (!heap_higher(b, h[c], g)) break;
+        if (c + 1 < size && heap_higher(&b->pass, h[c + 1], h[c])) c++;
+        if (!heap_higher(&b->pass, h[c], g)) break;
         h[i] = h[c];
-        b->ds_pos[h[i]] = i;
+        b->ds.pos[h[i]] = i;
         i = c;
     }
     h[i] = g;
-    b->ds_pos[g] = i;
+    b->ds.pos[g] = i;
 }
 
 /* The load of g changed: restore its microbatch's heap and level. */
 static void heap_moved(balanced *b, int32_t g, int64_t before)
 {
-    int32_t m = b->g_mb[g];
-    int32_t *h = b->ds_heap + b->mb_first[m];
-    int32_t size = b->mb_first[m + 1] - b->mb_first[m];
-    if (b->g_load[g] > before) heap_up(b, h, b->ds_pos[g]);
-    else heap_down(b, h, size, b->ds_pos[g]);
-    b->mb_level[m] = b->g_load[h[0]];
+    int32_t m = b->pass.g_mb[g];
+    int32_t *h = b->ds.heap + b->pass.mb_first[m];
+    int32_t size = b->pass.mb_first[m + 1] - b->pass.mb_first[m];
+    if (b->pass.g_load[g] > before) heap_up(b, h, b->ds.pos[g]);
+    else heap_down(b, h, size, b->ds.pos[g]);
+    b->pass.mb_level[m] = b->pass.g_load[h[0]];
 }
 
 /* The second highest load of microbatch m (0 when the top is its only group). */
 static int64_t heap_second(const balanced *b, int32_t m)
 {
-    const int32_t *h = b->ds_heap + b->mb_first[m];
-    int32_t size = b->mb_first[m + 1] - b->mb_first[m];
+    const int32_t *h = b->ds.heap + b->pass.mb_first[m];
+    int32_t size = b->pass.mb_first[m + 1] - b->pass.mb_first[m];
     int64_t second = 0;
-    if (size > 1) second = b->g_load[h[1]];
-    if (size > 2 && b->g_load[h[2]] > second) second = b->g_load[h[2]];
+    if (size > 1) second = b->pass.g_load[h[1]];
+    if (size > 2 && b->pass.g_load[h[2]] > second) second = b->pass.g_load[h[2]];
     return second;
 }
 
@@ -97,19 +101,19 @@ static int64_t heap_second(const balanced *b, int32_t m)
 /* A load after a move, saturated as loads are (costs saturate at INT64_MAX). */
 static int64_t clamp_load(__int128 v) { return v > INT64_MAX ? INT64_MAX : v < 0 ? 0 : (int64_t)v; }
 
-static int64_t group_slack(const balanced *b, int32_t g) { return b->mb_level[b->g_mb[g]] - b->g_load[g]; }
+static int64_t group_slack(const balanced *b, int32_t g) { return b->pass.mb_level[b->pass.g_mb[g]] - b->pass.g_load[g]; }
 
 static int64_t group_free_tokens(const balanced *b, int32_t g)
 {
-    if (b->seq_cap > 0 && b->g_count[g] >= b->seq_cap) return -1;
-    return (int64_t)b->max_seqlen * b->g_cp[g] - b->g_tokens[g];
+    if (b->in.seq_cap > 0 && b->pass.g_count[g] >= b->in.seq_cap) return -1;
+    return (int64_t)b->in.max_seqlen * b->pass.g_cp[g] - b->pass.g_tokens[g];
 }
 
 /* Set leaf `slot` of class k's tree and its ancestors. */
-static void tree_set(balanced *b, int k, int32_t slot, int64_t slack, int64_t room)
+static void tree_set(balanced_descent *ds, int k, int32_t slot, int64_t slack, int64_t room)
 {
-    int64_t *ts = b->ds_slack + b->ds_tree_off[k], *tr = b->ds_room + b->ds_tree_off[k];
-    int32_t i = b->ds_leaves[k] + slot;
+    int64_t *ts = ds->slack + ds->tree_off[k], *tr = ds->room + ds->tree_off[k];
+    int32_t i = ds->leaves[k] + slot;
     ts[i] = slack;
     tr[i] = room;
     for (i >>= 1; i >= 1; i >>= 1) {
@@ -123,7 +127,8 @@ static void tree_set(balanced *b, int k, int32_t slot, int64_t slack, int64_t ro
 
 static void tree_refresh(balanced *b, int32_t g)
 {
-    tree_set(b, dcp__balanced_class_of(b->g_cp[g]), b->g_slot[g], group_slack(b, g), group_free_tokens(b, g));
+    tree_set(&b->ds, dcp__balanced_class_of(b->pass.g_cp[g]), b->work.g_slot[g], group_slack(b, g),
+             group_free_tokens(b, g));
 }
 
 /*
@@ -134,17 +139,17 @@ static void tree_refresh(balanced *b, int32_t g)
  */
 static int32_t tree_find(balanced *b, int k, int64_t need, int64_t tokens, int32_t skip_g, int32_t skip_mb)
 {
-    const int64_t *ts = b->ds_slack + b->ds_tree_off[k], *tr = b->ds_room + b->ds_tree_off[k];
-    const int32_t leaves = b->ds_leaves[k];
+    const int64_t *ts = b->ds.slack + b->ds.tree_off[k], *tr = b->ds.room + b->ds.tree_off[k];
+    const int32_t leaves = b->ds.leaves[k];
     int32_t i = 1;
     for (;;) {
-        b->ds_work--;
+        b->ds.work--;
         if (ts[i] >= need && tr[i] >= tokens) {
             if (i >= leaves) {
-                int32_t g = b->ds_leaf[b->ds_tree_off[k] / 2 + (i - leaves)];
+                int32_t g = b->ds.leaf[b->ds.tree_off[k] / 2 + (i - leaves)];
                 int64_t slack = group_slack(b, g);
-                if (slack != ts[i]) tree_set(b, k, i - leaves, slack, tr[i]);
-                if (slack >= need && g != skip_g && b->g_mb[g] != skip_mb) return g;
+                if (slack != ts[i]) tree_set(&b->ds, k, i - leaves, slack, tr[i]);
+                if (slack >= need && g != skip_g && b->pass.g_mb[g] != skip_mb) return g;
             } else {
                 i = 2 * i; /* the left child first */
                 continue;
@@ -154,44 +159,44 @@ static int32_t tree_find(balanced *b, int k, int64_t need, int64_t tokens, int32
         while (i & 1) i >>= 1;
         if (i == 0) return -1;
         i++;
-        if (b->ds_work <= 0) return -1;
+        if (b->ds.work <= 0) return -1;
     }
 }
 
 /* ---- items ---- */
 
-static void list_remove(balanced *b, int32_t g, int32_t p)
+static void list_remove(balanced_pass *ps, int32_t g, int32_t p)
 {
     int32_t prev = -1;
-    for (int32_t q = b->g_head[g]; q != p; q = b->item_next[q]) prev = q;
-    int32_t next = b->item_next[p];
-    if (prev < 0) b->g_head[g] = next;
-    else b->item_next[prev] = next;
-    if (b->g_tail[g] == p) b->g_tail[g] = prev;
+    for (int32_t q = ps->g_head[g]; q != p; q = ps->item_next[q]) prev = q;
+    int32_t next = ps->item_next[p];
+    if (prev < 0) ps->g_head[g] = next;
+    else ps->item_next[prev] = next;
+    if (ps->g_tail[g] == p) ps->g_tail[g] = prev;
 }
 
 /* Position p's per-rank cost at CP size cp (from the call's table, or the pooled packing's cache, when it has one). */
 static int64_t cost_at(balanced *b, int32_t p, int32_t cp)
 {
-    if (b->table_ready && p < b->table_n) {
+    if (b->table.ready && p < b->table.n) {
         int64_t cheapest;
         __int128 least;
         return dcp__balanced_cost_row(b, p, &cheapest, &least)[dcp__balanced_class_of(cp)];
     }
-    if (b->pk_ready) return dcp__balanced_pool_cost(b, p, cp);
-    return dcp__cost(b->model, b->len[p], cp);
+    if (b->pk.ready) return dcp__balanced_pool_cost(b, p, cp);
+    return dcp__cost(b->in.model, b->in.len[p], cp);
 }
 
 /* Move p (in g) into h at cost c. */
 static void apply_move(balanced *b, int32_t p, int32_t g, int32_t h, int64_t c)
 {
-    int64_t before_g = b->g_load[g], before_h = b->g_load[h];
-    list_remove(b, g, p);
-    b->g_count[g]--;
-    b->g_load[g] -= b->cost[p];
-    b->g_tokens[g] -= b->len[p];
-    b->cp[p] = b->g_cp[h];
-    b->cost[p] = c;
+    int64_t before_g = b->pass.g_load[g], before_h = b->pass.g_load[h];
+    list_remove(&b->pass, g, p);
+    b->pass.g_count[g]--;
+    b->pass.g_load[g] -= b->pass.cost[p];
+    b->pass.g_tokens[g] -= b->in.len[p];
+    b->pass.cp[p] = b->pass.g_cp[h];
+    b->pass.cost[p] = c;
     dcp__balanced_group_add(b, h, p, c);
     heap_moved(b, g, before_g);
     heap_moved(b, h, before_h);
@@ -202,33 +207,33 @@ static void apply_move(balanced *b, int32_t p, int32_t g, int32_t h, int64_t c)
 /* Exchange p (in g, to cost cp_h in h) and q (in h, to cost cq_g in g). */
 static void apply_swap(balanced *b, int32_t p, int32_t g, int32_t q, int32_t h, int64_t cp_h, int64_t cq_g)
 {
-    int64_t before_g = b->g_load[g], before_h = b->g_load[h];
+    int64_t before_g = b->pass.g_load[g], before_h = b->pass.g_load[h];
     /* p takes q's place in h's list and q takes p's in g's */
-    for (int32_t *link = &b->g_head[g]; *link >= 0; link = &b->item_next[*link])
+    for (int32_t *link = &b->pass.g_head[g]; *link >= 0; link = &b->pass.item_next[*link])
         if (*link == p) {
             *link = q;
             break;
         }
-    for (int32_t *link = &b->g_head[h]; *link >= 0; link = &b->item_next[*link])
+    for (int32_t *link = &b->pass.g_head[h]; *link >= 0; link = &b->pass.item_next[*link])
         if (*link == q) {
             *link = p;
             break;
         }
-    int32_t next_p = b->item_next[p];
-    b->item_next[p] = b->item_next[q];
-    b->item_next[q] = next_p;
-    if (b->g_tail[g] == p) b->g_tail[g] = q;
-    if (b->g_tail[h] == q) b->g_tail[h] = p;
-    b->item_group[p] = h;
-    b->item_group[q] = g;
-    b->g_load[g] = clamp_load((__int128)b->g_load[g] + cq_g - b->cost[p]);
-    b->g_load[h] = clamp_load((__int128)b->g_load[h] + cp_h - b->cost[q]);
-    b->g_tokens[g] += b->len[q] - b->len[p];
-    b->g_tokens[h] += b->len[p] - b->len[q];
-    b->cp[p] = b->g_cp[h];
-    b->cp[q] = b->g_cp[g];
-    b->cost[p] = cp_h;
-    b->cost[q] = cq_g;
+    int32_t next_p = b->pass.item_next[p];
+    b->pass.item_next[p] = b->pass.item_next[q];
+    b->pass.item_next[q] = next_p;
+    if (b->pass.g_tail[g] == p) b->pass.g_tail[g] = q;
+    if (b->pass.g_tail[h] == q) b->pass.g_tail[h] = p;
+    b->pass.item_group[p] = h;
+    b->pass.item_group[q] = g;
+    b->pass.g_load[g] = clamp_load((__int128)b->pass.g_load[g] + cq_g - b->pass.cost[p]);
+    b->pass.g_load[h] = clamp_load((__int128)b->pass.g_load[h] + cp_h - b->pass.cost[q]);
+    b->pass.g_tokens[g] += b->in.len[q] - b->in.len[p];
+    b->pass.g_tokens[h] += b->in.len[p] - b->in.len[q];
+    b->pass.cp[p] = b->pass.g_cp[h];
+    b->pass.cp[q] = b->pass.g_cp[g];
+    b->pass.cost[p] = cp_h;
+    b->pass.cost[q] = cq_g;
     heap_moved(b, g, before_g);
     heap_moved(b, h, before_h);
     tree_refresh(b, g);
@@ -243,20 +248,20 @@ static void apply_swap(balanced *b, int32_t p, int32_t g, int32_t q, int32_t h, 
  */
 static int32_t move_target(balanced *b, int32_t p, int32_t g, int32_t m, int64_t L, int64_t cap_m, int64_t *cost)
 {
-    const int32_t s = b->len[p];
+    const int32_t s = b->in.len[p];
     int32_t best = -1;
     __int128 best_work = 0;
     for (int k = 0; k < NUM_CLASSES; k++) {
-        if (b->ds_leaves[k] == 0) continue;
+        if (b->ds.leaves[k] == 0) continue;
         const int32_t size = dcp__balanced_class_size(b, k);
-        if (size < b->min_cp[p] || s > (int64_t)size * b->max_seqlen) continue;
+        if (size < b->in.min_cp[p] || s > (int64_t)size * b->in.max_seqlen) continue;
         const int64_t c = cost_at(b, p, size);
         if (c > cap_m) continue; /* it could not stay under the level even alone */
         __int128 work = (__int128)size * c;
         if (best >= 0 && work >= best_work) continue;
         /* slack >= c + (L - cap_m) is enough anywhere (levels elsewhere are their own) */
         int32_t h = tree_find(b, k, dcp__balanced_sat_add(c, L - cap_m), s, g, -1);
-        if (h < 0 && b->num_mbs > 1) h = tree_find(b, k, c, s, g, m);
+        if (h < 0 && b->pass.num_mbs > 1) h = tree_find(b, k, c, s, g, m);
         if (h < 0) continue;
         best = h;
         best_work = work;
@@ -268,28 +273,29 @@ static int32_t move_target(balanced *b, int32_t p, int32_t g, int32_t m, int64_t
 /* Lower microbatch m's top by one move or swap; 1 when one was made. */
 static int relieve(balanced *b, int32_t m)
 {
-    const int32_t g = b->ds_heap[b->mb_first[m]];
-    const int64_t L = b->g_load[g], L2 = heap_second(b, m);
+    const int32_t g = b->ds.heap[b->pass.mb_first[m]];
+    const int64_t L = b->pass.g_load[g], L2 = heap_second(b, m);
     const int tie = L2 >= L;
     /* the top's sequences, by cost ascending (ties: position) */
-    int32_t count = 0, *items = b->sort_a;
-    for (int32_t p = b->g_head[g]; p >= 0 && count < b->n; p = b->item_next[p]) {
+    int32_t count = 0, *items = b->work.sort_a;
+    for (int32_t p = b->pass.g_head[g]; p >= 0 && count < b->in.n; p = b->pass.item_next[p]) {
         int32_t j = count++;
-        while (j > 0 && (b->cost[items[j - 1]] > b->cost[p] || (b->cost[items[j - 1]] == b->cost[p] && items[j - 1] > p))) {
+        const int64_t *cost = b->pass.cost;
+        while (j > 0 && (cost[items[j - 1]] > cost[p] || (cost[items[j - 1]] == cost[p] && items[j - 1] > p))) {
             items[j] = items[j - 1];
             j--;
         }
         items[j] = p;
     }
-    b->ds_work -= count;
+    b->ds.work -= count;
     /* moves: the cheapest sequence that clears the top down to L2, then the dearest of those that do not */
     if (count >= 2) {
         int32_t first_full = 0;
-        while (first_full < count && b->cost[items[first_full]] < L - L2) first_full++;
-        for (int32_t j = 0; j < count && b->ds_work > 0; j++) {
+        while (first_full < count && b->pass.cost[items[first_full]] < L - L2) first_full++;
+        for (int32_t j = 0; j < count && b->ds.work > 0; j++) {
             int32_t p = j < count - first_full ? items[first_full + j] : items[count - 1 - j];
             if (j >= count - first_full && tie) break;
-            int64_t left = L - b->cost[p];
+            int64_t left = L - b->pass.cost[p];
             int64_t cap_m = tie ? L - 1 : (left > L2 ? left : L2);
             int64_t c = 0;
             int32_t h = move_target(b, p, g, m, L, cap_m, &c);
@@ -300,46 +306,46 @@ static int relieve(balanced *b, int32_t m)
         }
     }
     /* swaps: a shorter sequence of another group for one of the top's, the SWAP_ITEMS dearest of the top's first */
-    const int32_t cp_g = b->g_cp[g];
+    const int32_t cp_g = b->pass.g_cp[g];
     const int64_t need = tie ? 1 : L - L2;
-    for (int32_t j = count - 1; j >= 0 && j >= count - SWAP_ITEMS && b->ds_work > 0; j--) {
-        const int32_t p = items[j], s = b->len[p];
-        const int64_t cx = b->cost[p];
+    for (int32_t j = count - 1; j >= 0 && j >= count - SWAP_ITEMS && b->ds.work > 0; j--) {
+        const int32_t p = items[j], s = b->in.len[p];
+        const int64_t cx = b->pass.cost[p];
         /* q0: the first position after p whose length, at g's size, takes `need` off the top */
-        int32_t lo = p + 1, hi = b->n;
+        int32_t lo = p + 1, hi = b->in.n;
         while (lo < hi) {
             int32_t mid = lo + (hi - lo) / 2;
-            b->ds_work--;
+            b->ds.work--;
             if (cx - cost_at(b, mid, cp_g) >= need) hi = mid;
             else lo = mid + 1;
         }
         for (int pass = 0; pass < 2; pass++) {
             if (pass == 1 && tie) break;
             /* pass 0: from q0 on (the top clears L2); pass 1: back from q0 (it only falls) */
-            for (int32_t step = 0; step < SWAP_LOOK && b->ds_work > 0; step++) {
+            for (int32_t step = 0; step < SWAP_LOOK && b->ds.work > 0; step++) {
                 int32_t q = pass == 0 ? lo + step : lo - 1 - step;
-                if (q >= b->n || q <= p) break;
-                b->ds_work--;
-                const int32_t t = b->len[q];
+                if (q >= b->in.n || q <= p) break;
+                b->ds.work--;
+                const int32_t t = b->in.len[q];
                 if (t >= s) break; /* pass 1 reached p's own length */
-                const int32_t h = b->item_group[q];
+                const int32_t h = b->pass.item_group[q];
                 if (h == g) continue;
-                const int32_t cp_h = b->g_cp[h];
-                if (b->g_tokens[h] - t + s > (int64_t)b->max_seqlen * cp_h) continue;
-                if (cp_h < b->min_cp[p]) continue;
+                const int32_t cp_h = b->pass.g_cp[h];
+                if (b->pass.g_tokens[h] - t + s > (int64_t)b->in.max_seqlen * cp_h) continue;
+                if (cp_h < b->in.min_cp[p]) continue;
                 const int64_t cq_g = cost_at(b, q, cp_g);
                 const int64_t drop = cx - cq_g;
                 if (drop <= 0) continue;
                 const int64_t cp_in_h = cost_at(b, p, cp_h);
-                const int64_t rise = cp_in_h - b->cost[q];
+                const int64_t rise = cp_in_h - b->pass.cost[q];
                 int64_t cap;
-                if (b->g_mb[h] == m) {
+                if (b->pass.g_mb[h] == m) {
                     int64_t left = L - drop;
                     cap = tie ? L - 1 : (left > L2 ? left : L2);
                 } else {
-                    cap = b->mb_level[b->g_mb[h]];
+                    cap = b->pass.mb_level[b->pass.g_mb[h]];
                 }
-                if ((__int128)b->g_load[h] + rise > cap) continue; /* loads saturate at INT64_MAX */
+                if ((__int128)b->pass.g_load[h] + rise > cap) continue; /* loads saturate at INT64_MAX */
                 apply_swap(b, p, g, q, h, cp_in_h, cq_g);
                 return 1;
             }
@@ -357,14 +363,14 @@ void dcp__balanced_descent(balanced *b, int64_t budget)
     int32_t live = 0;
     dcp__balanced_evaluate(b, &live);
     dcp__balanced_index_groups(b);
-    b->ds_work = budget;
+    b->ds.work = budget;
     /* heaps */
-    for (int32_t m = 0; m < b->num_mbs; m++) {
-        int32_t *h = b->ds_heap + b->mb_first[m];
-        int32_t size = b->mb_first[m + 1] - b->mb_first[m];
+    for (int32_t m = 0; m < b->pass.num_mbs; m++) {
+        int32_t *h = b->ds.heap + b->pass.mb_first[m];
+        int32_t size = b->pass.mb_first[m + 1] - b->pass.mb_first[m];
         for (int32_t j = 0; j < size; j++) {
-            h[j] = b->mb_groups[b->mb_first[m] + j];
-            b->ds_pos[h[j]] = j;
+            h[j] = b->pass.mb_groups[b->pass.mb_first[m] + j];
+            b->ds.pos[h[j]] = j;
         }
         for (int32_t j = size / 2 - 1; j >= 0; j--) heap_down(b, h, size, j);
     }
@@ -374,29 +380,29 @@ void dcp__balanced_descent(balanced *b, int64_t budget)
      * leaves c .. 2c - 1: every inner node has both children).
      */
     int32_t count[NUM_CLASSES] = {0};
-    for (int32_t g = 0; g < b->num_groups; g++)
-        if (b->g_count[g] > 0) b->g_slot[g] = count[dcp__balanced_class_of(b->g_cp[g])]++;
+    for (int32_t g = 0; g < b->pass.num_groups; g++)
+        if (b->pass.g_count[g] > 0) b->work.g_slot[g] = count[dcp__balanced_class_of(b->pass.g_cp[g])]++;
     int32_t off = 0;
     for (int k = 0; k < NUM_CLASSES; k++) {
-        b->ds_leaves[k] = count[k];
-        b->ds_tree_off[k] = off;
+        b->ds.leaves[k] = count[k];
+        b->ds.tree_off[k] = off;
         for (int32_t i = 0; i < 2 * count[k]; i++) {
-            b->ds_slack[off + i] = INT64_MIN;
-            b->ds_room[off + i] = INT64_MIN;
+            b->ds.slack[off + i] = INT64_MIN;
+            b->ds.room[off + i] = INT64_MIN;
         }
         off += 2 * count[k];
     }
-    for (int32_t g = 0; g < b->num_groups; g++) {
-        if (b->g_count[g] == 0) continue;
-        int k = dcp__balanced_class_of(b->g_cp[g]);
-        b->ds_leaf[b->ds_tree_off[k] / 2 + b->g_slot[g]] = g;
+    for (int32_t g = 0; g < b->pass.num_groups; g++) {
+        if (b->pass.g_count[g] == 0) continue;
+        int k = dcp__balanced_class_of(b->pass.g_cp[g]);
+        b->ds.leaf[b->ds.tree_off[k] / 2 + b->work.g_slot[g]] = g;
         tree_refresh(b, g);
     }
-    for (int progress = 1; progress && b->ds_work > 0;) {
+    for (int progress = 1; progress && b->ds.work > 0;) {
         progress = 0;
-        for (int32_t m = 0; m < b->num_mbs && b->ds_work > 0; m++) {
-            if (b->mb_first[m + 1] == b->mb_first[m]) continue;
-            while (b->ds_work > 0 && relieve(b, m)) progress = 1;
+        for (int32_t m = 0; m < b->pass.num_mbs && b->ds.work > 0; m++) {
+            if (b->pass.mb_first[m + 1] == b->pass.mb_first[m]) continue;
+            while (b->ds.work > 0 && relieve(b, m)) progress = 1;
         }
     }
 }

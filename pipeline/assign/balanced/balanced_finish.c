@@ -4,6 +4,10 @@
  * microbatch count aligned to the VPP group, and the groups dealt into the
  * microbatches again by load (regroup); and the same polishing again for a
  * kept plan.
+ *
+ * State: reads in and kept; writes pass, work (local heap, sorts,
+ * saved_mb), before_vpp, rp (through repacking) and, polishing, the kept
+ * plan it restores and keeps again.
  */
 #include "balanced_internal.h"
 
@@ -11,63 +15,63 @@
 static int repair(balanced *b)
 {
     int any_free = 0;
-    for (int32_t m = 0; m < b->num_mbs && !any_free; m++) any_free = b->mb_free[m] > 0;
+    for (int32_t m = 0; m < b->pass.num_mbs && !any_free; m++) any_free = b->pass.mb_free[m] > 0;
     if (!any_free) return 1; /* full microbatches (the usual case with many sequences per rank): nothing to index */
     dcp__balanced_index_groups(b);
-    for (int32_t m = 0; m < b->num_mbs; m++) {
-        if (b->mb_free[m] == 0 || b->mb_first[m + 1] == b->mb_first[m]) continue;
+    for (int32_t m = 0; m < b->pass.num_mbs; m++) {
+        if (b->pass.mb_free[m] == 0 || b->pass.mb_first[m + 1] == b->pass.mb_first[m]) continue;
         int32_t size = 0;
-        for (int32_t j = b->mb_first[m]; j < b->mb_first[m + 1]; j++) {
-            int32_t g = b->mb_groups[j];
-            dcp__balanced_heap_push(b->local, &size, g, -b->g_load[g], 0);
+        for (int32_t j = b->pass.mb_first[m]; j < b->pass.mb_first[m + 1]; j++) {
+            int32_t g = b->pass.mb_groups[j];
+            dcp__balanced_heap_push(b->work.local, &size, g, -b->pass.g_load[g], 0);
         }
-        while (b->mb_free[m] > 0 && size > 0) {
-            int32_t g = dcp__balanced_heap_pop(b->local, &size);
-            int32_t c = b->g_cp[g];
-            if (c > b->mb_free[m]) continue; /* free ranks only shrink: g never fits again */
-            if (b->g_count[g] >= 2) {
+        while (b->pass.mb_free[m] > 0 && size > 0) {
+            int32_t g = dcp__balanced_heap_pop(b->work.local, &size);
+            int32_t c = b->pass.g_cp[g];
+            if (c > b->pass.mb_free[m]) continue; /* free ranks only shrink: g never fits again */
+            if (b->pass.g_count[g] >= 2) {
                 int32_t g2 = dcp__balanced_group_split(b, g);
-                dcp__balanced_heap_push(b->local, &size, g, -b->g_load[g], 0);
-                dcp__balanced_heap_push(b->local, &size, g2, -b->g_load[g2], 0);
+                dcp__balanced_heap_push(b->work.local, &size, g, -b->pass.g_load[g], 0);
+                dcp__balanced_heap_push(b->work.local, &size, g2, -b->pass.g_load[g2], 0);
             } else {
-                int32_t c2 = dcp__balanced_next_size(c, b->num_ranks);
-                if (c2 == 0 || c2 - c > b->mb_free[m]) continue;
+                int32_t c2 = dcp__balanced_next_size(c, b->in.num_ranks);
+                if (c2 == 0 || c2 - c > b->pass.mb_free[m]) continue;
                 dcp__balanced_group_recost(b, g, c2);
-                b->mb_free[m] -= c2 - c;
-                dcp__balanced_heap_push(b->local, &size, g, -b->g_load[g], 0);
+                b->pass.mb_free[m] -= c2 - c;
+                dcp__balanced_heap_push(b->work.local, &size, g, -b->pass.g_load[g], 0);
             }
         }
-        if (b->mb_free[m] > 0) {
+        if (b->pass.mb_free[m] > 0) {
             /* N is not a power of two and no block fits the gap: the whole microbatch becomes one group */
             int32_t keep = -1;
-            for (int32_t g = 0; g < b->num_groups; g++) {
-                if (b->g_mb[g] != m || b->g_count[g] == 0) continue;
+            for (int32_t g = 0; g < b->pass.num_groups; g++) {
+                if (b->pass.g_mb[g] != m || b->pass.g_count[g] == 0) continue;
                 if (keep < 0) {
                     keep = g;
                     continue;
                 }
-                for (int32_t p = b->g_head[g]; p >= 0;) {
-                    int32_t next = b->item_next[p];
+                for (int32_t p = b->pass.g_head[g]; p >= 0;) {
+                    int32_t next = b->pass.item_next[p];
                     dcp__balanced_group_add(b, keep, p, 0);
                     p = next;
                 }
-                b->g_count[g] = 0;
-                b->g_head[g] = b->g_tail[g] = -1;
-                b->free_groups[b->num_free_groups++] = g;
+                b->pass.g_count[g] = 0;
+                b->pass.g_head[g] = b->pass.g_tail[g] = -1;
+                b->pass.free_groups[b->pass.num_free_groups++] = g;
             }
-            dcp__balanced_group_recost(b, keep, b->num_ranks);
-            b->mb_free[m] = 0;
+            dcp__balanced_group_recost(b, keep, b->in.num_ranks);
+            b->pass.mb_free[m] = 0;
             /* more sequences than the cap allows on a rank: the surplus goes, cap by cap, to new microbatches */
-            while (b->seq_cap > 0 && b->g_count[keep] > b->seq_cap) {
-                int32_t moved = dcp__balanced_new_group(b, dcp__balanced_new_mb(b, 0), b->num_ranks);
-                int32_t p = b->g_head[keep];
-                b->g_head[keep] = b->g_tail[keep] = -1;
-                b->g_count[keep] = 0;
-                b->g_load[keep] = 0;
-                b->g_tokens[keep] = 0;
+            while (b->in.seq_cap > 0 && b->pass.g_count[keep] > b->in.seq_cap) {
+                int32_t moved = dcp__balanced_new_group(b, dcp__balanced_new_mb(b, 0), b->in.num_ranks);
+                int32_t p = b->pass.g_head[keep];
+                b->pass.g_head[keep] = b->pass.g_tail[keep] = -1;
+                b->pass.g_count[keep] = 0;
+                b->pass.g_load[keep] = 0;
+                b->pass.g_tokens[keep] = 0;
                 for (int32_t taken = 0; p >= 0; taken++) {
-                    int32_t next = b->item_next[p];
-                    dcp__balanced_group_add(b, taken < b->seq_cap ? keep : moved, p, b->cost[p]);
+                    int32_t next = b->pass.item_next[p];
+                    dcp__balanced_group_add(b, taken < b->in.seq_cap ? keep : moved, p, b->pass.cost[p]);
                     p = next;
                 }
                 keep = moved;
@@ -80,7 +84,7 @@ static int repair(balanced *b)
 /* Stable merge sort of group ids by load descending (ties: lower id first); returns the sorted array. */
 static int32_t *sort_groups_by_load(balanced *b, int32_t count)
 {
-    int32_t *src = b->sort_a, *dst = b->sort_b;
+    int32_t *src = b->work.sort_a, *dst = b->work.sort_b;
     for (int32_t width = 1; width < count; width *= 2) {
         for (int32_t lo = 0; lo < count; lo += 2 * width) {
             int32_t mid = lo + width < count ? lo + width : count;
@@ -88,7 +92,8 @@ static int32_t *sort_groups_by_load(balanced *b, int32_t count)
             int32_t i = lo, j = mid, o = lo;
             while (i < mid && j < hi) {
                 int32_t x = src[i], y = src[j];
-                if (b->g_load[y] > b->g_load[x] || (b->g_load[y] == b->g_load[x] && y < x)) dst[o++] = src[j++];
+                const int64_t *load = b->pass.g_load;
+                if (load[y] > load[x] || (load[y] == load[x] && y < x)) dst[o++] = src[j++];
                 else dst[o++] = src[i++];
             }
             while (i < mid) dst[o++] = src[i++];
@@ -110,11 +115,11 @@ static int32_t *sort_groups_by_load(balanced *b, int32_t count)
  */
 static int32_t *radix_sort_groups_by_load(balanced *b, int32_t count)
 {
-    heap_entry *src = b->heap, *dst = b->park;
+    heap_entry *src = b->work.heap, *dst = b->work.park;
     uint64_t all_or = 0, all_and = ~(uint64_t)0;
     for (int32_t j = 0; j < count; j++) {
-        int32_t g = b->sort_a[j];
-        uint64_t key = ~(uint64_t)b->g_load[g]; /* loads are >= 0: ascending complement = descending load */
+        int32_t g = b->work.sort_a[j];
+        uint64_t key = ~(uint64_t)b->pass.g_load[g]; /* loads are >= 0: ascending complement = descending load */
         src[j].key = (int64_t)key;
         src[j].id = g;
         all_or |= key;
@@ -139,8 +144,8 @@ static int32_t *radix_sort_groups_by_load(balanced *b, int32_t count)
         src = dst;
         dst = t;
     }
-    for (int32_t j = 0; j < count; j++) b->sort_a[j] = src[j].id;
-    return b->sort_a;
+    for (int32_t j = 0; j < count; j++) b->work.sort_a[j] = src[j].id;
+    return b->work.sort_a;
 }
 
 /*
@@ -153,35 +158,35 @@ static int32_t *radix_sort_groups_by_load(balanced *b, int32_t count)
 static int64_t regroup(balanced *b, int64_t makespan, int32_t live)
 {
     int32_t count = 0;
-    for (int32_t g = 0; g < b->num_groups; g++) {
-        if (b->g_count[g] == 0) continue;
-        b->sort_a[count++] = g;
-        b->saved_mb[g] = b->g_mb[g];
+    for (int32_t g = 0; g < b->pass.num_groups; g++) {
+        if (b->pass.g_count[g] == 0) continue;
+        b->work.sort_a[count++] = g;
+        b->work.saved_mb[g] = b->pass.g_mb[g];
     }
-    const int32_t old_mbs = b->num_mbs;
+    const int32_t old_mbs = b->pass.num_mbs;
     int32_t *sorted = radix_sort_groups_by_load(b, count);
-    for (int32_t m = 0; m < live; m++) b->mb_free[m] = b->num_ranks;
+    for (int32_t m = 0; m < live; m++) b->pass.mb_free[m] = b->in.num_ranks;
     int32_t ptr[NUM_CLASSES] = {0};
     int ok = 1;
     for (int32_t j = 0; j < count && ok; j++) {
-        int32_t g = sorted[j], c = b->g_cp[g];
+        int32_t g = sorted[j], c = b->pass.g_cp[g];
         int k = dcp__balanced_class_of(c);
-        while (ptr[k] < live && b->mb_free[ptr[k]] < c) ptr[k]++;
+        while (ptr[k] < live && b->pass.mb_free[ptr[k]] < c) ptr[k]++;
         if (ptr[k] == live) ok = 0;
         else {
-            b->g_mb[g] = ptr[k];
-            b->mb_free[ptr[k]] -= c;
+            b->pass.g_mb[g] = ptr[k];
+            b->pass.mb_free[ptr[k]] -= c;
         }
     }
     if (ok) {
-        b->num_mbs = live;
+        b->pass.num_mbs = live;
         int32_t again = 0;
         int64_t regrouped = dcp__balanced_evaluate(b, &again);
         if (regrouped < makespan) return regrouped;
     }
-    for (int32_t j = 0; j < count; j++) b->g_mb[b->sort_a[j]] = b->saved_mb[b->sort_a[j]];
-    b->num_mbs = old_mbs;
-    for (int32_t m = 0; m < old_mbs; m++) b->mb_free[m] = 0;
+    for (int32_t j = 0; j < count; j++) b->pass.g_mb[b->work.sort_a[j]] = b->work.saved_mb[b->work.sort_a[j]];
+    b->pass.num_mbs = old_mbs;
+    for (int32_t m = 0; m < old_mbs; m++) b->pass.mb_free[m] = 0;
     return makespan;
 }
 
@@ -198,43 +203,44 @@ static int fix_vpp_multiple(balanced *b, int merge_down)
     for (;;) {
         int32_t live = 0;
         dcp__balanced_evaluate(b, &live);
-        if (live % b->vpp == 0) return 1;
+        if (live % b->in.vpp == 0) return 1;
         if (merge_down) {
-            if (live > b->vpp && dcp__balanced_merge_microbatches(b, b->repack_limit, 1)) continue;
+            if (live > b->in.vpp && dcp__balanced_merge_microbatches(b, b->rp.limit, 1)) continue;
             merge_down = 0; /* no merge fits: split upwards instead */
         }
         dcp__balanced_index_groups(b);
         int32_t best = -1, best_groups = 0;
-        for (int32_t m = 0; m < b->num_mbs; m++) {
-            int32_t groups = b->mb_first[m + 1] - b->mb_first[m];
+        for (int32_t m = 0; m < b->pass.num_mbs; m++) {
+            int32_t groups = b->pass.mb_first[m + 1] - b->pass.mb_first[m];
             if (groups == 0) continue;
-            if (groups == 1 && b->g_count[b->mb_groups[b->mb_first[m]]] < 2) continue;
-            if (best < 0 || groups > best_groups || (groups == best_groups && b->mb_level[m] > b->mb_level[best])) {
+            if (groups == 1 && b->pass.g_count[b->pass.mb_groups[b->pass.mb_first[m]]] < 2) continue;
+            if (best < 0 || groups > best_groups || (groups == best_groups && b->pass.mb_level[m] > b->pass.mb_level[best])) {
                 best = m;
                 best_groups = groups;
             }
         }
         if (best < 0) return 0;
         if (best_groups == 1) {
-            int32_t g2 = dcp__balanced_group_split(b, b->mb_groups[b->mb_first[best]]);
+            int32_t g2 = dcp__balanced_group_split(b, b->pass.mb_groups[b->pass.mb_first[best]]);
             int32_t half = dcp__balanced_new_mb(b, 0);
-            b->mb_free[best] += b->g_cp[g2];
-            b->g_mb[g2] = half;
-            b->mb_free[half] -= b->g_cp[g2];
+            b->pass.mb_free[best] += b->pass.g_cp[g2];
+            b->pass.g_mb[g2] = half;
+            b->pass.mb_free[half] -= b->pass.g_cp[g2];
         } else {
             /* groups of the microbatch by load descending, each to the half with fewer ranks */
             int32_t count = 0;
-            for (int32_t j = b->mb_first[best]; j < b->mb_first[best + 1]; j++) b->sort_a[count++] = b->mb_groups[j];
+            for (int32_t j = b->pass.mb_first[best]; j < b->pass.mb_first[best + 1]; j++)
+                b->work.sort_a[count++] = b->pass.mb_groups[j];
             int32_t *sorted = sort_groups_by_load(b, count);
             int32_t half = dcp__balanced_new_mb(b, 0), used[2] = {0, 0};
-            b->mb_free[best] = b->num_ranks;
+            b->pass.mb_free[best] = b->in.num_ranks;
             for (int32_t j = 0; j < count; j++) {
                 int32_t g = sorted[j], side = used[1] < used[0];
-                used[side] += b->g_cp[g];
-                b->g_mb[g] = side ? half : best;
+                used[side] += b->pass.g_cp[g];
+                b->pass.g_mb[g] = side ? half : best;
             }
-            b->mb_free[best] = b->num_ranks - used[0];
-            b->mb_free[half] = b->num_ranks - used[1];
+            b->pass.mb_free[best] = b->in.num_ranks - used[0];
+            b->pass.mb_free[half] = b->in.num_ranks - used[1];
         }
         if (!repair(b)) return 0;
     }
@@ -244,10 +250,10 @@ static int fix_vpp_multiple(balanced *b, int merge_down)
 static int64_t finish_alignment(balanced *b, int merge_down)
 {
     int32_t live = 0;
-    b->vpp_misaligned = 0;
-    if (b->vpp > 1) {
+    b->pass.vpp_misaligned = 0;
+    if (b->in.vpp > 1) {
         dcp__balanced_evaluate(b, &live);
-        b->vpp_misaligned = live % b->vpp != 0;
+        b->pass.vpp_misaligned = live % b->in.vpp != 0;
         if (!fix_vpp_multiple(b, merge_down)) return -1;
         dcp__balanced_compact_mbs(b);
     }
@@ -263,13 +269,13 @@ static int64_t finish_alignment(balanced *b, int merge_down)
  */
 static void copy_before_alignment(balanced *b, int save)
 {
-    const size_t n = (size_t)b->n;
-    const size_t groups = (size_t)(save ? b->num_groups : b->before_vpp.num_groups);
-    const size_t free_groups = (size_t)(save ? b->num_free_groups : b->before_vpp.num_free_groups);
-    const size_t mbs = (size_t)(save ? b->num_mbs : b->before_vpp.num_mbs);
+    const size_t n = (size_t)b->in.n;
+    const size_t groups = (size_t)(save ? b->pass.num_groups : b->before_vpp.num_groups);
+    const size_t free_groups = (size_t)(save ? b->pass.num_free_groups : b->before_vpp.num_free_groups);
+    const size_t mbs = (size_t)(save ? b->pass.num_mbs : b->before_vpp.num_mbs);
 #define COPY(field, count)                                                                         \
-    (save ? memcpy(b->before_vpp.field, b->field, (count) * sizeof *b->field)                      \
-          : memcpy(b->field, b->before_vpp.field, (count) * sizeof *b->field))
+    (save ? memcpy(b->before_vpp.field, b->pass.field, (count) * sizeof *b->pass.field)                      \
+          : memcpy(b->pass.field, b->before_vpp.field, (count) * sizeof *b->pass.field))
     COPY(cp, n);
     COPY(cost, n);
     COPY(item_group, n);
@@ -285,13 +291,13 @@ static void copy_before_alignment(balanced *b, int save)
     COPY(mb_free, mbs);
 #undef COPY
     if (save) {
-        b->before_vpp.num_groups = b->num_groups;
-        b->before_vpp.num_free_groups = b->num_free_groups;
-        b->before_vpp.num_mbs = b->num_mbs;
+        b->before_vpp.num_groups = b->pass.num_groups;
+        b->before_vpp.num_free_groups = b->pass.num_free_groups;
+        b->before_vpp.num_mbs = b->pass.num_mbs;
     } else {
-        b->num_groups = b->before_vpp.num_groups;
-        b->num_free_groups = b->before_vpp.num_free_groups;
-        b->num_mbs = b->before_vpp.num_mbs;
+        b->pass.num_groups = b->before_vpp.num_groups;
+        b->pass.num_free_groups = b->before_vpp.num_free_groups;
+        b->pass.num_mbs = b->before_vpp.num_mbs;
     }
 }
 
@@ -300,18 +306,18 @@ int64_t dcp__balanced_finish_pass(balanced *b, int merge_down)
 {
     if (!repair(b)) return -1;
     dcp__balanced_compact_mbs(b);
-    if (b->dense && dcp__balanced_any_within(b, b->repack_limit)) {
+    if (b->in.dense && dcp__balanced_any_within(b, b->rp.limit)) {
         /* few sequences per rank: repack each microbatch, merge microbatches while that pays */
-        dcp__balanced_repack_microbatches(b, b->repack_limit);
-        b->num_memo = 0;
-        while (dcp__balanced_merge_microbatches(b, b->repack_limit, 0)) {
+        dcp__balanced_repack_microbatches(b, b->rp.limit);
+        b->rp.num_merge_memo = 0;
+        while (dcp__balanced_merge_microbatches(b, b->rp.limit, 0)) {
         }
         dcp__balanced_compact_mbs(b);
     }
-    if (b->vpp > 1 && b->before_vpp.cp) {
+    if (b->in.vpp > 1 && b->before_vpp.cp) {
         /* kept for the same pass merging down, with what it has charged to the polishing budget so far */
         copy_before_alignment(b, 1);
-        b->before_vpp.charge = b->before_vpp.pass_start - b->polish_work;
+        b->before_vpp.charge = b->before_vpp.pass_start - b->rp.polish_work;
         b->before_vpp.saved = 1;
     }
     return finish_alignment(b, merge_down);
@@ -328,14 +334,14 @@ int64_t dcp__balanced_finish_pass(balanced *b, int merge_down)
  */
 int dcp__balanced_can_realign(const balanced *b)
 {
-    return b->before_vpp.saved && b->polish_work - b->before_vpp.charge > 0;
+    return b->before_vpp.saved && b->rp.polish_work - b->before_vpp.charge > 0;
 }
 
 /* The pass that just ran, merging down from its saved state: its exact makespan or -1. */
 int64_t dcp__balanced_realign_pass(balanced *b)
 {
     copy_before_alignment(b, 0);
-    b->polish_work -= b->before_vpp.charge;
+    b->rp.polish_work -= b->before_vpp.charge;
     b->before_vpp.saved = 0;
     return finish_alignment(b, 1);
 }
@@ -348,36 +354,36 @@ int64_t dcp__balanced_realign_pass(balanced *b)
  */
 void dcp__balanced_polish_plan(balanced *b, int slot, int32_t max_microbatches)
 {
-    dcp__balanced_restore_plan(b, &b->kept[slot]);
-    dcp__balanced_repack_microbatches(b, b->repack_limit);
-    b->num_memo = 0;
-    while (dcp__balanced_merge_microbatches(b, b->repack_limit, 0)) {
+    dcp__balanced_restore_plan(b, &b->kept.plan[slot]);
+    dcp__balanced_repack_microbatches(b, b->rp.limit);
+    b->rp.num_merge_memo = 0;
+    while (dcp__balanced_merge_microbatches(b, b->rp.limit, 0)) {
     }
     dcp__balanced_compact_mbs(b);
     int32_t live = 0;
-    if (b->vpp > 1) {
+    if (b->in.vpp > 1) {
         dcp__balanced_evaluate(b, &live);
-        if (live % b->vpp != 0) {
+        if (live % b->in.vpp != 0) {
             if (!fix_vpp_multiple(b, 1)) return;
             dcp__balanced_compact_mbs(b);
-            dcp__balanced_repack_microbatches(b, b->repack_limit);
+            dcp__balanced_repack_microbatches(b, b->rp.limit);
         }
     }
     int64_t makespan = dcp__balanced_evaluate(b, &live);
     makespan = regroup(b, makespan, live);
-    if (makespan < b->kept[slot].makespan && b->num_mbs <= max_microbatches) dcp__balanced_keep_plan(b, makespan, slot);
+    if (makespan < b->kept.plan[slot].makespan && b->pass.num_mbs <= max_microbatches) dcp__balanced_keep_plan(b, makespan, slot);
 }
 
 /* The local search on a kept plan, then regroup; the slot takes the result when its makespan is lower. */
 void dcp__balanced_descend_plan(balanced *b, int slot, int64_t budget)
 {
-    dcp__balanced_restore_plan(b, &b->kept[slot]);
+    dcp__balanced_restore_plan(b, &b->kept.plan[slot]);
     dcp__balanced_compact_mbs(b);
     dcp__balanced_descent(b, budget);
     int32_t live = 0;
     int64_t makespan = dcp__balanced_evaluate(b, &live);
     makespan = regroup(b, makespan, live);
-    if (makespan < b->kept[slot].makespan) dcp__balanced_keep_plan(b, makespan, slot);
+    if (makespan < b->kept.plan[slot].makespan) dcp__balanced_keep_plan(b, makespan, slot);
 }
 
 /* The common end of a pooled pass (free ranks already filled): VPP alignment (merging down where a pair fits), regroup; the makespan or -1. */
@@ -385,10 +391,10 @@ int64_t dcp__balanced_finish_pool(balanced *b)
 {
     dcp__balanced_compact_mbs(b);
     int32_t live = 0;
-    b->vpp_misaligned = 0;
-    if (b->vpp > 1) {
+    b->pass.vpp_misaligned = 0;
+    if (b->in.vpp > 1) {
         dcp__balanced_evaluate(b, &live);
-        if (live % b->vpp != 0) {
+        if (live % b->in.vpp != 0) {
             if (!fix_vpp_multiple(b, 1)) return -1;
             dcp__balanced_compact_mbs(b);
         }

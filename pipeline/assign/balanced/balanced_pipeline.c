@@ -17,6 +17,10 @@
  * pipeline model runs), never in time: a few orders by cost (as planned,
  * descending, ascending, the dearest in the middle), then, on the plan
  * chosen, pairwise swaps that lower the makespan while the budget lasts.
+ *
+ * State: reads in, kept and rp.polish_work; writes pp, and for plans for
+ * more microbatches pass, before_vpp and kept (one LPT pass each, with
+ * in.dependency cleared while it runs and emits).
  */
 #include "balanced_internal.h"
 #include "../../../core/pipeline_model.h"
@@ -40,14 +44,14 @@ int dcp__balanced_pipeline_layout(balanced *b, dcp__arena *a, const dcp_config *
     dcp__pipeline pipe;
     dcp__pipeline_of(config, &pipe);
     const size_t un = (size_t)n;
-    b->pp_cost = DCP_ARENA_NEW(a, int64_t, 4 * un);
-    b->pp_order = DCP_ARENA_NEW(a, int32_t, 4 * un);
-    b->pp_model = DCP_ARENA_NEW(a, unsigned char, dcp__pipeline_scratch_size(&pipe, n));
+    b->pp.cost = DCP_ARENA_NEW(a, int64_t, 4 * un);
+    b->pp.order = DCP_ARENA_NEW(a, int32_t, 4 * un);
+    b->pp.model = DCP_ARENA_NEW(a, unsigned char, dcp__pipeline_scratch_size(&pipe, n));
     /* a copy of the emitted plan's tables, to lay it out again in another order */
-    b->pp_tables = DCP_ARENA_NEW(a, int32_t, dcp__size_add(dcp__size_mul(5, un), 2));
+    b->pp.tables = DCP_ARENA_NEW(a, int32_t, dcp__size_add(dcp__size_mul(5, un), 2));
     /* the tables of a plan with another microbatch count, n of each (a plan has at most n groups and microbatches) */
-    b->pp_alt = DCP_ARENA_NEW(a, int32_t, dcp__size_add(dcp__size_mul(5, un), 2));
-    return b->pp_cost && b->pp_order && b->pp_model && b->pp_tables && b->pp_alt;
+    b->pp.alt = DCP_ARENA_NEW(a, int32_t, dcp__size_add(dcp__size_mul(5, un), 2));
+    return b->pp.cost && b->pp.order && b->pp.model && b->pp.tables && b->pp.alt;
 }
 
 /* Sort ids[0..K) by cost (descending when `down`), ties by id: an insertion sort (K is small, and deterministic). */
@@ -199,42 +203,42 @@ static dcp_status more_microbatches(balanced *b, const dcp__schedule_input *in, 
                                     dcp_plan *plan, int64_t best, int32_t base, int64_t ref, dcp__error *err)
 {
     static const int32_t grow[][2] = {{5, 4}, {3, 2}, {2, 1}, {3, 1}, {4, 1}};
-    const size_t un = (size_t)b->n;
-    int32_t *trial = b->pp_order + 2 * un, *sorted = b->pp_order + 3 * un;
-    int64_t align = b->vpp > 1 ? b->vpp : 1;
+    const size_t un = (size_t)b->in.n;
+    int32_t *trial = b->pp.order + 2 * un, *sorted = b->pp.order + 3 * un;
+    int64_t align = b->in.vpp > 1 ? b->in.vpp : 1;
     if (pipe->chunks > 1 && pipe->group % align == 0) align = pipe->group;
     else if (pipe->chunks > 1) align *= pipe->group; /* a multiple of both */
     int32_t last = base;
-    const int dependency = b->dependency;
-    b->dependency = 0; /* the barrier emission: groups by size from rank 0 */
+    const int dependency = b->in.dependency;
+    b->in.dependency = 0; /* the barrier emission: groups by size from rank 0 */
     dcp_status st = DCP_OK;
     for (size_t t = 0; t < sizeof grow / sizeof grow[0] && st == DCP_OK; t++) {
         int64_t target = ((int64_t)base * grow[t][0] + grow[t][1] - 1) / grow[t][1];
         target = (target + align - 1) / align * align;
-        if (target <= last || target > b->n || target > plan->max_microbatches) continue;
+        if (target <= last || target > b->in.n || target > plan->max_microbatches) continue;
         last = (int32_t)target;
         for (int merge_down = 0; merge_down < 2 && st == DCP_OK; merge_down++) {
-            b->vpp_misaligned = 0;
+            b->pass.vpp_misaligned = 0;
             b->before_vpp.saved = 0;
-            b->before_vpp.pass_start = b->polish_work;
+            b->before_vpp.pass_start = b->rp.polish_work;
             const int64_t makespan = dcp__balanced_lpt_pass(b, target, 0, 1, merge_down);
-            const int misaligned = b->vpp_misaligned;
-            if (makespan >= 0 && b->num_mbs <= plan->max_microbatches && b->num_mbs > base) {
-                b->num_kept = 1;
+            const int misaligned = b->pass.vpp_misaligned;
+            if (makespan >= 0 && b->pass.num_mbs <= plan->max_microbatches && b->pass.num_mbs > base) {
+                b->kept.num = 1;
                 dcp__balanced_keep_plan(b, makespan, 0);
                 dcp_plan alt;
-                alt_tables(&alt, b->pp_alt, b->n, plan->max_microbatches);
-                dcp__plan_clear(&alt, b->num_ranks);
+                alt_tables(&alt, b->pp.alt, b->in.n, plan->max_microbatches);
+                dcp__plan_clear(&alt, b->in.num_ranks);
                 dcp__error ignored;
                 if (dcp__balanced_emit(b, &alt, &ignored) == DCP_OK) {
-                    pipe_candidate c = {b->pp_cost, b->pp_cost + un, b->pp_order, alt.num_microbatches, INT64_MAX};
+                    pipe_candidate c = {b->pp.cost, b->pp.cost + un, b->pp.order, alt.num_microbatches, INT64_MAX};
                     if (dcp__pipeline_plan_inputs(&alt, in->config, in->lengths, in->num_sequences, c.cost, c.tokens) ==
                         DCP_OK) {
-                        search_order(pipe, &c, trial, sorted, b->pp_model, 0);
+                        search_order(pipe, &c, trial, sorted, b->pp.model, 0);
                         if (c.makespan < best && beats_reference(c.makespan, ref, in->config->cost.margin_ppm)) {
                             plan_copy copy;
-                            copy_plan(&alt, b->pp_tables, &copy);
-                            st = emit_in_order(plan, &copy, c.order, c.K, b->num_ranks, err);
+                            copy_plan(&alt, b->pp.tables, &copy);
+                            st = emit_in_order(plan, &copy, c.order, c.K, b->in.num_ranks, err);
                             plan->source = DCP_PLAN_SOURCE_SEARCH;
                             best = c.makespan;
                         }
@@ -244,7 +248,7 @@ static dcp_status more_microbatches(balanced *b, const dcp__schedule_input *in, 
             if (!misaligned) break;
         }
     }
-    b->dependency = dependency;
+    b->in.dependency = dependency;
     return st;
 }
 
@@ -253,27 +257,27 @@ dcp_status dcp__balanced_pipeline(balanced *b, const dcp__schedule_input *in, dc
     const dcp_config *config = in->config;
     dcp__pipeline pipe;
     dcp__pipeline_of(config, &pipe);
-    const size_t un = (size_t)b->n;
+    const size_t un = (size_t)b->in.n;
     const int32_t source = plan->source; /* the margin rule's choice (balanced.c) */
-    int32_t *trial = b->pp_order + 2 * un, *sorted = b->pp_order + 3 * un;
+    int32_t *trial = b->pp.order + 2 * un, *sorted = b->pp.order + 3 * un;
     /* balanced's plan as emitted */
-    pipe_candidate own = {b->pp_cost, b->pp_cost + un, b->pp_order, plan->num_microbatches, INT64_MAX};
+    pipe_candidate own = {b->pp.cost, b->pp.cost + un, b->pp.order, plan->num_microbatches, INT64_MAX};
     if (dcp__pipeline_plan_inputs(plan, config, in->lengths, in->num_sequences, own.cost, own.tokens) != DCP_OK)
         return dcp__fail(err, DCP_ERR_INVALID_PLAN, "balanced: an emitted id is outside the batch");
-    search_order(&pipe, &own, trial, sorted, b->pp_model, 0);
+    search_order(&pipe, &own, trial, sorted, b->pp.model, 0);
     /* dynamic_cp's plan, made where balanced_reference.c makes it */
-    pipe_candidate ref = {b->pp_cost + 2 * un, b->pp_cost + 3 * un, b->pp_order + un, 0, INT64_MAX};
+    pipe_candidate ref = {b->pp.cost + 2 * un, b->pp.cost + 3 * un, b->pp.order + un, 0, INT64_MAX};
     dcp_plan other;
     int have_other = 0;
     dcp__arena region;
-    if (in->candidate && b->ref_region) {
-        dcp__arena_init(&region, b->ref_region, b->ref_region_size);
+    if (in->candidate && b->kept.ref_region) {
+        dcp__arena_init(&region, b->kept.ref_region, b->kept.ref_region_size);
         int32_t *position;
-        dcp__balanced_reference_tables(&other, &position, &region, b->n);
+        dcp__balanced_reference_tables(&other, &position, &region, b->in.n);
         if (other.microbatch_first_group && other.group_first_rank && other.group_cp_size && other.group_first_id &&
             other.ids) {
             if (plan->max_microbatches < other.max_microbatches) other.max_microbatches = plan->max_microbatches;
-            dcp__plan_clear(&other, b->num_ranks);
+            dcp__plan_clear(&other, b->in.num_ranks);
             dcp__error ignored; /* dynamic_cp without a plan only means no such candidate */
             dcp__schedule_input alone = *in;
             alone.candidate = NULL;
@@ -284,7 +288,7 @@ dcp_status dcp__balanced_pipeline(balanced *b, const dcp__schedule_input *in, dc
     }
     if (have_other) {
         ref.K = other.num_microbatches;
-        search_order(&pipe, &ref, trial, sorted, b->pp_model, 0); /* its own order is the first weighed */
+        search_order(&pipe, &ref, trial, sorted, b->pp.model, 0); /* its own order is the first weighed */
     }
     /* the lower wins; on a tie balanced's own plan */
     plan_copy copy;
@@ -292,34 +296,34 @@ dcp_status dcp__balanced_pipeline(balanced *b, const dcp__schedule_input *in, dc
     int64_t best = own.makespan;
     const int64_t reference = have_other ? ref.makespan : INT64_MAX;
     if (have_other && (ref.makespan < own.makespan || !beats_reference(own.makespan, reference, config->cost.margin_ppm))) {
-        copy_plan(&other, b->pp_tables, &copy);
-        st = emit_in_order(plan, &copy, ref.order, ref.K, b->num_ranks, err);
+        copy_plan(&other, b->pp.tables, &copy);
+        st = emit_in_order(plan, &copy, ref.order, ref.K, b->in.num_ranks, err);
         plan->source = DCP_PLAN_SOURCE_DYNAMIC_CP;
         best = ref.makespan;
     } else {
         int moved = 0;
         for (int32_t i = 0; i < own.K; i++) moved |= own.order[i] != i;
         if (moved) {
-            copy_plan(plan, b->pp_tables, &copy);
-            st = emit_in_order(plan, &copy, own.order, own.K, b->num_ranks, err);
+            copy_plan(plan, b->pp.tables, &copy);
+            st = emit_in_order(plan, &copy, own.order, own.K, b->in.num_ranks, err);
             plan->source = source;
         }
     }
     /* dynamic_cp's plan is read: its region holds the pass state again, which the passes below rebuild */
-    if (in->candidate && b->ref_region) dcp__arena_release(&region);
+    if (in->candidate && b->kept.ref_region) dcp__arena_release(&region);
     if (st == DCP_OK) st = more_microbatches(b, in, &pipe, plan, best, own.K, reference, err);
     if (st != DCP_OK) return st;
     /* the swaps, on the plan chosen (its order as it stands is the first weighed: never above it) */
-    pipe_candidate last = {b->pp_cost, b->pp_cost + un, b->pp_order, plan->num_microbatches, INT64_MAX};
+    pipe_candidate last = {b->pp.cost, b->pp.cost + un, b->pp.order, plan->num_microbatches, INT64_MAX};
     if (dcp__pipeline_plan_inputs(plan, config, in->lengths, in->num_sequences, last.cost, last.tokens) != DCP_OK)
         return dcp__fail(err, DCP_ERR_INVALID_PLAN, "balanced: an emitted id is outside the batch");
-    search_order(&pipe, &last, trial, sorted, b->pp_model, PIPE_SWAP_WORK);
+    search_order(&pipe, &last, trial, sorted, b->pp.model, PIPE_SWAP_WORK);
     int moved = 0;
     for (int32_t i = 0; i < last.K; i++) moved |= last.order[i] != i;
     if (!moved) return DCP_OK;
     const int32_t chosen = plan->source;
-    copy_plan(plan, b->pp_tables, &copy);
-    st = emit_in_order(plan, &copy, last.order, last.K, b->num_ranks, err);
+    copy_plan(plan, b->pp.tables, &copy);
+    st = emit_in_order(plan, &copy, last.order, last.K, b->in.num_ranks, err);
     plan->source = chosen;
     return st;
 }

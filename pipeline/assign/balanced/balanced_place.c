@@ -36,6 +36,9 @@
  * maximum finish time of its ranks, read from per-level block maxima built
  * from the ranks' finish times once a microbatch: O(N + groups x sizes x log)
  * a microbatch, integer and saturating like core/stats.c.
+ *
+ * State: reads in and kept; writes pl, whose per-group and per-microbatch
+ * arrays are pass's and work's (balanced_state.h).
  */
 #include "balanced_internal.h"
 
@@ -193,89 +196,89 @@ static void radix_sort(uint64_t *h, uint64_t *tmp, int32_t count, uint64_t max)
 /*
  * Kept plan k's groups and microbatches for the layouts: each group's load
  * (the sum of its sequences' costs, as core/stats.c sums them), each
- * microbatch's groups by size descending then index (pl_index) and by size
- * descending, load descending, index (pl_greedy), and its level (its most
+ * microbatch's groups by size descending then index (pl.index) and by size
+ * descending, load descending, index (pl.greedy), and its level (its most
  * loaded group).
  */
 static void prepare(balanced *b, const saved_plan *k)
 {
     const int32_t G = k->num_groups, K = k->num_mbs;
-    int64_t *load = b->pl_load;
+    int64_t *load = b->pl.load;
     /* lengths descend: equal lengths at one size come in runs, costed once */
     int64_t memo_len[NUM_CLASSES], memo_cost[NUM_CLASSES];
     for (int c = 0; c < NUM_CLASSES; c++) memo_len[c] = -1;
     for (int32_t g = 0; g < G; g++) load[g] = 0;
-    for (int32_t p = 0; p < b->n; p++) {
+    for (int32_t p = 0; p < b->in.n; p++) {
         int32_t g = k->item_group[p], cp = k->g_cp[g];
         int c = dcp__balanced_class_of(cp);
-        if (memo_len[c] != b->len[p]) {
-            memo_len[c] = b->len[p];
-            memo_cost[c] = dcp__cost(b->model, b->len[p], cp);
+        if (memo_len[c] != b->in.len[p]) {
+            memo_len[c] = b->in.len[p];
+            memo_cost[c] = dcp__cost(b->in.model, b->in.len[p], cp);
         }
         load[g] = dcp__balanced_sat_add(load[g], memo_cost[c]);
     }
-    /* pl_seen is free until an order is tried */
-    int32_t *first = b->pl_first;
-    const int32_t live = dcp__balanced_sort_groups(k, b->pl_tmp, first, b->pl_seen, b->pl_index);
+    /* pl.seen is free until an order is tried */
+    int32_t *first = b->pl.first;
+    const int32_t live = dcp__balanced_sort_groups(k, b->pl.tmp, first, b->pl.seen, b->pl.index);
     /* within each (microbatch, size): by load descending, stable (index order on equal loads) */
-    memcpy(b->pl_greedy, b->pl_index, (size_t)live * sizeof *b->pl_greedy);
-    b->pl_busy_mbs = 0;
-    b->pl_work = 0;
+    memcpy(b->pl.greedy, b->pl.index, (size_t)live * sizeof *b->pl.greedy);
+    b->pl.busy_mbs = 0;
+    b->pl.work = 0;
     for (int32_t m = 0; m < K; m++) {
         int64_t level = 0;
         for (int32_t j = first[m]; j < first[m + 1];) {
-            int32_t cp = k->g_cp[b->pl_greedy[j]], end = j + 1;
-            while (end < first[m + 1] && k->g_cp[b->pl_greedy[end]] == cp) end++;
-            sort_by_key(b->pl_greedy + j, end - j, load, 1, b->pl_tmp);
-            if (load[b->pl_greedy[j]] > level) level = load[b->pl_greedy[j]];
+            int32_t cp = k->g_cp[b->pl.greedy[j]], end = j + 1;
+            while (end < first[m + 1] && k->g_cp[b->pl.greedy[end]] == cp) end++;
+            sort_by_key(b->pl.greedy + j, end - j, load, 1, b->pl.tmp);
+            if (load[b->pl.greedy[j]] > level) level = load[b->pl.greedy[j]];
             j = end;
         }
-        b->pl_level[m] = level;
-        b->pl_busy_mbs += first[m + 1] > first[m];
+        b->pl.level[m] = level;
+        b->pl.busy_mbs += first[m + 1] > first[m];
         /* the rank time a barrier would leave idle: level x N minus the microbatch's GPU time */
-        __int128 slack = (__int128)level * b->num_ranks;
+        __int128 slack = (__int128)level * b->in.num_ranks;
         for (int32_t j = first[m]; j < first[m + 1]; j++)
-            slack -= (__int128)load[b->pl_index[j]] * k->g_cp[b->pl_index[j]];
-        b->pl_slack[m] = dcp__balanced_clamp128(slack);
-        b->pl_work += (__int128)level * b->num_ranks - slack;
+            slack -= (__int128)load[b->pl.index[j]] * k->g_cp[b->pl.index[j]];
+        b->pl.slack[m] = dcp__balanced_clamp128(slack);
+        b->pl.work += (__int128)level * b->in.num_ranks - slack;
     }
 }
 
 /* The start time of the block of size 2^k at rank r: the latest finish time of its ranks. */
-static inline int64_t block_start(const balanced *b, const int32_t *level_off, int k, int32_t r)
+static inline int64_t block_start(const balanced_place *pl, const int32_t *level_off, int k, int32_t r)
 {
-    return k == 0 ? b->pl_finish[r] : b->pl_max[level_off[k] + (r >> k)];
+    return k == 0 ? pl->finish[r] : pl->max[level_off[k] + (r >> k)];
 }
 
 /*
- * Place the groups of microbatch m greedily (pl_greedy order): each size's
+ * Place the groups of microbatch m greedily (pl.greedy order): each size's
  * groups, heaviest first, onto its free aligned blocks by start time.  Writes
- * pl_rank and pl_done; 0 when the groups do not fit N ranks (not a plan).
+ * pl.rank and pl.done; 0 when the groups do not fit N ranks (not a plan).
  */
 static int place_greedy(balanced *b, const saved_plan *k, int32_t m, const int32_t *level_off)
 {
-    const int32_t N = b->num_ranks, cap = b->pl_block_cap, begin = b->pl_first[m], end = b->pl_first[m + 1];
-    const int64_t o = b->model->microbatch_overhead;
-    uint64_t *blocks = b->pl_blocks;
-    int32_t *next = b->pl_next;
+    const int32_t N = b->in.num_ranks, cap = b->pl.block_cap, begin = b->pl.first[m], end = b->pl.first[m + 1];
+    const int64_t o = b->in.model->microbatch_overhead;
+    uint64_t *blocks = b->pl.blocks;
+    int32_t *next = b->pl.next;
     int32_t num_blocks = 0; /* the free blocks of the size last visited; from `used` on, the unused ones */
     int32_t used = 0;
     int last = 31;          /* the size last visited (2^last); 31: none yet, every piece of N is still to come */
     uint64_t last_mask = 0; /* the index bits of its blocks */
     for (int32_t j = begin; j < end;) {
-        const int32_t g0 = b->pl_greedy[j], cp = k->g_cp[g0];
+        const int32_t g0 = b->pl.greedy[j], cp = k->g_cp[g0];
         const int kc = dcp__balanced_class_of(cp);
         if (kc == FULL_CLASS) { /* all N ranks (N not a power of two): alone in its microbatch */
             if (end - begin != 1) return 0;
             int64_t start = 0;
             for (int32_t r = 0; r < N; r++)
-                if (b->pl_finish[r] > start) start = b->pl_finish[r];
-            b->pl_rank[g0] = 0;
-            b->pl_done[g0] = dcp__balanced_sat_add(dcp__balanced_sat_add(start, b->pl_load[g0]), o);
+                if (b->pl.finish[r] > start) start = b->pl.finish[r];
+            b->pl.rank[g0] = 0;
+            b->pl.done[g0] = dcp__balanced_sat_add(dcp__balanced_sat_add(start, b->pl.load[g0]), o);
             return 1;
         }
         int32_t count = 1;
-        while (j + count < end && k->g_cp[b->pl_greedy[j + count]] == cp) count++;
+        while (j + count < end && k->g_cp[b->pl.greedy[j + count]] == cp) count++;
         /* the free blocks of size cp: the unused blocks above cut to size, and N's pieces of sizes in [cp, 2^last) */
         int32_t num_next = 0;
         const int32_t split = (int32_t)1 << (last == 31 ? 0 : last - kc);
@@ -294,7 +297,7 @@ static int place_greedy(balanced *b, const saved_plan *k, int32_t m, const int32
         /* the blocks as integers (above sift_down), the `count` earliest first and in order */
         int64_t least = INT64_MAX, most = 0;
         for (int32_t i = 0; i < num_next; i++) {
-            const int64_t start = block_start(b, level_off, kc, next[i]);
+            const int64_t start = block_start(&b->pl, level_off, kc, next[i]);
             least = start < least ? start : least;
             most = start > most ? start : most;
         }
@@ -303,15 +306,15 @@ static int place_greedy(balanced *b, const saved_plan *k, int32_t m, const int32
         int shift = 0;
         while (((uint64_t)(most - least) >> shift) >> (64 - index_bits)) shift++;
         for (int32_t i = 0; i < num_next; i++)
-            blocks[i] = ((uint64_t)(block_start(b, level_off, kc, next[i]) - least) >> shift) << index_bits |
+            blocks[i] = ((uint64_t)(block_start(&b->pl, level_off, kc, next[i]) - least) >> shift) << index_bits |
                         (uint64_t)(next[i] >> kc);
         if (num_next < RADIX_MIN) sort_least(blocks, num_next, count);
         else radix_sort(blocks, blocks + cap, num_next, ((uint64_t)(most - least) >> shift) << index_bits | index_mask);
         for (int32_t i = 0; i < count; i++) {
-            const int32_t g = b->pl_greedy[j + i], r0 = (int32_t)(blocks[i] & index_mask) << kc;
-            b->pl_rank[g] = r0;
-            b->pl_done[g] =
-                dcp__balanced_sat_add(dcp__balanced_sat_add(block_start(b, level_off, kc, r0), b->pl_load[g]), o);
+            const int32_t g = b->pl.greedy[j + i], r0 = (int32_t)(blocks[i] & index_mask) << kc;
+            b->pl.rank[g] = r0;
+            b->pl.done[g] =
+                dcp__balanced_sat_add(dcp__balanced_sat_add(block_start(&b->pl, level_off, kc, r0), b->pl.load[g]), o);
         }
         num_blocks = num_next;
         used = count;
@@ -322,61 +325,61 @@ static int place_greedy(balanced *b, const saved_plan *k, int32_t m, const int32
     return 1;
 }
 
-/* The default layout of microbatch m: groups by size descending (pl_index order) from rank 0. */
+/* The default layout of microbatch m: groups by size descending (pl.index order) from rank 0. */
 static int place_default(balanced *b, const saved_plan *k, int32_t m, const int32_t *level_off)
 {
-    const int32_t N = b->num_ranks;
-    const int64_t o = b->model->microbatch_overhead;
+    const int32_t N = b->in.num_ranks;
+    const int64_t o = b->in.model->microbatch_overhead;
     int64_t rank = 0;
-    for (int32_t j = b->pl_first[m]; j < b->pl_first[m + 1]; j++) {
-        const int32_t g = b->pl_index[j], cp = k->g_cp[g];
+    for (int32_t j = b->pl.first[m]; j < b->pl.first[m + 1]; j++) {
+        const int32_t g = b->pl.index[j], cp = k->g_cp[g];
         const int kc = dcp__balanced_class_of(cp);
         if (rank + cp > N || (kc != FULL_CLASS && (rank & (cp - 1)))) return 0;
         int64_t start = 0;
         if (kc == FULL_CLASS) {
             for (int32_t r = 0; r < N; r++)
-                if (b->pl_finish[r] > start) start = b->pl_finish[r];
+                if (b->pl.finish[r] > start) start = b->pl.finish[r];
         } else {
-            start = block_start(b, level_off, kc, (int32_t)rank);
+            start = block_start(&b->pl, level_off, kc, (int32_t)rank);
         }
-        b->pl_rank[g] = (int32_t)rank;
-        b->pl_done[g] = dcp__balanced_sat_add(dcp__balanced_sat_add(start, b->pl_load[g]), o);
+        b->pl.rank[g] = (int32_t)rank;
+        b->pl.done[g] = dcp__balanced_sat_add(dcp__balanced_sat_add(start, b->pl.load[g]), o);
         rank += cp;
     }
     return 1;
 }
 
 /*
- * The microbatch order of a layout into pl_order: index order, or by level
+ * The microbatch order of a layout into pl.order: index order, or by level
  * ascending, or by slack descending (stable: index order on equal keys).  0
  * when the layout need not run: a greedy layout of a plan with one
  * microbatch (every rank starts at 0, so its D is the default layout's), or
  * an order equal to one tried before for this plan (the last sorted order is
- * kept in pl_seen).
+ * kept in pl.seen).
  */
-static int choose_order(balanced *b, const saved_plan *k, int layout)
+static int choose_order(balanced_place *pl, const saved_plan *k, int layout)
 {
     const int32_t K = k->num_mbs;
-    int32_t *order = b->pl_order;
+    int32_t *order = pl->order;
     for (int32_t m = 0; m < K; m++) order[m] = m;
     if (layout == LAYOUT_DEFAULT) return 1;
-    if (b->pl_busy_mbs <= 1) return 0;
+    if (pl->busy_mbs <= 1) return 0;
     if (layout == LAYOUT_INDEX) return 1;
-    if (layout == LAYOUT_LEVEL_ASC) sort_by_key(order, K, b->pl_level, 0, b->pl_tmp);
-    else sort_by_key(order, K, b->pl_slack, 1, b->pl_tmp);
-    int same_index = 1, same_seen = b->pl_seen_valid;
+    if (layout == LAYOUT_LEVEL_ASC) sort_by_key(order, K, pl->level, 0, pl->tmp);
+    else sort_by_key(order, K, pl->slack, 1, pl->tmp);
+    int same_index = 1, same_seen = pl->seen_valid;
     for (int32_t i = 0; i < K; i++) {
         same_index = same_index && order[i] == i;
-        same_seen = same_seen && order[i] == b->pl_seen[i];
+        same_seen = same_seen && order[i] == pl->seen[i];
     }
     if (same_index || same_seen) return 0;
-    memcpy(b->pl_seen, order, (size_t)K * sizeof *order);
-    b->pl_seen_valid = 1;
+    memcpy(pl->seen, order, (size_t)K * sizeof *order);
+    pl->seen_valid = 1;
     return 1;
 }
 
 /*
- * D of kept plan k (prepared) under a layout whose order is in pl_order; -1
+ * D of kept plan k (prepared) under a layout whose order is in pl.order; -1
  * when its groups do not fit.  A layout that cannot beat `limit` (reach it,
  * when `tie_wins`) stops early and returns -1: after each microbatch every
  * rank still pays its share of the remaining GPU time and an overhead per
@@ -385,36 +388,36 @@ static int choose_order(balanced *b, const saved_plan *k, int layout)
  */
 static int64_t layout_makespan(balanced *b, const saved_plan *k, int layout, int64_t limit, int tie_wins)
 {
-    const int32_t N = b->num_ranks, K = k->num_mbs;
-    const int64_t o = b->model->microbatch_overhead;
+    const int32_t N = b->in.num_ranks, K = k->num_mbs;
+    const int64_t o = b->in.model->microbatch_overhead;
     int32_t level_off[MAX_LOG2_RANKS + 2];
     level_off[1] = 0;
     for (int kc = 1; kc <= MAX_LOG2_RANKS; kc++) level_off[kc + 1] = level_off[kc] + (N >> kc);
-    for (int32_t r = 0; r < N; r++) b->pl_finish[r] = 0;
+    for (int32_t r = 0; r < N; r++) b->pl.finish[r] = 0;
     int64_t makespan = 0;
-    int32_t left = b->pl_busy_mbs;   /* microbatches with groups not yet laid out */
-    __int128 work_left = b->pl_work; /* their GPU time */
+    int32_t left = b->pl.busy_mbs;   /* microbatches with groups not yet laid out */
+    __int128 work_left = b->pl.work; /* their GPU time */
     for (int32_t i = 0; i < K; i++) {
-        const int32_t m = b->pl_order[i], begin = b->pl_first[m], end = b->pl_first[m + 1];
+        const int32_t m = b->pl.order[i], begin = b->pl.first[m], end = b->pl.first[m + 1];
         if (begin == end) continue;
         /* block maxima of the previous microbatch's finish times, up to the largest power-of-two size here */
-        int top = dcp__balanced_class_of(k->g_cp[b->pl_index[begin]]);
+        int top = dcp__balanced_class_of(k->g_cp[b->pl.index[begin]]);
         if (top == FULL_CLASS) top = 0;
         for (int kc = 1; kc <= top; kc++) {
-            const int64_t *src = kc == 1 ? b->pl_finish : b->pl_max + level_off[kc - 1];
-            int64_t *dst = b->pl_max + level_off[kc];
+            const int64_t *src = kc == 1 ? b->pl.finish : b->pl.max + level_off[kc - 1];
+            int64_t *dst = b->pl.max + level_off[kc];
             for (int32_t x = 0; x < (N >> kc); x++) dst[x] = src[2 * x] > src[2 * x + 1] ? src[2 * x] : src[2 * x + 1];
         }
         int ok = layout == LAYOUT_DEFAULT ? place_default(b, k, m, level_off) : place_greedy(b, k, m, level_off);
         if (!ok) return -1;
         __int128 finish_sum = 0;
         for (int32_t j = begin; j < end; j++) {
-            const int32_t g = b->pl_index[j], cp = k->g_cp[g], r0 = b->pl_rank[g];
-            const int64_t done = b->pl_done[g];
-            for (int32_t r = r0; r < r0 + cp; r++) b->pl_finish[r] = done;
+            const int32_t g = b->pl.index[j], cp = k->g_cp[g], r0 = b->pl.rank[g];
+            const int64_t done = b->pl.done[g];
+            for (int32_t r = r0; r < r0 + cp; r++) b->pl.finish[r] = done;
             if (done > makespan) makespan = done;
             finish_sum += (__int128)cp * done;
-            work_left -= (__int128)cp * b->pl_load[g];
+            work_left -= (__int128)cp * b->pl.load[g];
         }
         if (--left > 0 && limit < INT64_MAX) {
             /* the sum of the finish times is the microbatch's: every rank is in one of its groups */
@@ -429,13 +432,13 @@ static int64_t layout_makespan(balanced *b, const saved_plan *k, int layout, int
 /* Whether layout `layout` of kept plan j goes before the best so far on equal D (see above). */
 static int wins_tie(const balanced *b, int j, int layout, int best, int best_layout)
 {
-    const int64_t x = b->kept[j].makespan, y = b->kept[best].makespan;
+    const int64_t x = b->kept.plan[j].makespan, y = b->kept.plan[best].makespan;
     return x < y || (x == y && (j < best || (j == best && layout < best_layout)));
 }
 
 /*
  * Choose the kept plan and its layout with the least D (see above), and
- * leave that layout in pl_order (the microbatches in emit order) and pl_rank
+ * leave that layout in pl.order (the microbatches in emit order) and pl.rank
  * (each group's first rank).  Returns the kept plan's index, or -1 when the
  * barrier model's plan and layout are the choice without a layout to run (all
  * kept plans in one microbatch) or no layout fits.
@@ -452,8 +455,8 @@ int dcp__balanced_place(balanced *b)
      * model's choice stands (emitted as it emits it).
      */
     int single = 1;
-    for (int j = 0; j < b->num_kept && single; j++) {
-        const saved_plan *k = &b->kept[j];
+    for (int j = 0; j < b->kept.num && single; j++) {
+        const saved_plan *k = &b->kept.plan[j];
         for (int32_t g = 0, mb = -1; g < k->num_groups && single; g++) {
             if (k->g_mb[g] < 0) continue;
             if (mb < 0) mb = k->g_mb[g];
@@ -463,13 +466,13 @@ int dcp__balanced_place(balanced *b)
     if (single) return -1;
     int best = -1, best_layout = 0;
     int64_t best_makespan = 0;
-    for (int j = 0; j < b->num_kept; j++) {
-        const saved_plan *k = &b->kept[j];
+    for (int j = 0; j < b->kept.num; j++) {
+        const saved_plan *k = &b->kept.plan[j];
         prepare(b, k);
-        b->pl_seen_valid = 0;
+        b->pl.seen_valid = 0;
         for (int x = 0; x < NUM_LAYOUTS; x++) {
             const int layout = runs[x];
-            if (!choose_order(b, k, layout)) continue;
+            if (!choose_order(&b->pl, k, layout)) continue;
             /* least D, then barrier makespan, then kept index, then layout (default first) */
             const int tie = best >= 0 && wins_tie(b, j, layout, best, best_layout);
             const int64_t d = layout_makespan(b, k, layout, best < 0 ? INT64_MAX : best_makespan, tie);
@@ -477,15 +480,15 @@ int dcp__balanced_place(balanced *b)
                 best = j;
                 best_layout = layout;
                 best_makespan = d;
-                /* the next layouts overwrite pl_rank and pl_order: keep this one's */
-                memcpy(b->pl_best_rank, b->pl_rank, (size_t)k->num_groups * sizeof *b->pl_rank);
-                memcpy(b->pl_best_order, b->pl_order, (size_t)k->num_mbs * sizeof *b->pl_order);
+                /* the next layouts overwrite pl.rank and pl.order: keep this one's */
+                memcpy(b->pl.best_rank, b->pl.rank, (size_t)k->num_groups * sizeof *b->pl.rank);
+                memcpy(b->pl.best_order, b->pl.order, (size_t)k->num_mbs * sizeof *b->pl.order);
             }
         }
     }
     if (best >= 0) {
-        memcpy(b->pl_rank, b->pl_best_rank, (size_t)b->kept[best].num_groups * sizeof *b->pl_rank);
-        memcpy(b->pl_order, b->pl_best_order, (size_t)b->kept[best].num_mbs * sizeof *b->pl_order);
+        memcpy(b->pl.rank, b->pl.best_rank, (size_t)b->kept.plan[best].num_groups * sizeof *b->pl.rank);
+        memcpy(b->pl.order, b->pl.best_order, (size_t)b->kept.plan[best].num_mbs * sizeof *b->pl.order);
     }
     return best;
 }

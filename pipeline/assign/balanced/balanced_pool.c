@@ -29,6 +29,10 @@
  *
  * Costs of a position at its minimal class and the POOL_WINDOW - 1 above are
  * cached on first use (-1: not yet known).
+ *
+ * State: reads in; writes pk (its trial groups in work.heap and
+ * work.park, its kept trial in pass.order, pass.class_list and
+ * work.alive_next) and, committing a trial, pass.
  */
 #include "balanced_internal.h"
 
@@ -46,10 +50,10 @@ enum { POOL_LOOK = 64, POOL_BUCKET_LOOK = 8 };
  */
 enum { POOL_GROW = 10, POOL_STEPS = 8 };
 
-static inline int pool_min_class(const balanced *b, int32_t p) { return b->pk_k0[p]; }
+static inline int pool_min_class(const balanced *b, int32_t p) { return b->pk.k0[p]; }
 
 /* The next class after k that is a size on this many ranks, or NUM_CLASSES. */
-static inline int pool_next_class(const balanced *b, int k) { return b->pk_next_class[k]; }
+static inline int pool_next_class(const balanced *b, int k) { return b->pk.next_class[k]; }
 
 /* pool_cost() when the window does not have it yet. */
 static int64_t pool_cost_slow(balanced *b, int32_t p, int k)
@@ -58,9 +62,9 @@ static int64_t pool_cost_slow(balanced *b, int32_t p, int k)
     int64_t c = INT64_MAX;
     if (k >= k0 && dcp__balanced_class_valid(b, k)) {
         const int32_t size = dcp__balanced_class_size(b, k);
-        if (b->len[p] <= (int64_t)size * b->max_seqlen) c = dcp__cost(b->model, b->len[p], size);
+        if (b->in.len[p] <= (int64_t)size * b->in.max_seqlen) c = dcp__cost(b->in.model, b->in.len[p], size);
     }
-    if (k >= k0 && k - k0 < POOL_WINDOW) b->pk_cost[(size_t)p * POOL_WINDOW + (k - k0)] = c;
+    if (k >= k0 && k - k0 < POOL_WINDOW) b->pk.cost[(size_t)p * POOL_WINDOW + (k - k0)] = c;
     return c;
 }
 
@@ -69,7 +73,7 @@ static inline int64_t pool_cost(balanced *b, int32_t p, int k)
 {
     const unsigned j = (unsigned)(k - pool_min_class(b, p));
     if (j < POOL_WINDOW) {
-        const int64_t c = b->pk_cost[(size_t)p * POOL_WINDOW + j];
+        const int64_t c = b->pk.cost[(size_t)p * POOL_WINDOW + j];
         if (c >= 0) return c;
     }
     return pool_cost_slow(b, p, k);
@@ -101,19 +105,19 @@ static inline int32_t pool_bucket(int64_t room, int shift)
 }
 
 /* Take trial group g (class k, linked while its load was as now) out of its bucket. */
-static void pool_unlink(balanced *b, int k, int32_t g)
+static void pool_unlink(balanced_pool *pk, int k, int32_t g)
 {
-    pool_group *x = &b->pk_grp[g];
+    pool_group *x = &pk->grp[g];
     if (x->bprev == POOL_UNLINKED) return;
-    const int32_t bk = pool_bucket(b->pk_level - x->load, b->pk_shift);
-    int32_t *head = b->pk_bhead + (size_t)k * POOL_BUCKETS;
-    if (x->bprev >= 0) b->pk_grp[x->bprev].bnext = x->bnext;
+    const int32_t bk = pool_bucket(pk->level - x->load, pk->shift);
+    int32_t *head = pk->bhead + (size_t)k * POOL_BUCKETS;
+    if (x->bprev >= 0) pk->grp[x->bprev].bnext = x->bnext;
     else head[bk] = x->bnext;
-    if (x->bnext >= 0) b->pk_grp[x->bnext].bprev = x->bprev;
+    if (x->bnext >= 0) pk->grp[x->bnext].bprev = x->bprev;
     if (head[bk] < 0) {
-        uint64_t *bits = b->pk_bits + (size_t)k * (POOL_BUCKETS / 64);
+        uint64_t *bits = pk->bits + (size_t)k * (POOL_BUCKETS / 64);
         bits[bk >> 6] &= ~((uint64_t)1 << (bk & 63));
-        if (!bits[bk >> 6]) b->pk_summary[k] &= ~((uint64_t)1 << (bk >> 6));
+        if (!bits[bk >> 6]) pk->summary[k] &= ~((uint64_t)1 << (bk >> 6));
     }
     x->bprev = POOL_UNLINKED;
 }
@@ -121,35 +125,35 @@ static void pool_unlink(balanced *b, int k, int32_t g)
 /* Put trial group g (class k) into the bucket of its room, unless it can take nothing more. */
 static void pool_link(balanced *b, int k, int32_t g)
 {
-    pool_group *x = &b->pk_grp[g];
+    pool_group *x = &b->pk.grp[g];
     x->bprev = POOL_UNLINKED;
-    if (b->seq_cap > 0 && x->count >= b->seq_cap) return;
-    if ((int64_t)x->size * b->max_seqlen - x->tokens < b->pk_shortest) return; /* not even the shortest sequence fits */
-    const int64_t room = b->pk_level - x->load;
+    if (b->in.seq_cap > 0 && x->count >= b->in.seq_cap) return;
+    if ((int64_t)x->size * b->in.max_seqlen - x->tokens < b->pk.shortest) return; /* not even the shortest sequence fits */
+    const int64_t room = b->pk.level - x->load;
     if (room < 0) return;
-    const int32_t bk = pool_bucket(room, b->pk_shift);
-    int32_t *head = b->pk_bhead + (size_t)k * POOL_BUCKETS;
-    uint64_t *bits = b->pk_bits + (size_t)k * (POOL_BUCKETS / 64);
+    const int32_t bk = pool_bucket(room, b->pk.shift);
+    int32_t *head = b->pk.bhead + (size_t)k * POOL_BUCKETS;
+    uint64_t *bits = b->pk.bits + (size_t)k * (POOL_BUCKETS / 64);
     if (!(bits[bk >> 6] & ((uint64_t)1 << (bk & 63)))) {
         head[bk] = -1; /* heads are valid only under a set bit: cleared buckets need no reset */
         bits[bk >> 6] |= (uint64_t)1 << (bk & 63);
-        b->pk_summary[k] |= (uint64_t)1 << (bk >> 6);
+        b->pk.summary[k] |= (uint64_t)1 << (bk >> 6);
     }
     x->bprev = -1;
     x->bnext = head[bk];
-    if (head[bk] >= 0) b->pk_grp[head[bk]].bprev = g;
+    if (head[bk] >= 0) b->pk.grp[head[bk]].bprev = g;
     head[bk] = g;
 }
 
 /* The first non-empty bucket of class k at or after bk, or -1. */
-static int32_t pool_next_bucket(const balanced *b, int k, int32_t bk)
+static int32_t pool_next_bucket(const balanced_pool *pk, int k, int32_t bk)
 {
     if (bk >= POOL_BUCKETS) return -1;
-    const uint64_t *bits = b->pk_bits + (size_t)k * (POOL_BUCKETS / 64);
+    const uint64_t *bits = pk->bits + (size_t)k * (POOL_BUCKETS / 64);
     int32_t w = bk >> 6;
     uint64_t word = bits[w] & (~(uint64_t)0 << (bk & 63));
     if (word) return (w << 6) + __builtin_ctzll(word);
-    uint64_t rest = w + 1 < POOL_BUCKETS / 64 ? b->pk_summary[k] & (~(uint64_t)0 << (w + 1)) : 0;
+    uint64_t rest = w + 1 < POOL_BUCKETS / 64 ? pk->summary[k] & (~(uint64_t)0 << (w + 1)) : 0;
     if (!rest) return -1;
     w = __builtin_ctzll(rest);
     return (w << 6) + __builtin_ctzll(bits[w]);
@@ -158,12 +162,12 @@ static int32_t pool_next_bucket(const balanced *b, int k, int32_t bk)
 /* A trial group of class k that takes s tokens at cost c: the least room at least c (to within a bucket), or -1. */
 static int32_t pool_find(balanced *b, int k, int64_t c, int32_t s)
 {
-    if (!b->pk_summary[k]) return -1;
-    const int32_t *head = b->pk_bhead + (size_t)k * POOL_BUCKETS;
-    const int64_t most = b->pk_level - c; /* the load a group may have to take it */
+    if (!b->pk.summary[k]) return -1;
+    const int32_t *head = b->pk.bhead + (size_t)k * POOL_BUCKETS;
+    const int64_t most = b->pk.level - c; /* the load a group may have to take it */
     int scanned = 0;
-    for (int32_t bk = pool_next_bucket(b, k, pool_bucket(c, b->pk_shift)); bk >= 0 && scanned < POOL_LOOK;
-         bk = pool_next_bucket(b, k, bk + 1)) {
+    for (int32_t bk = pool_next_bucket(&b->pk, k, pool_bucket(c, b->pk.shift)); bk >= 0 && scanned < POOL_LOOK;
+         bk = pool_next_bucket(&b->pk, k, bk + 1)) {
         /*
          * In c's own bucket some rooms fall short of c: look at a few only
          * (the bucket can be long); past it every room is enough, and only
@@ -171,10 +175,10 @@ static int32_t pool_find(balanced *b, int k, int64_t c, int32_t s)
          */
         int in_bucket = 0;
         for (int32_t g = head[bk]; g >= 0 && scanned < POOL_LOOK && in_bucket < POOL_BUCKET_LOOK;
-             g = b->pk_grp[g].bnext, scanned++, in_bucket++) {
-            const pool_group *x = &b->pk_grp[g];
+             g = b->pk.grp[g].bnext, scanned++, in_bucket++) {
+            const pool_group *x = &b->pk.grp[g];
             if (x->load > most) continue;
-            if (x->tokens + s > (int64_t)x->size * b->max_seqlen) continue;
+            if (x->tokens + s > (int64_t)x->size * b->in.max_seqlen) continue;
             return g;
         }
     }
@@ -186,22 +190,22 @@ static int32_t pool_find(balanced *b, int k, int64_t c, int32_t s)
  * `capacity` ranks.  Returns the ranks used; once they pass `stop_at` the
  * trial ends there and returns them so far (the trial groups are then
  * partial), and capacity + 1 when some position fits no size under the
- * level.  The groups are left in pk_* (*num_groups), each position's group
- * in pk_of.
+ * level.  The groups are left in pk.grp (*num_groups), each position's group
+ * in pk.of.
  */
 static int64_t pool_trial(balanced *b, int64_t level, int64_t capacity, int64_t stop_at, int32_t *num_groups)
 {
     int32_t groups = 0;
     int64_t ranks = 0;
-    b->pk_level = level;
-    b->pk_shift = 0;
-    while ((level >> b->pk_shift) >= POOL_BUCKETS) b->pk_shift++;
+    b->pk.level = level;
+    b->pk.shift = 0;
+    while ((level >> b->pk.shift) >= POOL_BUCKETS) b->pk.shift++;
     for (int k = 0; k < NUM_CLASSES; k++) {
-        if (b->pk_summary[k]) memset(b->pk_bits + (size_t)k * (POOL_BUCKETS / 64), 0, (POOL_BUCKETS / 64) * sizeof(uint64_t));
-        b->pk_summary[k] = 0;
+        if (b->pk.summary[k]) memset(b->pk.bits + (size_t)k * (POOL_BUCKETS / 64), 0, (POOL_BUCKETS / 64) * sizeof(uint64_t));
+        b->pk.summary[k] = 0;
     }
-    for (int32_t p = 0; p < b->n; p++) {
-        const int32_t s = b->len[p];
+    for (int32_t p = 0; p < b->in.n; p++) {
+        const int32_t s = b->in.len[p];
         int64_t c0 = 0;
         const int k = pool_class_under(b, p, level, &c0);
         if (k == NUM_CLASSES) return capacity + 1;
@@ -209,12 +213,12 @@ static int64_t pool_trial(balanced *b, int64_t level, int64_t capacity, int64_t 
         int best_class = k;
         int64_t best_load = -1, best_cost = c0;
         for (int k2 = k, tried = 0; k2 < NUM_CLASSES && tried < POOL_WIDER; k2 = pool_next_class(b, k2), tried++) {
-            if (!b->pk_summary[k2]) continue;
+            if (!b->pk.summary[k2]) continue;
             const int64_t c = k2 == k ? c0 : pool_cost(b, p, k2);
             if (c > level) continue;
             const int32_t g = pool_find(b, k2, c, s);
             if (g < 0) continue;
-            const int64_t after = dcp__balanced_sat_add(b->pk_grp[g].load, c);
+            const int64_t after = dcp__balanced_sat_add(b->pk.grp[g].load, c);
             if (after > best_load) { /* across classes: the fullest it leaves */
                 best = g;
                 best_class = k2;
@@ -227,7 +231,7 @@ static int64_t pool_trial(balanced *b, int64_t level, int64_t capacity, int64_t 
             ranks += size;
             if (ranks > stop_at) return ranks;
             best = groups++;
-            pool_group *x = &b->pk_grp[best];
+            pool_group *x = &b->pk.grp[best];
             x->size = size;
             x->load = 0;
             x->tokens = 0;
@@ -236,10 +240,10 @@ static int64_t pool_trial(balanced *b, int64_t level, int64_t capacity, int64_t 
             best_class = k;
             best_cost = c0;
         } else {
-            pool_unlink(b, best_class, best);
+            pool_unlink(&b->pk, best_class, best);
         }
-        pool_group *x = &b->pk_grp[best];
-        b->pk_of[p] = best;
+        pool_group *x = &b->pk.grp[best];
+        b->pk.of[p] = best;
         x->load = dcp__balanced_sat_add(x->load, best_cost);
         x->tokens += s;
         x->count++;
@@ -252,15 +256,15 @@ static int64_t pool_trial(balanced *b, int64_t level, int64_t capacity, int64_t 
 /* Keep the trial's groups (each position's group and each group's size): the last trial is not always the one used. */
 static void pool_keep(balanced *b, int32_t groups)
 {
-    memcpy(b->pk_keep_of, b->pk_of, (size_t)b->n * sizeof *b->pk_of);
-    for (int32_t g = 0; g < groups; g++) b->pk_keep_size[g] = b->pk_grp[g].size;
-    b->pk_keep_groups = groups;
+    memcpy(b->pk.keep_of, b->pk.of, (size_t)b->in.n * sizeof *b->pk.of);
+    for (int32_t g = 0; g < groups; g++) b->pk.keep_size[g] = b->pk.grp[g].size;
+    b->pk.keep_groups = groups;
 }
 
 /*
  * The least level (to within 1/512) at which every position packs on
- * `capacity` ranks; the groups of its trial are left in pk_keep_*.  Returns
- * the level, or -1 when none fits.
+ * `capacity` ranks; the groups of its trial are left in pk.keep_of and
+ * pk.keep_size.  Returns the level, or -1 when none fits.
  */
 static int64_t pool_search(balanced *b, int64_t capacity, int32_t *num_groups)
 {
@@ -270,8 +274,8 @@ static int64_t pool_search(balanced *b, int64_t capacity, int32_t *num_groups)
      * (the least GPU time each sequence can take, when its cost grows no
      * faster than its size shrinks, as with the default model).
      */
-    int64_t lo = b->pk_floor;
-    const int64_t work_floor = dcp__balanced_ceil_div128(b->min_work, capacity);
+    int64_t lo = b->pk.floor;
+    const int64_t work_floor = dcp__balanced_ceil_div128(b->in.min_work, capacity);
     if (work_floor > lo) lo = work_floor;
     /*
      * Trials run to the end and count the ranks they need; about as the level
@@ -280,7 +284,8 @@ static int64_t pool_search(balanced *b, int64_t capacity, int32_t *num_groups)
      * and one that does, to within 1/512.  The first trial is at the floor;
      * the second at the floor scaled by the ranks it needed over the capacity
      * (then up in steps of 1/64 until one fits).  The groups of the least
-     * level that fitted are kept (pk_keep_*), so no trial is repeated.
+     * level that fitted are kept (pk.keep_of, pk.keep_size), so no trial is
+     * repeated.
      */
     int32_t groups = 0;
     /*
@@ -337,37 +342,37 @@ static int64_t pool_search(balanced *b, int64_t capacity, int32_t *num_groups)
             side = -1;
         }
     }
-    *num_groups = b->pk_keep_groups;
+    *num_groups = b->pk.keep_groups;
     return best;
 }
 
 /* What a fill step does to group g: its load after (a split: the heavier half, estimated as half), in *key; 0 when it has none. */
 static int pool_step(balanced *b, int32_t g, int32_t free_ranks, int64_t *key)
 {
-    const int32_t c = b->g_cp[g];
-    if (b->g_count[g] >= 2) {
+    const int32_t c = b->pass.g_cp[g];
+    if (b->pass.g_count[g] >= 2) {
         if (c > free_ranks) return 0;
-        *key = b->g_load[g] / 2 + (b->g_load[g] & 1);
+        *key = b->pass.g_load[g] / 2 + (b->pass.g_load[g] & 1);
         return 1;
     }
-    const int32_t c2 = dcp__balanced_next_size(c, b->num_ranks);
+    const int32_t c2 = dcp__balanced_next_size(c, b->in.num_ranks);
     if (c2 == 0 || c2 - c > free_ranks) return 0;
-    *key = pool_cost(b, b->g_head[g], dcp__balanced_class_of(c2));
+    *key = pool_cost(b, b->pass.g_head[g], dcp__balanced_class_of(c2));
     return 1;
 }
 
 /* Apply g's fill step (split it, or widen its only sequence); returns the new group of a split, else -1. */
 static int32_t pool_apply(balanced *b, int32_t g)
 {
-    const int32_t m = b->g_mb[g], c = b->g_cp[g];
-    if (b->g_count[g] >= 2) return dcp__balanced_group_split(b, g);
-    const int32_t c2 = dcp__balanced_next_size(c, b->num_ranks);
-    const int32_t p = b->g_head[g];
-    b->cp[p] = c2;
-    b->cost[p] = pool_cost(b, p, dcp__balanced_class_of(c2));
-    b->g_cp[g] = c2;
-    b->g_load[g] = b->cost[p];
-    b->mb_free[m] -= c2 - c;
+    const int32_t m = b->pass.g_mb[g], c = b->pass.g_cp[g];
+    if (b->pass.g_count[g] >= 2) return dcp__balanced_group_split(b, g);
+    const int32_t c2 = dcp__balanced_next_size(c, b->in.num_ranks);
+    const int32_t p = b->pass.g_head[g];
+    b->pass.cp[p] = c2;
+    b->pass.cost[p] = pool_cost(b, p, dcp__balanced_class_of(c2));
+    b->pass.g_cp[g] = c2;
+    b->pass.g_load[g] = b->pass.cost[p];
+    b->pass.mb_free[m] -= c2 - c;
     return -1;
 }
 
@@ -382,40 +387,40 @@ static int32_t pool_apply(balanced *b, int32_t g)
 static int pool_fill(balanced *b)
 {
     dcp__balanced_index_groups(b);
-    heap_entry *h = b->heap;
-    for (int32_t m = 0; m < b->num_mbs; m++) {
-        if (b->mb_free[m] == 0) continue;
+    heap_entry *h = b->work.heap;
+    for (int32_t m = 0; m < b->pass.num_mbs; m++) {
+        if (b->pass.mb_free[m] == 0) continue;
         /* the top, while its step lowers it: a max-heap by load */
         int32_t size = 0;
-        for (int32_t j = b->mb_first[m]; j < b->mb_first[m + 1]; j++) {
-            const int32_t g = b->mb_groups[j];
-            dcp__balanced_heap_push(h, &size, g, -b->g_load[g], 0);
+        for (int32_t j = b->pass.mb_first[m]; j < b->pass.mb_first[m + 1]; j++) {
+            const int32_t g = b->pass.mb_groups[j];
+            dcp__balanced_heap_push(h, &size, g, -b->pass.g_load[g], 0);
         }
-        while (b->mb_free[m] > 0 && size > 0) {
+        while (b->pass.mb_free[m] > 0 && size > 0) {
             const int32_t g = h[0].id;
             int64_t after = 0;
-            if (!pool_step(b, g, b->mb_free[m], &after) || after >= b->g_load[g]) break;
+            if (!pool_step(b, g, b->pass.mb_free[m], &after) || after >= b->pass.g_load[g]) break;
             dcp__balanced_heap_pop(h, &size);
             const int32_t g2 = pool_apply(b, g);
-            dcp__balanced_heap_push(h, &size, g, -b->g_load[g], 0);
-            if (g2 >= 0) dcp__balanced_heap_push(h, &size, g2, -b->g_load[g2], 0);
+            dcp__balanced_heap_push(h, &size, g, -b->pass.g_load[g], 0);
+            if (g2 >= 0) dcp__balanced_heap_push(h, &size, g2, -b->pass.g_load[g2], 0);
         }
-        if (b->mb_free[m] == 0) continue;
+        if (b->pass.mb_free[m] == 0) continue;
         /* the rest: a min-heap by the load each group's step leaves (groups of the microbatch listed again: splits added some) */
         size = 0;
-        for (int32_t g = 0; g < b->num_groups; g++) {
+        for (int32_t g = 0; g < b->pass.num_groups; g++) {
             int64_t key = 0;
-            if (b->g_count[g] > 0 && b->g_mb[g] == m && pool_step(b, g, b->mb_free[m], &key))
+            if (b->pass.g_count[g] > 0 && b->pass.g_mb[g] == m && pool_step(b, g, b->pass.mb_free[m], &key))
                 dcp__balanced_heap_push(h, &size, g, key, 0);
         }
-        while (b->mb_free[m] > 0) {
+        while (b->pass.mb_free[m] > 0) {
             if (size == 0) return 0;
             const int32_t g = dcp__balanced_heap_pop(h, &size);
             int64_t key = 0;
-            if (!pool_step(b, g, b->mb_free[m], &key)) continue; /* free ranks only shrink: it never fits again */
+            if (!pool_step(b, g, b->pass.mb_free[m], &key)) continue; /* free ranks only shrink: it never fits again */
             const int32_t g2 = pool_apply(b, g);
-            if (pool_step(b, g, b->mb_free[m], &key)) dcp__balanced_heap_push(h, &size, g, key, 0);
-            if (g2 >= 0 && pool_step(b, g2, b->mb_free[m], &key)) dcp__balanced_heap_push(h, &size, g2, key, 0);
+            if (pool_step(b, g, b->pass.mb_free[m], &key)) dcp__balanced_heap_push(h, &size, g, key, 0);
+            if (g2 >= 0 && pool_step(b, g2, b->pass.mb_free[m], &key)) dcp__balanced_heap_push(h, &size, g2, key, 0);
         }
     }
     return 1;
@@ -429,29 +434,29 @@ static int pool_fill(balanced *b)
  */
 void dcp__balanced_pool_prepare(balanced *b)
 {
-    memset(b->pk_cost, 0xff, (size_t)b->n * POOL_WINDOW * sizeof *b->pk_cost);
-    memset(b->pk_bits, 0, (size_t)NUM_CLASSES * (POOL_BUCKETS / 64) * sizeof *b->pk_bits);
-    memset(b->pk_summary, 0, sizeof b->pk_summary);
-    for (int32_t p = 0; p < b->n; p++) b->pk_k0[p] = (int8_t)dcp__balanced_class_of(b->min_cp[p]);
+    memset(b->pk.cost, 0xff, (size_t)b->in.n * POOL_WINDOW * sizeof *b->pk.cost);
+    memset(b->pk.bits, 0, (size_t)NUM_CLASSES * (POOL_BUCKETS / 64) * sizeof *b->pk.bits);
+    memset(b->pk.summary, 0, sizeof b->pk.summary);
+    for (int32_t p = 0; p < b->in.n; p++) b->pk.k0[p] = (int8_t)dcp__balanced_class_of(b->in.min_cp[p]);
     for (int k = 0; k < NUM_CLASSES; k++) {
         int k2 = k + 1;
         while (k2 < NUM_CLASSES && !dcp__balanced_class_valid(b, k2)) k2++;
-        b->pk_next_class[k] = (int8_t)k2;
+        b->pk.next_class[k] = (int8_t)k2;
     }
-    b->pk_shortest = b->n > 0 ? b->len[b->n - 1] : 1;
-    b->pk_ready = 1;
+    b->pk.shortest = b->in.n > 0 ? b->in.len[b->in.n - 1] : 1;
+    b->pk.ready = 1;
     /* the dearest sequence's cheapest cost, over every size it fits: no level below it fits */
     int64_t floor = 0;
-    for (int32_t p = 0; p < b->n; p++) {
+    for (int32_t p = 0; p < b->in.n; p++) {
         int64_t cheapest = INT64_MAX;
-        if (b->min_cost[p] <= floor) continue; /* its cheapest cost is at most this: it cannot raise the floor */
+        if (b->in.min_cost[p] <= floor) continue; /* its cheapest cost is at most this: it cannot raise the floor */
         for (int k = pool_min_class(b, p); k < NUM_CLASSES; k = pool_next_class(b, k)) {
             const int64_t c = pool_cost(b, p, k);
             if (c < cheapest) cheapest = c;
         }
         if (cheapest != INT64_MAX && cheapest > floor) floor = cheapest;
     }
-    b->pk_floor = floor;
+    b->pk.floor = floor;
 }
 
 /* Position p's per-rank cost at CP size cp, through the cache. */
@@ -464,32 +469,32 @@ int64_t dcp__balanced_pool_cost(balanced *b, int32_t p, int32_t cp) { return poo
  */
 int64_t dcp__balanced_pool_pass(balanced *b, int32_t mbs)
 {
-    const int32_t N = b->num_ranks;
-    b->num_groups = 0;
-    b->num_free_groups = 0;
-    b->num_mbs = 0;
+    const int32_t N = b->in.num_ranks;
+    b->pass.num_groups = 0;
+    b->pass.num_free_groups = 0;
+    b->pass.num_mbs = 0;
     int32_t groups = 0;
     if (pool_search(b, (int64_t)mbs * N, &groups) < 0) return -1;
     /* groups by size descending (ties: load descending, then index), first fit into the microbatches */
-    int32_t *order = b->sort_a, *by = b->sort_b;
+    int32_t *order = b->work.sort_a, *by = b->work.sort_b;
     int32_t count[NUM_CLASSES + 1] = {0};
-    for (int32_t g = 0; g < groups; g++) count[FULL_CLASS - dcp__balanced_class_of(b->pk_keep_size[g]) + 1]++;
+    for (int32_t g = 0; g < groups; g++) count[FULL_CLASS - dcp__balanced_class_of(b->pk.keep_size[g]) + 1]++;
     for (int k = 0; k < NUM_CLASSES; k++) count[k + 1] += count[k];
-    for (int32_t g = 0; g < groups; g++) by[count[FULL_CLASS - dcp__balanced_class_of(b->pk_keep_size[g])]++] = g;
+    for (int32_t g = 0; g < groups; g++) by[count[FULL_CLASS - dcp__balanced_class_of(b->pk.keep_size[g])]++] = g;
     memcpy(order, by, (size_t)groups * sizeof *order);
     for (int32_t m = 0; m < mbs; m++) dcp__balanced_new_mb(b, 0);
-    int32_t *real = b->cursor, next = 0;
+    int32_t *real = b->work.cursor, next = 0;
     for (int32_t j = 0; j < groups; j++) {
-        const int32_t g = order[j], size = b->pk_keep_size[g];
-        while (next < mbs && b->mb_free[next] < size) next++;
+        const int32_t g = order[j], size = b->pk.keep_size[g];
+        while (next < mbs && b->pass.mb_free[next] < size) next++;
         if (next == mbs) return -1; /* cannot happen on a power of two of ranks */
         real[g] = dcp__balanced_new_group(b, next, size);
     }
-    for (int32_t p = 0; p < b->n; p++) {
-        const int32_t g = real[b->pk_keep_of[p]];
-        b->cp[p] = b->g_cp[g];
-        b->cost[p] = pool_cost(b, p, dcp__balanced_class_of(b->g_cp[g]));
-        dcp__balanced_group_add(b, g, p, b->cost[p]);
+    for (int32_t p = 0; p < b->in.n; p++) {
+        const int32_t g = real[b->pk.keep_of[p]];
+        b->pass.cp[p] = b->pass.g_cp[g];
+        b->pass.cost[p] = pool_cost(b, p, dcp__balanced_class_of(b->pass.g_cp[g]));
+        dcp__balanced_group_add(b, g, p, b->pass.cost[p]);
     }
     if (!pool_fill(b)) return -1;
     return dcp__balanced_finish_pool(b);

@@ -6,6 +6,9 @@
  * would without it): the plan emitted is never above either, under the
  * barrier model (the least makespan is emitted) and under the dependency
  * model (its layouts are among those balanced_place.c weighs).
+ *
+ * State: reads in; writes its kept slot (kept.plan[NUM_KEPT]) and pass,
+ * from which it is kept; makes dynamic_cp's plan in kept.ref_region.
  */
 #include "balanced_internal.h"
 #include "../../../core/plan.h"
@@ -25,22 +28,22 @@ void dcp__balanced_reference_tables(dcp_plan *plan, int32_t **position, dcp__are
 
 /*
  * Plan the batch with in->candidate and read its plan into kept slot
- * b->num_kept, counted in.  Its tables and scratch are b->ref_region, whose
+ * b->kept.num, counted in.  Its tables and scratch are b->kept.ref_region, whose
  * arrays restore_plan() rebuilds right after.  Returns the slot, or -1 when
  * the candidate has no plan for the batch.
  */
 int dcp__balanced_read_reference(balanced *b, const dcp__schedule_input *in, int32_t max_microbatches)
 {
     dcp__arena scratch;
-    dcp__arena_init(&scratch, b->ref_region, b->ref_region_size);
+    dcp__arena_init(&scratch, b->kept.ref_region, b->kept.ref_region_size);
     dcp_plan plan;
     int32_t *position;
-    dcp__balanced_reference_tables(&plan, &position, &scratch, b->n);
+    dcp__balanced_reference_tables(&plan, &position, &scratch, b->in.n);
     dcp_status st = DCP_ERR_CAPACITY;
     if (plan.microbatch_first_group && plan.group_first_rank && plan.group_cp_size && plan.group_first_id && plan.ids &&
         position) {
         if (max_microbatches < plan.max_microbatches) plan.max_microbatches = max_microbatches;
-        dcp__plan_clear(&plan, b->num_ranks);
+        dcp__plan_clear(&plan, b->in.num_ranks);
         dcp__error ignored; /* no plan from the candidate (more microbatches than allowed) only means no such candidate */
         dcp__schedule_input alone = *in;
         alone.candidate = NULL;
@@ -50,9 +53,9 @@ int dcp__balanced_read_reference(balanced *b, const dcp__schedule_input *in, int
         dcp__arena_release(&scratch);
         return -1;
     }
-    for (int32_t p = 0; p < b->n; p++) position[b->ids[p]] = p;
-    const int slot = b->num_kept;
-    saved_plan *k = &b->kept[slot];
+    for (int32_t p = 0; p < b->in.n; p++) position[b->in.ids[p]] = p;
+    const int slot = b->kept.num;
+    saved_plan *k = &b->kept.plan[slot];
     k->num_groups = plan.num_groups;
     k->num_mbs = plan.num_microbatches;
     for (int32_t m = 0; m < plan.num_microbatches; m++) {
@@ -67,6 +70,6 @@ int dcp__balanced_read_reference(balanced *b, const dcp__schedule_input *in, int
     dcp__balanced_restore_plan(b, k);
     int32_t live = 0;
     k->makespan = dcp__balanced_evaluate(b, &live);
-    b->num_kept++;
+    b->kept.num++;
     return slot;
 }
