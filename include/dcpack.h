@@ -1016,7 +1016,11 @@ dcp_status dcp_observe_groups(dcp_context *context, int32_t num_groups, const in
 dcp_status dcp_observe_predict(dcp_context *context, const dcp_plan *plan, const int32_t *lengths,
                                int32_t num_lengths, int64_t *out);
 
-/* Where the calibration stands (all zero when max_observations is 0). */
+/*
+ * Where the calibration stands (all zero when max_observations is 0).
+ *
+ * Returns: DCP_OK; DCP_ERR_NULL_POINTER.
+ */
 dcp_status dcp_observe_status(const dcp_context *context, dcp_observe_report *report);
 
 #ifdef __cplusplus

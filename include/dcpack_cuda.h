@@ -162,6 +162,7 @@ typedef struct dcp_nccl_cp_groups {
 dcp_status dcp_nccl_cp_groups_create(dcp_comm *data_context_parallel, dcp_nccl_cp_groups *groups);
 /* This rank's communicator for a microbatch with this local_cp_size, or NULL. */
 dcp_comm *dcp_nccl_cp_group(dcp_nccl_cp_groups *groups, int32_t local_cp_size);
+/* Release every communicator of `groups` (and their ncclComm_t) and zero it.  NULL-safe. */
 void dcp_nccl_cp_groups_destroy(dcp_nccl_cp_groups *groups);
 
 #ifdef __cplusplus

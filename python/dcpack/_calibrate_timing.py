@@ -1,4 +1,4 @@
-"""Timing on a GPU (needs torch and dcpack.thd): microbatches of the grid and whole steps (dcpack.calibrate's second room).
+"""Timing (needs torch and dcpack.thd): the grid's microbatches and whole steps (dcpack.calibrate's second room).
 
 The reference THD transformer forward and backward over one packed microbatch (CUDA events, warm-up, the
 median of repeats; wall clock on the CPU), over a torchrun world of CP groups; and steps composed under the
