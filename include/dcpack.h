@@ -28,6 +28,10 @@
  *  - Pointers a function hands back point into the context's workspace and
  *    stay valid until the next call that says it replaces them, or until the
  *    context is destroyed.
+ *  - A call's comment reads, in this order: a one-line summary; what it does;
+ *    "Returns:" its statuses; "Collective:" who must call it together, or
+ *    "Thread safety:", where they apply; "Allocation:"; "See" the section of
+ *    docs/ that holds the details.  A part that does not apply is left out.
  */
 #ifndef DCPACK_H
 #define DCPACK_H
@@ -82,7 +86,12 @@ typedef enum dcp_scheduler {
     DCP_SCHEDULER_BALANCED = 2     /* dcpack's own: minimises the step cost model */
 } dcp_scheduler;
 
-/* Name ("dp_balanced", "dynamic_cp", "balanced") <-> enum. */
+/*
+ * Scheduler name ("dp_balanced", "dynamic_cp", "balanced") <-> enum.
+ *
+ * dcp_scheduler_name() gives "unknown" for a value that is no scheduler.
+ * Returns: dcp_scheduler_from_name(): DCP_OK; DCP_ERR_NULL_POINTER; DCP_ERR_INVALID_ARGUMENT for another name.
+ */
 const char *dcp_scheduler_name(dcp_scheduler scheduler);
 dcp_status dcp_scheduler_from_name(const char *name, dcp_scheduler *out);
 
@@ -184,14 +193,21 @@ typedef enum dcp_pipeline_schedule {
     DCP_PIPELINE_INTERLEAVED = 1  /* Megatron-LM's interleaved 1F1B with virtual_pipeline_size chunks per stage */
 } dcp_pipeline_schedule;
 
-/* Name ("barrier", "dependency") <-> enum ("unknown" for another value; DCP_ERR_INVALID_ARGUMENT for another name). */
+/*
+ * Step model name ("barrier", "dependency") <-> enum.
+ *
+ * dcp_step_model_name() gives "unknown" for another value.
+ * Returns: dcp_step_model_from_name(): DCP_OK; DCP_ERR_NULL_POINTER; DCP_ERR_INVALID_ARGUMENT for another name.
+ */
 const char *dcp_step_model_name(dcp_step_model model);
 dcp_status dcp_step_model_from_name(const char *name, dcp_step_model *out);
 
-/* Fill a cost model with the default coefficients of docs/planning.md (H = 4096, 8 GPUs a node) and the barrier step model. */
+/* Fill a cost model with the default coefficients of docs/planning.md (H = 4096, 8 GPUs a node) and the barrier
+   step model. */
 void dcp_cost_model_default(dcp_cost_model *model);
 
-/* Per-rank cost of a sequence of `length` tokens on `cp` ranks (cp a power of two). */
+/* Per-rank cost of a sequence of `length` tokens on `cp` ranks (cp a power of two): the formula above, saturating
+   at INT64_MAX. */
 int64_t dcp_cost(const dcp_cost_model *model, int64_t length, int32_t cp);
 
 /* Fields a sample can carry (bit set). */
@@ -297,7 +313,12 @@ typedef struct dcp_config {
 /* Defaults: 1 rank of each kind, dynamic_cp, 4096 sequences, M = 4096, all fields. */
 void dcp_config_default(dcp_config *config);
 
-/* DCP_OK or DCP_ERR_INVALID_CONFIG / DCP_ERR_OVERFLOW with a message in buf (may be NULL). */
+/*
+ * Check a configuration.
+ *
+ * Says what is wrong in `message` (message_size bytes; may be NULL).
+ * Returns: DCP_OK; DCP_ERR_INVALID_CONFIG; DCP_ERR_OVERFLOW (a size that does not fit).
+ */
 dcp_status dcp_config_validate(const dcp_config *config, char *message, size_t message_size);
 
 /* Number of DPxCP ranks the planner distributes over. */
@@ -308,31 +329,30 @@ int32_t dcp_config_num_ranks(const dcp_config *config);
 /* ------------------------------------------------------------------------ */
 
 /*
- * The cost-profile text format (docs/program.md, cost profiles): `key = value`
- * lines over a model, read and written here for the dcpack program and the
- * Python package alike.  Rules are byte-level ASCII, without locale: lines
- * end at LF (CR LF too), '#' starts a comment, space and tab separate,
- * values are ASCII digits (step_model and pipeline_schedule: a word); the
- * text is UTF-8 (invalid UTF-8 is named), may start with a byte-order mark
- * and holds no NUL byte; a line is at most 1022 bytes.
+ * Read and write the cost-profile text format: `key = value` lines over a model.
  *
- * dcp_cost_profile_parse() applies `length` bytes of `text` over *model
- * (keys not given keep its values; later lines win) and sets *time_unit_ps
- * to the profile's picoseconds per cost unit (0: none).  `name` (the file,
- * NULL: "<profile>") starts every message, with the line: "NAME:LINE: ...".
- * A profile is refused when one microbatch of 131072 tokens would cost 2^56
- * units or more at some CP size (every term counted: a unit slip, whose sums
- * over a step would saturate INT64_MAX), the message naming the key that
- * weighs most and its value.  DCP_ERR_INVALID_CONFIG with the message (cut
- * to message_size) and nothing changed on a bad profile; DCP_ERR_NULL_POINTER
- * for a NULL model, time_unit_ps, or text with length > 0.
+ * One reader and writer for the dcpack program and the Python package; its
+ * rules are byte-level ASCII without locale (UTF-8 text, '#' comments, lines
+ * of at most 1022 bytes, values in ASCII digits, step_model and
+ * pipeline_schedule a word), and a profile whose one microbatch of 131072
+ * tokens would cost 2^56 units or more is refused, naming the key that
+ * weighs most.
  *
+ * dcp_cost_profile_parse() applies `length` bytes of `text` over *model (keys
+ * not given keep its values; later lines win) and sets *time_unit_ps to the
+ * profile's picoseconds per cost unit (0: none).  `name` (the file, NULL:
+ * "<profile>") starts every message, with the line: "NAME:LINE: ...".
  * dcp_cost_profile_format() writes every key of *model (time_unit_ps first
- * when > 0), text that parses back to the same model and unit, NUL-ended;
+ * when > 0), NUL-ended text that parses back to the same model and unit;
  * *written (may be NULL) gets its length without the NUL, also when it did
- * not fit: DCP_ERR_CAPACITY then (call again with *written + 1 bytes).
- * DCP_ERR_INVALID_CONFIG for a step_model or pipeline_schedule that has no
- * name.  2048 bytes always suffice.
+ * not fit.  2048 bytes always suffice.
+ *
+ * Returns: parse: DCP_OK; DCP_ERR_INVALID_CONFIG with the message (cut to
+ * message_size) and nothing changed on a bad profile; DCP_ERR_NULL_POINTER
+ * for a NULL model, time_unit_ps, or text with length > 0.  format: DCP_OK;
+ * DCP_ERR_CAPACITY when it did not fit (call again with *written + 1 bytes);
+ * DCP_ERR_INVALID_CONFIG for a step_model or pipeline_schedule that has no name.
+ * See docs/program.md#dcpack-cost-and-cost-profiles.
  */
 dcp_status dcp_cost_profile_parse(const char *text, size_t length, const char *name, dcp_cost_model *model,
                                   int64_t *time_unit_ps, char *message, size_t message_size);
@@ -347,23 +367,30 @@ typedef struct dcp_context dcp_context;
 
 /*
  * Exact number of bytes dcp_context_init_static() needs for `config`.
- * Returns DCP_ERR_INVALID_CONFIG or DCP_ERR_OVERFLOW (and writes nothing to
- * *size) when the configuration is invalid or its sizes do not fit in size_t.
+ *
+ * Returns: DCP_OK; DCP_ERR_INVALID_CONFIG or DCP_ERR_OVERFLOW (the
+ * configuration is invalid or its sizes do not fit in size_t), and *size is
+ * then not written.
  */
 dcp_status dcp_workspace_size(const dcp_config *config, size_t *size);
 
 /*
- * Build a context inside caller memory (at least dcp_workspace_size() bytes,
- * any alignment).  dcpack never frees it; the caller owns it and may release
- * it after dcp_context_destroy().  Allocation-free.
+ * Build a context inside caller memory.
+ *
+ * `memory` holds at least dcp_workspace_size() bytes, at any alignment.
+ * dcpack never frees it; the caller owns it and may release it after
+ * dcp_context_destroy().
+ * Allocation: none.
  */
 dcp_status dcp_context_init_static(void *memory, size_t size, const dcp_config *config,
                                    dcp_context **context);
 
 /*
- * Build a context whose workspace comes from a jemalloc arena of its own
- * (thread cache off).  When built without jemalloc the workspace comes from
- * aligned_alloc.  This is the only call that allocates.
+ * Build a context whose workspace dcpack takes.
+ *
+ * The workspace comes from a jemalloc arena of its own (thread cache off), or
+ * from aligned_alloc when built without jemalloc.
+ * Allocation: this is the only call that allocates.
  */
 dcp_status dcp_context_create(const dcp_config *config, dcp_context **context);
 
@@ -371,18 +398,19 @@ dcp_status dcp_context_create(const dcp_config *config, dcp_context **context);
 void dcp_context_destroy(dcp_context *context);
 
 /*
- * Calls in step.  Every multi-rank call on a context (dcp_gather,
- * dcp_gather_packed, dcp_step) counts, also one that fails on the calling
- * rank alone (a NULL argument, an unusable communicator); its first
- * collective carries that count, the caller's step id (dcp_step_args.step_id,
- * dcp_gather's step_id) and a digest of the configuration, and ranks that
- * meet with different ones all return
+ * Put an out-of-step context back in step, its next call numbered `next_call`.
+ *
+ * Every multi-rank call on a context (dcp_gather, dcp_gather_packed,
+ * dcp_step) counts, also one that fails on the calling rank alone; its first
+ * collective carries that count, the caller's step id and a digest of the
+ * configuration, and ranks that meet with different ones all return
  * DCP_ERR_OUT_OF_STEP (different configurations: DCP_ERR_INVALID_CONFIG)
- * instead of pairing two different steps' data.  The context is then out of
- * step: its multi-rank calls return DCP_ERR_OUT_OF_STEP at once, with no
- * collective, until dcp_context_resync() - call it on every rank with the same
- * next call count once the ranks are back in step (new communicators, or the
- * training loop restarted from a common step).
+ * instead of pairing two steps' data.  The context is then out of step: its
+ * multi-rank calls return DCP_ERR_OUT_OF_STEP at once, with no collective,
+ * until this call.
+ * Collective: call it on every rank with the same next_call once the ranks
+ * are back in step (new communicators, or the loop restarted from a common step).
+ * See docs/step.md#calls-in-step.
  */
 dcp_status dcp_context_resync(dcp_context *context, uint64_t next_call);
 
@@ -395,7 +423,7 @@ const dcp_config *dcp_context_config(const dcp_context *context);
 /* Message of the last failed call on this context ("" if none).  Valid until the next call. */
 const char *dcp_context_last_error(const dcp_context *context);
 
-/* Bytes of workspace in use and the high-water mark of scratch use, for sizing reports. */
+/* Bytes of workspace in use, and the high-water mark of scratch use, for sizing reports. */
 size_t dcp_context_workspace_bytes(const dcp_context *context);
 size_t dcp_context_scratch_high_water(const dcp_context *context);
 
@@ -446,7 +474,7 @@ typedef struct dcp_plan {
 /* dcp_plan.source. */
 enum { DCP_PLAN_SOURCE_SEARCH = 0, DCP_PLAN_SOURCE_DYNAMIC_CP = 1 };
 
-/* Group of `rank` in microbatch `microbatch`, or -1 if the rank holds nothing. O(log groups). */
+/* Group of `rank` in microbatch `microbatch`, or -1 if the rank holds nothing.  O(log groups). */
 int32_t dcp_plan_group_of_rank(const dcp_plan *plan, int32_t microbatch, int32_t rank);
 
 /*
@@ -486,10 +514,13 @@ typedef struct dcp_plan_stats {
 
 /*
  * Statistics of a plan under the cost model and lengths it was computed for.
- * The plan is validated first (a hand-made or stale plan is never walked past
- * its arrays): DCP_ERR_INVALID_PLAN when it breaks an invariant for these
- * lengths, DCP_ERR_CAPACITY when num_lengths exceeds max_sequences.
- * Allocation-free; needs scratch from the context.
+ *
+ * The plan is validated first, so a hand-made or stale plan is never walked
+ * past its arrays.
+ * Returns: DCP_OK; DCP_ERR_INVALID_PLAN (an invariant broken for these
+ * lengths); DCP_ERR_CAPACITY (num_lengths past max_sequences).
+ * Allocation: none; scratch from the context.
+ * See docs/planning.md#statistics-lower-bound-efficiency.
  */
 dcp_status dcp_plan_stats_compute(dcp_context *context, const dcp_plan *plan, const int32_t *lengths,
                                   int32_t num_lengths, dcp_plan_stats *stats);
@@ -585,37 +616,40 @@ struct dcp_comm {
 /* ------------------------------------------------------------------------ */
 
 /*
- * Gather: this rank's sequence lengths -> the global list over the DP group.
- * `local_lengths` are one per sample; zero-length entries are dropped (as the
- * reference drops empty sub-samples); negative lengths are DCP_ERR_BAD_LENGTH.
- * On success *global_lengths (count *num_global) and *rank_offsets
- * (comm->size + 1 entries: the first global id of each DP rank) point into the
- * context and stay valid until the next dcp_gather()/dcp_step().
- * Allocation-free.  Errors are agreed over `comm`, so every rank returns the
- * same status: the status of the lowest-numbered failing DP rank, or the
- * communicator's own failure (e.g. DCP_ERR_TIMEOUT); a NULL input or output
- * pointer is agreed too.  Only a communicator that cannot be used (NULL, no
- * operations, a size that is not data_parallel_size) fails on the calling
- * rank alone.
+ * Gather this rank's sequence lengths into the global list over the DP group.
  *
- * `step_id` (the caller's step or batch number; 0 = none) is compared across
- * ranks together with the context's call count, as dcp_step_args.step_id is:
- * a rank that skipped or repeated a whole gather is DCP_ERR_OUT_OF_STEP on
- * every rank (without step ids, a rank that skips a call on every rank's
- * count alike -- it never called -- pairs with its peers' previous call).
- * Every rank's count and a hash of its lengths travel in the agreement, and
- * the lengths that arrive are checked against them: a communicator that
- * returns success with zeroed, stale or garbage bytes (a peer gone) makes
- * the call DCP_ERR_COMM, never DCP_OK with wrong lengths.
+ * `local_lengths` are one per sample; zero-length entries are dropped (as the
+ * reference drops empty sub-samples).  On success *global_lengths (count
+ * *num_global) and *rank_offsets (comm->size + 1 entries: the first global id
+ * of each DP rank) point into the context until the next dcp_gather() or
+ * dcp_step().  `step_id` (the caller's step or batch number; 0 = none) is
+ * compared across ranks with the context's call count, as
+ * dcp_step_args.step_id is, and the lengths that arrive are checked against
+ * each sender's count and hash.
+ *
+ * Returns: DCP_OK; DCP_ERR_BAD_LENGTH (a negative length); DCP_ERR_NULL_POINTER
+ * (an input or output pointer); DCP_ERR_OUT_OF_STEP (a rank skipped or
+ * repeated a gather: with step ids also a whole one); DCP_ERR_COMM (a
+ * communicator that reported success with zeroed, stale or garbage bytes, a
+ * peer gone: never DCP_OK with wrong lengths); the communicator's (e.g.
+ * DCP_ERR_TIMEOUT).
+ * Collective: over `comm` (the DP group); every rank returns the same status,
+ * the lowest-numbered failing DP rank's.  Only a communicator that cannot be
+ * used (NULL, no operations, a size that is not data_parallel_size) fails on
+ * the calling rank alone.
+ * Allocation: none.
+ * See docs/step.md#calls-in-step and docs/step.md#errors-agreed-on-every-rank.
  */
 dcp_status dcp_gather(dcp_context *context, dcp_comm *comm, uint64_t step_id, const int32_t *local_lengths,
                       int32_t num_local, const int32_t **global_lengths, int32_t *num_global,
                       const int32_t **rank_offsets);
 
 /*
- * Same as dcp_gather(), from pre-packed samples: cu_seqlens of one packed
- * sample (num_cu_seqlens entries, starting at 0, non-decreasing, the last at
- * most total_tokens).  Sub-samples of length 0 are dropped.
+ * dcp_gather() from one pre-packed sample.
+ *
+ * cu_seqlens has num_cu_seqlens entries, starting at 0, non-decreasing, the
+ * last at most total_tokens; sub-samples of length 0 are dropped.
+ * Returns, Collective, Allocation: as dcp_gather().
  */
 dcp_status dcp_gather_packed(dcp_context *context, dcp_comm *comm, uint64_t step_id, const int32_t *cu_seqlens,
                              int32_t num_cu_seqlens, int64_t total_tokens,
@@ -623,49 +657,63 @@ dcp_status dcp_gather_packed(dcp_context *context, dcp_comm *comm, uint64_t step
                              const int32_t **rank_offsets);
 
 /*
- * Plan one global batch from its gathered lengths (the same on every rank),
- * with the context's scheduler, and validate it.  A pure function of the
- * lengths and the configuration: every rank gets a bit-identical plan.
- * Allocation-free.  Errors: DCP_ERR_NULL_POINTER, DCP_ERR_INVALID_ARGUMENT
- * (an empty batch or a negative count), DCP_ERR_CAPACITY (more
- * sequences than config.max_sequences, or more microbatches than
- * max_microbatches), DCP_ERR_BAD_LENGTH (a length <= 0 or longer than all
- * ranks together hold), DCP_ERR_INFEASIBLE, DCP_ERR_INVALID_PLAN (a bug: the
- * validator rejected the scheduler's output).
+ * Plan one global batch from its gathered lengths with the context's scheduler, and validate it.
+ *
+ * A pure function of the lengths (the same on every rank) and the
+ * configuration: every rank gets a bit-identical plan.  The plan stays valid
+ * until the next dcp_plan_compute() or dcp_step() on the context.
+ * Returns: DCP_OK; DCP_ERR_NULL_POINTER; DCP_ERR_INVALID_ARGUMENT (an empty
+ * batch or a negative count); DCP_ERR_CAPACITY (more sequences than
+ * config.max_sequences, or more microbatches than max_microbatches);
+ * DCP_ERR_BAD_LENGTH (a length <= 0 or longer than all ranks together hold);
+ * DCP_ERR_INFEASIBLE; DCP_ERR_INVALID_PLAN (a bug: the validator rejected the
+ * scheduler's output).
+ * Thread safety: no collective, touches no other context: it may run on a
+ * thread of the caller's while dcp_step() runs on another context.
+ * Allocation: none.
+ * See docs/planning.md.
  */
 dcp_status dcp_plan_compute(dcp_context *context, const int32_t *lengths, int32_t num_lengths,
                             const dcp_plan **plan);
 
 /*
  * Check every invariant of `plan` for these lengths and configuration.
- * DCP_OK, or DCP_ERR_INVALID_PLAN with the first violation found in *violation
- * (may be NULL).  Its arguments are checked first: DCP_ERR_NULL_POINTER (plan,
- * or lengths with num_lengths > 0), DCP_ERR_CAPACITY (num_lengths outside [0,
- * max_sequences]), DCP_ERR_BAD_LENGTH (a length below 1); these write
- * *violation too, with invariant DCP_INVARIANT_NONE, microbatch and rank -1,
+ *
+ * On failure *violation (may be NULL) gets the first violation found; for a
+ * bad argument it gets invariant DCP_INVARIANT_NONE, microbatch and rank -1,
  * id the index of the bad length (DCP_ERR_BAD_LENGTH; else -1) and the
  * context's message.  *violation is left alone only on DCP_OK (and with a
- * NULL context).  Allocation-free: uses the context's scratch.
+ * NULL context).
+ * Returns: DCP_OK; DCP_ERR_INVALID_PLAN; DCP_ERR_NULL_POINTER (plan, or
+ * lengths with num_lengths > 0); DCP_ERR_CAPACITY (num_lengths outside [0,
+ * max_sequences]); DCP_ERR_BAD_LENGTH (a length below 1).
+ * Allocation: none; scratch from the context.
+ * See docs/planning.md#invariants-and-dcp_plan_validate.
  */
 dcp_status dcp_plan_validate(dcp_context *context, const dcp_plan *plan, const int32_t *lengths,
                              int32_t num_lengths, dcp_plan_violation *violation);
 
 /*
- * Whether `plan` is the plan dcp_plan_compute() made of exactly these lengths
- * under this context's configuration (any context whose configuration differs
- * from it in max_tokens_per_rank alone), unchanged since: DCP_OK, or
- * DCP_ERR_INVALID_ARGUMENT naming what differs (the configuration, the
- * lengths or the plan's arrays) in the context's last error; a plan bigger
- * than this context's capacities is DCP_ERR_CAPACITY.  The check dcp_step()
- * makes of dcp_step_args.plan.  O(lengths + groups + ids), no collective,
- * allocation-free.
+ * Whether `plan` is the plan dcp_plan_compute() made of exactly these lengths, unchanged since.
+ *
+ * Under this context's configuration, or any whose configuration differs from
+ * it in max_tokens_per_rank alone: the check dcp_step() makes of
+ * dcp_step_args.plan.  O(lengths + groups + ids).
+ * Returns: DCP_OK; DCP_ERR_INVALID_ARGUMENT naming what differs (the
+ * configuration, the lengths or the plan's arrays) in the context's last
+ * error; DCP_ERR_CAPACITY (a plan bigger than this context's capacities).
+ * Collective: none.
+ * Allocation: none.
+ * See docs/step.md#planning-a-step-ahead.
  */
 dcp_status dcp_plan_matches(dcp_context *context, const dcp_plan *plan, const int32_t *lengths,
                             int32_t num_lengths);
 
 /*
- * FNV-1a 64 over a plan's arrays: equal plans have equal hashes, so ranks (or
- * builds) can compare plans by exchanging 8 bytes.  0 for NULL.
+ * FNV-1a 64 over a plan's arrays; 0 for NULL.
+ *
+ * Equal plans have equal hashes, so ranks (or builds) can compare plans by
+ * exchanging 8 bytes.
  */
 uint64_t dcp_plan_hash(const dcp_plan *plan);
 
@@ -742,32 +790,16 @@ typedef struct dcp_step_args {
 } dcp_step_args;
 
 /*
- * Planning a step ahead (docs/step.md).  Planning is the part of dcp_step()
- * that grows with the scale (up to hundreds of milliseconds for `balanced` on
- * tens of thousands of ranks); it needs only the lengths, which a trainer
- * knows a step early.  So, on every rank that holds data, while step k runs:
- *
- *   1. gather step k+1's padded lengths on a planning context (a context of
- *      the same configuration, max_tokens_per_rank 0 if it moves no data)
- *      with dcp_gather() over a DP communicator (data_parallel_size ranks,
- *      one of each DP rank: CP siblings hold the same samples, so the DP
- *      group of every CP rank gathers the same list), each rank passing the
- *      padded length of each sequence it will hand dcp_step(), in order;
- *      on the training thread, between steps;
- *   2. dcp_plan_compute() the gathered lengths on that planning context, on
- *      a thread the trainer owns (dcpack starts none).  It makes no
- *      collective and touches no other context, so it may run while
- *      dcp_step() runs on the training context; every rank computes the
- *      same plan, bit for bit;
- *   3. at step k+1, join that thread and pass the plan as
- *      dcp_step_args.plan.  The step copies it: the planning context may
- *      gather and plan step k+2 as soon as dcp_step() returns.
- *
- * A plan is tied to its lengths and configuration (dcp_plan.seal): a rank
- * that hands in a stale plan, one of another batch or one of another
- * configuration (another scheduler, effort level or cost model) makes the
- * step fail with DCP_ERR_INVALID_ARGUMENT on every rank, and a later step
- * works as before.  examples/train_data_loop.c --plan-ahead does all three.
+ * Planning a step ahead.  Planning needs only the lengths, which a trainer
+ * knows a step early: while step k runs, every rank that holds data gathers
+ * step k+1's padded lengths with dcp_gather() on a planning context (same
+ * configuration, max_tokens_per_rank 0 if it moves no data) between steps,
+ * runs dcp_plan_compute() on a thread of its own (dcpack starts none), and
+ * at step k+1 passes the plan as dcp_step_args.plan.  The step copies it, so
+ * the planning context may go on to step k+2 at once.  A stale plan, or one
+ * of another batch or configuration, is DCP_ERR_INVALID_ARGUMENT on every
+ * rank, and a later step works as before.  examples/train_data_loop.c
+ * --plan-ahead does all three.  See docs/step.md#planning-a-step-ahead.
  */
 
 /*
@@ -833,35 +865,33 @@ typedef struct dcp_step_output {
 } dcp_step_output;
 
 /*
- * Run one training step's data plane on this rank: gather the lengths, plan,
- * strip the fields this PP stage does not need, route every real token once
- * to the rank that computes on it (one all-to-all-v for all fields), pack,
- * pad and CP-slice every microbatch, and broadcast to the TP group.  Every
- * rank of the step calls it; ranks that receive by broadcast may pass a NULL
- * input.
+ * Run one training step's data plane on this rank.
  *
- * On success *output and everything it points to live in the context and
- * stay valid until the next dcp_step() or dcp_plan_compute() on it, or until
- * it is destroyed.  Allocation-free.  Needs config.max_tokens_per_rank > 0
- * (else DCP_ERR_CAPACITY at once, on every rank alike).
+ * Gather the lengths, plan (or take args->plan), strip the fields this PP
+ * stage does not need, route every real token once to the rank that computes
+ * on it (one all-to-all-v for all fields), pack, pad and CP-slice every
+ * microbatch, and broadcast to the TP group.  Ranks that receive by broadcast
+ * may pass a NULL input.  On success *output and everything it points to live
+ * in the context until the next dcp_step() or dcp_plan_compute() on it, or
+ * until it is destroyed; nothing else is written to caller memory, and after
+ * a failure the next step works as if it had not been made.
  *
- * Errors are agreed over args->world: every rank returns the same status,
- * the failing rank with its own message and the others naming it.  Among
- * them: DCP_ERR_NULL_POINTER / DCP_ERR_INVALID_ARGUMENT (arguments),
- * DCP_ERR_CORRUPT_INPUT (cu_seqlens not starting at 0, decreasing or past the
- * buffer; a length that disagrees with its buffer; CP siblings, PP stages or
- * TP peers holding data whose inputs differ: see skip_sibling_data_check),
- * DCP_ERR_COMM (a communicator that reported success with a result that
- * cannot be right: an agreement record or rank header that arrived zeroed,
- * torn, stale or garbled, lengths that do not match their sender's hash -- a
- * peer gone; such a step is never DCP_OK, whatever the backend), DCP_ERR_FIELD_MISMATCH (ranks present different field sets, or
- * lack one this stage needs), DCP_ERR_CAPACITY (more sequences, tokens or
- * cu_seqlens entries than the configuration holds), DCP_ERR_BAD_LENGTH (a
- * span CP slicing cannot cut), the planner's errors, and the communicator's.
- * A NULL output is agreed like any local error; only a call without args or
- * a usable world communicator (or with a world rank outside it) fails on the
- * calling rank alone.  Nothing is written to caller memory except *output on
- * success; the next step works as if a failed one had not been made.
+ * Returns: DCP_OK; DCP_ERR_CAPACITY at once, on every rank alike, when
+ * config.max_tokens_per_rank is 0; DCP_ERR_NULL_POINTER,
+ * DCP_ERR_INVALID_ARGUMENT (arguments); DCP_ERR_CORRUPT_INPUT (bad cu_seqlens
+ * or lengths; CP siblings, PP stages or TP peers holding data whose inputs
+ * differ: see skip_sibling_data_check); DCP_ERR_COMM (a communicator that
+ * reported success with a result that cannot be right: such a step is never
+ * DCP_OK); DCP_ERR_FIELD_MISMATCH; DCP_ERR_CAPACITY; DCP_ERR_BAD_LENGTH (a span
+ * CP slicing cannot cut); DCP_ERR_OUT_OF_STEP; DCP_ERR_INVALID_CONFIG; the
+ * planner's and the communicator's.
+ * Collective: every rank of the step calls it; errors are agreed over
+ * args->world, so every rank returns the same status, the failing rank with
+ * its own message and the others naming it.  A NULL output is agreed like any
+ * local error; only a call without args or a usable world communicator (or
+ * with a world rank outside it) fails on the calling rank alone.
+ * Allocation: none.
+ * See docs/step.md (docs/step.md#errors-agreed-on-every-rank for each status's causes).
  */
 dcp_status dcp_step(dcp_context *context, const dcp_step_args *args, const dcp_step_input *input,
                     const dcp_step_output **output);
@@ -871,51 +901,29 @@ dcp_status dcp_step(dcp_context *context, const dcp_step_args *args, const dcp_s
 /* ------------------------------------------------------------------------ */
 
 /*
- * The trainer's own step times keep the cost model true (docs/planning.md,
- * online calibration).  After a step, the caller reports how long each rank
- * took on each microbatch of the plan it stepped (forward and backward of
- * that rank's share), in the profile's time unit, picoseconds; the context
- * refits config.cost from everything it observed, and the next
- * dcp_plan_compute() / dcp_step() plans with the refit model.
+ * Online calibration: the trainer's own step times keep the cost model true.
  *
- * Rows.  An observation row is one CP group of one microbatch: the median of
- * its ranks' times (ranks that report DCP_OBSERVE_MISSING are left out; a
- * group none of whose ranks timed it gives no row) against the features the
- * cost model's terms multiply: sum s^2/cp (quadratic), sum s/cp (linear), 1
- * (microbatch_overhead), sum s at cp = 2^k (cp_gather[k]), sequences*(cp-1)
- * (round_latency), max(0, knee - tokens per rank) (small_slope, knee the
- * prior's small_knee or 4096).  The context keeps the last max_observations
- * rows (a ring placed at creation: nothing is allocated after it).
- *
- * Fit.  Weighted least squares in relative terms: a row weighs
- * 0.9375^age / time^2 (age in observed steps: recent steps count most, a
- * half-life of about 11 steps).  A term is identified when at least 3% of
- * its column (in norm) is independent of the columns before it in the order
- * quadratic, linear, overhead, cp_gather[1..16], round_latency, small; a term
- * the rows do not identify keeps the prior's value (config.cost at creation)
- * times the one scale that fits the prior best, so a default model in
- * abstract units becomes one in picoseconds at the first observation.  A
- * coefficient the solve makes negative is held at 0 (identified as 0).
- * Outliers: rows whose relative error is past 4 times the median and 2% are
- * left out and the fit repeated (up to 3 times).  Once some cp_gather[k] is
- * identified the model prices the CP exchange in the exposed form (kv[*] =
- * 0) and CP sizes without a fit take the nearest fitted size below them
- * (else above); before that kv and cp_gather keep the prior's, scaled.
- * Arithmetic: double precision in one fixed order, compiled without fused
- * multiply-add (-ffp-contract=off), only + - * / sqrt floor (all correctly
- * rounded), then rounded to int64: every rank that observed the same rows
- * computes the same model bit for bit.
- *
- * Safe start.  Every refit sets the model's margin_ppm (balanced keeps
- * dynamic_cp's plan unless its own is predicted faster by that much) to the
- * largest of the prior's margin_ppm, the fit's median error on its rows and
- * the median error, over the last 4 observed steps, of the model that planned
- * them (capped at 900000): while the model has seen little, its predictions
- * of new batches are poor and balanced plans as dynamic_cp does.
- *
- * The model is part of the configuration digest every multi-rank call
- * agrees: ranks holding different models fail their next dcp_step (or
- * gather) with DCP_ERR_INVALID_CONFIG on every rank, never plan differently.
+ * After a step, the caller reports how long each rank took on each
+ * microbatch of the plan it stepped (forward and backward of that rank's
+ * share), in picoseconds, the profile's time unit; the context refits
+ * config.cost from everything it observed, and the next dcp_plan_compute() /
+ * dcp_step() plans with the refit model.
+ *  - Rows: one per CP group of a microbatch, the median of its timed ranks
+ *    against the features the cost model's terms multiply; the context keeps
+ *    the last max_observations rows in a ring placed at creation.
+ *  - Fit: weighted least squares in relative terms (recent steps count most);
+ *    a term the rows do not identify keeps the prior's value, scaled; outlier
+ *    rows are left out.  Double precision in one fixed order without fused
+ *    multiply-add, rounded to int64: every rank that observed the same rows
+ *    computes the same model bit for bit.
+ *  - Safe start: every refit raises the model's margin_ppm to the fit's and
+ *    the recent predictions' median error, so a model that has seen little
+ *    plans as dynamic_cp does.
+ *  - The model is part of the configuration digest every multi-rank call
+ *    agrees: ranks holding different models fail their next dcp_step (or
+ *    gather) with DCP_ERR_INVALID_CONFIG on every rank, never plan differently.
+ * See docs/planning.md#online-calibration for the features, weights,
+ * thresholds and the margin rule.
  */
 #define DCP_OBSERVE_MISSING INT64_C(-1)         /* the rank held nothing in that microbatch or did not time it (0 too) */
 #define DCP_OBSERVE_INVALID INT64_MIN           /* a timing that failed (a NaN): a bad observation */
@@ -945,61 +953,74 @@ typedef struct dcp_observe_report {
 } dcp_observe_report;
 
 /*
- * One step's observation over the DPxCP communicator `comm` (rank = DPxCP
- * rank, size num_ranks): every rank of it passes its own times, my_times[m]
- * for each microbatch m of `plan` (DCP_OBSERVE_MISSING where it held
- * nothing), for the plan it stepped: the one dcp_plan_compute() or
- * dcp_step() made of `lengths` on this context under its current model.  A
- * collective of its own, counted and tagged like dcp_step (step_id, the
- * call count, the configuration digest with the model, the digest of the
- * observations so far and the plan's seal): the rows are all-gathered, each
- * checked against its sender's hash, and every rank refits from the same
- * matrix.  Errors, on every rank alike, and the model is then unchanged:
- * DCP_ERR_CAPACITY (max_observations is 0), DCP_ERR_INVALID_ARGUMENT (a
- * plan that is not this context's of these lengths, a time that is
- * negative, DCP_OBSERVE_INVALID or past DCP_OBSERVE_MAX_TIME, a time for a
- * microbatch where the rank held nothing; ranks that observed different
- * plans), DCP_ERR_INVALID_CONFIG (ranks whose models or observation
- * histories differ), DCP_ERR_OUT_OF_STEP, DCP_ERR_COMM (rows that did not
- * arrive intact) and the communicator's.  Allocation-free.
+ * Observe one step's times on every rank and refit the model.
  *
- * plan and lengths both NULL: the plan of this context's last dcp_step(), of
- * the lengths that step gathered (a trainer that lets dcp_step plan); call
- * it before the next step or plan on the context.
+ * my_times[m] is this rank's time on microbatch m of `plan`
+ * (DCP_OBSERVE_MISSING where it held nothing), for the plan it stepped: the
+ * one dcp_plan_compute() or dcp_step() made of `lengths` on this context under
+ * its current model.  plan and lengths both NULL: the plan of this context's
+ * last dcp_step(), of the lengths that step gathered (call it before the next
+ * step or plan on the context).  The rows are all-gathered, each checked
+ * against its sender's hash, and every rank refits from the same matrix.
+ *
+ * Returns, on every rank alike, the model unchanged on error: DCP_OK;
+ * DCP_ERR_CAPACITY (max_observations is 0); DCP_ERR_INVALID_ARGUMENT (a plan
+ * that is not this context's of these lengths, a time that is negative,
+ * DCP_OBSERVE_INVALID or past DCP_OBSERVE_MAX_TIME, a time for a microbatch
+ * where the rank held nothing; ranks that observed different plans);
+ * DCP_ERR_INVALID_CONFIG (ranks whose models or observation histories
+ * differ); DCP_ERR_OUT_OF_STEP; DCP_ERR_COMM (rows that did not arrive
+ * intact); the communicator's.
+ * Collective: over the DPxCP communicator `comm` (rank = DPxCP rank, size
+ * num_ranks); counted and tagged like dcp_step (step_id, the call count, the
+ * configuration digest with the model, the digest of the observations so far
+ * and the plan's seal).
+ * Allocation: none.
+ * See docs/planning.md#online-calibration.
  */
 dcp_status dcp_observe(dcp_context *context, const dcp_plan *plan, const int32_t *lengths, int32_t num_lengths,
                        const int64_t *my_times, dcp_comm *comm, uint64_t step_id);
 
 /*
- * The same in one process: times[m * plan->num_ranks + r] is rank r's time
- * on microbatch m (plan and lengths NULL: as dcp_observe).  No collective,
- * not counted as a multi-rank call.
+ * dcp_observe() in one process: times[m * plan->num_ranks + r] is rank r's time on microbatch m.
+ *
+ * plan and lengths NULL: as dcp_observe.
+ * Returns: as dcp_observe().
+ * Collective: none; not counted as a multi-rank call.
+ * Allocation: none.
  */
 dcp_status dcp_observe_matrix(dcp_context *context, const dcp_plan *plan, const int32_t *lengths,
                               int32_t num_lengths, const int64_t *times);
 
 /*
- * One step's rows given directly, for a trainer with plans of its own or a
- * replay: group g runs lengths[group_first[g] .. group_first[g+1]) on
- * cp_sizes[g] ranks (a power of two) and took times[g] (DCP_OBSERVE_MISSING:
- * no row).  Errors as dcp_observe_matrix (DCP_ERR_BAD_LENGTH for a length
- * below 1, DCP_ERR_CAPACITY for more groups than max_sequences).
+ * One step's rows given directly, for a trainer with plans of its own or a replay.
+ *
+ * Group g runs lengths[group_first[g] .. group_first[g+1]) on cp_sizes[g]
+ * ranks (a power of two) and took times[g] (DCP_OBSERVE_MISSING: no row).
+ * Returns: as dcp_observe_matrix(); DCP_ERR_BAD_LENGTH (a length below 1);
+ * DCP_ERR_CAPACITY (more groups than max_sequences).
  */
 dcp_status dcp_observe_groups(dcp_context *context, int32_t num_groups, const int32_t *cp_sizes,
                               const int32_t *group_first, const int32_t *lengths, const int64_t *times);
 
 /*
- * Predicted times of `plan` under the context's current model:
+ * Predicted times of `plan` under the context's current model.
+ *
  * out[m * plan->num_ranks + r] is rank r's time on microbatch m (its group's
  * summed dcp_cost(), the small-microbatch hinge and microbatch_overhead, in
- * the model's unit), DCP_OBSERVE_MISSING where it holds nothing.  The plan is
- * validated for these lengths (DCP_ERR_INVALID_PLAN); any valid plan, not
- * only this context's.  Allocation-free.
+ * the model's unit), DCP_OBSERVE_MISSING where it holds nothing.  Any valid
+ * plan, not only this context's.
+ * Returns: DCP_OK; DCP_ERR_INVALID_PLAN (the plan is validated for these lengths).
+ * Allocation: none.
  */
 dcp_status dcp_observe_predict(dcp_context *context, const dcp_plan *plan, const int32_t *lengths,
                                int32_t num_lengths, int64_t *out);
 
-/* Where the calibration stands (all zero when max_observations is 0). */
+/*
+ * Where the calibration stands (all zero when max_observations is 0).
+ *
+ * Returns: DCP_OK; DCP_ERR_NULL_POINTER.
+ */
 dcp_status dcp_observe_status(const dcp_context *context, dcp_observe_report *report);
 
 #ifdef __cplusplus

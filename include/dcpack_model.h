@@ -17,57 +17,43 @@ extern "C" {
 /* ------------------------------------------------------------------------ */
 
 /*
- * MTP roll (as Megatron-LM's reference does): shift a packed field left by one token within
- * each sequence, writing 0 at each sequence's last position, so no value
- * crosses into the next sequence.  `cu_seqlens_padded` are the microbatch's
- * global boundaries (before CP slicing; num_cu_seqlens entries, starting at 0,
- * non-decreasing, repeated final entries allowed: they are empty sequences),
- * as dcp_step hands them out.  With a CP group of cp > 1 ranks under the
- * zigzag layout each rank holds chunks r and 2*cp-1-r of every sequence
- * (every span a multiple of 2*cp); the first token of each chunk is what the
- * neighbouring rank needs, so one exchange carries, for all sequences and all
- * fields at once, two values per sequence to each neighbour (the reference
- * exchanges sequence by sequence).  Slots past the last boundary (THD tail
- * padding) are rolled as one more sequence of their own.  `partition` is the
- * layout the microbatch was cut with (dcp_config.cp_partition): under
- * DCP_CP_CONTIGUOUS rank r holds global slots [r * num_tokens, (r+1) *
- * num_tokens), spans need no divisibility, and each rank sends one value per
- * field to the previous rank.  dcp_mtp_roll_cuda rolls zigzag only
- * (DCP_ERR_UNSUPPORTED for contiguous with cp > 1).
+ * MTP roll (as Megatron-LM's reference does): shift packed fields left by one token within each sequence.
  *
- * `step_id` (the caller's step number, 0 = none) travels in the agreement
- * with the count of rolls made over the handle (dcp_comm.calls) and the
- * partition: ranks that differ (one skipped or repeated a roll) all return
- * DCP_ERR_OUT_OF_STEP.  The values exchanged carry a sealed trailer (sender,
- * roll count, hash) that dcp_mtp_roll checks: a communicator that reports
- * success with zeroed, stale or garbage bytes (a peer gone) makes the roll
- * DCP_ERR_COMM, never DCP_OK with a wrong boundary value.
+ * Each sequence's last position gets 0, so no value crosses into the next
+ * sequence; slots past the last boundary (THD tail padding) roll as one more
+ * sequence.  `cu_seqlens_padded` are the microbatch's global boundaries
+ * (before CP slicing; num_cu_seqlens entries, starting at 0, non-decreasing)
+ * as dcp_step hands them out.  `partition` is the microbatch's
+ * (dcp_config.cp_partition): under zigzag with cp > 1 every span is a
+ * multiple of 2*cp and one exchange carries two values per sequence to each
+ * CP neighbour; under DCP_CP_CONTIGUOUS rank r holds global slots
+ * [r * num_tokens, (r+1) * num_tokens) and sends one value per field to the
+ * previous rank.  The group is ranks [group_first_rank, group_first_rank + cp)
+ * of `comm`: the DPxCP communicator with the microbatch's local_cp_size and
+ * rank - cp_rank, or the CP group's own communicator with 0.  fields[f] of
+ * elem_size[f] bytes (1, 2, 4 or 8) hold num_tokens elements (this rank's
+ * slots); out[f] gets the rolled field and overlaps no input (labels and
+ * loss_mask roll together in one call).  `exchange` is one host buffer of
+ * dcp_mtp_roll_exchange_bytes(num_cu_seqlens, elem_size, num_fields, comm
+ * size) bytes.  `step_id` (0 = none) travels with the count of rolls made
+ * over the handle (dcp_comm.calls) and the partition.
  *
- * The group is ranks [group_first_rank, group_first_rank + cp) of `comm`
- * (consecutive, as dcp plans them): pass the DPxCP communicator with the
- * microbatch's local_cp_size and this rank's rank - cp_rank, or the CP group's
- * own communicator with group_first_rank 0.  The exchange is one all-to-all-v
- * over `comm` in which only CP neighbours exchange bytes, so every rank of
- * `comm` calls it for the same microbatch (each with its own group).  With
- * cp == 1, comm may be NULL and nothing is exchanged.
- *
- * fields[f] of elem_size[f] bytes (1, 2, 4 or 8) hold num_tokens elements (this
- * rank's slots); out[f] receives the rolled field and must not overlap any
- * input (labels and loss_mask roll together in one call).  With comm != NULL
- * every rank of comm takes part in the exchange, cp == 1 ranks too (they move
- * no bytes).  Scratch, from dcp_mtp_roll_exchange_bytes(num_cu_seqlens,
- * elem_size, num_fields, comm size): dcp_mtp_roll takes one host buffer of
- * that size as `exchange`; dcp_mtp_roll_cuda takes device_exchange of
- * (num_cu_seqlens, elem_size, num_fields, 0) bytes and host_scratch of
- * (0, NULL, 0, comm size) bytes.  Allocation-free.  Errors:
- * DCP_ERR_NULL_POINTER, DCP_ERR_INVALID_ARGUMENT (cp not a power of two or
- * outside comm, elem_size, num_fields outside [1, 4], an unknown partition),
- * DCP_ERR_CORRUPT_INPUT (cu_seqlens not starting at 0 or decreasing, a zigzag
- * span not divisible by 2*cp, a last boundary past cp * num_tokens),
- * DCP_ERR_OUT_OF_STEP, DCP_ERR_COMM (exchanged values that did not arrive
- * intact), the communicator's errors.  With comm,
- * errors are agreed over it before the exchange (one agree()): every rank of
- * comm returns the same status, the lowest-numbered failing rank's.
+ * Returns: DCP_OK; DCP_ERR_NULL_POINTER; DCP_ERR_INVALID_ARGUMENT (cp not a
+ * power of two or outside comm, elem_size, num_fields outside [1, 4], an
+ * unknown partition); DCP_ERR_CORRUPT_INPUT (cu_seqlens not starting at 0 or
+ * decreasing, a zigzag span not divisible by 2*cp, a last boundary past
+ * cp * num_tokens); DCP_ERR_OUT_OF_STEP (ranks whose roll count, step_id or
+ * partition differ); DCP_ERR_COMM (exchanged values, sealed with sender, roll
+ * count and hash, that did not arrive intact: never DCP_OK with a wrong
+ * boundary value); the communicator's.
+ * Collective: with comm != NULL every rank of comm calls it for the same
+ * microbatch (each with its own group; cp == 1 ranks too, moving no bytes),
+ * and errors are agreed before the exchange, so every rank returns the
+ * lowest-numbered failing rank's status.  With cp == 1, comm may be NULL and
+ * nothing is exchanged.
+ * Allocation: none.
+ * See docs/step.md#model-side-helpers-mtp-roll-and-gdn-padding;
+ * dcp_mtp_roll_cuda (dcpack_cuda.h) is the device roll.
  */
 #define DCP_MTP_ROLL_MAX_FIELDS 4
 size_t dcp_mtp_roll_exchange_bytes(int32_t num_cu_seqlens, const size_t *elem_size, int32_t num_fields,
@@ -77,24 +63,22 @@ dcp_status dcp_mtp_roll(dcp_comm *comm, uint64_t step_id, int32_t group_first_ra
                         const size_t *elem_size, int32_t num_fields, void *exchange);
 
 /*
- * GDN causal-conv padding (as Megatron-LM's reference does).  A packed buffer of `rows`
- * rows of row_bytes bytes is padded with zero rows up to a multiple of
- * `alignment` (4096 by default: DCP_GDN_ALIGNMENT; <= 0 means no padding), and
- * the last cu_seqlens entry grows by the same number of rows, so the conv
- * sees few distinct lengths.  cu_seqlens may be NULL (a buffer that is one
- * sequence): then only the rows are padded and out_cu_seqlens is not written
- * -- the case the reference crashed on.  out may equal in (padding in place:
- * only the new rows are written); out must hold dcp_gdn_padded_rows() rows
- * (out_capacity_rows).  dcp_gdn_strip() copies the first `rows` rows of a
- * padded conv output to `out` (nothing when out == padded: the padded buffer's
- * prefix already is the result).  Allocation-free.  Errors:
- * DCP_ERR_NULL_POINTER, DCP_ERR_INVALID_ARGUMENT (rows < 0, row_bytes 0,
- * num_cu_seqlens < 1), DCP_ERR_CAPACITY (out_capacity_rows too small),
- * DCP_ERR_OVERFLOW (the padded last entry past INT32_MAX), and for the host
- * version DCP_ERR_CORRUPT_INPUT when cu_seqlens do not describe the rows: a
- * first entry other than 0, a decreasing entry, or a last entry other than
- * `rows` (checked before anything is written).  dcp_gdn_padded_rows()
- * saturates at INT64_MAX, which no output holds.
+ * GDN causal-conv padding (as Megatron-LM's reference does): pad a packed buffer with zero rows.
+ *
+ * `rows` rows of row_bytes bytes are padded up to a multiple of `alignment`
+ * (DCP_GDN_ALIGNMENT by default; <= 0: none), and the last cu_seqlens entry
+ * grows by as many rows.  cu_seqlens may be NULL (a buffer that is one
+ * sequence, the case the reference crashed on): only the rows are padded.
+ * out may equal in; it holds dcp_gdn_padded_rows() rows (out_capacity_rows),
+ * which saturates at INT64_MAX.  dcp_gdn_strip() copies the first `rows` rows
+ * of a padded conv output to `out` (nothing when out == padded).
+ * Returns: DCP_OK; DCP_ERR_NULL_POINTER; DCP_ERR_INVALID_ARGUMENT (rows < 0,
+ * row_bytes 0, num_cu_seqlens < 1); DCP_ERR_CAPACITY (out_capacity_rows too
+ * small); DCP_ERR_OVERFLOW (the padded last entry past INT32_MAX);
+ * DCP_ERR_CORRUPT_INPUT (host version: cu_seqlens that do not describe the
+ * rows, checked before anything is written).
+ * Allocation: none.
+ * See docs/step.md#model-side-helpers-mtp-roll-and-gdn-padding.
  */
 #define DCP_GDN_ALIGNMENT 4096
 int64_t dcp_gdn_padded_rows(int64_t rows, int32_t alignment);

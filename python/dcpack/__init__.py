@@ -126,7 +126,7 @@ __all__ = [
     "status_name", "cuda_device_count", "HAVE_CUDA", "HAVE_NCCL", "__version__",
 ]
 
-from ._step import (  # noqa: E402,F401
+from ._inproc import (  # noqa: E402,F401
     FAULT_NEVER_ARRIVE,
     FAULT_NONE,
     FAULT_RETURN_ERROR,
@@ -134,13 +134,11 @@ from ._step import (  # noqa: E402,F401
     Comm,
     InprocCluster,
     InprocWorld,
-    Microbatch,
-    PackedSamples,
-    Sample,
     StepArgs,
-    StepOutput,
-    Stepper,
 )
+from ._samples import PackedSamples, Sample  # noqa: E402,F401
+from ._step import Stepper  # noqa: E402,F401
+from ._step_output import Microbatch, StepOutput  # noqa: E402,F401
 
 __all__ += [
     "FAULT_NONE", "FAULT_RETURN_ERROR", "FAULT_NEVER_ARRIVE", "FAULT_TRUNCATE", "Comm", "InprocWorld",

@@ -27,6 +27,9 @@ One libnccl per process: the extension is linked against ``libnccl.so.2`` by
 its soname, so the dynamic loader reuses the libnccl torch already loaded
 (import torch first, which this module does); :func:`check_single_libnccl`
 verifies that exactly one libnccl file is mapped.
+
+What CudaStepper uses of the host :class:`dcpack.Stepper` (its checks, call counting and sample and
+microbatch tables) is the small interface of ``dcpack._device_step``.
 """
 
 from __future__ import annotations
@@ -44,20 +47,9 @@ import torch.distributed as dist  # noqa: E402
 from . import _core
 from ._api import Config, _view
 from ._errors import InvalidArgumentError, NcclError, UnsupportedError
-from ._step import (
-    _MB,
-    _SCALARS,
-    PackedSamples,
-    Sample,
-    StepArgs,
-    Stepper,
-    _bulk_arrays,
-    _columns,
-    _fields_of,
-    _sample_descriptor,
-    _StepState,
-    microbatch_table,
-)
+from ._device_step import OutputTable, column, context, run, sample_table
+from ._inproc import StepArgs
+from ._step import Stepper
 
 __all__ = ["check_single_libnccl", "nccl_comm", "NcclGroups", "CudaStepper", "TorchMicrobatch", "TorchStepOutput"]
 
@@ -228,7 +220,7 @@ class TorchMicrobatch:
     _NAMES = ("tokens", "labels", "loss_mask", "position_ids", "padding_mask", "cu_seqlens", "cu_seqlens_padded",
               "cu_seqlens_host", "cu_seqlens_padded_host")
 
-    def __init__(self, state: _StepState | None, tensors: dict[str, Any], scalars: tuple) -> None:
+    def __init__(self, state: Any, tensors: dict[str, Any], scalars: tuple) -> None:
         self._state = state
         self._tensors = tensors
         (self.num_tokens, self.num_cu_seqlens, self.num_sequences, self.max_seqlen, self.local_cp_size,
@@ -316,7 +308,7 @@ def _gathered_copies(table: np.ndarray, base: int, block: torch.Tensor, owner: A
     starts, counts, where = [], [], []
     size = block.numel()
     for name, count, _dt in _HOST_ARRAYS:
-        addr, n = table[:, _MB[name]], table[:, _MB[count]]
+        addr, n = column(table, name), column(table, count)
         rel = addr - base
         for i, (a, r, c) in enumerate(zip(addr.tolist(), rel.tolist(), n.tolist())):
             if a == 0:
@@ -372,7 +364,7 @@ class CudaStepper:
     def __init__(self, config: Config, groups: NcclGroups) -> None:
         _require_cuda_build()
         self._stepper = Stepper(config)
-        self._ctx = self._stepper._ctx
+        self._ctx = context(self._stepper)
         self.groups = groups
         self.device = groups.device
         device_bytes, host_bytes = _core.cuda_workspace_size(config.to_dict())
@@ -431,44 +423,33 @@ class CudaStepper:
         except BaseException:
             self._stepper.count_failed_step()
             raise
-        raw = self._stepper._step(None, args, fields,
-                                  columns=lambda keep: self._columns(samples, fields, keep), plan=plan)
+        raw = run(self._stepper, args, fields, lambda keep: self._columns(samples, fields, keep), plan=plan)
         return self._wrap(raw)
 
     def _columns(self, samples: Any, fields: int | None, keep: list[Any]):
         """The C binding's sample table of CUDA samples -> (table, fields); (None, fields) without input."""
-        if samples is None:
-            return None, fields
         device = self.device
 
         def field(x: Any, _field: str, label: str):
             t = _cuda_field(x, label, device)
             return t, (t.data_ptr() if t.numel() else 0), t.numel()
 
-        if isinstance(samples, PackedSamples):
-            return samples._columns(fields, keep, field)
-        if isinstance(samples, (Sample, dict)) or not isinstance(samples, (list, tuple)):
-            raise InvalidArgumentError("samples must be a list of dcpack.Sample (or dicts), a dcpack.PackedSamples, "
-                                       "or None")
-        if fields is None:
-            fields = _fields_of(samples) if samples else self._stepper.config.to_dict()["fields"]
-        rows = [_sample_descriptor(s, fields, i, keep, field) for i, s in enumerate(samples)]
-        return _columns(rows, keep), fields
+        return sample_table(self._stepper, samples, fields, keep, field)
 
     def _wrap(self, raw: dict[str, Any]) -> TorchStepOutput:
         gen = raw["generation"]
-        state = _StepState(self._ctx, gen)
         ctx, dev, owner = self._ctx, self.device, self._owner
-        table = microbatch_table(raw)
+        table = OutputTable(ctx, raw)
+        state = table.state
         # device arrays: slices of typed views of the workspace tensor (they keep its storage alive)
-        tensors = _bulk_arrays(table, self._device_base, self._device_bytes,
+        tensors = table.arrays(self._device_base, self._device_bytes,
                                lambda dt, start, count: self._device_typed[dt][start:start + count],
                                lambda address, count, dt: _tensor(address, count, _TORCH[dt], _TYPESTR[dt], dev,
                                                                   owner))
         # host copies of the boundaries (the pinned workspace is rewritten by the next step): one gather
         # copies them all, each microbatch's are slices of it
-        host = _gathered_copies(table, self._host_base, self._host_i32, owner)
-        scalars = table[:, [_MB[k] for k in _SCALARS]].tolist()
+        host = _gathered_copies(table.table, self._host_base, self._host_i32, owner)
+        scalars = table.scalars()
         out = []
         for t, h, sc in zip(tensors, host, scalars):
             t.update(h)

@@ -11,7 +11,8 @@ import dcpack
 import numpy as np
 import pytest
 from conftest import dp_slice, make_batch
-from dcpack import _step
+from dcpack import _step_output as _step
+from dcpack._api import _view
 
 FIELDS = ("tokens", "labels", "loss_mask", "position_ids")
 ARRAYS = ("tokens", "labels", "loss_mask", "position_ids", "padding_mask", "cu_seqlens", "cu_seqlens_padded")
@@ -162,13 +163,13 @@ def test_bulk_arrays_are_the_single_views():
 
     def single(address, count, dt):
         singles.append(address)
-        return _step._view(address, count, dt, None)
+        return _view(address, count, dt, None)
 
     got = _step._bulk_arrays(table, base, 4096, lambda dt, s, c: typed[dt][s:s + c], single)
     for k, row in enumerate(got):
         for name, count, dt in _step._OUT_ARRAYS:
             addr, n = int(table[k, _step._MB[name]]), int(table[k, _step._MB[count]])
-            expect = None if addr == 0 else _step._view(addr, n, dt, None)
+            expect = None if addr == 0 else _view(addr, n, dt, None)
             if expect is None:
                 assert row[name] is None
             else:
