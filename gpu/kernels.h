@@ -17,7 +17,7 @@
  *   dcp__thd_sanitize_cuda              dcp__thd_sanitize_cpu
  *   dcp__cp_slice_layout_cuda           dcp__cp_slice_layout_cpu
  *   dcp__cp_slice_cuda                  dcp__cp_slice_layout_cpu + dcp__pack_cpu
- *   dcp__mtp_roll_boundary_cuda         dcp__mtp_roll_boundary_cpu     (core/mtp_roll.h)
+ *   dcp__mtp_roll_boundary_cuda         dcp__mtp_roll_boundary_cpu     (core/model/mtp_roll.h)
  *   dcp__mtp_roll_apply_cuda            dcp__mtp_roll_apply_cpu
  *   dcp__gdn_pad_kernel_cuda            dcp_gdn_pad                   (dcpack.h)
  */
@@ -113,7 +113,7 @@ int dcp__cp_slice_cuda(const void *packed, int32_t num_sequences, const int32_t 
                       int64_t partition_total, int32_t cp, int32_t cp_rank, dcp_cp_partition partition, void *out,
                       size_t elem_size, void *stream);
 
-/* MTP roll, kernels 1 and 2 (core/mtp_roll.h); cu is the device copy of cu_seqlens_padded. */
+/* MTP roll, kernels 1 and 2 (core/model/mtp_roll.h); cu is the device copy of cu_seqlens_padded. */
 int dcp__mtp_roll_boundary_cuda(const void *field, size_t elem_size, const int32_t *cu, int32_t n, int32_t cp,
                                void *to_prev, void *to_next, void *stream);
 int dcp__mtp_roll_apply_cuda(const void *field, void *out, size_t elem_size, const int32_t *cu, int32_t n,

@@ -9,7 +9,7 @@
  * (rows, cu arrays) back to the host through the token mover.
  */
 #include "stages.h"
-#include "../core/agree.h"
+#include "../core/comm/agree.h"
 
 dcp_status dcp__broadcast(dcp_comm *tp, int holds_data, dcp__broadcast_header *h, dcp__mover *mover,
                           int32_t max_microbatches, void *stream, dcp_step_stats *stats, dcp__error *err)

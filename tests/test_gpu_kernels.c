@@ -22,7 +22,7 @@
 #include "../core/body.h"
 #include "../core/digest.h"
 #include "../core/mover.h"
-#include "../core/mtp_roll.h"
+#include "../core/model/mtp_roll.h"
 #include "../core/pack.h"
 #include "../core/segments.h"
 #include "../gpu/kernels.h"

@@ -3,8 +3,8 @@
  * the device version shares (see mtp_roll.h).
  */
 #include "mtp_roll.h"
-#include "agree.h"
-#include "hash.h"
+#include "../comm/agree.h"
+#include "../hash.h"
 
 #include <stddef.h>
 #include <string.h>

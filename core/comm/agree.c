@@ -1,6 +1,6 @@
 /* agree.c - agreeing on a status over a communicator (see agree.h). */
 #include "agree.h"
-#include "hash.h"
+#include "../hash.h"
 
 #include <inttypes.h>
 #include <stddef.h>
