@@ -23,8 +23,8 @@
 #include "../core/digest.h"
 #include "../core/mover.h"
 #include "../core/model/mtp_roll.h"
-#include "../core/pack.h"
-#include "../core/segments.h"
+#include "support/thd_twins.h"
+#include "../core/thd/pack_cpu.h"
 #include "../gpu/kernels.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
