@@ -2,7 +2,7 @@
  * capacity.c - a rank's step capacities from the configuration (capacity.h).
  */
 #include "capacity.h"
-#include "pack.h"
+#include "thd/thd.h"
 #include "../alloc/arena.h"
 
 int32_t dcp__step_max_microbatches(const dcp_config *c)

@@ -1,6 +1,7 @@
 /* config.c - configuration defaults and validation, scheduler and step-model names, the cost model. */
 #include "dcpack.h"
 #include "cost.h"
+#include "int128.h"
 #include "body.h"
 #include "error.h"
 
@@ -24,22 +25,15 @@ void dcp_cost_model_default(dcp_cost_model *model)
     model->forward_ppm = 333333;
 }
 
-static int64_t saturate(__int128 v)
-{
-    if (v > (__int128)INT64_MAX) return INT64_MAX;
-    if (v < 0) return 0;
-    return (int64_t)v;
-}
-
 /*
  * Products in dcp_cost are capped at 2^100: any term that large already makes
  * the result (divided by cp < 2^31) exceed INT64_MAX, so capping changes
- * nothing but keeps s^2 * quadratic (up to 2^189) inside __int128.  Negative
+ * nothing but keeps s^2 * quadratic (up to 2^189) inside dcp__i128.  Negative
  * coefficients (which dcp_config_validate rejects) count as 0.
  */
-#define COST_CAP ((__int128)1 << 100)
+#define COST_CAP ((dcp__i128)1 << 100)
 
-static __int128 mul_capped(__int128 a, __int128 b)
+static dcp__i128 mul_capped(dcp__i128 a, dcp__i128 b)
 {
     if (a <= 0 || b <= 0) return 0;
     if (a > COST_CAP / b) return COST_CAP;
@@ -51,19 +45,19 @@ int64_t dcp_cost(const dcp_cost_model *model, int64_t length, int32_t cp)
     if (!model || length <= 0 || cp <= 0) return 0;
     int64_t fast;
     if (dcp__cost_int64(model, length, cp, &fast)) return fast;
-    __int128 s = length;
-    __int128 quad = mul_capped(mul_capped(model->quadratic, s), s);
-    __int128 work = quad + mul_capped(model->linear, s);
-    __int128 fixed = 0;
+    dcp__i128 s = length;
+    dcp__i128 quad = mul_capped(mul_capped(model->quadratic, s), s);
+    dcp__i128 work = quad + mul_capped(model->linear, s);
+    dcp__i128 fixed = 0;
     if (cp > 1) {
         int k = dcp__log2_ceil(cp);
         if (k > DCP_MAX_LOG2_CP) k = DCP_MAX_LOG2_CP;
         /* KV traffic the attention compute does not hide; once capped, work is past INT64_MAX * cp anyway */
-        __int128 exposed = mul_capped(mul_capped(model->kv[k], s), cp - 1) - quad;
+        dcp__i128 exposed = mul_capped(mul_capped(model->kv[k], s), cp - 1) - quad;
         if (exposed > 0) work += exposed;
         fixed = mul_capped(model->round_latency, cp - 1) + mul_capped(model->cp_gather[k], s); /* undivided */
     }
-    return saturate(work / cp + fixed);
+    return dcp__i128_saturate_nonneg(work / cp + fixed);
 }
 
 const char *dcp_scheduler_name(dcp_scheduler scheduler)
@@ -238,7 +232,7 @@ dcp_status dcp_config_validate(const dcp_config *c, char *message, size_t messag
     if (ranks > DCP_MAX_RANKS)
         REJECT(DCP_ERR_OVERFLOW, "data_parallel_size * context_parallel_size = %lld exceeds %d ranks",
                (long long)ranks, DCP_MAX_RANKS);
-    __int128 world = (__int128)ranks * c->tensor_parallel_size * c->pipeline_parallel_size;
+    dcp__i128 world = (dcp__i128)ranks * c->tensor_parallel_size * c->pipeline_parallel_size;
     if (world > INT32_MAX)
         REJECT(DCP_ERR_OVERFLOW, "DP*CP*TP*PP overflows int32 (%d*%d*%d*%d)", c->data_parallel_size,
                c->context_parallel_size, c->tensor_parallel_size, c->pipeline_parallel_size);
@@ -271,7 +265,7 @@ dcp_status dcp_config_validate(const dcp_config *c, char *message, size_t messag
                (long long)c->cost.first_stage_per_token, (long long)c->cost.last_stage_per_token);
 
     /* Token totals of a full batch must fit int64: sequences * (N * M). */
-    __int128 batch_tokens = (__int128)c->max_sequences * ranks * c->max_seqlen_per_rank;
+    dcp__i128 batch_tokens = (dcp__i128)c->max_sequences * ranks * c->max_seqlen_per_rank;
     if (batch_tokens > INT64_MAX)
         REJECT(DCP_ERR_OVERFLOW, "max_sequences * ranks * max_seqlen_per_rank = %d * %lld * %d overflows int64",
                c->max_sequences, (long long)ranks, c->max_seqlen_per_rank);

@@ -9,6 +9,7 @@
 #define DCP_CORE_COST_H
 
 #include "dcpack.h"
+#include "int128.h"
 
 /* The least k with 2^k >= v (v >= 1): log2 of a power of two, rounded up otherwise. */
 static inline int dcp__log2_ceil(int32_t v)
@@ -75,9 +76,9 @@ static inline int64_t dcp__cost(const dcp_cost_model *model, int64_t length, int
 static inline int64_t dcp__group_cost(const dcp_cost_model *m, int64_t cost_sum, int64_t tokens_per_rank)
 {
     if (m->small_slope <= 0 || tokens_per_rank >= m->small_knee) return cost_sum;
-    const __int128 hinge = (__int128)m->small_slope * (m->small_knee - (tokens_per_rank > 0 ? tokens_per_rank : 0));
-    const __int128 total = (__int128)cost_sum + hinge;
-    return total > (__int128)INT64_MAX ? INT64_MAX : (int64_t)total;
+    const dcp__i128 hinge = (dcp__i128)m->small_slope * (m->small_knee - (tokens_per_rank > 0 ? tokens_per_rank : 0));
+    const dcp__i128 total = (dcp__i128)cost_sum + hinge;
+    return dcp__i128_cap(total);
 }
 
 #endif

@@ -14,6 +14,7 @@
  * multiply-add, so every rank's result is the same bit for bit.
  */
 #include "cost_fit.h"
+#include "hash.h"
 
 #include <math.h>
 #include <string.h>
@@ -29,14 +30,7 @@ size_t dcp__fit_scratch_size(int32_t capacity)
     return n * (sizeof(double) + 2 * sizeof(int64_t) + 8); /* weights, errors, a sorted copy, trim flags */
 }
 
-static uint64_t mix(uint64_t h, uint64_t v)
-{
-    for (int i = 0; i < 8; i++) {
-        h ^= (v >> (8 * i)) & 0xffu;
-        h *= 1099511628211ull;
-    }
-    return h;
-}
+static uint64_t mix(uint64_t h, uint64_t v) { return dcp__fnv1a_u64(h, v); }
 
 static uint64_t bits(double d)
 {
@@ -61,7 +55,7 @@ void dcp__fit_init(dcp__fit_state *s, dcp__fit_row *rows, int32_t capacity, cons
     s->rows = rows;
     s->capacity = capacity;
     s->scale = 1.0;
-    s->digest = model_digest(mix(14695981039346656037ull, (uint64_t)capacity), prior);
+    s->digest = model_digest(mix(DCP_FNV1A64_OFFSET, (uint64_t)capacity), prior);
 }
 
 void dcp__fit_row_features(dcp__fit_row *row, int32_t cp, const int32_t *lengths, const int32_t *ids, int32_t count)

@@ -10,6 +10,7 @@
  */
 #include "dcpack.h"
 #include "error.h"
+#include "int128.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -18,7 +19,7 @@ enum { LINE_CHARS = 1022 }; /* the longest line read */
 
 /* The plausibility rule (dcp_cost_profile_parse, docs/program.md): a microbatch of 2^17 tokens costs below 2^56. */
 #define PLAUSIBLE_TOKENS ((int64_t)1 << 17)
-#define PLAUSIBLE_LIMIT ((__int128)1 << 56)
+#define PLAUSIBLE_LIMIT ((dcp__i128)1 << 56)
 
 #define FAIL(...)                                                                                  \
     do {                                                                                           \
@@ -142,7 +143,7 @@ static int64_t *scalar_field(dcp_cost_model *m, int which)
     }
 }
 
-static __int128 nonneg(int64_t v) { return v > 0 ? v : 0; }
+static dcp__i128 nonneg(int64_t v) { return v > 0 ? v : 0; }
 
 /*
  * The plausibility rule: for every CP size 2^k (k = 0..16), one microbatch of one sequence of 2^17
@@ -151,12 +152,12 @@ static __int128 nonneg(int64_t v) { return v > 0 ? v : 0; }
  * term that weighs most at the worst CP size: a scalar index, or NUM_SCALARS + k for kv[k],
  * NUM_SCALARS + 17 + k for cp_gather[k]; *cp_out and *total_out say where and how much.
  */
-static int implausible(const dcp_cost_model *m, int64_t *cp_out, __int128 *total_out)
+static int implausible(const dcp_cost_model *m, int64_t *cp_out, dcp__i128 *total_out)
 {
-    const __int128 s = PLAUSIBLE_TOKENS;
+    const dcp__i128 s = PLAUSIBLE_TOKENS;
     for (int k = 0; k <= DCP_MAX_LOG2_CP; k++) {
-        const __int128 cp = (__int128)1 << k;
-        __int128 term[NUM_SCALARS + 2] = {0};
+        const dcp__i128 cp = (dcp__i128)1 << k;
+        dcp__i128 term[NUM_SCALARS + 2] = {0};
         term[Q] = nonneg(m->quadratic) * s * s / cp;
         term[LIN] = nonneg(m->linear) * s / cp;
         term[LAT] = k > 0 ? nonneg(m->round_latency) * (cp - 1) : 0;
@@ -167,7 +168,7 @@ static int implausible(const dcp_cost_model *m, int64_t *cp_out, __int128 *total
         term[LAST] = nonneg(m->last_stage_per_token) * s;
         term[NUM_SCALARS] = k > 0 ? nonneg(m->kv[k]) * s * (cp - 1) / cp : 0;
         term[NUM_SCALARS + 1] = k > 0 ? nonneg(m->cp_gather[k]) * s : 0;
-        __int128 total = 0;
+        dcp__i128 total = 0;
         int worst = 0;
         for (int t = 0; t < NUM_SCALARS + 2; t++) {
             total += term[t]; /* each below 2^63 * 2^34: no overflow */
@@ -185,7 +186,7 @@ static int implausible(const dcp_cost_model *m, int64_t *cp_out, __int128 *total
 }
 
 /* A 128-bit count in decimal. */
-static const char *decimal128(__int128 v, char *out, size_t size)
+static const char *decimal128(dcp__i128 v, char *out, size_t size)
 {
     char tmp[48];
     int n = 0;
@@ -338,7 +339,7 @@ dcp_status dcp_cost_profile_parse(const char *text, size_t length, const char *n
         }
     }
     int64_t at_cp = 0;
-    __int128 total = 0;
+    dcp__i128 total = 0;
     const int worst = implausible(&m, &at_cp, &total);
     if (worst >= 0) {
         char key[32], amount[48];

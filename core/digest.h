@@ -18,25 +18,10 @@
 #ifndef DCP_DIGEST_H
 #define DCP_DIGEST_H
 
+#include "hash.h"
+
 #include <stddef.h>
 #include <stdint.h>
-
-#if defined(__CUDACC__)
-#define DCP_HOST_DEVICE __host__ __device__
-#else
-#define DCP_HOST_DEVICE
-#endif
-
-/* splitmix64's finaliser: every input bit reaches every output bit. */
-static inline DCP_HOST_DEVICE uint64_t dcp__mix64(uint64_t x)
-{
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
-}
 
 /* The term of one element: its bits, at position p of field f (0..3, the order of core/body.h). */
 static inline DCP_HOST_DEVICE uint64_t dcp__digest_term(uint64_t bits, int64_t p, int32_t f)

@@ -5,8 +5,7 @@
  */
 #include "mover.h"
 #include "digest.h"
-#include "pack.h"
-#include "segments.h"
+#include "thd/pack_cpu.h"
 
 #include <string.h>
 

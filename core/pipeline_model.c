@@ -6,10 +6,9 @@
  */
 #include "pipeline_model.h"
 #include "cost.h"
+#include "int128.h"
 
 #include <string.h>
-
-static int64_t sat_add(int64_t a, int64_t b) { return (a > INT64_MAX - b) ? INT64_MAX : a + b; }
 
 static int64_t sat_mul(int64_t a, int64_t b)
 {
@@ -33,9 +32,9 @@ void dcp__pipeline_op_times(const dcp__pipeline *pipe, int64_t c, int64_t t, int
                             int64_t *backward)
 {
     int64_t w = (c > 0 ? c : 0) / pipe->chunks;
-    if (k == 0) w = sat_add(w, sat_mul(pipe->first_per_token, t));
-    if (k == pipe->stages * pipe->chunks - 1) w = sat_add(w, sat_mul(pipe->last_per_token, t));
-    const int64_t f = (int64_t)((__int128)w * pipe->forward_ppm / 1000000);
+    if (k == 0) w = dcp__sat_add_i64(w, sat_mul(pipe->first_per_token, t));
+    if (k == pipe->stages * pipe->chunks - 1) w = dcp__sat_add_i64(w, sat_mul(pipe->last_per_token, t));
+    const int64_t f = (int64_t)((dcp__i128)w * pipe->forward_ppm / 1000000);
     *forward = f;
     *backward = w - f;
 }
@@ -155,7 +154,7 @@ int64_t dcp__pipeline_makespan(const dcp__pipeline *pipe, const int64_t *cost, c
             int64_t f, b;
             dcp__pipeline_op_times(pipe, cost[id], tokens ? tokens[id] : 0, k, &f, &b);
             const int64_t start = ready > clock[r] ? ready : clock[r];
-            const int64_t end = sat_add(start, fwd ? f : b);
+            const int64_t end = dcp__sat_add_i64(start, fwd ? f : b);
             clock[r] = end;
             next[r]++;
             done++;
@@ -191,7 +190,7 @@ int64_t dcp__pipeline_lower_bound(const dcp__pipeline *pipe, const int64_t *cost
         for (int32_t k = 0; k < P * V; k++) {
             int64_t f, b;
             dcp__pipeline_op_times(pipe, cost[m], tokens ? tokens[m] : 0, k, &f, &b);
-            chain = sat_add(chain, sat_add(f, b));
+            chain = dcp__sat_add_i64(chain, dcp__sat_add_i64(f, b));
         }
         if (chain > bound) bound = chain;
     }
@@ -216,18 +215,18 @@ int64_t dcp__pipeline_lower_bound(const dcp__pipeline *pipe, const int64_t *cost
                 int64_t f0, b0, fm = 0, bm = 0;
                 dcp__pipeline_op_times(pipe, cost[m], t, 0, &f0, &b0);
                 if (r > 1) dcp__pipeline_op_times(pipe, cost[m], t, 1, &fm, &bm);
-                fh = sat_add(f0, sat_mul(r - 1, fm));
-                bt = sat_add(b0, sat_mul(r - 1, bm));
+                fh = dcp__sat_add_i64(f0, sat_mul(r - 1, fm));
+                bt = dcp__sat_add_i64(b0, sat_mul(r - 1, bm));
             }
             if (fh < head) head = fh;
             if (bt < tail) tail = bt;
             for (int32_t c = 0; c < V; c++) {
                 int64_t f, b;
                 dcp__pipeline_op_times(pipe, cost[m], tokens ? tokens[m] : 0, c * P + r, &f, &b);
-                work = sat_add(work, sat_add(f, b));
+                work = dcp__sat_add_i64(work, dcp__sat_add_i64(f, b));
             }
         }
-        const int64_t stage = sat_add(sat_add(head, work), tail);
+        const int64_t stage = dcp__sat_add_i64(dcp__sat_add_i64(head, work), tail);
         if (stage > bound) bound = stage;
     }
     return bound;
@@ -245,7 +244,7 @@ dcp_status dcp__pipeline_plan_inputs(const dcp_plan *plan, const dcp_config *con
             for (int32_t i = plan->group_first_id[g]; i < plan->group_first_id[g + 1]; i++) {
                 const int32_t id = plan->ids[i];
                 if (id < 0 || id >= num_lengths) return DCP_ERR_INVALID_PLAN;
-                c = sat_add(c, dcp_cost(model, lengths[id], cp));
+                c = dcp__sat_add_i64(c, dcp_cost(model, lengths[id], cp));
                 t += lengths[id]; /* at most max_sequences * 2^31 */
             }
             const int64_t per_rank = cp > 0 ? (t + cp - 1) / cp : t;
@@ -253,7 +252,7 @@ dcp_status dcp__pipeline_plan_inputs(const dcp_plan *plan, const dcp_config *con
             if (c > slowest) slowest = c;
             if (per_rank > most) most = per_rank;
         }
-        cost[m] = sat_add(slowest, model->microbatch_overhead > 0 ? model->microbatch_overhead : 0);
+        cost[m] = dcp__sat_add_i64(slowest, model->microbatch_overhead > 0 ? model->microbatch_overhead : 0);
         tokens[m] = most;
     }
     return DCP_OK;

@@ -1,5 +1,6 @@
 /* plan_tables.c - building, querying and hashing plans; see plan.h. */
 #include "plan.h"
+#include "hash.h"
 
 dcp_status dcp__plan_init(dcp_plan *plan, dcp__arena *arena, int32_t max_microbatches, int32_t max_groups,
                          int32_t max_ids)
@@ -90,20 +91,14 @@ int32_t dcp__plan_rank_count(const dcp_plan *plan, int32_t microbatch, int32_t r
 
 static uint64_t fnv1a(uint64_t h, const int32_t *v, int32_t n)
 {
-    for (int32_t i = 0; i < n; i++) {
-        uint32_t x = (uint32_t)v[i];
-        for (int b = 0; b < 4; b++) {
-            h ^= (x >> (8 * b)) & 0xFFu;
-            h *= 1099511628211ull;
-        }
-    }
+    for (int32_t i = 0; i < n; i++) h = dcp__fnv1a_u32(h, (uint32_t)v[i]);
     return h;
 }
 
 uint64_t dcp_plan_hash(const dcp_plan *plan)
 {
     if (!plan) return 0;
-    uint64_t h = 14695981039346656037ull;
+    uint64_t h = DCP_FNV1A64_OFFSET;
     int32_t header[4] = {plan->num_ranks, plan->num_microbatches, plan->num_groups, plan->num_ids};
     h = fnv1a(h, header, 4);
     h = fnv1a(h, plan->microbatch_first_group, plan->num_microbatches + 1);

@@ -7,11 +7,10 @@
  */
 #include "plan.h"
 #include "cost.h"
+#include "int128.h"
 #include "pipeline_model.h"
 
 #include <string.h>
-
-static int64_t sat_add(int64_t a, int64_t b) { return (a > INT64_MAX - b) ? INT64_MAX : a + b; }
 
 /*
  * The lower bound of the step cost model (docs/planning.md, cost model; the proof is
@@ -134,39 +133,37 @@ static int64_t cheapest_cost(const dcp_cost_model *model, int64_t s, int32_t num
  * c, and that grows with c: the scan (in increasing order, the static size
  * among the others) stops once it reaches the best found.
  */
-static __int128 least_work_under(const dcp_cost_model *model, int64_t s, int32_t num_ranks, int32_t max_seqlen,
+static dcp__i128 least_work_under(const dcp_cost_model *model, int64_t s, int32_t num_ranks, int32_t max_seqlen,
                                  int64_t extra, int64_t level)
 {
     const int64_t q = model->quadratic > 0 ? model->quadratic : 0, lin = model->linear > 0 ? model->linear : 0;
     const int64_t lat = model->round_latency > 0 ? model->round_latency : 0;
-    const __int128 x = (__int128)q * s * s + (__int128)lin * s;
-    const int early = lat >= 1 && lat <= ((int64_t)1 << 32) && x < ((__int128)1 << 62);
-    __int128 best = -1;
+    const dcp__i128 x = (dcp__i128)q * s * s + (dcp__i128)lin * s;
+    const int early = lat >= 1 && lat <= ((int64_t)1 << 32) && x < ((dcp__i128)1 << 62);
+    dcp__i128 best = -1;
     for (int64_t cp = 1; cp > 0; cp = next_size(cp, num_ranks, extra)) {
-        if (early && best >= 0 && x - (cp - 1) + (__int128)cp * (cp - 1) * lat >= best) break;
+        if (early && best >= 0 && x - (cp - 1) + (dcp__i128)cp * (cp - 1) * lat >= best) break;
         if (s > cp * (int64_t)max_seqlen) continue;
         int64_t c = dcp_cost(model, s, (int32_t)cp);
         if (c > level) continue;
-        __int128 w = (__int128)cp * c;
+        dcp__i128 w = (dcp__i128)cp * c;
         if (best < 0 || w < best) best = w;
     }
     return best;
 }
 
 /* W(T) (see above); -1 when some sequence costs more than T at every size. */
-static __int128 work_under(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
+static dcp__i128 work_under(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
                            int32_t max_seqlen, int64_t extra, int64_t level)
 {
-    __int128 total = 0;
+    dcp__i128 total = 0;
     for (int32_t i = 0; i < n; i++) {
-        __int128 w = least_work_under(model, lengths[i], num_ranks, max_seqlen, extra, level);
+        dcp__i128 w = least_work_under(model, lengths[i], num_ranks, max_seqlen, extra, level);
         if (w < 0) return -1;
         total += w;
     }
     return total;
 }
-
-static int64_t clamp_bound(__int128 v) { return v > (__int128)INT64_MAX ? INT64_MAX : v < 0 ? 0 : (int64_t)v; }
 
 /*
  * Step 5's U: at most the least work that `capacity` tokens can carry, from each bucket's token count
@@ -174,7 +171,7 @@ static int64_t clamp_bound(__int128 v) { return v > (__int128)INT64_MAX ? INT64_
  * token at its bucket's most (so never below the true most).  Buckets are mostly denser the longer
  * their lengths, so an insertion sort from the longest down has little to move.
  */
-static __int128 densest_work(const int64_t *per_token, const int64_t *sum, __int128 capacity)
+static dcp__i128 densest_work(const int64_t *per_token, const int64_t *sum, dcp__i128 capacity)
 {
     int16_t order[BOUND_BUCKETS];
     int filled = 0;
@@ -187,9 +184,9 @@ static __int128 densest_work(const int64_t *per_token, const int64_t *sum, __int
         }
         order[j] = (int16_t)b;
     }
-    __int128 work = 0, left = capacity;
+    dcp__i128 work = 0, left = capacity;
     for (int j = 0; j < filled && left > 0; j++) {
-        const __int128 take = sum[order[j]] < left ? sum[order[j]] : left;
+        const dcp__i128 take = sum[order[j]] < left ? sum[order[j]] : left;
         work += take * per_token[order[j]]; /* at most 2^62 tokens in all, 2^63 a token */
         left -= take;
     }
@@ -201,15 +198,15 @@ static __int128 densest_work(const int64_t *per_token, const int64_t *sum, __int
  * work, U = `densest`.  The expression is piecewise linear in a with corners at N x1 and W - N X2, so
  * its least over the interval is at an end or a corner.
  */
-static __int128 token_room_bound(__int128 least, __int128 densest, int64_t x1, __int128 x2, int32_t num_ranks)
+static dcp__i128 token_room_bound(dcp__i128 least, dcp__i128 densest, int64_t x1, dcp__i128 x2, int32_t num_ranks)
 {
     if (x1 == INT64_MAX) return 0;
-    const __int128 n = num_ranks, top = densest < least ? densest : least;
-    const __int128 corners[4] = {0, top, n * x1, least - n * x2};
-    __int128 best = -1;
+    const dcp__i128 n = num_ranks, top = densest < least ? densest : least;
+    const dcp__i128 corners[4] = {0, top, n * x1, least - n * x2};
+    dcp__i128 best = -1;
     for (int j = 0; j < 4; j++) {
-        const __int128 a = corners[j] < 0 ? 0 : corners[j] > top ? top : corners[j];
-        const __int128 first = n * x1 > a ? n * x1 : a, others = n * x2 > least - a ? n * x2 : least - a;
+        const dcp__i128 a = corners[j] < 0 ? 0 : corners[j] > top ? top : corners[j];
+        const dcp__i128 first = n * x1 > a ? n * x1 : a, others = n * x2 > least - a ? n * x2 : least - a;
         if (best < 0 || first + others < best) best = first + others;
     }
     return (best + n - 1) / n;
@@ -226,9 +223,9 @@ static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, 
     if (n <= 0 || num_ranks <= 0 || max_seqlen <= 0) return 0;
     const int64_t extra = static_size(static_cp, num_ranks);
     const int64_t o = model->microbatch_overhead > 0 ? model->microbatch_overhead : 0;
-    const __int128 capacity = (__int128)num_ranks * max_seqlen;
+    const dcp__i128 capacity = (dcp__i128)num_ranks * max_seqlen;
     /* tokens, the longest length, the histogram, the least work */
-    __int128 tokens = 0, least = 0;
+    dcp__i128 tokens = 0, least = 0;
     int64_t longest = 0;
     int32_t count[BOUND_BUCKETS];
     int64_t sum[BOUND_BUCKETS]; /* at most 2^31 lengths below 2^31 each */
@@ -242,7 +239,7 @@ static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, 
     memset(bucket_value, 0, sizeof bucket_value);
     int feasible = 1;
     int64_t last_s = -1, last_share = 0;
-    __int128 last_w = 0; /* equal lengths often come together (a scheduler's sorted ones always) */
+    dcp__i128 last_w = 0; /* equal lengths often come together (a scheduler's sorted ones always) */
     for (int32_t i = 0; i < n; i++) {
         int64_t s = lengths[i] > 0 ? lengths[i] : 1;
         tokens += s;
@@ -259,8 +256,8 @@ static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, 
             } else if (last_w <= INT64_MAX - s) {
                 last_share = ((int64_t)last_w + s - 1) / s;
             } else {
-                const __int128 share = (last_w + s - 1) / s;
-                last_share = share > (__int128)INT64_MAX ? INT64_MAX : (int64_t)share;
+                const dcp__i128 share = (last_w + s - 1) / s;
+                last_share = dcp__i128_cap(share);
             }
         }
         if (last_w < 0) {
@@ -271,33 +268,33 @@ static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, 
         }
     }
     /* (1) the least microbatch count */
-    __int128 k_tok = (tokens + capacity - 1) / capacity, k_min = k_tok;
+    dcp__i128 k_tok = (tokens + capacity - 1) / capacity, k_min = k_tok;
     if (seq_cap > 0) {
-        __int128 k_cap = ((__int128)n + (__int128)num_ranks * seq_cap - 1) / ((__int128)num_ranks * seq_cap);
+        dcp__i128 k_cap = ((dcp__i128)n + (dcp__i128)num_ranks * seq_cap - 1) / ((dcp__i128)num_ranks * seq_cap);
         if (k_cap > k_min) k_min = k_cap;
     }
     if (vpp > 1) k_min = (k_min + vpp - 1) / vpp * vpp;
-    const __int128 overheads = k_min * o;
+    const dcp__i128 overheads = k_min * o;
     /* (2) alone: the old bound, also the answer when some sequence fits no size (no plan exists then) */
-    const __int128 work_bound = (least + num_ranks - 1) / num_ranks;
-    if (!feasible) return clamp_bound(least / num_ranks + k_tok * o);
+    const dcp__i128 work_bound = (least + num_ranks - 1) / num_ranks;
+    if (!feasible) return dcp__i128_saturate_nonneg(least / num_ranks + k_tok * o);
     /* (3) x_1 and X2 = x_2 + ... + x_K_min, each x_j from the larger of its two lengths' lower edges */
     const int64_t x1 = cheapest_cost(model, longest, num_ranks, max_seqlen, extra);
-    const __int128 densest = densest_work(bucket_value, sum, capacity);
+    const dcp__i128 densest = densest_work(bucket_value, sum, capacity);
     int64_t *edge_cost = bucket_value;
     for (int b = 0; b < BOUND_BUCKETS; b++) edge_cost[b] = -1;
-    __int128 x2 = 0;
+    dcp__i128 x2 = 0;
     int bt = BOUND_BUCKETS - 1, bq = BOUND_BUCKETS - 1; /* buckets walked from the longest down */
-    __int128 above_t = 0, above_q = 0;                  /* tokens / sequences in buckets above bt / bq */
-    for (__int128 j = 2; j <= k_min; j++) {
+    dcp__i128 above_t = 0, above_q = 0;                  /* tokens / sequences in buckets above bt / bq */
+    for (dcp__i128 j = 2; j <= k_min; j++) {
         int b = -1;
         if (j <= k_tok) { /* the bucket where tokens, longest first, first exceed (j-1) N M */
-            const __int128 limit = (j - 1) * capacity;
+            const dcp__i128 limit = (j - 1) * capacity;
             while (bt >= 0 && above_t + sum[bt] <= limit) above_t += sum[bt--];
             if (bt >= 0) b = bt;
         }
         if (k_min <= n) { /* the bucket of the (n - K_min + j)-th longest */
-            const __int128 rank = (__int128)n - k_min + j;
+            const dcp__i128 rank = (dcp__i128)n - k_min + j;
             while (bq >= 0 && above_q + count[bq] < rank) above_q += count[bq--];
             if (bq >= 0 && bq > b) b = bq;
         }
@@ -307,38 +304,38 @@ static int64_t lower_bound(const dcp_cost_model *model, const int32_t *lengths, 
             edge_cost[b] = c == INT64_MAX ? 0 : c;
         }
         x2 += edge_cost[b];
-        if (x2 > (__int128)INT64_MAX) break;
+        if (x2 > (dcp__i128)INT64_MAX) break;
     }
     /* (4) the least T* >= x_1 with ceil(W(T*) / N) <= T* + X2, by halving */
-    __int128 bound = (__int128)x1 + x2;
+    dcp__i128 bound = (dcp__i128)x1 + x2;
     if (work_bound > bound) bound = work_bound;
     /* (5) the dearest microbatch's token room */
     if (steps & DCP__BOUND_TOKEN_ROOM) {
-        const __int128 room = token_room_bound(least, densest, x1, x2, num_ranks);
+        const dcp__i128 room = token_room_bound(least, densest, x1, x2, num_ranks);
         if (room > bound) bound = room;
     }
-    if (!search) return clamp_bound(bound + overheads);
-    __int128 w = work_under(model, lengths, n, num_ranks, max_seqlen, extra, x1);
-    if (x1 < INT64_MAX && !(w >= 0 && (w + num_ranks - 1) / num_ranks <= (__int128)x1 + x2)) {
+    if (!search) return dcp__i128_saturate_nonneg(bound + overheads);
+    dcp__i128 w = work_under(model, lengths, n, num_ranks, max_seqlen, extra, x1);
+    if (x1 < INT64_MAX && !(w >= 0 && (w + num_ranks - 1) / num_ranks <= (dcp__i128)x1 + x2)) {
         /* fails at x_1: find a level where it holds, then halve (the condition only turns true as T rises) */
         int64_t lo = x1, hi = x1;
         for (;;) {
             hi = hi > INT64_MAX / 2 ? INT64_MAX : hi * 2 + 1;
             w = work_under(model, lengths, n, num_ranks, max_seqlen, extra, hi);
-            if ((w >= 0 && (w + num_ranks - 1) / num_ranks <= (__int128)hi + x2) || hi == INT64_MAX) break;
+            if ((w >= 0 && (w + num_ranks - 1) / num_ranks <= (dcp__i128)hi + x2) || hi == INT64_MAX) break;
             lo = hi;
         }
         /* to the level itself up to 4096 sequences, to within 2^-24 of it above (each step walks every sequence) */
         for (int step = 0; step < 64 && hi - lo > 1 && (n <= 4096 || hi - lo > (hi >> 24)); step++) {
             int64_t mid = lo + (hi - lo) / 2;
             w = work_under(model, lengths, n, num_ranks, max_seqlen, extra, mid);
-            if (w >= 0 && (w + num_ranks - 1) / num_ranks <= (__int128)mid + x2) hi = mid;
+            if (w >= 0 && (w + num_ranks - 1) / num_ranks <= (dcp__i128)mid + x2) hi = mid;
             else lo = mid;
         }
         /* the condition fails at lo, so T* > lo */
-        if ((__int128)lo + 1 + x2 > bound) bound = (__int128)lo + 1 + x2;
+        if ((dcp__i128)lo + 1 + x2 > bound) bound = (dcp__i128)lo + 1 + x2;
     }
-    return clamp_bound(bound + overheads);
+    return dcp__i128_saturate_nonneg(bound + overheads);
 }
 
 int64_t dcp__cost_lower_bound(const dcp_cost_model *model, const int32_t *lengths, int32_t n, int32_t num_ranks,
@@ -403,16 +400,16 @@ int64_t dcp__dependency_lower_bound(const dcp_cost_model *model, const int32_t *
                                     int32_t num_ranks, int32_t max_seqlen_per_rank, int32_t static_cp)
 {
     const int64_t extra = static_size(static_cp, num_ranks);
-    __int128 work = 0, tokens = 0;
+    dcp__i128 work = 0, tokens = 0;
     int64_t longest_run = 0; /* max over sequences of its smallest per-rank cost */
     for (int32_t i = 0; i < n; i++) {
         int64_t s = lengths[i];
-        __int128 best_total = -1;
+        dcp__i128 best_total = -1;
         int64_t best_rank = -1;
         for (int64_t cp = 1; cp > 0; cp = next_size(cp, num_ranks, extra)) {
             if (s > cp * (int64_t)max_seqlen_per_rank) continue;
             int64_t c = dcp_cost(model, s, (int32_t)cp);
-            __int128 total = (__int128)cp * c;
+            dcp__i128 total = (dcp__i128)cp * c;
             if (best_total < 0 || total < best_total) best_total = total;
             if (best_rank < 0 || c < best_rank) best_rank = c;
         }
@@ -420,11 +417,11 @@ int64_t dcp__dependency_lower_bound(const dcp_cost_model *model, const int32_t *
         if (best_rank > longest_run) longest_run = best_rank;
         tokens += s;
     }
-    __int128 capacity = (__int128)num_ranks * max_seqlen_per_rank;
-    __int128 microbatches = capacity > 0 ? (tokens + capacity - 1) / capacity : 0;
-    __int128 spread = num_ranks > 0 ? (work + num_ranks - 1) / num_ranks : 0; /* ceil: the makespan is an integer */
-    __int128 busiest = spread > longest_run ? spread : longest_run;
-    __int128 bound = busiest + microbatches * model->microbatch_overhead;
+    dcp__i128 capacity = (dcp__i128)num_ranks * max_seqlen_per_rank;
+    dcp__i128 microbatches = capacity > 0 ? (tokens + capacity - 1) / capacity : 0;
+    dcp__i128 spread = num_ranks > 0 ? (work + num_ranks - 1) / num_ranks : 0; /* ceil: the makespan is an integer */
+    dcp__i128 busiest = spread > longest_run ? spread : longest_run;
+    dcp__i128 bound = busiest + microbatches * model->microbatch_overhead;
     return bound > INT64_MAX ? INT64_MAX : (int64_t)bound;
 }
 
@@ -455,8 +452,8 @@ static dcp_status plan_walk(const dcp_plan *plan, const dcp_config *config, cons
                 int32_t id = plan->ids[i];
                 if (id < 0 || id >= num_lengths) return DCP_ERR_INVALID_PLAN;
                 int64_t s = lengths[id];
-                cost = sat_add(cost, dcp_cost(model, s, cp));
-                quad = sat_add(quad, (int64_t)(((__int128)s * s) / cp));
+                cost = dcp__sat_add_i64(cost, dcp_cost(model, s, cp));
+                quad = dcp__sat_add_i64(quad, (int64_t)(((dcp__i128)s * s) / cp));
                 tokens += s;
                 st.cp_size_sum += cp;
                 st.total_tokens += s;
@@ -465,7 +462,7 @@ static dcp_status plan_walk(const dcp_plan *plan, const dcp_config *config, cons
             cost = dcp__group_cost(model, cost, tokens / cp);
             if (cost > slowest) slowest = cost;
             if (quad > slowest_quad) slowest_quad = quad;
-            st.busy_sum = sat_add(st.busy_sum, (int64_t)((__int128)cost * cp > INT64_MAX ? INT64_MAX : cost * cp));
+            st.busy_sum = dcp__sat_add_i64(st.busy_sum, dcp__i128_cap((dcp__i128)cost * cp));
 
             int64_t start = 0, end = (int64_t)first_rank[g] + cp;
             if (m > 0) {
@@ -477,13 +474,13 @@ static dcp_status plan_walk(const dcp_plan *plan, const dcp_config *config, cons
                 if ((int64_t)first_rank[h] + cp_size[h] == end && h + 1 < first_group[m])
                     h_finish = finish[first_rank[++h]]; /* the next group starts where h ends */
             }
-            int64_t done = sat_add(sat_add(start, cost), model->microbatch_overhead);
+            int64_t done = dcp__sat_add_i64(dcp__sat_add_i64(start, cost), model->microbatch_overhead);
             finish[first_rank[g]] = done;
             if (m + 1 == plan->num_microbatches && done > st.dependency_makespan) st.dependency_makespan = done;
         }
-        st.max_rank_sum = sat_add(st.max_rank_sum, slowest);
-        st.makespan = sat_add(st.makespan, sat_add(slowest, model->microbatch_overhead));
-        st.quad_makespan = sat_add(st.quad_makespan, slowest_quad);
+        st.max_rank_sum = dcp__sat_add_i64(st.max_rank_sum, slowest);
+        st.makespan = dcp__sat_add_i64(st.makespan, dcp__sat_add_i64(slowest, model->microbatch_overhead));
+        st.quad_makespan = dcp__sat_add_i64(st.quad_makespan, slowest_quad);
     }
     *stats = st;
     return DCP_OK;

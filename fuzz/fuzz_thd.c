@@ -26,7 +26,7 @@
  *   (255: one past padded)
  */
 #include "fuzz_common.h"
-#include "../core/pack.h"
+#include "../tests/support/thd_twins.h"
 
 #include <stdlib.h>
 

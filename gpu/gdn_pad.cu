@@ -1,5 +1,5 @@
 /*
- * gdn_pad.cu - GDN causal-conv padding (twin: dcp_gdn_pad, core/gdn_pad.c):
+ * gdn_pad.cu - GDN causal-conv padding (twin: dcp_gdn_pad, core/model/gdn_pad.c):
  * one launch copies the real rows (unless padding in place), zeroes the pad
  * rows and writes cu_seqlens with the last entry grown by the pad.
  */

@@ -5,8 +5,8 @@
  * without CUDA compile no_cuda.c instead.
  */
 #include "dcpack.h"
-#include "../core/gdn_pad.h"
-#include "../core/mtp_roll.h"
+#include "../core/model/gdn_pad.h"
+#include "../core/model/mtp_roll.h"
 
 #include "kernels.h"
 

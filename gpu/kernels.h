@@ -8,16 +8,10 @@
  * the host.  Each kernel has a CPU twin with the same arguments and the same
  * result bit for bit:
  *
- *   dcp__segment_table_pack_cuda        dcp__segment_table_pack_cpu    (core/segments.h)
- *   dcp__pack_cuda                      dcp__pack_cpu                  (core/pack.h)
- *   dcp__padding_mask_from_layout_cuda  dcp__padding_mask_from_layout_cpu
- *   dcp__cu_seqlens_cuda                dcp__cu_seqlens_cpu
- *   dcp__thd_cu_seqlens_write_cuda      dcp__thd_cu_seqlens_write
- *   dcp__thd_padding_mask_cuda          dcp__thd_padding_mask_cpu
- *   dcp__thd_sanitize_cuda              dcp__thd_sanitize_cpu
- *   dcp__cp_slice_layout_cuda           dcp__cp_slice_layout_cpu
- *   dcp__cp_slice_cuda                  dcp__cp_slice_layout_cpu + dcp__pack_cpu
- *   dcp__mtp_roll_boundary_cuda         dcp__mtp_roll_boundary_cpu     (core/mtp_roll.h)
+ *   dcp__segment_table_pack_cuda        dcp__segment_table_pack_cpu    (core/thd/pack_cpu.h)
+ *   dcp__pack_cuda                      dcp__pack_cpu
+ *   dcp__padding_mask_from_layout_cuda  dcp__padding_mask_from_layout_cpu (tests/support/thd_twins.h)
+ *   dcp__mtp_roll_boundary_cuda         dcp__mtp_roll_boundary_cpu     (core/model/mtp_roll.h)
  *   dcp__mtp_roll_apply_cuda            dcp__mtp_roll_apply_cpu
  *   dcp__gdn_pad_kernel_cuda            dcp_gdn_pad                   (dcpack.h)
  */
@@ -32,8 +26,7 @@ extern "C" {
 #endif
 
 #include "dcpack.h"
-#include "../core/pack.h"
-#include "../core/segments.h"
+#include "../core/thd/pack_cpu.h"
 
 /*
  * Segment-table copy: every segment of every field in one launch: a grid that
@@ -83,37 +76,7 @@ int dcp__pack_cuda(const dcp__pack_layout *layout, const int64_t *work_offset, i
 int dcp__padding_mask_from_layout_cuda(const dcp__pack_layout *layout, const int64_t *work_offset,
                                       int64_t total_elements, int64_t num_tokens, uint8_t *mask, void *stream);
 
-/* Block scan: cu_seqlens, cu_seqlens_padded (n + 1 entries each) and *max_seqlen (one device int32). */
-int dcp__cu_seqlens_cuda(const int32_t *original, const int32_t *padded, int32_t n, int32_t *cu_seqlens,
-                        int32_t *cu_seqlens_padded, int32_t *max_seqlen, void *stream);
-/* The THD-padded cu_seqlens of a microbatch (geometry from dcp__thd_geometry_compute on the host). */
-int dcp__thd_cu_seqlens_write_cuda(const dcp__thd_geometry *geometry, const int32_t *original, const int32_t *padded,
-                                  int32_t n, int32_t *cu_seqlens, int32_t *cu_seqlens_padded, void *stream);
-/* The reference's padding mask of a packed buffer (a memset to 1, then 0 on each sequence's real slots). */
-int dcp__thd_padding_mask_cuda(const int32_t *cu_seqlens, const int32_t *cu_seqlens_padded, int32_t num_sequences,
-                              int64_t num_tokens, uint8_t *mask, void *stream);
-/* Zero every element whose mask byte is 1. */
-int dcp__thd_sanitize_cuda(const uint8_t *mask, int64_t num_tokens, void *field, size_t elem_size, void *stream);
-
-/*
- * The CP slice as segments, computed on device from cu_seqlens_padded; the
- * segment count (or -1 when the shape cannot be cut, writing no segment) goes
- * to *count (one device int64).  One block.
- */
-int dcp__cp_slice_layout_cuda(const int32_t *cu_seqlens_padded, int32_t num_sequences, int64_t partition_total,
-                             int32_t cp, int32_t cp_rank, dcp_cp_partition partition, int64_t *src_offset,
-                             int64_t *dst_offset, int64_t *length, int64_t *count, void *stream);
-/*
- * CP-slice a packed field directly: each output slot computes its source
- * offset from cu_seqlens_padded (no index tensor, no segment table).  The
- * caller has checked the shape (dcp__cp_slice_layout_cpu or _cuda says it
- * cuts); out holds partition_total / cp elements.
- */
-int dcp__cp_slice_cuda(const void *packed, int32_t num_sequences, const int32_t *cu_seqlens_padded,
-                      int64_t partition_total, int32_t cp, int32_t cp_rank, dcp_cp_partition partition, void *out,
-                      size_t elem_size, void *stream);
-
-/* MTP roll, kernels 1 and 2 (core/mtp_roll.h); cu is the device copy of cu_seqlens_padded. */
+/* MTP roll, kernels 1 and 2 (core/model/mtp_roll.h); cu is the device copy of cu_seqlens_padded. */
 int dcp__mtp_roll_boundary_cuda(const void *field, size_t elem_size, const int32_t *cu, int32_t n, int32_t cp,
                                void *to_prev, void *to_next, void *stream);
 int dcp__mtp_roll_apply_cuda(const void *field, void *out, size_t elem_size, const int32_t *cu, int32_t n,

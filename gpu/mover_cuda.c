@@ -22,7 +22,7 @@
  * The device body has the host body's layout (core/body.h).
  */
 #include "mover_cuda.h"
-#include "../core/segments.h"
+#include "../core/thd/pack_cpu.h"
 #include "../alloc/device.h"
 #include "kernels.h"
 

@@ -1,6 +1,6 @@
 /*
  * mtp_roll.cu - the MTP packed-sequence roll's two kernels (twins in
- * core/mtp_roll.c): gather each sequence's chunk-first values for the CP
+ * core/model/mtp_roll.c): gather each sequence's chunk-first values for the CP
  * neighbours, then roll every slot, one thread per slot, all sequences at
  * once (the reference loops over sequences, one exchange each).
  */

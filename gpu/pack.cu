@@ -1,6 +1,6 @@
 /*
  * pack.cu - the segment-table copy kernel: every piece of every field a step
- * moves, in one launch (twin: dcp__segment_table_pack_cpu, core/segments.c),
+ * moves, in one launch (twin: dcp__segment_table_pack_cpu, core/thd/pack_cpu.c),
  * and dcp__pack_cpu / dcp__padding_mask_from_layout_cpu as special cases.
  *
  * Two kernels.  The persistent kernel (persistent_pack_kernel, the library's

@@ -11,7 +11,7 @@
  * header, once, for the driver's views.
  */
 #include "stages.h"
-#include "../core/agree.h"
+#include "../core/comm/agree.h"
 
 dcp_status dcp__broadcast(dcp_comm *tp, int holds_data, dcp__broadcast_header *h, dcp__body_layout *b,
                           dcp__mover *mover, int32_t max_microbatches, void *stream, dcp_step_stats *stats,

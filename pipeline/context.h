@@ -15,7 +15,7 @@
 #include "dcpack.h"
 #include "../alloc/arena.h"
 #include "../alloc/host.h"
-#include "../core/agree.h"
+#include "../core/comm/agree.h"
 #include "../core/cost_fit.h"
 #include "../core/error.h"
 #include "../core/plan.h"

@@ -6,7 +6,7 @@
  * gather_drivers.c.
  */
 #include "stages.h"
-#include "../core/agree.h"
+#include "../core/comm/agree.h"
 
 #include <string.h>
 

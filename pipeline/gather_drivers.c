@@ -20,7 +20,7 @@
  */
 #include "context.h"
 #include "stages.h"
-#include "../core/agree.h"
+#include "../core/comm/agree.h"
 
 #include <string.h>
 

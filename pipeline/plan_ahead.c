@@ -15,7 +15,7 @@
  */
 #include "plan_ahead.h"
 #include "context.h"
-#include "../core/agree.h"
+#include "../core/comm/agree.h"
 #include "../core/plan.h"
 
 #include <string.h>

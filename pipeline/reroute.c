@@ -13,7 +13,7 @@
  * in the exchange.
  */
 #include "stages.h"
-#include "../core/agree.h"
+#include "../core/comm/agree.h"
 #include "../core/capacity.h"
 #include "../core/plan.h"
 

@@ -35,7 +35,7 @@
 #include "../alloc/arena.h"
 #include "../core/body.h"
 #include "../core/mover.h"
-#include "../core/pack.h"
+#include "../core/thd/thd.h"
 
 /* ==== the planning stages ==== */
 

@@ -23,7 +23,7 @@
  * geometry errors before the exchange, and communicator failures at the end,
  * so every rank of the step returns the same status and caller memory is
  * never written.  Every agreement is an all-gather of sealed records (see
- * core/agree.h): a communicator that "succeeds" with a zeroed, stale or
+ * core/comm/agree.h): a communicator that "succeeds" with a zeroed, stale or
  * garbage result after a peer is gone fails the step, never passes it.
  *
  * Scratch phases (context.h's marks): the first agreement's records, released after it; the gather's,
@@ -35,7 +35,7 @@
 #include "plan_ahead.h"
 #include "stages.h"
 #include "step.h"
-#include "../core/agree.h"
+#include "../core/comm/agree.h"
 
 #include <string.h>
 #include <time.h>

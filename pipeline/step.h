@@ -16,7 +16,7 @@
 #include "../core/capacity.h"
 #include "../core/error.h"
 #include "../core/mover.h"
-#include "../core/pack.h"
+#include "../core/thd/thd.h"
 #include "stages.h"
 
 typedef struct dcp__step_state {

@@ -16,7 +16,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "dcpack.h"
 #include "../core/digest.h"
-#include "../core/segments.h"
+#include "../core/thd/pack_cpu.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -41,7 +41,7 @@
 #include <string.h>
 
 #ifdef DCP_HAVE_NCCL
-#include "../core/segments.h"
+#include "../core/thd/pack_cpu.h"
 #include "../gpu/kernels.h"
 
 #include <cuda_runtime.h>

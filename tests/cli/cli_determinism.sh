@@ -21,7 +21,7 @@ trap 'rm -rf "$work"' EXIT
 traces=("$src"/tests/data/workloads/*_n256_seed1.txt "$src"/tests/data/workloads/*_n1024_seed1.txt)
 # the CPU-only library: every layer's sources, with the stubs a build without CUDA and NCCL takes
 sources=()
-for f in "$src"/alloc/*.c "$src"/core/*.c $(find "$src"/pipeline -name '*.c' | LC_ALL=C sort); do
+for f in "$src"/alloc/*.c $(find "$src"/core "$src"/pipeline -name '*.c' | LC_ALL=C sort); do
   case "$f" in */alloc/device_cuda.c | */alloc/host_block_jemalloc.c) ;; *) sources+=("$f") ;; esac
 done
 sources+=("$src"/gpu/no_cuda.c "$src"/gpu/no_nccl.c "$src"/tests/tools/plan_hash_main.c)

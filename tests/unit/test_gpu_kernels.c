@@ -22,9 +22,9 @@
 #include "../core/body.h"
 #include "../core/digest.h"
 #include "../core/mover.h"
-#include "../core/mtp_roll.h"
-#include "../core/pack.h"
-#include "../core/segments.h"
+#include "../core/model/mtp_roll.h"
+#include "../support/thd_twins.h"
+#include "../core/thd/pack_cpu.h"
 #include "../gpu/kernels.h"
 #include "../gpu/mover_cuda.h"
 

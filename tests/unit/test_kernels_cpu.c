@@ -6,8 +6,8 @@
  */
 #include "dcp_test.h"
 #include "../core/mover.h"
-#include "../core/pack.h"
-#include "../core/segments.h"
+#include "../support/thd_twins.h"
+#include "../core/thd/pack_cpu.h"
 
 #include <stdlib.h>
 #include <string.h>

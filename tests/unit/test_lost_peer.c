@@ -19,7 +19,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include "dcp_test.h"
-#include "../core/agree.h"
+#include "../core/comm/agree.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -8,7 +8,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include "dcp_test.h"
 #include "dcpack.h"
-#include "../core/mtp_roll.h"
+#include "../core/model/mtp_roll.h"
 
 #include <pthread.h>
 #include <stdlib.h>

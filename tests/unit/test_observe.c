@@ -15,7 +15,7 @@
 #define DCP_TEST_RNG_SEED 0x0B5E7u
 #include "dcp_test.h"
 #include "dcp_test_rng.h"
-#include "../core/agree.h"
+#include "../core/comm/agree.h"
 
 #include <math.h>
 #include <stdio.h>

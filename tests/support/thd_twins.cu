@@ -1,11 +1,12 @@
 /*
- * thd.cu - THD metadata and element-wise kernels: the cu_seqlens scan and the
- * THD-padded cu_seqlens, the reference's padding mask, pad-slot sanitising,
- * and CP slicing (as segments, or directly per slot).  Twins: core/kernels_cpu.c and
- * core/thd.c.  Integer arithmetic throughout, so equality is exact.
+ * thd_twins.cu - THD metadata and element-wise kernels the tests run (see
+ * thd_twins.h): the cu_seqlens scan and the THD-padded cu_seqlens, the
+ * reference's padding mask, pad-slot sanitising, and CP slicing (as
+ * segments, or directly per slot).  Twins: thd_twins_cpu.c and
+ * core/thd/thd.c.  Integer arithmetic throughout, so equality is exact.
  */
-#include "kernels.h"
-#include "copy.cuh"
+#include "thd_twins.h"
+#include "../../gpu/copy.cuh"
 
 namespace {
 

@@ -1,12 +1,9 @@
 /*
- * pack.h - the data plane's element-wise operations, as plain C over SoA
- * buffers.  Internal.
+ * thd.h - THD metadata of a microbatch: the cu_seqlens scan, and the THD
+ * padding and CP-slicing geometry (host side, integer only).  Internal.
  *
- * Each function here is the CPU twin of a CUDA kernel: it takes exactly the
- * arguments the kernel takes (device pointers on GPU, host pointers here),
- * computes the same thing bit for bit, and has no hidden state.  Layouts
- * (segment tables) are computed once on the host by the geometry functions
- * below and handed to either engine unchanged.
+ * The geometry is computed once on the host and handed to either engine
+ * unchanged; the copies it drives are core/thd/pack_cpu.h's.
  *
  * Vocabulary, for one microbatch on one DPxCP rank (as Megatron-LM's reference does):
  *  - the packed buffer: the microbatch's sequences concatenated in plan order,
@@ -19,45 +16,17 @@
  * Padding slots hold 0 in every field (tokens 0, labels 0, loss_mask 0.0f,
  * position_ids 0: all-zero bytes) and 1 in the padding mask.
  */
-#ifndef DCP_PACK_H
-#define DCP_PACK_H
+#ifndef DCP_THD_H
+#define DCP_THD_H
 
 #include "dcpack.h"
-#include "error.h"
+#include "../error.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
 /* ------------------------------------------------------------------------ */
-/* Segment gather                                                            */
-/* ------------------------------------------------------------------------ */
-
-/*
- * A table of copies: segment i moves length[i] elements from
- * src_buffers[src_buffer[i]] + src_offset[i] to dst + dst_offset[i] (offsets
- * and lengths in elements).  src_buffer may be NULL: every segment reads
- * src_buffers[0].  Destination ranges of different segments never overlap.
- */
-typedef struct dcp__pack_layout {
-    int64_t num_segments;
-    const int32_t *src_buffer; /* [num_segments] or NULL */
-    const int64_t *src_offset; /* [num_segments] */
-    const int64_t *dst_offset; /* [num_segments] */
-    const int64_t *length;     /* [num_segments] */
-} dcp__pack_layout;
-
-/* Copy every segment of `layout` (elements of elem_size bytes).  Slots of dst no segment covers are untouched. */
-void dcp__pack_cpu(const dcp__pack_layout *layout, const void *const *src_buffers, void *dst, size_t elem_size);
-
-/*
- * Padding mask of a rank's buffer from the layout that filled it with real
- * tokens: mask[t] = 0 where a segment's destination covers t, 1 everywhere
- * else in [0, num_tokens).
- */
-void dcp__padding_mask_from_layout_cpu(const dcp__pack_layout *layout, int64_t num_tokens, uint8_t *mask);
-
-/* ------------------------------------------------------------------------ */
-/* THD metadata and reference-order operations on a packed buffer            */
+/* THD metadata                                                              */
 /* ------------------------------------------------------------------------ */
 
 /*
@@ -68,35 +37,6 @@ void dcp__padding_mask_from_layout_cpu(const dcp__pack_layout *layout, int64_t n
  */
 void dcp__cu_seqlens_cpu(const int32_t *original, const int32_t *padded, int32_t n, int32_t *cu_seqlens,
                         int32_t *cu_seqlens_padded, int32_t *max_seqlen);
-
-/*
- * The reference's padding mask of a packed (not yet CP-sliced) buffer of
- * num_tokens slots: mask[x] = 1 when x lies in sequence k's padded span at or
- * past cu_seqlens_padded[k] + (cu_seqlens[k+1] - cu_seqlens[k]), or past
- * cu_seqlens_padded[num_sequences]; 0 otherwise.
- */
-void dcp__thd_padding_mask_cpu(const int32_t *cu_seqlens, const int32_t *cu_seqlens_padded, int32_t num_sequences,
-                              int64_t num_tokens, uint8_t *mask);
-
-/* Pad-slot sanitising: every element t of field with mask[t] = 1 becomes all-zero bytes. */
-void dcp__thd_sanitize_cpu(const uint8_t *mask, int64_t num_tokens, void *field, size_t elem_size);
-
-/*
- * The CP slice as source offsets: the segments of a packed buffer of
- * partition_total slots that rank cp_rank of cp takes, in local order.
- *  - cp == 1: one segment [0, partition_total).
- *  - zigzag (TransformerEngine's THD partitioned indices): sequence k's span
- *    (length L, a multiple of 2*cp) in 2*cp chunks of c = L/(2*cp); the rank
- *    takes chunk cp_rank to local cu_seqlens_padded[k]/cp and chunk
- *    2*cp-1-cp_rank right after it.  partition_total must equal
- *    cu_seqlens_padded[num_sequences].
- *  - contiguous: one segment [cp_rank*P, (cp_rank+1)*P), P = partition_total/cp.
- * Writes at most max(2*num_sequences, 1) segments; returns their number, or
- * -1 (writing nothing) when the shape cannot be cut that way.
- */
-int64_t dcp__cp_slice_layout_cpu(const int32_t *cu_seqlens_padded, int32_t num_sequences, int64_t partition_total,
-                                int32_t cp, int32_t cp_rank, dcp_cp_partition partition, int64_t *src_offset,
-                                int64_t *dst_offset, int64_t *length);
 
 /* ------------------------------------------------------------------------ */
 /* THD padding geometry (host side, integer only)                            */

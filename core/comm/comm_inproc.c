@@ -29,7 +29,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "dcpack.h"
-#include "../alloc/host.h"
+#include "../../alloc/host.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -3,7 +3,8 @@
  * the device version shares (see mtp_roll.h).
  */
 #include "mtp_roll.h"
-#include "agree.h"
+#include "../comm/agree.h"
+#include "../hash.h"
 
 #include <stddef.h>
 #include <string.h>
@@ -35,21 +36,16 @@ static int32_t section_values(int32_t num_cu) { return num_cu > 2 ? num_cu - 1 :
 
 #define TRAILER_MAGIC 0x44434d52u /* "DCMR" */
 
-static uint64_t bytes_hash(const unsigned char *p, size_t n, uint64_t h)
-{
-    for (size_t i = 0; i < n; i++) h = (h ^ p[i]) * 1099511628211ull;
-    return h;
-}
-
 static uint64_t trailer_check(const dcp__mtp_roll_trailer *t)
 {
-    uint64_t h = bytes_hash((const unsigned char *)t, offsetof(dcp__mtp_roll_trailer, check), 0xcbf29ce484222325ull);
+    uint64_t h = dcp__fnv1a_bytes(DCP_FNV1A64_OFFSET, t, offsetof(dcp__mtp_roll_trailer, check));
     return (h ^ (h >> 29)) * 0x9E3779B97F4A7C15ull ^ 0x1234567887654321ull;
 }
 
 void dcp__mtp_roll_seal(unsigned char *section, const dcp__mtp_roll_layout *l, int32_t sender, uint64_t call)
 {
-    dcp__mtp_roll_trailer t = {TRAILER_MAGIC, sender, call, bytes_hash(section, l->trailer, 0xcbf29ce484222325ull), 0};
+    const uint64_t hash = dcp__fnv1a_bytes(DCP_FNV1A64_OFFSET, section, l->trailer);
+    dcp__mtp_roll_trailer t = {TRAILER_MAGIC, sender, call, hash, 0};
     t.check = trailer_check(&t);
     memcpy(section + l->trailer, &t, sizeof t);
 }
@@ -60,7 +56,7 @@ dcp_status dcp__mtp_roll_unseal(const unsigned char *section, const dcp__mtp_rol
     dcp__mtp_roll_trailer t;
     memcpy(&t, section + l->trailer, sizeof t);
     if (t.magic != TRAILER_MAGIC || t.check != trailer_check(&t) || t.sender != sender || t.call != call ||
-        t.hash != bytes_hash(section, l->trailer, 0xcbf29ce484222325ull))
+        t.hash != dcp__fnv1a_bytes(DCP_FNV1A64_OFFSET, section, l->trailer))
         return DCP_ERR_COMM;
     return DCP_OK;
 }

@@ -1,9 +1,20 @@
 /*
- * segments.c - CPU twin of the segment-table copy kernel (gpu/pack.cu).
+ * pack_cpu.c - the CPU twins of the copy kernel (gpu/pack.cu): a pack
+ * layout's copies, and a segment table's copies and fills for every field.
  */
-#include "segments.h"
+#include "pack_cpu.h"
 
 #include <string.h>
+
+void dcp__pack_cpu(const dcp__pack_layout *layout, const void *const *src_buffers, void *dst, size_t elem_size)
+{
+    unsigned char *out = (unsigned char *)dst;
+    for (int64_t i = 0; i < layout->num_segments; i++) {
+        const unsigned char *src = (const unsigned char *)src_buffers[layout->src_buffer ? layout->src_buffer[i] : 0];
+        memcpy(out + (size_t)layout->dst_offset[i] * elem_size, src + (size_t)layout->src_offset[i] * elem_size,
+               (size_t)layout->length[i] * elem_size);
+    }
+}
 
 int64_t dcp__segment_work_offsets(const int64_t *length, int64_t n, int64_t *work_offset)
 {

@@ -9,9 +9,23 @@
  * otherwise the slice is cut from the packed spans and each rank pads its own
  * buffer afterwards (append_dummy), the tail becoming a dummy sequence.
  */
-#include "pack.h"
+#include "thd.h"
 
 static int64_t round_up(int64_t value, int64_t alignment) { return (value + alignment - 1) / alignment * alignment; }
+
+void dcp__cu_seqlens_cpu(const int32_t *original, const int32_t *padded, int32_t n, int32_t *cu_seqlens,
+                        int32_t *cu_seqlens_padded, int32_t *max_seqlen)
+{
+    int32_t longest = 0;
+    cu_seqlens[0] = 0;
+    cu_seqlens_padded[0] = 0;
+    for (int32_t k = 0; k < n; k++) {
+        cu_seqlens[k + 1] = cu_seqlens[k] + original[k];
+        cu_seqlens_padded[k + 1] = cu_seqlens_padded[k] + padded[k];
+        if (padded[k] > longest) longest = padded[k];
+    }
+    *max_seqlen = longest;
+}
 
 void dcp__thd_params_from_config(const dcp_config *c, int32_t cp, dcp__thd_params *p)
 {

@@ -9,7 +9,7 @@
 #define DCP_AGREE_H
 
 #include "dcpack.h"
-#include "error.h"
+#include "../error.h"
 
 /*
  * Agree on `local` over `comm` through the backend's agree(); every rank

@@ -1,8 +1,9 @@
 /*
- * segments.h - the segment table the data plane's copy kernel walks, and its
- * CPU twin.  Internal.
+ * pack_cpu.h - the data plane's copies on the CPU: a pack layout (one
+ * destination) and a segment table (every field a step moves at once), and
+ * their CPU twins of the copy kernel (gpu/pack.cu).  Internal.
  *
- * A segment table generalises dcp__pack_layout (pack.h) to everything one
+ * A segment table generalises dcp__pack_layout to everything one
  * step moves in one launch: segment i copies length[i] elements from
  * src[src_index[i]] + src_offset[i] to dst[dst_index[i]] + dst_offset[i],
  * for every field of a field set at once (the same element offsets, each
@@ -17,14 +18,32 @@
  * Tables and pointer tables live in the memory of the engine that runs them
  * (host for the twin, device for the kernel).
  */
-#ifndef DCP_SEGMENTS_H
-#define DCP_SEGMENTS_H
+#ifndef DCP_PACK_CPU_H
+#define DCP_PACK_CPU_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #define DCP_SEGMENT_MAX_FIELDS 8
 
+/*
+ * A table of copies: segment i moves length[i] elements from
+ * src_buffers[src_buffer[i]] + src_offset[i] to dst + dst_offset[i] (offsets
+ * and lengths in elements).  src_buffer may be NULL: every segment reads
+ * src_buffers[0].  Destination ranges of different segments never overlap.
+ */
+typedef struct dcp__pack_layout {
+    int64_t num_segments;
+    const int32_t *src_buffer; /* [num_segments] or NULL */
+    const int64_t *src_offset; /* [num_segments] */
+    const int64_t *dst_offset; /* [num_segments] */
+    const int64_t *length;     /* [num_segments] */
+} dcp__pack_layout;
+
+/* Copy every segment of `layout` (elements of elem_size bytes).  Slots of dst no segment covers are untouched. */
+void dcp__pack_cpu(const dcp__pack_layout *layout, const void *const *src_buffers, void *dst, size_t elem_size);
+
+/* A segment table (above): every field's copies and fills of one step in one walk. */
 typedef struct dcp__segment_table {
     int64_t num_segments;
     const int32_t *src_index;   /* [n] or NULL (all 0); < 0: fill */

@@ -30,7 +30,7 @@
 #define DCP_MTP_ROLL_H
 
 #include "dcpack.h"
-#include "error.h"
+#include "../error.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,41 +1,17 @@
 /*
- * kernels_cpu.c - CPU twins of the data plane's kernels (see pack.h).  Each loop is
- * the sequential form of a kernel whose threads each own one segment or one
- * slot; nothing here allocates.
+ * thd_twins_cpu.c - CPU twins of the THD kernels only the tests and benchmarks
+ * run (thd_twins.h).  Each loop is the sequential form of a kernel whose
+ * threads each own one segment or one slot; nothing here allocates.
  */
-#include "pack.h"
+#include "thd_twins.h"
 
 #include <string.h>
-
-void dcp__pack_cpu(const dcp__pack_layout *layout, const void *const *src_buffers, void *dst, size_t elem_size)
-{
-    unsigned char *out = (unsigned char *)dst;
-    for (int64_t i = 0; i < layout->num_segments; i++) {
-        const unsigned char *src = (const unsigned char *)src_buffers[layout->src_buffer ? layout->src_buffer[i] : 0];
-        memcpy(out + (size_t)layout->dst_offset[i] * elem_size, src + (size_t)layout->src_offset[i] * elem_size,
-               (size_t)layout->length[i] * elem_size);
-    }
-}
 
 void dcp__padding_mask_from_layout_cpu(const dcp__pack_layout *layout, int64_t num_tokens, uint8_t *mask)
 {
     memset(mask, 1, (size_t)num_tokens);
     for (int64_t i = 0; i < layout->num_segments; i++)
         memset(mask + layout->dst_offset[i], 0, (size_t)layout->length[i]);
-}
-
-void dcp__cu_seqlens_cpu(const int32_t *original, const int32_t *padded, int32_t n, int32_t *cu_seqlens,
-                        int32_t *cu_seqlens_padded, int32_t *max_seqlen)
-{
-    int32_t longest = 0;
-    cu_seqlens[0] = 0;
-    cu_seqlens_padded[0] = 0;
-    for (int32_t k = 0; k < n; k++) {
-        cu_seqlens[k + 1] = cu_seqlens[k] + original[k];
-        cu_seqlens_padded[k + 1] = cu_seqlens_padded[k] + padded[k];
-        if (padded[k] > longest) longest = padded[k];
-    }
-    *max_seqlen = longest;
 }
 
 void dcp__thd_padding_mask_cpu(const int32_t *cu_seqlens, const int32_t *cu_seqlens_padded, int32_t num_sequences,

@@ -1,5 +1,6 @@
 /* agree.c - agreeing on a status over a communicator (see agree.h). */
 #include "agree.h"
+#include "../hash.h"
 
 #include <inttypes.h>
 #include <stddef.h>
@@ -110,9 +111,7 @@ _Static_assert(sizeof(dcp__call_tag) == 112, "dcp__call_tag has padding");
 /* FNV-1a over bytes, then a final mix. */
 static uint64_t tag_hash(const dcp__call_tag *tag)
 {
-    const unsigned char *p = (const unsigned char *)tag;
-    uint64_t h = 14695981039346656037ull;
-    for (size_t i = 0; i < offsetof(dcp__call_tag, check); i++) h = (h ^ p[i]) * 1099511628211ull;
+    uint64_t h = dcp__fnv1a_bytes(DCP_FNV1A64_OFFSET, tag, offsetof(dcp__call_tag, check));
     h ^= h >> 31;
     h *= 0x9E3779B97F4A7C15ull;
     return h ^ (h >> 29) ^ 0x5a5a5a5a5a5a5a5aull; /* an all-zero record never checks out */
@@ -245,14 +244,7 @@ dcp_status dcp__agree_call_small(dcp_comm *comm, dcp__call_tag *mine, dcp__error
 }
 
 /* FNV-1a over one value's bytes. */
-static uint64_t mix(uint64_t h, int64_t v)
-{
-    for (int i = 0; i < 8; i++) {
-        h ^= (uint64_t)(v >> (8 * i)) & 0xffu;
-        h *= 1099511628211ull;
-    }
-    return h;
-}
+static uint64_t mix(uint64_t h, int64_t v) { return dcp__fnv1a_u64(h, (uint64_t)v); }
 
 uint64_t dcp__config_digest(const dcp_config *c)
 {
@@ -264,7 +256,7 @@ uint64_t dcp__config_digest(const dcp_config *c)
                               c->pad_to_max_seqlen, (int64_t)c->thd_tail_policy, (int64_t)c->cp_partition,
                               c->skip_sibling_data_check, c->cost.quadratic, c->cost.linear, c->cost.round_latency,
                               c->cost.microbatch_overhead, c->cost.step_model, (int64_t)c->plan_effort};
-    uint64_t h = 14695981039346656037ull;
+    uint64_t h = DCP_FNV1A64_OFFSET;
     for (size_t i = 0; i < sizeof fields / sizeof fields[0]; i++) h = mix(h, fields[i]);
     for (int i = 0; i <= DCP_MAX_LOG2_CP; i++) h = mix(h, c->cost.kv[i]);
     /* the step's terms and the pipeline's: ranks planning with different ones must not meet */
