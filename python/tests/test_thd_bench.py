@@ -254,34 +254,54 @@ def test_verl_microbatches_train_as_dcpacks_do():
 
 
 def test_the_one_gpu_script_runs_end_to_end_tiny(tmp_path):
-    """bench/training/train_replay_gpu.sh with TINY=1 (a tiny model, M / 32, no build) under a short budget: the first
-    cells' rows of every scheduler, the calibrated predictions, the time limit noted, the report written."""
+    """bench/training/train_replay_gpu.sh with TINY=1 (a tiny model, M / 32, no build) on the grid's first cell:
+    the rows of every scheduler, the calibrated predictions, the report written.  One cell and a budget far
+    above its rows' time, so a loaded machine (the sanitizer job's) cannot cut it; the budget's own stop is
+    the next two tests'."""
     import subprocess
     import sys
     prof = tmp_path / "cal.profile"
     prof.write_text(PROFILE)
     verl = VERL if os.path.isdir(VERL) else str(tmp_path / "no-verl")
-    # ROW_S leaves the first cell's five rows room on a loaded machine (the sanitizer job's); a row that
-    # outlasts it is stopped by the script's timeout, which the report notes (next test)
-    env = dict(os.environ, TINY="1", BUDGET="60", ROW_S="20", BATCHES="1", REPS="1",
+    env = dict(os.environ, TINY="1", BUDGET="400", ROW_S="100", BATCHES="1", REPS="1",
+               CELLS="longsft_n4096_seed1.txt:256:16:512",
                SCHEDULERS="dp_balanced,dynamic_cp,balanced,balanced+cal,verl_kk", PYTHON=sys.executable,
                PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     out = tmp_path / "out"
     r = subprocess.run(["bash", str(TRAINING / "train_replay_gpu.sh"), str(out), str(prof), verl],
-                       env=env, capture_output=True, text=True, timeout=120)
+                       env=env, capture_output=True, text=True, timeout=420)
     assert r.returncode == 0, r.stdout + r.stderr
     result = json.loads((out / "replay.json").read_text())
-    def cell_of(row):  # two cells of the grid may share a trace and a rank count (M 8K and 16K)
-        return row["trace"], row["ranks"], row["max_seqlen_per_rank"], row["tokens_per_rank_target"]
-    first = [row for row in result["rows"] if cell_of(row) == cell_of(result["rows"][0])]  # the grid's first cell
-    assert [row["scheduler"] for row in first] == ["dp_balanced", "dynamic_cp", "balanced", "balanced+cal", "verl_kk"]
-    assert all("composed_barrier_s" in row and "predicted_cal_barrier_ms" in row for row in first[:4])
-    assert "skipped" in first[4]
-    assert "time_limit_reached" in result
+    assert [row["scheduler"] for row in result["rows"]] == ["dp_balanced", "dynamic_cp", "balanced", "balanced+cal",
+                                                            "verl_kk"]
+    assert {(row["trace"], row["ranks"], row["max_seqlen_per_rank"], row["tokens_per_rank_target"])
+            for row in result["rows"]} == {("longsft_n4096_seed1.txt", 16, 256, 512)}
+    assert all("composed_barrier_s" in row and "predicted_cal_barrier_ms" in row for row in result["rows"][:4])
+    assert "skipped" in result["rows"][4]
+    assert "time_limit_reached" not in result
     md = (out / "replay.md").read_text()
     assert "| longsft | 256 | 16 | balanced+cal |" in md and "Against `dynamic_cp`" in md
     summary = (out / "replay_summary.txt").read_text()
-    assert "bench: exit 0" in summary or "bench: stopped by its timeout" in summary, summary
+    assert "bench: exit 0" in summary, summary
+
+
+def test_the_replay_starts_no_row_past_its_time_limit(tmp_path):
+    """bench_train_step.py --time-limit: past the limit no new row starts, and the result says after how many of
+    how many rows it stopped (a limit already spent when the first row would start: none of them)."""
+    import subprocess
+    import sys
+    out = tmp_path / "replay.json"
+    r = subprocess.run([sys.executable, str(TRAINING / "bench_train_step.py"), "--replay", "8",
+                        "--cells", "longsft_n4096_seed1.txt:256:16:512,pareto_n4096_seed1.txt:256:8:512",
+                        "--schedulers", "dynamic_cp,balanced", "--hidden", "64", "--heads", "4", "--kv-heads", "2",
+                        "--ffn", "128", "--vocab", "256", "--replay-steps", "1", "--reps", "1",
+                        "--time-limit", "1e-9", "--out", str(out)],
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = json.loads(out.read_text())
+    assert result["rows"] == []
+    assert result["time_limit_reached"].startswith("after 0 of 4 rows"), result["time_limit_reached"]
 
 
 def test_the_one_gpu_script_notes_a_bench_its_timeout_stopped(tmp_path):
