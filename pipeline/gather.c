@@ -7,6 +7,7 @@
  */
 #include "stages.h"
 #include "../core/comm/agree.h"
+#include "../core/hash.h"
 
 #include <string.h>
 
@@ -162,12 +163,9 @@ static uint64_t header_check(const rank_header *h)
 /* A hash of the (padded, original) pairs, one 64-bit step per pair (see stages.h). */
 uint64_t dcp__pairs_hash(const int32_t *pairs, int32_t count)
 {
-    uint64_t h = 14695981039346656037ull ^ (uint64_t)(uint32_t)count;
-    for (int32_t k = 0; k < count; k++) {
-        uint64_t v = (uint64_t)(uint32_t)pairs[2 * k] << 32 | (uint32_t)pairs[2 * k + 1];
-        h = (h ^ v) * 0x9E3779B97F4A7C15ull;
-        h ^= h >> 29;
-    }
+    uint64_t h = DCP_FNV1A64_OFFSET ^ (uint64_t)(uint32_t)count;
+    for (int32_t k = 0; k < count; k++)
+        h = dcp__hash_word(h, (uint64_t)(uint32_t)pairs[2 * k] << 32 | (uint32_t)pairs[2 * k + 1]);
     return h;
 }
 

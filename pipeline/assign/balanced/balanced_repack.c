@@ -10,6 +10,7 @@
  * work.cursor.
  */
 #include "balanced_internal.h"
+#include "../../../core/hash.h"
 
 /*
  * Position p's per-rank cost at every class into row[] (INT64_MAX where it
@@ -489,8 +490,8 @@ static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_th
     repack_memo *e = NULL;
     merge_trial remembered;
     if (!replay) {
-        uint64_t key = 14695981039346656037ull ^ (uint64_t)(uint32_t)count;
-        for (int32_t i = 0; i < count; i++) key = (key ^ (uint64_t)(uint32_t)b->rp.items[i]) * 1099511628211ull;
+        uint64_t key = DCP_FNV1A64_OFFSET ^ (uint64_t)(uint32_t)count;
+        for (int32_t i = 0; i < count; i++) key = dcp__fnv1a_word(key, (uint64_t)(uint32_t)b->rp.items[i]);
         e = &b->rp.memo[key & (REPACK_MEMO - 1)];
         if (e->key == key && e->count == count && e->bound == better_than) {
             b->rp.polish_work -= e->charge;
@@ -771,7 +772,7 @@ int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force)
     b->shortcut.merges_skipped += pairs - q;
     /* the round's choice, for tests: the pair (or none) and its gain, in call order */
     const uint64_t choice[3] = {(uint64_t)(uint32_t)best[0], (uint64_t)(uint32_t)best[1], (uint64_t)best_gain};
-    for (int k = 0; k < 3; k++) b->shortcut.merge_choices = (b->shortcut.merge_choices ^ choice[k]) * 1099511628211ull;
+    for (int k = 0; k < 3; k++) b->shortcut.merge_choices = dcp__fnv1a_word(b->shortcut.merge_choices, choice[k]);
     if (best[0] < 0) return 0;
     /* trials that involved either microbatch are stale now */
     int kept = 0;

@@ -9,6 +9,7 @@
  * pass.class_list.
  */
 #include "balanced_internal.h"
+#include "../../../core/hash.h"
 
 /* Steps 1-2: CP sizes for target level `level`, then positions by per-rank cost descending. */
 __int128 dcp__balanced_choose_sizes(balanced *b, int64_t level, int64_t widen_num, int64_t widen_den,
@@ -22,7 +23,7 @@ __int128 dcp__balanced_choose_sizes(balanced *b, int64_t level, int64_t widen_nu
         *signature = b->sizes.signature;
         return b->sizes.work;
     }
-    uint64_t sig = 14695981039346656037ull; /* FNV-1a over the widened positions and their sizes */
+    uint64_t sig = DCP_FNV1A64_OFFSET; /* word-wise FNV-1a over the widened positions and their sizes */
     const int32_t n = b->in.n;
     int32_t count[NUM_CLASSES] = {0};
     __int128 work = 0;
@@ -52,7 +53,7 @@ __int128 dcp__balanced_choose_sizes(balanced *b, int64_t level, int64_t widen_nu
             b->pass.cost[q] = h;
         }
         if (c != b->in.min_cp[p])
-            for (int32_t q = p; q < stop; q++) sig = (sig ^ (uint64_t)q ^ ((uint64_t)c << 32)) * 1099511628211ull;
+            for (int32_t q = p; q < stop; q++) sig = dcp__fnv1a_word(sig, (uint64_t)q ^ ((uint64_t)c << 32));
         work += (__int128)c * h * (stop - p);
         count[dcp__balanced_class_of(c)] += stop - p;
     }
