@@ -8,6 +8,7 @@
 #include "stages.h"
 #include "../core/comm/agree.h"
 #include "../core/hash.h"
+#include "../core/int128.h"
 
 #include <string.h>
 
@@ -275,12 +276,12 @@ dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp__local_se
                              "communicator returned a result that cannot be trusted (a peer gone?)%s",
                              p * cp, dcp__comm_why(lane, why, sizeof why));
     int64_t sum = 0;
-    __int128 squared = 0;
+    dcp__i128 squared = 0;
     for (int64_t i = 0; i < total; i++) {
         out->padded[i] = pairs[2 * i];
         out->original[i] = pairs[2 * i + 1];
         sum += pairs[2 * i];
-        squared += (__int128)pairs[2 * i] * pairs[2 * i];
+        squared += (dcp__i128)pairs[2 * i] * pairs[2 * i];
     }
     out->num_sequences = (int32_t)total;
     if (squared > INT64_MAX) return dcp__fail(err, DCP_ERR_OVERFLOW, "step: the sum of squared lengths overflows int64");
