@@ -36,7 +36,7 @@ static dcp_status check_cu_seqlens(const dcp_sample *s, int32_t i, dcp__error *e
 
 /* The sequences of the samples into the table (count and sums in locals: the table's arrays cannot alias them). */
 static dcp_status collect(const dcp_step_input *in, const dcp_config *c, int64_t token_capacity,
-                          dcp__local_sequences *out, dcp__error *err)
+                          dcp__input_spans *out, dcp__error *err)
 {
     int32_t count = 0;
     int64_t tokens = 0, original_tokens = 0;
@@ -113,7 +113,7 @@ static dcp_status collect(const dcp_step_input *in, const dcp_config *c, int64_t
 }
 
 dcp_status dcp__gather_local(const dcp_step_input *in, uint32_t needed, const dcp_config *c, int64_t token_capacity,
-                             dcp__local_sequences *out, dcp__error *err)
+                             dcp__input_spans *out, dcp__error *err)
 {
     char fa[64], fb[64];
     out->count = 0;
@@ -195,7 +195,7 @@ size_t dcp__gather_step_scratch_size(const dcp_config *c)
     return gather_scratch_take(c, (size_t)dcp_config_num_ranks(c), &m, &g) ? m.used : SIZE_MAX;
 }
 
-dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp__local_sequences *local, uint64_t data_digest,
+dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp__input_spans *local, uint64_t data_digest,
                             const dcp_config *c, dcp__step_lengths *out, dcp__arena *scratch, dcp_step_stats *stats,
                             dcp__error *err)
 {
