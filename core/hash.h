@@ -45,6 +45,26 @@ static inline uint64_t dcp__fnv1a_u64(uint64_t h, uint64_t v)
     return h;
 }
 
+/*
+ * The word-at-a-time forms: a whole 64-bit word per step, not its bytes, so
+ * they are NOT byte FNV-1a and never equal dcp__fnv1a_u64 of the same value.
+ * They key what stays in one job's processes: balanced's memo keys, size
+ * signatures and merge-choice digest (dcp__fnv1a_word); the hashes of the
+ * lengths, pairs and times ranks gather and compare, and the seal on a plan
+ * made ahead (dcp__hash_word).  Ranks compare these values and plans carry
+ * them: a change here changes them all.
+ */
+
+/* FNV-1a's step on a whole word. */
+static inline uint64_t dcp__fnv1a_word(uint64_t h, uint64_t v) { return (h ^ v) * DCP_FNV1A64_PRIME; }
+
+/* A word times the golden ratio's odd constant, its high bits folded down (a multiply alone leaves them unmixed). */
+static inline uint64_t dcp__hash_word(uint64_t h, uint64_t v)
+{
+    h = (h ^ v) * 0x9E3779B97F4A7C15ull;
+    return h ^ (h >> 29);
+}
+
 /* splitmix64's finaliser: every input bit reaches every output bit. */
 static inline DCP_HOST_DEVICE uint64_t dcp__mix64(uint64_t x)
 {

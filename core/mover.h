@@ -77,12 +77,19 @@ typedef struct dcp__exchange_blocks {
     size_t send_total, recv_total;             /* bytes */
 } dcp__exchange_blocks;
 
-/* The spans of the caller's samples a rank brings into a step: span k is pairs[2k] elements of sample[k] from start[k]. */
+/*
+ * The spans of the caller's samples a rank brings into a step, as the step's
+ * gather lists them (capacity max_sequences): span k, one sequence, is
+ * pairs[2k] elements of sample[k] from start[k].  The step gathers, routes
+ * and digests this one table.
+ */
 typedef struct dcp__input_spans {
     int32_t count;
-    const int32_t *sample;
-    const int64_t *start;
-    const int32_t *pairs; /* [2 * count]: (length, original length) */
+    int32_t *sample;         /* the input sample each comes from */
+    int64_t *start;          /* its first element in that sample */
+    int32_t *pairs;          /* [2 * count]: (padded, original) lengths */
+    int64_t tokens;          /* sum of padded lengths */
+    int64_t original_tokens; /* sum of original lengths */
 } dcp__input_spans;
 
 typedef struct dcp__mover dcp__mover;

@@ -7,6 +7,8 @@
  */
 #include "stages.h"
 #include "../core/comm/agree.h"
+#include "../core/hash.h"
+#include "../core/int128.h"
 
 #include <string.h>
 
@@ -34,7 +36,7 @@ static dcp_status check_cu_seqlens(const dcp_sample *s, int32_t i, dcp__error *e
 
 /* The sequences of the samples into the table (count and sums in locals: the table's arrays cannot alias them). */
 static dcp_status collect(const dcp_step_input *in, const dcp_config *c, int64_t token_capacity,
-                          dcp__local_sequences *out, dcp__error *err)
+                          dcp__input_spans *out, dcp__error *err)
 {
     int32_t count = 0;
     int64_t tokens = 0, original_tokens = 0;
@@ -111,7 +113,7 @@ static dcp_status collect(const dcp_step_input *in, const dcp_config *c, int64_t
 }
 
 dcp_status dcp__gather_local(const dcp_step_input *in, uint32_t needed, const dcp_config *c, int64_t token_capacity,
-                             dcp__local_sequences *out, dcp__error *err)
+                             dcp__input_spans *out, dcp__error *err)
 {
     char fa[64], fb[64];
     out->count = 0;
@@ -162,12 +164,9 @@ static uint64_t header_check(const rank_header *h)
 /* A hash of the (padded, original) pairs, one 64-bit step per pair (see stages.h). */
 uint64_t dcp__pairs_hash(const int32_t *pairs, int32_t count)
 {
-    uint64_t h = 14695981039346656037ull ^ (uint64_t)(uint32_t)count;
-    for (int32_t k = 0; k < count; k++) {
-        uint64_t v = (uint64_t)(uint32_t)pairs[2 * k] << 32 | (uint32_t)pairs[2 * k + 1];
-        h = (h ^ v) * 0x9E3779B97F4A7C15ull;
-        h ^= h >> 29;
-    }
+    uint64_t h = DCP_FNV1A64_OFFSET ^ (uint64_t)(uint32_t)count;
+    for (int32_t k = 0; k < count; k++)
+        h = dcp__hash_word(h, (uint64_t)(uint32_t)pairs[2 * k] << 32 | (uint32_t)pairs[2 * k + 1]);
     return h;
 }
 
@@ -196,7 +195,7 @@ size_t dcp__gather_step_scratch_size(const dcp_config *c)
     return gather_scratch_take(c, (size_t)dcp_config_num_ranks(c), &m, &g) ? m.used : SIZE_MAX;
 }
 
-dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp__local_sequences *local, uint64_t data_digest,
+dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp__input_spans *local, uint64_t data_digest,
                             const dcp_config *c, dcp__step_lengths *out, dcp__arena *scratch, dcp_step_stats *stats,
                             dcp__error *err)
 {
@@ -277,12 +276,12 @@ dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp__local_se
                              "communicator returned a result that cannot be trusted (a peer gone?)%s",
                              p * cp, dcp__comm_why(lane, why, sizeof why));
     int64_t sum = 0;
-    __int128 squared = 0;
+    dcp__i128 squared = 0;
     for (int64_t i = 0; i < total; i++) {
         out->padded[i] = pairs[2 * i];
         out->original[i] = pairs[2 * i + 1];
         sum += pairs[2 * i];
-        squared += (__int128)pairs[2 * i] * pairs[2 * i];
+        squared += (dcp__i128)pairs[2 * i] * pairs[2 * i];
     }
     out->num_sequences = (int32_t)total;
     if (squared > INT64_MAX) return dcp__fail(err, DCP_ERR_OVERFLOW, "step: the sum of squared lengths overflows int64");

@@ -21,6 +21,7 @@
 #include "context.h"
 #include "stages.h"
 #include "../core/comm/agree.h"
+#include "../core/hash.h"
 
 #include <string.h>
 
@@ -37,11 +38,8 @@ size_t dcp__gather_scratch_size(const dcp_config *config)
 /* A hash of `count` lengths (each rank sends one for its own; every rank checks what arrives). */
 static uint64_t lengths_hash(const int32_t *lengths, int64_t count)
 {
-    uint64_t h = 14695981039346656037ull ^ (uint64_t)count;
-    for (int64_t k = 0; k < count; k++) {
-        h = (h ^ (uint32_t)lengths[k]) * 0x9E3779B97F4A7C15ull;
-        h ^= h >> 29;
-    }
+    uint64_t h = DCP_FNV1A64_OFFSET ^ (uint64_t)count;
+    for (int64_t k = 0; k < count; k++) h = dcp__hash_word(h, (uint32_t)lengths[k]);
     return h;
 }
 

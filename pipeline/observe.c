@@ -11,6 +11,7 @@
 #include "context.h"
 #include "../core/cost.h"
 #include "../core/cost_fit.h"
+#include "../core/hash.h"
 #include "../core/plan.h"
 
 #include <string.h>
@@ -89,11 +90,8 @@ static int64_t group_time(const dcp_cost_model *m, const int32_t *lengths, const
 
 static uint64_t times_hash(const int64_t *t, int32_t n)
 {
-    uint64_t h = 14695981039346656037ull ^ (uint64_t)(uint32_t)n;
-    for (int32_t i = 0; i < n; i++) {
-        h = (h ^ (uint64_t)t[i]) * 0x9E3779B97F4A7C15ull;
-        h ^= h >> 29;
-    }
+    uint64_t h = DCP_FNV1A64_OFFSET ^ (uint64_t)(uint32_t)n;
+    for (int32_t i = 0; i < n; i++) h = dcp__hash_word(h, (uint64_t)t[i]);
     return h;
 }
 

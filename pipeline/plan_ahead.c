@@ -16,6 +16,7 @@
 #include "plan_ahead.h"
 #include "context.h"
 #include "../core/comm/agree.h"
+#include "../core/hash.h"
 #include "../core/plan.h"
 
 #include <string.h>
@@ -27,26 +28,20 @@ uint64_t dcp__plan_config_digest(const dcp_config *config)
     return dcp__config_digest(&planning);
 }
 
-static uint64_t step(uint64_t h, uint64_t v)
-{
-    h = (h ^ v) * 0x9E3779B97F4A7C15ull;
-    return h ^ (h >> 29);
-}
-
 /* An array and its count into h, two entries a step. */
 static uint64_t words(uint64_t h, const int32_t *a, int32_t n)
 {
-    h = step(h, (uint64_t)(uint32_t)n);
+    h = dcp__hash_word(h, (uint64_t)(uint32_t)n);
     int32_t i = 0;
-    for (; i + 1 < n; i += 2) h = step(h, (uint64_t)(uint32_t)a[i] << 32 | (uint32_t)a[i + 1]);
-    return i < n ? step(h, (uint64_t)(uint32_t)a[i]) : h;
+    for (; i + 1 < n; i += 2) h = dcp__hash_word(h, (uint64_t)(uint32_t)a[i] << 32 | (uint32_t)a[i + 1]);
+    return i < n ? dcp__hash_word(h, (uint64_t)(uint32_t)a[i]) : h;
 }
 
 uint64_t dcp__plan_seal(uint64_t config_digest, const int32_t *lengths, int32_t num_lengths, const dcp_plan *plan)
 {
-    uint64_t h = step(14695981039346656037ull, config_digest);
+    uint64_t h = dcp__hash_word(DCP_FNV1A64_OFFSET, config_digest);
     h = words(h, lengths, num_lengths);
-    h = step(h, (uint64_t)(uint32_t)plan->num_ranks);
+    h = dcp__hash_word(h, (uint64_t)(uint32_t)plan->num_ranks);
     h = words(h, plan->microbatch_first_group, plan->num_microbatches + 1);
     h = words(h, plan->group_first_rank, plan->num_groups);
     h = words(h, plan->group_cp_size, plan->num_groups);

@@ -166,7 +166,7 @@ dcp_status dcp__reroute_geometry(const dcp_plan *plan, const dcp_config *c, cons
 }
 
 void dcp__reroute_receive(const dcp_plan *plan, const dcp_config *c, const dcp__step_lengths *L, int32_t me,
-                          const dcp__local_sequences *local, const dcp__rank_geometry *geometry, dcp__group_scratch *gs,
+                          const dcp__input_spans *local, const dcp__rank_geometry *geometry, dcp__group_scratch *gs,
                           dcp__receive_table *out)
 {
     const int32_t cp = c->context_parallel_size, dp = c->data_parallel_size;
@@ -214,7 +214,7 @@ void dcp__reroute_receive(const dcp_plan *plan, const dcp_config *c, const dcp__
 }
 
 dcp_status dcp__reroute_send(const dcp_plan *plan, const dcp_config *c, const dcp__step_lengths *L, int32_t me,
-                             const dcp__local_sequences *local, dcp__group_scratch *gs, dcp__send_table *out,
+                             const dcp__input_spans *local, dcp__group_scratch *gs, dcp__send_table *out,
                              dcp__error *err)
 {
     const int32_t cp = c->context_parallel_size, my_dp = me / cp, my_cp = me % cp;

@@ -151,25 +151,17 @@ dcp_status dcp__assign_balanced_with(const dcp__schedule_input *in, dcp_plan *pl
 
 /* ==== the step stages ==== */
 
-/* This rank's sequences (capacity max_sequences), as gather_local lists them. */
-typedef struct dcp__local_sequences {
-    int32_t count;
-    int32_t *sample;  /* the input sample each comes from */
-    int64_t *start;   /* its first element in that sample */
-    int32_t *pairs;   /* [2 * count]: (padded, original) lengths */
-    int64_t tokens;   /* sum of padded lengths */
-    int64_t original_tokens; /* sum of original lengths */
-} dcp__local_sequences;
-
 /* ---- gather (gather.c) ---- */
 
 /*
  * This rank's sequences from its input: every check of the samples (fields,
  * NULL buffers, lengths against buffers, cu_seqlens order) and capacities;
  * empty sub-samples are dropped.  `needed` are the fields this PP stage needs.
+ * `out` (core/mover.h's table, capacity max_sequences) is what the step
+ * digests, gathers and routes.
  */
 dcp_status dcp__gather_local(const dcp_step_input *in, uint32_t needed, const dcp_config *config,
-                             int64_t token_capacity, dcp__local_sequences *out, dcp__error *err);
+                             int64_t token_capacity, dcp__input_spans *out, dcp__error *err);
 
 /* The gathered batch: by global id, with each DP rank's first id. */
 typedef struct dcp__step_lengths {
@@ -191,7 +183,7 @@ size_t dcp__gather_step_scratch_size(const dcp_config *config);
 
 /* A hash of `count` (padded, original) pairs: CP siblings, PP stages and TP peers that hold data compare it. */
 uint64_t dcp__pairs_hash(const int32_t *pairs, int32_t count);
-dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp__local_sequences *local,
+dcp_status dcp__gather_step(dcp_comm *lane, uint32_t fields, const dcp__input_spans *local,
                             uint64_t data_digest, const dcp_config *config, dcp__step_lengths *out,
                             dcp__arena *scratch, dcp_step_stats *stats, dcp__error *err);
 
@@ -251,7 +243,7 @@ typedef struct dcp__receive_table {
 
 /* `local` is this rank's sequence table (gather_local): where its own pieces start in its samples. */
 void dcp__reroute_receive(const dcp_plan *plan, const dcp_config *config, const dcp__step_lengths *lengths,
-                          int32_t rank, const dcp__local_sequences *local, const dcp__rank_geometry *geometry,
+                          int32_t rank, const dcp__input_spans *local, const dcp__rank_geometry *geometry,
                           dcp__group_scratch *gs, dcp__receive_table *out);
 
 /* The send side: the pieces of this DP rank's sequences this CP sibling sends to other ranks (none to itself). */
@@ -283,7 +275,7 @@ dcp_status dcp__reroute_tables_take(const dcp_config *config, dcp__arena *scratc
 size_t dcp__reroute_scratch_size(const dcp_config *config);
 
 dcp_status dcp__reroute_send(const dcp_plan *plan, const dcp_config *config, const dcp__step_lengths *lengths,
-                             int32_t rank, const dcp__local_sequences *local, dcp__group_scratch *gs,
+                             int32_t rank, const dcp__input_spans *local, dcp__group_scratch *gs,
                              dcp__send_table *out, dcp__error *err);
 
 /*

@@ -362,11 +362,10 @@ static dcp_status check_local(step_run *r, dcp__call_tag *tag, int holds_data, i
     const dcp_config *c = &ctx->config;
     const int peers_hold = c->pipeline_parallel_size > 1 || (args->tp_ranks_hold_data && c->tensor_parallel_size > 1);
     if (s == DCP_OK && holds_data && !c->skip_sibling_data_check && (c->context_parallel_size > 1 || peers_hold)) {
-        dcp__input_spans spans = {st->local.count, st->local.sample, st->local.start, st->local.pairs};
         const uint32_t fields = peers_hold ? (input->fields & c->fields) : r->kept;
         for (int f = 0; f < DCP_NUM_FIELDS && s == DCP_OK; f++) {
             if (!(fields & dcp__field_bit[f])) continue;
-            s = st->mover.ops->digest(&st->mover, args->cuda_stream, input, dcp__field_bit[f], &spans,
+            s = st->mover.ops->digest(&st->mover, args->cuda_stream, input, dcp__field_bit[f], &st->local,
                                       &tag->field_digest[f], err);
             tag->field_mask |= dcp__field_bit[f];
             if (r->kept & dcp__field_bit[f]) r->data_digest += tag->field_digest[f]; /* the digest is a sum over fields */

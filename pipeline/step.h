@@ -22,7 +22,7 @@
 typedef struct dcp__step_state {
     int64_t token_capacity;      /* max_tokens_per_rank */
     int64_t cu_capacity;         /* cu_seqlens entries over all microbatches of a rank */
-    dcp__local_sequences local;   /* arrays [max_sequences] */
+    dcp__input_spans local;   /* arrays [max_sequences] */
     int32_t *original_lengths;   /* [max_sequences]: gathered, by global id */
     dcp__mover mover;             /* where tokens are staged and landed; the body it lands in */
     dcp_microbatch *views;       /* [virtual_pipeline_size * max_microbatches] */

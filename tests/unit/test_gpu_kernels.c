@@ -594,7 +594,7 @@ static void mover_land_case(int32_t peers, int32_t samples, int64_t pieces, int6
             span_pairs[2 * k] = (int32_t)(rnd() % (uint64_t)(sample_tokens - span_start[k] + 1));
             span_pairs[2 * k + 1] = span_pairs[2 * k];
         }
-        dcp__input_spans spans = {count, span_sample, span_start, span_pairs};
+        dcp__input_spans spans = {.count = count, .sample = span_sample, .start = span_start, .pairs = span_pairs};
         uint64_t want = 0, got = 1;
         DCP_REQUIRE_OK(cpu.ops->digest(&cpu, NULL, &host_in, kept, &spans, &want, &err));
         DCP_REQUIRE_OK(gpu.ops->digest(&gpu, NULL, &dev_in, kept, &spans, &got, &err));

@@ -24,7 +24,7 @@ typedef struct local_table {
     int32_t sample[CAP];
     int64_t start[CAP];
     int32_t pairs[2 * CAP];
-    dcp__local_sequences seq;
+    dcp__input_spans seq;
 } local_table;
 
 static void local_table_init(local_table *t)
@@ -302,7 +302,7 @@ static void gather_rank(int32_t rank, void *arg)
     dcp_comm comm;
     g->status[rank] = dcp_inproc_comm(g->world, rank, &comm);
     if (g->status[rank] != DCP_OK) return;
-    dcp__local_sequences local;
+    dcp__input_spans local;
     memset(&local, 0, sizeof local);
     local.count = g->count[rank];
     local.pairs = g->pairs[rank];

@@ -40,7 +40,7 @@ typedef struct fixture {
     int32_t local_sample[2][4];
     int64_t local_start[2][4];
     int32_t local_pairs[2][8];
-    dcp__local_sequences local[2];
+    dcp__input_spans local[2];
 } fixture;
 
 static void fixture_config(fixture *f, dcp_cp_partition partition)

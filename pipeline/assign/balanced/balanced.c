@@ -123,7 +123,7 @@ static int layout_repack(balanced *b, dcp__arena *a, int32_t n, int32_t num_rank
     b->table.n = (int32_t)table_n;
     b->table.cost = DCP_ARENA_NEW(a, int64_t, dcp__size_mul((size_t)table_n, NUM_CLASSES));
     b->table.cheapest = DCP_ARENA_NEW(a, int64_t, (size_t)table_n);
-    b->table.least = DCP_ARENA_NEW(a, __int128, (size_t)table_n);
+    b->table.least = DCP_ARENA_NEW(a, dcp__i128, (size_t)table_n);
     b->rp.tail = DCP_ARENA_NEW(a, int32_t, ul);
     b->rp.next = DCP_ARENA_NEW(a, int32_t, ul);
     return b->rp.items && b->rp.of && b->rp.size && b->rp.count && b->rp.load && b->rp.tokens && b->rp.cost &&
@@ -347,7 +347,7 @@ static dcp_status weigh_against_dynamic_cp(const balanced *b, const dcp__schedul
     const int64_t dyn = dcp__plan_model_makespan(&theirs, c, in->lengths, in->num_sequences, finish);
     if (ours < 0 || dyn < 0) return DCP_OK; /* ids out of range: the validator names them */
     const int64_t ppm = c->cost.margin_ppm > 0 ? c->cost.margin_ppm : 0;
-    if (((__int128)dyn - ours) * 1000000 >= (__int128)dyn * ppm) return DCP_OK;
+    if (((dcp__i128)dyn - ours) * 1000000 >= (dcp__i128)dyn * ppm) return DCP_OK;
     /* dynamic_cp's plan, exactly as it made it */
     dcp__plan_clear(plan, b->in.num_ranks);
     for (int32_t m = 0; m < theirs.num_microbatches; m++) {
@@ -424,7 +424,7 @@ static void read_problem(balanced *b, const dcp__schedule_input *in)
             run = p;
         }
         b->in.run_end[run] = p + 1;
-        b->in.min_work += (__int128)b->in.min_cp[p] * b->in.min_cost[p];
+        b->in.min_work += (dcp__i128)b->in.min_cp[p] * b->in.min_cost[p];
         b->in.total_tokens += b->in.len[p];
     }
 }
@@ -441,16 +441,16 @@ static void set_join_allowance(balanced *b)
     for (int k = 0; k < NUM_CLASSES; k++) {
         b->work.join_len[k] = -1;
         const int64_t c2 = dcp__balanced_class_size(b, k);
-        const __int128 ring = (__int128)c2 * (c2 - 1) * latency;
-        const __int128 least = (ring - (c2 - 1)) * b->in.join_den;
+        const dcp__i128 ring = (dcp__i128)c2 * (c2 - 1) * latency;
+        const dcp__i128 least = (ring - (c2 - 1)) * b->in.join_den;
         /*
          * h * join_num < least  <=>  h < ceil(least / join_num).  Only while the
          * ring term is far below INT64_MAX, so that no cost involved saturates
          * (a saturated cost would break the inequality); else no shortcut.
          */
-        const __int128 below =
-            least <= 0 || ring >= ((__int128)1 << 61) ? 0 : (least + b->in.join_num - 1) / b->in.join_num;
-        b->in.join_below[k] = below > ((__int128)1 << 61) ? (int64_t)1 << 61 : (int64_t)below;
+        const dcp__i128 below =
+            least <= 0 || ring >= ((dcp__i128)1 << 61) ? 0 : (least + b->in.join_num - 1) / b->in.join_num;
+        b->in.join_below[k] = below > ((dcp__i128)1 << 61) ? (int64_t)1 << 61 : (int64_t)below;
     }
 }
 
@@ -498,11 +498,11 @@ static int try_pooled(balanced *b, int64_t k0, int32_t max_microbatches, int *ov
             continue;
         }
         dcp__balanced_keep_plan(b, makespan, -1);
-        __int128 level = dcp__balanced_ceil_div128(b->in.min_work, (__int128)b->pass.num_mbs * b->in.num_ranks);
+        dcp__i128 level = dcp__balanced_ceil_div128(b->in.min_work, (dcp__i128)b->pass.num_mbs * b->in.num_ranks);
         if (b->pk.floor > level) level = b->pk.floor;
-        const __int128 near = (level + b->in.model->microbatch_overhead) * b->pass.num_mbs;
+        const dcp__i128 near = (level + b->in.model->microbatch_overhead) * b->pass.num_mbs;
         /* only the least count is trusted: needing more is the sign of lengths far apart */
-        if (b->in.num_ranks >= POOL_MIN_RANKS && t == 0 && (__int128)makespan * 16 <= near * 17) return 1;
+        if (b->in.num_ranks >= POOL_MIN_RANKS && t == 0 && (dcp__i128)makespan * 16 <= near * 17) return 1;
     }
     return 0;
 }
@@ -528,12 +528,13 @@ static void run_passes(balanced *b, int64_t k0, int64_t least_makespan, int32_t 
      * sequences per rank the widened pass runs only while the best plan is
      * more than 1% above it, so skipping it gives up less than 1%.
      */
-    const __int128 bound = b->in.min_work / b->in.num_ranks +
-                           (__int128)((b->in.total_tokens + capacity - 1) / capacity) * b->in.model->microbatch_overhead;
+    const dcp__i128 bound =
+        b->in.min_work / b->in.num_ranks +
+        (dcp__i128)((b->in.total_tokens + capacity - 1) / capacity) * b->in.model->microbatch_overhead;
     for (int t = 0; t < (b->in.dense ? 5 : 2); t++) {
         const int64_t k = k0 + (int64_t)t * b->in.vpp;
         if (k > b->in.n || best_at_bound(b, least_makespan)) break;
-        if (!b->in.dense && t > 0 && b->kept.num > 0 && (__int128)b->kept.plan[0].makespan * 99 <= bound * 100) break;
+        if (!b->in.dense && t > 0 && b->kept.num > 0 && (dcp__i128)b->kept.plan[0].makespan * 99 <= bound * 100) break;
         for (int w = 0; w < (b->in.dense ? 4 : 2); w++) {
             for (int sequential = 0; sequential < 2; sequential++) {
                 if (!b->in.dense && (w != t || (!sequential && t > 0))) continue;

@@ -98,9 +98,6 @@ static int64_t heap_second(const balanced *b, int32_t m)
 
 /* ---- per-class max trees of (slack, free tokens) ---- */
 
-/* A load after a move, saturated as loads are (costs saturate at INT64_MAX). */
-static int64_t clamp_load(__int128 v) { return v > INT64_MAX ? INT64_MAX : v < 0 ? 0 : (int64_t)v; }
-
 static int64_t group_slack(const balanced *b, int32_t g) { return b->pass.mb_level[b->pass.g_mb[g]] - b->pass.g_load[g]; }
 
 static int64_t group_free_tokens(const balanced *b, int32_t g)
@@ -180,7 +177,7 @@ static int64_t cost_at(balanced *b, int32_t p, int32_t cp)
 {
     if (b->table.ready && p < b->table.n) {
         int64_t cheapest;
-        __int128 least;
+        dcp__i128 least;
         return dcp__balanced_cost_row(b, p, &cheapest, &least)[dcp__balanced_class_of(cp)];
     }
     if (b->pk.ready) return dcp__balanced_pool_cost(b, p, cp);
@@ -226,8 +223,9 @@ static void apply_swap(balanced *b, int32_t p, int32_t g, int32_t q, int32_t h, 
     if (b->pass.g_tail[h] == q) b->pass.g_tail[h] = p;
     b->pass.item_group[p] = h;
     b->pass.item_group[q] = g;
-    b->pass.g_load[g] = clamp_load((__int128)b->pass.g_load[g] + cq_g - b->pass.cost[p]);
-    b->pass.g_load[h] = clamp_load((__int128)b->pass.g_load[h] + cp_h - b->pass.cost[q]);
+    /* the loads after the swap, saturated as loads are (costs saturate at INT64_MAX) */
+    b->pass.g_load[g] = dcp__i128_saturate_nonneg((dcp__i128)b->pass.g_load[g] + cq_g - b->pass.cost[p]);
+    b->pass.g_load[h] = dcp__i128_saturate_nonneg((dcp__i128)b->pass.g_load[h] + cp_h - b->pass.cost[q]);
     b->pass.g_tokens[g] += b->in.len[q] - b->in.len[p];
     b->pass.g_tokens[h] += b->in.len[p] - b->in.len[q];
     b->pass.cp[p] = b->pass.g_cp[h];
@@ -250,17 +248,17 @@ static int32_t move_target(balanced *b, int32_t p, int32_t g, int32_t m, int64_t
 {
     const int32_t s = b->in.len[p];
     int32_t best = -1;
-    __int128 best_work = 0;
+    dcp__i128 best_work = 0;
     for (int k = 0; k < NUM_CLASSES; k++) {
         if (b->ds.leaves[k] == 0) continue;
         const int32_t size = dcp__balanced_class_size(b, k);
         if (size < b->in.min_cp[p] || s > (int64_t)size * b->in.max_seqlen) continue;
         const int64_t c = cost_at(b, p, size);
         if (c > cap_m) continue; /* it could not stay under the level even alone */
-        __int128 work = (__int128)size * c;
+        dcp__i128 work = (dcp__i128)size * c;
         if (best >= 0 && work >= best_work) continue;
         /* slack >= c + (L - cap_m) is enough anywhere (levels elsewhere are their own) */
-        int32_t h = tree_find(b, k, dcp__balanced_sat_add(c, L - cap_m), s, g, -1);
+        int32_t h = tree_find(b, k, dcp__sat_add_i64(c, L - cap_m), s, g, -1);
         if (h < 0 && b->pass.num_mbs > 1) h = tree_find(b, k, c, s, g, m);
         if (h < 0) continue;
         best = h;
@@ -345,7 +343,7 @@ static int relieve(balanced *b, int32_t m)
                 } else {
                     cap = b->pass.mb_level[b->pass.g_mb[h]];
                 }
-                if ((__int128)b->pass.g_load[h] + rise > cap) continue; /* loads saturate at INT64_MAX */
+                if ((dcp__i128)b->pass.g_load[h] + rise > cap) continue; /* loads saturate at INT64_MAX */
                 apply_swap(b, p, g, q, h, cp_in_h, cq_g);
                 return 1;
             }

@@ -16,7 +16,7 @@ void dcp__balanced_group_recost(balanced *b, int32_t g, int32_t cp)
     for (int32_t p = b->pass.g_head[g]; p >= 0; p = b->pass.item_next[p]) {
         b->pass.cp[p] = cp;
         b->pass.cost[p] = dcp__cost(b->in.model, b->in.len[p], cp);
-        load = dcp__balanced_sat_add(load, b->pass.cost[p]);
+        load = dcp__sat_add_i64(load, b->pass.cost[p]);
     }
     b->pass.g_cp[g] = cp;
     b->pass.g_load[g] = load;
@@ -102,7 +102,7 @@ int64_t dcp__balanced_evaluate(balanced *b, int32_t *live)
     int32_t count = 0;
     for (int32_t m = 0; m < b->pass.num_mbs; m++) {
         if (b->pass.mb_level[m] < 0) continue;
-        total = dcp__balanced_sat_add(total, dcp__balanced_sat_add(b->pass.mb_level[m], b->in.model->microbatch_overhead));
+        total = dcp__sat_add_i64(total, dcp__sat_add_i64(b->pass.mb_level[m], b->in.model->microbatch_overhead));
         count++;
     }
     *live = count;

@@ -1,10 +1,10 @@
 /*
  * balanced_inline.h - the `balanced` scheduler's hot small helpers, static
- * inline so that every phase's file inlines them: saturated and 128-bit
- * numbers, the CP-size classes, the 4-ary heaps, and the building blocks of
- * groups and microbatches (they write balanced_pass and read
- * balanced_problem; the join cost remembers its last length in
- * balanced_work).
+ * inline so that every phase's file inlines them: a 128-bit ceiling division
+ * (the saturations are core/int128.h's), the CP-size classes, the 4-ary
+ * heaps, and the building blocks of groups and microbatches (they write
+ * balanced_pass and read balanced_problem; the join cost remembers its last
+ * length in balanced_work).
  */
 #ifndef DCP_BALANCED_INLINE_H
 #define DCP_BALANCED_INLINE_H
@@ -15,18 +15,10 @@
 
 /* ---- numbers ---- */
 
-static inline int64_t dcp__balanced_sat_add(int64_t a, int64_t b) { return a > INT64_MAX - b ? INT64_MAX : a + b; }
-
-static inline int64_t dcp__balanced_clamp128(__int128 v)
+/* a / d rounded up, for d > 0, saturated to [0, INT64_MAX] */
+static inline int64_t dcp__balanced_ceil_div128(dcp__i128 a, dcp__i128 d)
 {
-    if (v > (__int128)INT64_MAX) return INT64_MAX;
-    if (v < -(__int128)INT64_MAX) return -INT64_MAX;
-    return (int64_t)v;
-}
-
-static inline int64_t dcp__balanced_ceil_div128(__int128 a, __int128 d)
-{
-    return dcp__balanced_clamp128(a <= 0 ? 0 : (a + d - 1) / d);
+    return dcp__i128_saturate(a <= 0 ? 0 : (a + d - 1) / d);
 }
 
 /* ---- CP-size classes ---- */
@@ -172,7 +164,7 @@ static inline void dcp__balanced_group_add(balanced *b, int32_t g, int32_t p, in
     else b->pass.item_next[b->pass.g_tail[g]] = p;
     b->pass.g_tail[g] = p;
     b->pass.g_count[g]++;
-    b->pass.g_load[g] = dcp__balanced_sat_add(b->pass.g_load[g], cost);
+    b->pass.g_load[g] = dcp__sat_add_i64(b->pass.g_load[g], cost);
     b->pass.g_tokens[g] += b->in.len[p];
 }
 

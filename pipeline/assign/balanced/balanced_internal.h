@@ -111,7 +111,7 @@
 /* ---- functions the phases offer each other (each documented where it is defined) ---- */
 
 /* balanced_sizes.c: a pass's CP sizes and cost order; whether a pass would repeat an earlier one */
-__int128 dcp__balanced_choose_sizes(balanced *b, int64_t level, int64_t widen_num, int64_t widen_den,
+dcp__i128 dcp__balanced_choose_sizes(balanced *b, int64_t level, int64_t widen_num, int64_t widen_den,
                                     int32_t class_offset[NUM_CLASSES + 1], uint64_t *signature, int merge);
 int dcp__balanced_seen_before(balanced *b, int sequential, int64_t target, uint64_t signature);
 
@@ -131,7 +131,7 @@ int64_t dcp__balanced_evaluate(balanced *b, int32_t *live);
 void dcp__balanced_compact_mbs(balanced *b);
 
 /* balanced_repack.c: the call's cost table; repacking every microbatch, merging two */
-const int64_t *dcp__balanced_cost_row(balanced *b, int32_t p, int64_t *cheapest, __int128 *least);
+const int64_t *dcp__balanced_cost_row(balanced *b, int32_t p, int64_t *cheapest, dcp__i128 *least);
 int dcp__balanced_any_within(balanced *b, int32_t limit);
 void dcp__balanced_repack_microbatches(balanced *b, int32_t limit);
 int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force);

@@ -67,26 +67,26 @@ static void open_plain(balanced *b, lpt_state *st, int64_t target_mbs, int32_t s
 {
     const int32_t n = b->in.n, N = b->in.num_ranks;
     const int64_t M = b->in.max_seqlen;
-    __int128 rest_work = 0, room_work = 0;
+    dcp__i128 rest_work = 0, room_work = 0;
     int64_t rest_tokens = 0, room_tokens = 0, rest_count = 0;
     for (int32_t p = 0; p < n; p++) {
         if (b->pass.item_group[p] >= 0) continue;
-        rest_work += (__int128)b->pass.cp[p] * b->pass.cost[p];
+        rest_work += (dcp__i128)b->pass.cp[p] * b->pass.cost[p];
         rest_tokens += b->in.len[p];
         rest_count++;
     }
     for (int32_t m = 0; m < shelves; m++) {
-        room_work += (__int128)b->pass.mb_free[m] * b->pass.mb_cap[m];
+        room_work += (dcp__i128)b->pass.mb_free[m] * b->pass.mb_cap[m];
         room_tokens += (int64_t)b->pass.mb_free[m] * M;
     }
     for (int32_t g = 0; g < b->pass.num_groups; g++) room_tokens += (int64_t)b->pass.g_cp[g] * M - b->pass.g_tokens[g];
     int64_t plain = target_mbs - shelves;
-    int64_t need = dcp__balanced_ceil_div128((__int128)rest_tokens - room_tokens, (__int128)N * M);
+    int64_t need = dcp__balanced_ceil_div128((dcp__i128)rest_tokens - room_tokens, (dcp__i128)N * M);
     if (plain < need) plain = need;
     if (plain > rest_count) plain = rest_count;
     int64_t plain_cap = level;
     if (plain > 0 && rest_work > room_work)
-        plain_cap = dcp__balanced_ceil_div128(rest_work - room_work, (__int128)plain * N);
+        plain_cap = dcp__balanced_ceil_div128(rest_work - room_work, (dcp__i128)plain * N);
     int32_t num_order = 0, m = 0;
     while (m < shelves && b->pass.mb_cap[m] >= plain_cap) b->pass.mb_order[num_order++] = m++;
     for (int64_t j = 0; j < plain; j++) b->pass.mb_order[num_order++] = dcp__balanced_new_mb(b, plain_cap);
@@ -142,7 +142,7 @@ static int32_t same_class_group(balanced *b, lpt_state *st, int k, int32_t s, in
 static void wider_offers(balanced *b, const lpt_state *st, int k, int32_t c, int64_t h, int32_t s, int last_resort,
                          wide_offer *wide, wide_offer *any)
 {
-    const __int128 allowance = (__int128)c * h * (b->in.join_den + b->in.join_num); /* as in the sequential pass */
+    const dcp__i128 allowance = (dcp__i128)c * h * (b->in.join_den + b->in.join_num); /* as in the sequential pass */
     *wide = (wide_offer){-1, 0, 0, INT64_MAX};
     *any = (wide_offer){-1, 0, 0, INT64_MAX};
     for (uint32_t wider = st->present >> (k + 1), k2 = (uint32_t)k + 1; wider; wider >>= 1, k2++) {
@@ -154,9 +154,9 @@ static void wider_offers(balanced *b, const lpt_state *st, int k, int32_t c, int
         if (at == WIDE_NONE) continue;
         int32_t top = at >= 0 ? b->work.heap[off + at].id : b->work.park[off].id, c2 = b->pass.g_cp[top];
         int64_t h2 = dcp__balanced_join_cost(b, (int)k2, s, c2);
-        int64_t after = dcp__balanced_sat_add(b->pass.g_key[top], h2);
+        int64_t after = dcp__sat_add_i64(b->pass.g_key[top], h2);
         if (after < any->after) *any = (wide_offer){(int)k2, at, h2, after};
-        if ((__int128)((int64_t)c2 * b->in.join_den) * h2 > allowance) continue;
+        if ((dcp__i128)((int64_t)c2 * b->in.join_den) * h2 > allowance) continue;
         if (after < wide->after) *wide = (wide_offer){(int)k2, at, h2, after};
     }
 }
@@ -191,10 +191,10 @@ static void place_sequence(balanced *b, lpt_state *st, int32_t p)
     wide_offer wide, any;
     wider_offers(b, st, k, c, h, s, fresh < 0 && g < 0, &wide, &any);
     if (fresh < 0 && g < 0 && wide.k < 0 && any.k >= 0 &&
-        (any.after < 0 ? 0 : any.after) < dcp__balanced_sat_add(h, b->in.model->microbatch_overhead))
+        (any.after < 0 ? 0 : any.after) < dcp__sat_add_i64(h, b->in.model->microbatch_overhead))
         wide = any;
     const int64_t fresh_after = fresh >= 0 ? h - b->pass.mb_cap[fresh] : INT64_MAX;
-    const int64_t same_after = g >= 0 ? dcp__balanced_sat_add(b->pass.g_key[g], h) : INT64_MAX;
+    const int64_t same_after = g >= 0 ? dcp__sat_add_i64(b->pass.g_key[g], h) : INT64_MAX;
     if (fresh >= 0 && fresh_after <= same_after && fresh_after <= wide.after) {
         open_group(b, st, k, fresh, b->pass.mb_cap[fresh], p, c, h);
     } else if (g >= 0 && same_after <= wide.after) {
@@ -227,11 +227,11 @@ int64_t dcp__balanced_lpt_pass(balanced *b, int64_t target_mbs, int64_t widen_nu
     b->pass.num_free_groups = 0;
     b->pass.num_mbs = 0;
 
-    int64_t level = dcp__balanced_ceil_div128(b->in.min_work, (__int128)target_mbs * N);
+    int64_t level = dcp__balanced_ceil_div128(b->in.min_work, (dcp__i128)target_mbs * N);
     uint64_t signature;
-    __int128 work = dcp__balanced_choose_sizes(b, level, widen_num, widen_den, st.class_offset, &signature, 1);
+    dcp__i128 work = dcp__balanced_choose_sizes(b, level, widen_num, widen_den, st.class_offset, &signature, 1);
     if (!merge_down && dcp__balanced_seen_before(b, 0, target_mbs, signature)) return -1;
-    level = dcp__balanced_ceil_div128(work, (__int128)target_mbs * N);
+    level = dcp__balanced_ceil_div128(work, (dcp__i128)target_mbs * N);
 
     const int32_t shelves = shelve(b, level);
     open_plain(b, &st, target_mbs, shelves, level);

@@ -196,7 +196,7 @@ static int beats_reference(int64_t makespan, int64_t ref, int64_t margin_ppm)
 {
     if (ref == INT64_MAX) return makespan < INT64_MAX;
     const int64_t ppm = margin_ppm > 0 ? margin_ppm : 0;
-    return ((__int128)ref - makespan) * 1000000 >= (__int128)ref * ppm;
+    return ((dcp__i128)ref - makespan) * 1000000 >= (dcp__i128)ref * ppm;
 }
 
 static dcp_status more_microbatches(balanced *b, const dcp__schedule_input *in, const dcp__pipeline *pipe,

@@ -215,7 +215,7 @@ static void prepare(balanced *b, const saved_plan *k)
             memo_len[c] = b->in.len[p];
             memo_cost[c] = dcp__cost(b->in.model, b->in.len[p], cp);
         }
-        load[g] = dcp__balanced_sat_add(load[g], memo_cost[c]);
+        load[g] = dcp__sat_add_i64(load[g], memo_cost[c]);
     }
     /* pl.seen is free until an order is tried */
     int32_t *first = b->pl.first;
@@ -236,11 +236,11 @@ static void prepare(balanced *b, const saved_plan *k)
         b->pl.level[m] = level;
         b->pl.busy_mbs += first[m + 1] > first[m];
         /* the rank time a barrier would leave idle: level x N minus the microbatch's GPU time */
-        __int128 slack = (__int128)level * b->in.num_ranks;
+        dcp__i128 slack = (dcp__i128)level * b->in.num_ranks;
         for (int32_t j = first[m]; j < first[m + 1]; j++)
-            slack -= (__int128)load[b->pl.index[j]] * k->g_cp[b->pl.index[j]];
-        b->pl.slack[m] = dcp__balanced_clamp128(slack);
-        b->pl.work += (__int128)level * b->in.num_ranks - slack;
+            slack -= (dcp__i128)load[b->pl.index[j]] * k->g_cp[b->pl.index[j]];
+        b->pl.slack[m] = dcp__i128_saturate(slack);
+        b->pl.work += (dcp__i128)level * b->in.num_ranks - slack;
     }
 }
 
@@ -274,7 +274,7 @@ static int place_greedy(balanced *b, const saved_plan *k, int32_t m, const int32
             for (int32_t r = 0; r < N; r++)
                 if (b->pl.finish[r] > start) start = b->pl.finish[r];
             b->pl.rank[g0] = 0;
-            b->pl.done[g0] = dcp__balanced_sat_add(dcp__balanced_sat_add(start, b->pl.load[g0]), o);
+            b->pl.done[g0] = dcp__sat_add_i64(dcp__sat_add_i64(start, b->pl.load[g0]), o);
             return 1;
         }
         int32_t count = 1;
@@ -314,7 +314,7 @@ static int place_greedy(balanced *b, const saved_plan *k, int32_t m, const int32
             const int32_t g = b->pl.greedy[j + i], r0 = (int32_t)(blocks[i] & index_mask) << kc;
             b->pl.rank[g] = r0;
             b->pl.done[g] =
-                dcp__balanced_sat_add(dcp__balanced_sat_add(block_start(&b->pl, level_off, kc, r0), b->pl.load[g]), o);
+                dcp__sat_add_i64(dcp__sat_add_i64(block_start(&b->pl, level_off, kc, r0), b->pl.load[g]), o);
         }
         num_blocks = num_next;
         used = count;
@@ -343,7 +343,7 @@ static int place_default(balanced *b, const saved_plan *k, int32_t m, const int3
             start = block_start(&b->pl, level_off, kc, (int32_t)rank);
         }
         b->pl.rank[g] = (int32_t)rank;
-        b->pl.done[g] = dcp__balanced_sat_add(dcp__balanced_sat_add(start, b->pl.load[g]), o);
+        b->pl.done[g] = dcp__sat_add_i64(dcp__sat_add_i64(start, b->pl.load[g]), o);
         rank += cp;
     }
     return 1;
@@ -396,7 +396,7 @@ static int64_t layout_makespan(balanced *b, const saved_plan *k, int layout, int
     for (int32_t r = 0; r < N; r++) b->pl.finish[r] = 0;
     int64_t makespan = 0;
     int32_t left = b->pl.busy_mbs;   /* microbatches with groups not yet laid out */
-    __int128 work_left = b->pl.work; /* their GPU time */
+    dcp__i128 work_left = b->pl.work; /* their GPU time */
     for (int32_t i = 0; i < K; i++) {
         const int32_t m = b->pl.order[i], begin = b->pl.first[m], end = b->pl.first[m + 1];
         if (begin == end) continue;
@@ -410,19 +410,19 @@ static int64_t layout_makespan(balanced *b, const saved_plan *k, int layout, int
         }
         int ok = layout == LAYOUT_DEFAULT ? place_default(b, k, m, level_off) : place_greedy(b, k, m, level_off);
         if (!ok) return -1;
-        __int128 finish_sum = 0;
+        dcp__i128 finish_sum = 0;
         for (int32_t j = begin; j < end; j++) {
             const int32_t g = b->pl.index[j], cp = k->g_cp[g], r0 = b->pl.rank[g];
             const int64_t done = b->pl.done[g];
             for (int32_t r = r0; r < r0 + cp; r++) b->pl.finish[r] = done;
             if (done > makespan) makespan = done;
-            finish_sum += (__int128)cp * done;
-            work_left -= (__int128)cp * b->pl.load[g];
+            finish_sum += (dcp__i128)cp * done;
+            work_left -= (dcp__i128)cp * b->pl.load[g];
         }
         if (--left > 0 && limit < INT64_MAX) {
             /* the sum of the finish times is the microbatch's: every rank is in one of its groups */
-            const int64_t bound = dcp__balanced_clamp128(dcp__balanced_ceil_div128(finish_sum + work_left, N) +
-                                                         (__int128)left * o);
+            const int64_t bound = dcp__i128_saturate(dcp__balanced_ceil_div128(finish_sum + work_left, N) +
+                                                         (dcp__i128)left * o);
             if (bound > limit || (bound == limit && !tie_wins)) return -1;
         }
     }

@@ -218,7 +218,7 @@ static int64_t pool_trial(balanced *b, int64_t level, int64_t capacity, int64_t 
             if (c > level) continue;
             const int32_t g = pool_find(b, k2, c, s);
             if (g < 0) continue;
-            const int64_t after = dcp__balanced_sat_add(b->pk.grp[g].load, c);
+            const int64_t after = dcp__sat_add_i64(b->pk.grp[g].load, c);
             if (after > best_load) { /* across classes: the fullest it leaves */
                 best = g;
                 best_class = k2;
@@ -244,7 +244,7 @@ static int64_t pool_trial(balanced *b, int64_t level, int64_t capacity, int64_t 
         }
         pool_group *x = &b->pk.grp[best];
         b->pk.of[p] = best;
-        x->load = dcp__balanced_sat_add(x->load, best_cost);
+        x->load = dcp__sat_add_i64(x->load, best_cost);
         x->tokens += s;
         x->count++;
         pool_link(b, best_class, best);
@@ -293,7 +293,7 @@ static int64_t pool_search(balanced *b, int64_t capacity, int32_t *num_groups)
      * level must rise by about as much, past where the plan would be kept
      * as it is (balanced.c).  So the floor's trial stops there.
      */
-    const int64_t give_up = (int64_t)((__int128)capacity * 17 / 16);
+    const int64_t give_up = (int64_t)((dcp__i128)capacity * 17 / 16);
     int64_t need_lo = pool_trial(b, lo, capacity, give_up, &groups);
     if (need_lo <= capacity) {
         pool_keep(b, groups);
@@ -301,7 +301,7 @@ static int64_t pool_search(balanced *b, int64_t capacity, int32_t *num_groups)
         return lo;
     }
     if (need_lo > give_up) return -1;
-    int64_t hi = dcp__balanced_clamp128((__int128)lo * need_lo / capacity + 1), need_hi;
+    int64_t hi = dcp__i128_saturate((dcp__i128)lo * need_lo / capacity + 1), need_hi;
     for (int grow = 0;; grow++) {
         need_hi = pool_trial(b, hi, capacity, INT64_MAX, &groups);
         if (need_hi <= capacity) break;
@@ -318,10 +318,10 @@ static int64_t pool_search(balanced *b, int64_t capacity, int32_t *num_groups)
     pool_keep(b, groups);
     int64_t best = hi;
     /* false position; a side kept twice running has its excess halved (Illinois) */
-    __int128 excess_lo = need_lo - capacity, slack_hi = capacity - need_hi;
+    dcp__i128 excess_lo = need_lo - capacity, slack_hi = capacity - need_hi;
     int side = 0;
     for (int step = 0; step < POOL_STEPS && hi - lo > (hi >> 9); step++) {
-        __int128 span = hi - lo;
+        dcp__i128 span = hi - lo;
         int64_t t = lo + (int64_t)(span * excess_lo / (excess_lo + slack_hi + 1));
         /* keep clear of the ends, so the bracket always shrinks */
         const int64_t margin = (hi >> 10) + 1;

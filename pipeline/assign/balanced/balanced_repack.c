@@ -10,13 +10,14 @@
  * work.cursor.
  */
 #include "balanced_internal.h"
+#include "../../../core/hash.h"
 
 /*
  * Position p's per-rank cost at every class into row[] (INT64_MAX where it
  * does not fit); returns the cheapest, and in *least the least GPU time it can
  * take (its cost times its size, at the best size; -1 when it fits nowhere).
  */
-static int64_t class_costs(const balanced *b, int32_t p, int64_t *row, __int128 *least)
+static int64_t class_costs(const balanced *b, int32_t p, int64_t *row, dcp__i128 *least)
 {
     int64_t cheapest = INT64_MAX;
     *least = -1;
@@ -28,7 +29,7 @@ static int64_t class_costs(const balanced *b, int32_t p, int64_t *row, __int128 
         row[k] = dcp__cost(b->in.model, b->in.len[p], size);
         if (row[k] < cheapest) cheapest = row[k];
         if (row[k] != INT64_MAX) {
-            const __int128 w = (__int128)row[k] * size;
+            const dcp__i128 w = (dcp__i128)row[k] * size;
             if (*least < 0 || w < *least) *least = w;
         }
     }
@@ -41,7 +42,7 @@ static int64_t class_costs(const balanced *b, int32_t p, int64_t *row, __int128 
  * time it can take (class_costs).  Only while b->table.ready (few sequences
  * per rank), for positions below table.n.
  */
-const int64_t *dcp__balanced_cost_row(balanced *b, int32_t p, int64_t *cheapest, __int128 *least)
+const int64_t *dcp__balanced_cost_row(balanced *b, int32_t p, int64_t *cheapest, dcp__i128 *least)
 {
     int64_t *row = b->table.cost + (size_t)p * NUM_CLASSES;
     if (b->table.cheapest[p] < 0) b->table.cheapest[p] = class_costs(b, p, row, &b->table.least[p]);
@@ -55,15 +56,15 @@ const int64_t *dcp__balanced_cost_row(balanced *b, int32_t p, int64_t *cheapest,
  * (INT64_MAX elsewhere); returns the least level any arrangement can reach
  * (the largest over sequences of their cheapest per-rank cost).
  */
-static int64_t repack_costs(balanced *b, int32_t count, __int128 *least_work, int64_t *tokens)
+static int64_t repack_costs(balanced *b, int32_t count, dcp__i128 *least_work, int64_t *tokens)
 {
-    __int128 work = 0;
+    dcp__i128 work = 0;
     int64_t sum = 0;
     int64_t floor_level = 0;
     for (int32_t i = 0; i < count; i++) {
         int32_t p = b->rp.items[i];
         int64_t cheapest;
-        __int128 least; /* the least GPU time the sequence can take */
+        dcp__i128 least; /* the least GPU time the sequence can take */
         if (b->table.ready && p < b->table.n) {
             b->rp.row[i] = dcp__balanced_cost_row(b, p, &cheapest, &least);
         } else {
@@ -88,7 +89,7 @@ static void rp_append(balanced *b, int32_t g, int32_t i, int64_t cost)
     if (b->rp.tail[g] < 0) b->rp.head[g] = i;
     else b->rp.next[b->rp.tail[g]] = i;
     b->rp.tail[g] = i;
-    b->rp.load[g] = dcp__balanced_sat_add(b->rp.load[g], cost);
+    b->rp.load[g] = dcp__sat_add_i64(b->rp.load[g], cost);
     b->rp.tokens[g] += b->in.len[b->rp.items[i]];
     b->rp.count[g]++;
 }
@@ -210,11 +211,11 @@ static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *
                 int32_t g = seg[x];
                 if (b->rp.tokens[g] + s > (int64_t)b->rp.size[g] * b->in.max_seqlen) continue;
                 if (b->in.seq_cap > 0 && b->rp.count[g] >= b->in.seq_cap) continue;
-                if (dcp__balanced_sat_add(b->rp.load[g], c) > best_load) {
+                if (dcp__sat_add_i64(b->rp.load[g], c) > best_load) {
                     best = g;
                     best_at = x;
                     best_class = k2;
-                    best_load = dcp__balanced_sat_add(b->rp.load[g], c);
+                    best_load = dcp__sat_add_i64(b->rp.load[g], c);
                 }
                 break;
             }
@@ -267,10 +268,10 @@ static int32_t repack_trial(balanced *b, int32_t count, int64_t level, int32_t *
  *   bisection tries only levels under every fitted one, so the least
  *   fits_from of the search so far (search->fits_from) decides.
  */
-static int repack_fits(balanced *b, int32_t count, int64_t level, __int128 least_work, int64_t tokens,
+static int repack_fits(balanced *b, int32_t count, int64_t level, dcp__i128 least_work, int64_t tokens,
                        int32_t *num_groups, trial_search *search)
 {
-    if ((__int128)level * b->in.num_ranks < least_work || tokens > (int64_t)b->in.num_ranks * b->in.max_seqlen) {
+    if ((dcp__i128)level * b->in.num_ranks < least_work || tokens > (int64_t)b->in.num_ranks * b->in.max_seqlen) {
         b->rp.polish_work -= count;
         return 0;
     }
@@ -489,8 +490,8 @@ static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_th
     repack_memo *e = NULL;
     merge_trial remembered;
     if (!replay) {
-        uint64_t key = 14695981039346656037ull ^ (uint64_t)(uint32_t)count;
-        for (int32_t i = 0; i < count; i++) key = (key ^ (uint64_t)(uint32_t)b->rp.items[i]) * 1099511628211ull;
+        uint64_t key = DCP_FNV1A64_OFFSET ^ (uint64_t)(uint32_t)count;
+        for (int32_t i = 0; i < count; i++) key = dcp__fnv1a_word(key, (uint64_t)(uint32_t)b->rp.items[i]);
         e = &b->rp.memo[key & (REPACK_MEMO - 1)];
         if (e->key == key && e->count == count && e->bound == better_than) {
             b->rp.polish_work -= e->charge;
@@ -513,7 +514,7 @@ static int64_t repack(balanced *b, const int32_t *ms, int num, int64_t better_th
             e->charge = 0;
         }
     }
-    __int128 least_work = 0;
+    dcp__i128 least_work = 0;
     int64_t tokens = 0;
     int64_t lo = repack_costs(b, count, &least_work, &tokens), hi = better_than - 1;
     int32_t groups = 0;
@@ -597,7 +598,7 @@ void dcp__balanced_repack_microbatches(balanced *b, int32_t limit)
 /* Microbatches m1 and m2 as they are: both levels plus the overhead of the one a merge saves. */
 static int64_t both_levels(const balanced *b, int32_t m1, int32_t m2)
 {
-    return dcp__balanced_sat_add(dcp__balanced_sat_add(b->pass.mb_level[m1], b->pass.mb_level[m2]),
+    return dcp__sat_add_i64(dcp__sat_add_i64(b->pass.mb_level[m1], b->pass.mb_level[m2]),
                                  b->in.model->microbatch_overhead);
 }
 
@@ -608,16 +609,16 @@ static int64_t both_levels(const balanced *b, int32_t m1, int32_t m2)
  * Only the sequences the cost table holds count (the longest; the others'
  * costs would have to be computed here): a weaker bound, still a true one.
  */
-static void microbatch_floor(balanced *b, int32_t m, int64_t *floor_level, __int128 *least_work)
+static void microbatch_floor(balanced *b, int32_t m, int64_t *floor_level, dcp__i128 *least_work)
 {
     int64_t highest = 0;
-    __int128 work = 0;
+    dcp__i128 work = 0;
     if (b->table.ready) {
         for (int32_t x = b->pass.mb_first[m]; x < b->pass.mb_first[m + 1]; x++) {
             for (int32_t p = b->pass.g_head[b->pass.mb_groups[x]]; p >= 0; p = b->pass.item_next[p]) {
                 if (p >= b->table.n) continue;
                 int64_t cheapest;
-                __int128 least;
+                dcp__i128 least;
                 dcp__balanced_cost_row(b, p, &cheapest, &least);
                 if (cheapest > highest) highest = cheapest;
                 work += least;
@@ -665,7 +666,7 @@ static int32_t candidate_pairs(balanced *b, int32_t limit, const int32_t *window
                                int64_t *cap, int32_t *pair_of)
 {
     int64_t floor_of[MERGE_WINDOW] = {0};
-    __int128 work_of[MERGE_WINDOW] = {0};
+    dcp__i128 work_of[MERGE_WINDOW] = {0};
     int32_t pairs = 0;
     for (int i = 0; i < size && b->shortcut.bound_merges; i++) {
         int paired = 0; /* only a microbatch that can pair up is looked at */
@@ -678,7 +679,7 @@ static int32_t candidate_pairs(balanced *b, int32_t limit, const int32_t *window
             int64_t gain_cap = INT64_MAX;
             if (b->shortcut.bound_merges) {
                 const int64_t both = both_levels(b, window[i], window[j]);
-                const __int128 spread = (work_of[i] + work_of[j] + b->in.num_ranks - 1) / b->in.num_ranks;
+                const dcp__i128 spread = (work_of[i] + work_of[j] + b->in.num_ranks - 1) / b->in.num_ranks;
                 int64_t least = floor_of[i] > floor_of[j] ? floor_of[i] : floor_of[j];
                 if (spread > least) least = spread > INT64_MAX ? INT64_MAX : (int64_t)spread;
                 gain_cap = both - least;
@@ -771,7 +772,7 @@ int dcp__balanced_merge_microbatches(balanced *b, int32_t limit, int force)
     b->shortcut.merges_skipped += pairs - q;
     /* the round's choice, for tests: the pair (or none) and its gain, in call order */
     const uint64_t choice[3] = {(uint64_t)(uint32_t)best[0], (uint64_t)(uint32_t)best[1], (uint64_t)best_gain};
-    for (int k = 0; k < 3; k++) b->shortcut.merge_choices = (b->shortcut.merge_choices ^ choice[k]) * 1099511628211ull;
+    for (int k = 0; k < 3; k++) b->shortcut.merge_choices = dcp__fnv1a_word(b->shortcut.merge_choices, choice[k]);
     if (best[0] < 0) return 0;
     /* trials that involved either microbatch are stale now */
     int kept = 0;

@@ -102,7 +102,7 @@ static int open_place(balanced *b, open_mb *o, int32_t p)
     /* free ranks take the sequence at its own size: a wider group only matters when there are none */
     const int fresh_possible = b->pass.mb_free[o->m] >= c;
     /* GPU time a wider group may spend on the sequence: c * h * (1 + join_num / join_den), times join_den */
-    const __int128 allowance = (__int128)c * h * (b->in.join_den + b->in.join_num);
+    const dcp__i128 allowance = (dcp__i128)c * h * (b->in.join_den + b->in.join_num);
     for (uint32_t wider = fresh_possible ? 0 : o->present >> (k + 1), k2 = (uint32_t)k + 1; wider; wider >>= 1, k2++) {
         if (!(wider & 1u)) continue;
         if (c == 1 && h < b->in.join_below[k2]) continue; /* over the allowance for sure */
@@ -112,8 +112,8 @@ static int open_place(balanced *b, open_mb *o, int32_t p)
         const int32_t off = o->class_offset[k2];
         int32_t g = at >= 0 ? b->work.heap[off + at].id : b->work.park[off].id, c2 = b->pass.g_cp[g];
         int64_t h2 = dcp__balanced_join_cost(b, (int)k2, s, c2);
-        if ((__int128)((int64_t)c2 * b->in.join_den) * h2 > allowance) continue;
-        int64_t after = dcp__balanced_sat_add(b->pass.g_load[g], h2);
+        if ((dcp__i128)((int64_t)c2 * b->in.join_den) * h2 > allowance) continue;
+        int64_t after = dcp__sat_add_i64(b->pass.g_load[g], h2);
         if (after < wide_after) {
             wide_after = after;
             wide_class = (int)k2;
@@ -122,7 +122,7 @@ static int open_place(balanced *b, open_mb *o, int32_t p)
         }
     }
     int64_t fresh_after = fresh_possible ? h : INT64_MAX;
-    int64_t same_after = same >= 0 ? dcp__balanced_sat_add(b->pass.g_load[same], h) : INT64_MAX;
+    int64_t same_after = same >= 0 ? dcp__sat_add_i64(b->pass.g_load[same], h) : INT64_MAX;
     int32_t g;
     if (fresh_after != INT64_MAX && fresh_after <= same_after && fresh_after <= wide_after) {
         g = dcp__balanced_new_group(b, o->m, c);
@@ -169,7 +169,7 @@ int64_t dcp__balanced_sequential_pass(balanced *b, int64_t target_mbs, int64_t w
     b->pass.num_free_groups = 0;
     b->pass.num_mbs = 0;
     uint64_t signature;
-    dcp__balanced_choose_sizes(b, dcp__balanced_ceil_div128(b->in.min_work, (__int128)target_mbs * N), widen_num,
+    dcp__balanced_choose_sizes(b, dcp__balanced_ceil_div128(b->in.min_work, (dcp__i128)target_mbs * N), widen_num,
                                widen_den, class_offset, &signature, 0);
     if (!merge_down && dcp__balanced_seen_before(b, 1, 0, signature)) return -1;
     open_mb o;

@@ -9,9 +9,10 @@
  * pass.class_list.
  */
 #include "balanced_internal.h"
+#include "../../../core/hash.h"
 
 /* Steps 1-2: CP sizes for target level `level`, then positions by per-rank cost descending. */
-__int128 dcp__balanced_choose_sizes(balanced *b, int64_t level, int64_t widen_num, int64_t widen_den,
+dcp__i128 dcp__balanced_choose_sizes(balanced *b, int64_t level, int64_t widen_num, int64_t widen_den,
                                     int32_t class_offset[NUM_CLASSES + 1], uint64_t *signature, int merge)
 {
     if (!merge && b->sizes.valid && b->sizes.level == level && b->sizes.widen_num == widen_num &&
@@ -22,10 +23,10 @@ __int128 dcp__balanced_choose_sizes(balanced *b, int64_t level, int64_t widen_nu
         *signature = b->sizes.signature;
         return b->sizes.work;
     }
-    uint64_t sig = 14695981039346656037ull; /* FNV-1a over the widened positions and their sizes */
+    uint64_t sig = DCP_FNV1A64_OFFSET; /* word-wise FNV-1a over the widened positions and their sizes */
     const int32_t n = b->in.n;
     int32_t count[NUM_CLASSES] = {0};
-    __int128 work = 0;
+    dcp__i128 work = 0;
     /* a run of equal lengths (and minimal sizes) widens alike: one decision per run */
     for (int32_t p = 0, stop; p < n; p = stop) {
         stop = b->in.run_end[p];
@@ -43,7 +44,7 @@ __int128 dcp__balanced_choose_sizes(balanced *b, int64_t level, int64_t widen_nu
             }
             if (h2 >= h) break;
             /* the extra GPU time of the wider group must stay within the allowance */
-            if ((__int128)((int64_t)c2 * widen_den) * h2 > (__int128)c * h * (widen_den + widen_num)) break;
+            if ((dcp__i128)((int64_t)c2 * widen_den) * h2 > (dcp__i128)c * h * (widen_den + widen_num)) break;
             c = c2;
             h = h2;
         }
@@ -52,8 +53,8 @@ __int128 dcp__balanced_choose_sizes(balanced *b, int64_t level, int64_t widen_nu
             b->pass.cost[q] = h;
         }
         if (c != b->in.min_cp[p])
-            for (int32_t q = p; q < stop; q++) sig = (sig ^ (uint64_t)q ^ ((uint64_t)c << 32)) * 1099511628211ull;
-        work += (__int128)c * h * (stop - p);
+            for (int32_t q = p; q < stop; q++) sig = dcp__fnv1a_word(sig, (uint64_t)q ^ ((uint64_t)c << 32));
+        work += (dcp__i128)c * h * (stop - p);
         count[dcp__balanced_class_of(c)] += stop - p;
     }
     *signature = sig;

@@ -12,6 +12,7 @@
 
 #include "../../stages.h"
 #include "../../../core/cost.h"
+#include "../../../core/int128.h"
 
 /*
  * CP-size classes: one per power of two up to the largest DPxCP group
@@ -138,7 +139,7 @@ typedef struct balanced_problem {
     int32_t *min_cp;    /* [n] */
     int32_t *run_end;   /* [n] at the first position of a run of equal lengths and minimal sizes: its end */
     int64_t *min_cost;  /* [n] per-rank cost at min_cp */
-    __int128 min_work;  /* sum of cp * cost at min_cp */
+    dcp__i128 min_work;  /* sum of cp * cost at min_cp */
     int64_t total_tokens;
     /*
      * A sequence alone on one rank (CP size 1: its per-rank cost h is all its
@@ -188,7 +189,7 @@ typedef struct balanced_sizes {
     int valid;
     int64_t level, widen_num, widen_den;
     uint64_t signature;
-    __int128 work;
+    dcp__i128 work;
     int32_t class_offset[NUM_CLASSES + 1];
     int32_t *cp;   /* [n] */
     int64_t *cost; /* [n] */
@@ -313,7 +314,7 @@ typedef struct balanced_cost_table {
     int ready;         /* the call uses the table (few sequences per rank) */
     int64_t *cost;     /* [n * NUM_CLASSES]: INT64_MAX where the size does not fit */
     int64_t *cheapest; /* [n]: -1 until the row is computed */
-    __int128 *least;   /* [n]: the least GPU time (cost x size at the best size) */
+    dcp__i128 *least;   /* [n]: the least GPU time (cost x size at the best size) */
 } balanced_cost_table;
 
 /*
@@ -403,7 +404,7 @@ typedef struct balanced_place {
     int32_t *best_rank; /* [n] rank of the best layout so far */
     int32_t *best_order;/* [2n] order of the best layout so far */
     int32_t busy_mbs;   /* microbatches with groups */
-    __int128 work;      /* the plan's GPU time: the sum over groups of size x load */
+    dcp__i128 work;      /* the plan's GPU time: the sum over groups of size x load */
     int64_t *finish;    /* [N] each rank's finish time after the microbatches laid out so far */
     int64_t *max;       /* [N] their maxima over the aligned blocks of each size 2^k, k >= 1, one level after another */
     int32_t *at;        /* [N] at emit: the group whose block starts at a rank */

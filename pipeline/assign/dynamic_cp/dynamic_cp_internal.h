@@ -70,10 +70,9 @@
 #define DCP_DYNAMIC_CP_INTERNAL_H
 
 #include "../../stages.h"
+#include "../../../core/int128.h"
 
 #include <string.h>
-
-typedef unsigned __int128 dcp__u128;
 
 /*
  * Loads stay below 2^60 (sums of two below 2^62): when s_tallest * M * L
