@@ -89,10 +89,9 @@ static inline void dcp__balanced_heap_sift_down(heap_entry *h, int32_t size, int
     h[i] = x;
 }
 
-static inline void dcp__balanced_heap_push(heap_entry *h, int32_t *size, int32_t id, int64_t key, int32_t room)
+/* x moved up from slot i to its place (h[i] is free); returns that place. */
+static inline int32_t dcp__balanced_heap_sift_up(heap_entry *h, int32_t i, heap_entry x)
 {
-    heap_entry x = {key, id, room};
-    int32_t i = (*size)++;
     while (i > 0) {
         int32_t p = (i - 1) / 4;
         if (!dcp__balanced_entry_less(x, h[p])) break;
@@ -100,6 +99,13 @@ static inline void dcp__balanced_heap_push(heap_entry *h, int32_t *size, int32_t
         i = p;
     }
     h[i] = x;
+    return i;
+}
+
+static inline void dcp__balanced_heap_push(heap_entry *h, int32_t *size, int32_t id, int64_t key, int32_t room)
+{
+    heap_entry x = {key, id, room};
+    dcp__balanced_heap_sift_up(h, (*size)++, x);
 }
 
 static inline int32_t dcp__balanced_heap_pop(heap_entry *h, int32_t *size)
@@ -113,14 +119,7 @@ static inline int32_t dcp__balanced_heap_pop(heap_entry *h, int32_t *size)
 /* The entry at i was replaced: move it up or down to its place. */
 static inline void dcp__balanced_heap_fix(heap_entry *h, int32_t size, int32_t i)
 {
-    heap_entry x = h[i];
-    while (i > 0) {
-        int32_t p = (i - 1) / 4;
-        if (!dcp__balanced_entry_less(x, h[p])) break;
-        h[i] = h[p];
-        i = p;
-    }
-    h[i] = x;
+    i = dcp__balanced_heap_sift_up(h, i, h[i]);
     dcp__balanced_heap_sift_down(h, size, i);
 }
 
