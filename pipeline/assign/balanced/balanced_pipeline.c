@@ -51,7 +51,12 @@ int dcp__balanced_pipeline_layout(balanced *b, dcp__arena *a, const dcp_config *
     b->pp.tables = DCP_ARENA_NEW(a, int32_t, dcp__size_add(dcp__size_mul(5, un), 2));
     /* the tables of a plan with another microbatch count, n of each (a plan has at most n groups and microbatches) */
     b->pp.alt = DCP_ARENA_NEW(a, int32_t, dcp__size_add(dcp__size_mul(5, un), 2));
-    return b->pp.cost && b->pp.order && b->pp.model && b->pp.tables && b->pp.alt;
+    b->pp.class_sum = DCP_ARENA_NEW(a, int64_t, (size_t)pipe.stages);
+    b->pp.class_fill = DCP_ARENA_NEW(a, int32_t, (size_t)pipe.stages);
+    b->pp.class_slot = DCP_ARENA_NEW(a, int32_t, (size_t)pipe.stages);
+    b->pp.class_of = DCP_ARENA_NEW(a, int32_t, un);
+    return b->pp.cost && b->pp.order && b->pp.model && b->pp.tables && b->pp.alt && b->pp.class_sum &&
+           b->pp.class_fill && b->pp.class_slot && b->pp.class_of;
 }
 
 /* Sort ids[0..K) by cost (descending when `down`), ties by id: an insertion sort (K is small, and deterministic). */
@@ -73,6 +78,44 @@ static void sort_by_cost(int32_t *ids, int32_t K, const int64_t *cost, int down)
     }
 }
 
+/*
+ * The class order (1F1B): microbatches m, m + P, m + 2P, ... follow one another through every stage
+ * (stage 0 runs m + P's forward only after m's backward), so each such class's summed cost bounds the
+ * step.  Dearest first, each microbatch joins the class of least sum with a place left (when P does
+ * not divide K, r = K mod P classes hold one more, and they take residues 0..r-1); classes of a size
+ * by sum descending take the lower residues; within a class the members run dearest first
+ * (`ascending` 0) or cheapest first.  `sorted` is by cost descending; writes out[K].
+ */
+static void class_order(const balanced_pipeline *pp, int32_t *out, const int32_t *sorted, int32_t K, int32_t P,
+                        const int64_t *cost, int ascending)
+{
+    if (P > K) P = K;
+    const int32_t q = K / P, r = K % P;
+    for (int32_t c = 0; c < P; c++) pp->class_sum[c] = 0, pp->class_fill[c] = 0;
+    for (int32_t i = 0; i < K; i++) {
+        const int32_t m = sorted[i];
+        int32_t best = -1;
+        for (int32_t c = 0; c < P; c++)
+            if (pp->class_fill[c] < q + (c < r) && (best < 0 || pp->class_sum[c] < pp->class_sum[best])) best = c;
+        pp->class_of[m] = best;
+        pp->class_fill[best]++;
+        pp->class_sum[best] = dcp__sat_add_i64(pp->class_sum[best], cost[m]);
+    }
+    /* residues: among classes of one size, a larger sum (ties: lower class) takes a lower residue */
+    for (int32_t c = 0; c < P; c++) {
+        const int32_t lo = c < r ? 0 : r, hi = c < r ? r : P;
+        int32_t slot = lo;
+        for (int32_t d = lo; d < hi; d++)
+            if (pp->class_sum[d] > pp->class_sum[c] || (pp->class_sum[d] == pp->class_sum[c] && d < c)) slot++;
+        pp->class_slot[c] = slot;
+        pp->class_fill[c] = 0;
+    }
+    for (int32_t i = 0; i < K; i++) {
+        const int32_t m = sorted[i], c = pp->class_of[m], size = q + (c < r), j = pp->class_fill[c]++;
+        out[pp->class_slot[c] + (ascending ? size - 1 - j : j) * P] = m;
+    }
+}
+
 /* Evaluate `trial` and keep it in c->order when it is lower; returns whether it was. */
 static int try_order(const dcp__pipeline *pipe, pipe_candidate *c, const int32_t *trial, void *model, int64_t *work,
                      int64_t per_eval)
@@ -90,12 +133,12 @@ static int try_order(const dcp__pipeline *pipe, pipe_candidate *c, const int32_t
  * the model, the pairwise swaps that lower it; the best order is left in c->order.  `trial` and
  * `sorted` are scratch of K each.
  */
-static void search_order(const dcp__pipeline *pipe, pipe_candidate *c, int32_t *trial, int32_t *sorted, void *model,
-                         int64_t swap_work)
+static void search_order(const balanced_pipeline *pp, const dcp__pipeline *pipe, pipe_candidate *c, int32_t *trial,
+                         int32_t *sorted, void *model, int64_t swap_work)
 {
     const int32_t K = c->K;
     const int64_t per_eval = 2 * (int64_t)pipe->stages * pipe->chunks * K + 1;
-    int64_t work = 4 * per_eval + swap_work;
+    int64_t work = 6 * per_eval + swap_work;
     for (int32_t i = 0; i < K; i++) c->order[i] = i;
     c->makespan = dcp__pipeline_makespan(pipe, c->cost, c->tokens, c->order, K, model);
     if (c->makespan < 0) c->makespan = INT64_MAX; /* never: kept so a bad number is never chosen */
@@ -111,6 +154,10 @@ static void search_order(const dcp__pipeline *pipe, pipe_candidate *c, int32_t *
         trial[i % 2 == 1 ? mid - off : mid + off] = sorted[i];
     }
     if (work >= per_eval) try_order(pipe, c, trial, model, &work, per_eval);
+    for (int ascending = 0; ascending < 2; ascending++) {
+        class_order(pp, trial, sorted, K, pipe->stages, c->cost, ascending);
+        if (work >= per_eval) try_order(pipe, c, trial, model, &work, per_eval);
+    }
     /* pairwise swaps of the best order, first improvement, sweep after sweep while one lowers it */
     memcpy(trial, c->order, (size_t)K * sizeof *trial);
     for (int improved = 1; improved && work >= per_eval;) {
@@ -183,11 +230,6 @@ static void alt_tables(dcp_plan *p, int32_t *t, int32_t n, int32_t max_microbatc
 }
 
 /*
- * Plans for more microbatches than `base`: one LPT pass per target (its plan kept in slot 0, emitted
- * into the spare tables), in the order of least pipeline makespan; `plan` takes one when it is lower
- * than `best`.  The passes' state is free once the plan is emitted (balanced_pipeline runs last).
- */
-/*
  * The margin rule (docs/planning.md, the margin) under the pipeline: a plan other than dynamic_cp's
  * replaces it only when lower by at least margin_ppm parts per million of dynamic_cp's pipeline
  * makespan `ref` (INT64_MAX: no such plan, any plan may win).
@@ -199,54 +241,80 @@ static int beats_reference(int64_t makespan, int64_t ref, int64_t margin_ppm)
     return ((dcp__i128)ref - makespan) * 1000000 >= (dcp__i128)ref * ppm;
 }
 
+/*
+ * One LPT pass for `target` microbatches at CP-widening allowance widen[0] / widen[1] (and, when
+ * its count had to be aligned to the VPP group, the same merging down): its plan, in its best
+ * order, replaces `plan` when below *best and, against dynamic_cp's `ref`, by the margin.
+ */
+static dcp_status try_target(balanced *b, const dcp__schedule_input *in, const dcp__pipeline *pipe, dcp_plan *plan,
+                             int64_t target, const int64_t widen[2], int32_t base, int64_t ref, int64_t *best,
+                             dcp__error *err)
+{
+    const size_t un = (size_t)b->in.n;
+    int32_t *trial = b->pp.order + 2 * un, *sorted = b->pp.order + 3 * un;
+    for (int merge_down = 0; merge_down < 2; merge_down++) {
+        b->pass.vpp_misaligned = 0;
+        b->before_vpp.saved = 0;
+        b->before_vpp.pass_start = b->rp.polish_work;
+        const int64_t makespan = dcp__balanced_lpt_pass(b, target, widen[0], widen[1], merge_down);
+        const int misaligned = b->pass.vpp_misaligned;
+        if (makespan >= 0 && b->pass.num_mbs <= plan->max_microbatches && b->pass.num_mbs > base) {
+            b->kept.num = 1;
+            dcp__balanced_keep_plan(b, makespan, 0);
+            dcp_plan alt;
+            alt_tables(&alt, b->pp.alt, b->in.n, plan->max_microbatches);
+            dcp__plan_clear(&alt, b->in.num_ranks);
+            dcp__error ignored;
+            pipe_candidate c = {b->pp.cost, b->pp.cost + un, b->pp.order, 0, INT64_MAX};
+            if (dcp__balanced_emit(b, &alt, &ignored) == DCP_OK &&
+                dcp__pipeline_plan_inputs(&alt, in->config, in->lengths, in->num_sequences, c.cost, c.tokens) ==
+                    DCP_OK) {
+                c.K = alt.num_microbatches;
+                search_order(&b->pp, pipe, &c, trial, sorted, b->pp.model, 0);
+                if (c.makespan < *best && beats_reference(c.makespan, ref, in->config->cost.margin_ppm)) {
+                    plan_copy copy;
+                    copy_plan(&alt, b->pp.tables, &copy);
+                    const dcp_status st = emit_in_order(plan, &copy, c.order, c.K, b->in.num_ranks, err);
+                    if (st != DCP_OK) return st;
+                    plan->source = DCP_PLAN_SOURCE_SEARCH;
+                    *best = c.makespan;
+                }
+            }
+        }
+        if (!misaligned) break;
+    }
+    return DCP_OK;
+}
+
+/*
+ * Plans for more microbatches than `base`: for each target count (5/4 to 8 times base, aligned), one
+ * LPT pass at each CP-widening allowance: none, 1/4 more GPU time, and any (a sequence widens while
+ * that lowers its per-rank cost above the target's level).  The barrier model's passes widen little,
+ * as a wider group costs GPU time; under a pipeline a microbatch's cost is what the other stages
+ * wait for, and plans of many cheap microbatches pay.  The record of the search's passes is cleared
+ * (a pass it ran kept only the plan best for the barrier model; here the same pass is weighed again).
+ * The passes' state is free once the plan is emitted (balanced_pipeline runs last).
+ */
 static dcp_status more_microbatches(balanced *b, const dcp__schedule_input *in, const dcp__pipeline *pipe,
                                     dcp_plan *plan, int64_t best, int32_t base, int64_t ref, dcp__error *err)
 {
-    static const int32_t grow[][2] = {{5, 4}, {3, 2}, {2, 1}, {3, 1}, {4, 1}};
-    const size_t un = (size_t)b->in.n;
-    int32_t *trial = b->pp.order + 2 * un, *sorted = b->pp.order + 3 * un;
+    static const int32_t grow[][2] = {{5, 4}, {3, 2}, {2, 1}, {3, 1}, {4, 1}, {6, 1}, {8, 1}};
+    static const int64_t widen[][2] = {{0, 1}, {1, 4}, {1, 0}};
     int64_t align = b->in.vpp > 1 ? b->in.vpp : 1;
     if (pipe->chunks > 1 && pipe->group % align == 0) align = pipe->group;
     else if (pipe->chunks > 1) align *= pipe->group; /* a multiple of both */
     int32_t last = base;
     const int dependency = b->in.dependency;
     b->in.dependency = 0; /* the barrier emission: groups by size from rank 0 */
+    b->sizes.num_seen = 0;
     dcp_status st = DCP_OK;
     for (size_t t = 0; t < sizeof grow / sizeof grow[0] && st == DCP_OK; t++) {
         int64_t target = ((int64_t)base * grow[t][0] + grow[t][1] - 1) / grow[t][1];
         target = (target + align - 1) / align * align;
         if (target <= last || target > b->in.n || target > plan->max_microbatches) continue;
         last = (int32_t)target;
-        for (int merge_down = 0; merge_down < 2 && st == DCP_OK; merge_down++) {
-            b->pass.vpp_misaligned = 0;
-            b->before_vpp.saved = 0;
-            b->before_vpp.pass_start = b->rp.polish_work;
-            const int64_t makespan = dcp__balanced_lpt_pass(b, target, 0, 1, merge_down);
-            const int misaligned = b->pass.vpp_misaligned;
-            if (makespan >= 0 && b->pass.num_mbs <= plan->max_microbatches && b->pass.num_mbs > base) {
-                b->kept.num = 1;
-                dcp__balanced_keep_plan(b, makespan, 0);
-                dcp_plan alt;
-                alt_tables(&alt, b->pp.alt, b->in.n, plan->max_microbatches);
-                dcp__plan_clear(&alt, b->in.num_ranks);
-                dcp__error ignored;
-                if (dcp__balanced_emit(b, &alt, &ignored) == DCP_OK) {
-                    pipe_candidate c = {b->pp.cost, b->pp.cost + un, b->pp.order, alt.num_microbatches, INT64_MAX};
-                    if (dcp__pipeline_plan_inputs(&alt, in->config, in->lengths, in->num_sequences, c.cost, c.tokens) ==
-                        DCP_OK) {
-                        search_order(pipe, &c, trial, sorted, b->pp.model, 0);
-                        if (c.makespan < best && beats_reference(c.makespan, ref, in->config->cost.margin_ppm)) {
-                            plan_copy copy;
-                            copy_plan(&alt, b->pp.tables, &copy);
-                            st = emit_in_order(plan, &copy, c.order, c.K, b->in.num_ranks, err);
-                            plan->source = DCP_PLAN_SOURCE_SEARCH;
-                            best = c.makespan;
-                        }
-                    }
-                }
-            }
-            if (!misaligned) break;
-        }
+        for (size_t w = 0; w < sizeof widen / sizeof widen[0] && st == DCP_OK; w++)
+            st = try_target(b, in, pipe, plan, target, widen[w], base, ref, &best, err);
     }
     b->in.dependency = dependency;
     return st;
@@ -264,7 +332,7 @@ dcp_status dcp__balanced_pipeline(balanced *b, const dcp__schedule_input *in, dc
     pipe_candidate own = {b->pp.cost, b->pp.cost + un, b->pp.order, plan->num_microbatches, INT64_MAX};
     if (dcp__pipeline_plan_inputs(plan, config, in->lengths, in->num_sequences, own.cost, own.tokens) != DCP_OK)
         return dcp__fail(err, DCP_ERR_INVALID_PLAN, "balanced: an emitted id is outside the batch");
-    search_order(&pipe, &own, trial, sorted, b->pp.model, 0);
+    search_order(&b->pp, &pipe, &own, trial, sorted, b->pp.model, 0);
     /* dynamic_cp's plan, made where balanced_reference.c makes it */
     pipe_candidate ref = {b->pp.cost + 2 * un, b->pp.cost + 3 * un, b->pp.order + un, 0, INT64_MAX};
     dcp_plan other;
@@ -288,7 +356,7 @@ dcp_status dcp__balanced_pipeline(balanced *b, const dcp__schedule_input *in, dc
     }
     if (have_other) {
         ref.K = other.num_microbatches;
-        search_order(&pipe, &ref, trial, sorted, b->pp.model, 0); /* its own order is the first weighed */
+        search_order(&b->pp, &pipe, &ref, trial, sorted, b->pp.model, 0); /* its own order is the first weighed */
     }
     /* the lower wins; on a tie balanced's own plan */
     plan_copy copy;
@@ -317,7 +385,7 @@ dcp_status dcp__balanced_pipeline(balanced *b, const dcp__schedule_input *in, dc
     pipe_candidate last = {b->pp.cost, b->pp.cost + un, b->pp.order, plan->num_microbatches, INT64_MAX};
     if (dcp__pipeline_plan_inputs(plan, config, in->lengths, in->num_sequences, last.cost, last.tokens) != DCP_OK)
         return dcp__fail(err, DCP_ERR_INVALID_PLAN, "balanced: an emitted id is outside the batch");
-    search_order(&pipe, &last, trial, sorted, b->pp.model, PIPE_SWAP_WORK);
+    search_order(&b->pp, &pipe, &last, trial, sorted, b->pp.model, PIPE_SWAP_WORK);
     int moved = 0;
     for (int32_t i = 0; i < last.K; i++) moved |= last.order[i] != i;
     if (!moved) return DCP_OK;

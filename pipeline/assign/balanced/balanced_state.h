@@ -423,6 +423,10 @@ typedef struct balanced_pipeline {
     unsigned char *model; /* the pipeline model's scratch for n microbatches */
     int32_t *tables;      /* [4n + 2] a copy of a plan's tables */
     int32_t *alt;         /* [5n + 2] the tables of a plan for more microbatches */
+    int64_t *class_sum;   /* [P] the class order's per-class cost sums, */
+    int32_t *class_fill;  /* [P] member counts, */
+    int32_t *class_slot;  /* [P] residues, */
+    int32_t *class_of;    /* [n] and each microbatch's class */
 } balanced_pipeline;
 
 /* Scratch of one planning call, by phase. */
