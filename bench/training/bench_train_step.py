@@ -81,8 +81,10 @@ sys.path.insert(0, str(HERE))
 WORKLOADS = SOURCE / "tests" / "data" / "workloads"
 
 import dcpack  # noqa: E402
+import pipeline_compose  # noqa: E402  (bench/training/pipeline_compose.py: 1F1B and interleaved 1F1B)
 import train_step_report  # noqa: E402  (bench/training/train_step_report.py: the markdown tables)
 if "torch" in globals():
+    import torch.nn.functional as F  # noqa: E402
     from dcpack.thd import LOCAL_REPLAY, CPGroups, ModelConfig, THDBatch, THDTransformer, forward_backward, \
         train_step  # noqa: E402
 
@@ -120,9 +122,16 @@ def batches_of(trace: str, n: int, m: int, k: int, tokens_per_rank: int) -> List
     return out
 
 
-def dcpack_config(scheduler: str, n: int, m: int, count: int, lengths: List[int], cost=None) -> dcpack.Config:
+def dcpack_config(scheduler: str, n: int, m: int, count: int, lengths: List[int], cost=None, pp: int = 1,
+                  vpp: int = 1, group: int = 0) -> dcpack.Config:
+    """The configuration of a scheduler's plans of a batch on n ranks; with pp > 1 for a pipeline of pp stages
+    and vpp model chunks per stage (vpp > 1: Megatron's microbatch group ``group``, default pp, so the
+    microbatch count is a multiple of it)."""
     kw = dict(scheduler=scheduler, max_sequences=count, max_seqlen_per_rank=m,
               max_tokens_per_rank=sum(lengths) + 4 * m)
+    if pp > 1:
+        kw.update(pipeline_parallel_size=pp, virtual_pipeline_size=vpp,
+                  microbatch_group_size_per_vp_stage=(group or pp) if vpp > 1 else 0)
     if scheduler == "dp_balanced":   # the static CP size the longest sequence needs
         cp = 1
         while cp * m < max(lengths):
@@ -144,9 +153,10 @@ def step_all_ranks(config: dcpack.Config, lengths: List[int], seed: int, vocab: 
     pos = [np.arange(v, dtype=np.int64) for v in lengths]
     cnt = len(lengths)
     cluster = dcpack.InprocCluster(config, timeout_ms=600000)
+    n = dp * cp
 
-    def body(w):
-        p = w // cp
+    def body(w):   # with PP, world rank w is DPxCP rank w % n of stage w // n (every stage steps)
+        p = (w % n) // cp
         ids = range(cnt * p // dp, cnt * (p + 1) // dp)
         samples = [dcpack.Sample(tokens=toks[i], labels=toks[i], loss_mask=masks[i], position_ids=pos[i]) for i in ids]
         out = dcpack.Stepper(config).step(samples, cluster.args(w), fields=FIELDS)
@@ -158,7 +168,13 @@ def step_all_ranks(config: dcpack.Config, lengths: List[int], seed: int, vocab: 
     plan = res[0].plan.copy()
     mbs = [[{k: getattr(o.microbatch(mi), k) for k in ("tokens", "labels", "loss_mask", "position_ids", "padding_mask",
                                                       "cu_seqlens", "cu_seqlens_padded", "max_seqlen", "local_cp_size",
-                                                      "cp_rank")} for mi in range(o.num_microbatches)] for o in res]
+                                                      "cp_rank")} for mi in range(o.num_microbatches)] for o in res[:n]]
+    for row in mbs:   # the first stage's ranks (the replay runs the whole model on their shapes): a pipeline's
+        for d in row:  # first stage gets no labels nor loss mask; the replay's are the tokens and ones
+            if d["labels"] is None and d["tokens"] is not None:
+                d["labels"] = np.array(d["tokens"], copy=True)
+            if d["loss_mask"] is None and d["tokens"] is not None:
+                d["loss_mask"] = np.ones(len(d["tokens"]), dtype=np.float32)
     return plan, mbs
 
 
@@ -391,6 +407,81 @@ def _rank_key(bs, partition) -> tuple:
                   b.cp_rank if partition == "contiguous" else 0) for b in bs)
 
 
+# the intervals of a microbatch's forward and backward that forward_backward_marked's marks bound, in order,
+# and where pipeline_compose.PARTS puts each: the embedding, the layer stack, the head and loss; then back
+MARKED = ("first_forward", "forward", "last_forward", "last_backward", "backward", "first_backward")
+
+
+def forward_backward_marked(model, batch, den, mark) -> "torch.Tensor":
+    """dcpack.thd's forward_backward (loss_sum / den, backward), spelled out as THDTransformer.forward and
+    loss_sum compute it, calling ``mark()`` at the stage boundaries: after the token embedding's forward,
+    after the layer stack's, after the final norm, output head and loss (the forward's end); in the
+    backward, when the gradient reaches the layer stack's output (the head and loss are done) and the
+    embedding's output (the layer stack is done).  The caller marks the start and the backward's end:
+    six intervals, MARKED.  The same kernels in the same order as forward_backward (a test compares the
+    two's loss and gradients)."""
+    if not len(model.blocks):
+        raise ValueError("the marked forward needs at least one layer")
+    kernel = model.config.kernel_for(model.device)
+    x = model.embed(batch.tokens)
+    mark()
+    emb = x
+    for blk in model.blocks:
+        x = blk(x, batch.position_ids, batch.layout, kernel)
+    mark()
+    logits = model.head(model.norm(x))
+    ce = F.cross_entropy(logits.float(), batch.labels, reduction="none")
+    loss = (ce * batch.loss_weights()).sum() / den
+    mark()
+    x.register_hook(lambda g: mark())      # the head's and loss's backward done
+    emb.register_hook(lambda g: mark())    # the layer stack's backward done
+    loss.backward()
+    return loss.detach()
+
+
+def time_rank_split(model, bs, den, reps: int, warmup: int):
+    """:func:`time_rank` with each microbatch cut into MARKED's six intervals (forward_backward_marked):
+    on the GPU CUDA events at every mark, one chain over the pass, no host synchronisation inside it;
+    on the CPU perf_counter at the marks.  Returns (per microbatch the list of reps dicts of MARKED,
+    per pass wall seconds); a microbatch's whole time is the sum of its six."""
+    cuda = torch.cuda.is_available()
+    for _ in range(warmup):
+        for b in bs:
+            forward_backward_marked(model, b, den, lambda: None)
+    per = [[] for _ in bs]
+    walls = []
+    for _ in range(reps):
+        sync()
+        t0 = time.perf_counter()
+        if cuda:
+            ev = [torch.cuda.Event(enable_timing=True) for _ in range(6 * len(bs) + 1)]
+        marks: List[Any] = []
+
+        def mark():
+            if cuda:
+                ev[len(marks)].record()
+                marks.append(None)
+            else:
+                marks.append(time.perf_counter())
+        mark()
+        for b in bs:
+            forward_backward_marked(model, b, den, mark)
+            mark()
+        if len(marks) != 6 * len(bs) + 1:
+            raise RuntimeError(f"{len(marks)} marks in a pass of {len(bs)} microbatches: a backward hook did not run")
+        if cuda:
+            ev[-1].synchronize()
+            gaps = [ev[j].elapsed_time(ev[j + 1]) * 1e-3 for j in range(6 * len(bs))]
+        else:
+            gaps = [marks[j + 1] - marks[j] for j in range(6 * len(bs))]
+        for i in range(len(bs)):
+            per[i].append(dict(zip(MARKED, gaps[6 * i:6 * i + 6])))
+        sync()
+        walls.append(time.perf_counter() - t0)
+    model.zero_grad(set_to_none=True)
+    return per, walls
+
+
 def time_rank(model, bs, den, reps: int, warmup: int, synced: bool = False):
     """One rank's microbatches run back to back as in a step, ``warmup`` untimed passes (every
     shape of the rank runs in each), then ``reps`` timed passes: per pass, each microbatch's GPU
@@ -431,7 +522,7 @@ def time_rank(model, bs, den, reps: int, warmup: int, synced: bool = False):
 
 
 def replay(model, mc, plan, mbs, partition, device, table, reps: int, memo=None, warmup: int = 1,
-           synced: bool = False) -> Dict[str, Any]:
+           synced: bool = False, split: bool = False) -> Dict[str, Any]:
     """Every rank's microbatches on this GPU, rank after rank, each rank's list timed by
     :func:`time_rank` (``warmup`` untimed passes of all its shapes, then the median of ``reps``).
 
@@ -439,41 +530,72 @@ def replay(model, mc, plan, mbs, partition, device, table, reps: int, memo=None,
     times: a rank whose list equals one timed before (the ranks of a CP group under zigzag, a
     plan's identical ranks) reuses those times; None times every rank.  The same kernels on the
     same shapes in the same order, so nothing of the step is left out.
-    Per pass p, the step composed from pass p's times (``composed_*_passes_s``) gives the spread."""
+    Per pass p, the step composed from pass p's times (``composed_*_passes_s``) gives the spread.
+
+    ``split`` (the pipeline composition's): each microbatch timed in MARKED's six intervals
+    (:func:`time_rank_split`; its whole time is their sum), returned as ``rank_parts_s`` (per rank and
+    microbatch a dict of pipeline_compose.PARTS, each the median over the passes; None where idle; the
+    microbatch's priced CP communication added half to the layer stack's forward, half to its backward)
+    and ``rank_parts_passes_s`` (the same of every pass).  The memo then keys a rank by its microbatches'
+    shapes in any order (a pipeline plan reorders microbatches) and keeps the six intervals of each."""
     n = len(mbs)
     den = float(sum(float(np.asarray(d["loss_mask"]).sum()) for r in mbs for d in r)) or 1.0
     nm = plan.num_microbatches
     times, detail, timed, outliers, total = [], [], 0, 0, 0
     passes = [[[0.0] * nm for _ in range(n)] for _ in range(reps)]
+    parts = [[None] * nm for _ in range(n)]
+    parts_passes = [[[None] * nm for _ in range(n)] for _ in range(reps)]
     walls, sums = [], []
     for r in range(n):
         bs = to_batches([d for d in mbs[r] if len(d["tokens"])], r, None, partition, device, replay=True)
-        key = ("rank", synced, _rank_key(bs, partition))
+        shapes = _rank_key(bs, partition)
+        # split: the rank's microbatches sorted by shape (stable), so a reordering finds the same entry
+        order = sorted(range(len(bs)), key=lambda i: shapes[i]) if split else list(range(len(bs)))
+        key = ("split", tuple(shapes[i] for i in order)) if split else ("rank", synced, shapes)
         if memo is not None and key in memo:
-            per, rank_walls = memo[key]
+            got, rank_walls = memo[key]
         else:
-            per, rank_walls = time_rank(model, bs, den, reps, warmup if warmup >= 0 else 1, synced)
+            if split:
+                got, rank_walls = time_rank_split(model, [bs[i] for i in order], den, reps,
+                                                  warmup if warmup >= 0 else 1)
+            else:
+                got, rank_walls = time_rank(model, bs, den, reps, warmup if warmup >= 0 else 1, synced)
             timed += 1
-            for ts in per:
+            for ts in got:
+                ts = [sum(t.values()) for t in ts] if split else ts
                 med = statistics.median(ts)
                 outliers += sum(t > 1.5 * med for t in ts)
                 total += len(ts)
             if memo is not None:
-                memo[key] = (per, rank_walls)
+                memo[key] = (got, rank_walls)
+        split_of = [None] * len(bs)
+        if split:   # back to the rank's own order; whole times are the six intervals' sums
+            for j, i in enumerate(order):
+                split_of[i] = got[j]
+            per = [[sum(t.values()) for t in ts] for ts in split_of]
+        else:
+            per = got
         walls.append(statistics.median(rank_walls))
-        it = iter(zip(bs, per))
+        it = iter(zip(bs, per, split_of))
         row = []
         for m, d in enumerate(mbs[r]):
             if not len(d["tokens"]):       # an idle rank in this microbatch (a CP-1 plan with fewer on it)
                 row.append(0.0)
                 continue
-            b, ts = next(it)
+            b, ts, sp = next(it)
             cup = b.cu_seqlens_padded
             comm = comm_price(table, b.local_cp_size, b.num_tokens, mc.layers)
             compute = statistics.median(ts)
             row.append(compute + comm)
             for p in range(reps):
                 passes[p][r][m] = ts[p] + comm
+            if sp is not None:
+                parts[r][m] = {k: statistics.median(t[k] for t in sp) for k in MARKED}
+                for p in range(reps):
+                    parts_passes[p][r][m] = dict(sp[p])
+                for d in [parts[r][m]] + [parts_passes[p][r][m] for p in range(reps)]:
+                    d["forward"] += comm / 2   # the CP all-gather in the forward, reduce-scatter in the backward
+                    d["backward"] += comm / 2
             # what a calibration needs: the microbatch's padded spans (before CP slicing), its CP size,
             # this rank's slots, the compute time (median and every timing) and the priced communication
             detail.append({"rank": r, "microbatch": m, "cp": b.local_cp_size, "slots": b.num_tokens,
@@ -490,7 +612,21 @@ def replay(model, mc, plan, mbs, partition, device, table, reps: int, memo=None,
             "grad_allreduce_s": extra, "microbatch_times_s": times, "microbatches": detail, "timed": timed,
             "outliers": outliers, "timings": total,
             # the one-GPU wall check: each rank's back-to-back pass (median) against its microbatches' sum
-            "rank_wall_s": walls, "rank_sum_s": sums}
+            "rank_wall_s": walls, "rank_sum_s": sums,
+            **({"rank_parts_s": parts, "rank_parts_passes_s": parts_passes} if split else {})}
+
+
+def pipeline_of(plan, comp: Dict[str, Any], pp: int, vpp: int, group: int) -> Dict[str, Any]:
+    """A replayed batch's composed pipeline step (pipeline_compose.pipeline_step of :func:`replay`'s split
+    times, in the plan's order) and, per timed pass, the step composed from that pass's times; the
+    gradient all-reduce added as the barrier composition adds it."""
+    groups = [[(f, c) for f, c in g] for g in plan_groups_of(plan)]
+    extra = comp.get("grad_allreduce_s", 0.0)
+    one = pipeline_compose.pipeline_step(groups, comp["rank_parts_s"], pp, vpp, group or pp)
+    passes = [pipeline_compose.pipeline_step(groups, t, pp, vpp, group or pp)["makespan"] + extra
+              for t in comp["rank_parts_passes_s"]]
+    return {"composed_pipeline_s": one["makespan"] + extra, "composed_pipeline_passes_s": passes,
+            "composed_microbatch_sum_s": one["microbatch_sum"], "composed_pipeline_microbatches_s": one["microbatches"]}
 
 
 def machine() -> Dict[str, Any]:
@@ -526,10 +662,13 @@ def parse_cells(a, wall_ranks: int) -> List[tuple]:
     return cells
 
 
-def prepare(sched: str, n: int, m: int, batches, a, cal, verl) -> List[tuple]:
-    """(plan, [rank][microbatch] fields) of every batch; raises Skip with the reason where the row cannot run."""
+def prepare(sched: str, n: int, m: int, batches, a, cal, verl, pp: int = 1, vpp: int = 1, group: int = 0) -> List[tuple]:
+    """(plan, [rank][microbatch] fields) of every batch; raises Skip with the reason where the row cannot run.
+    pp > 1: planned for that pipeline (the fields: its first stage's ranks')."""
     out = []
     for bi, lengths in enumerate(batches):
+        if sched == VERL_KK and pp > 1:
+            raise Skip("verl_kk plans no pipeline")
         if sched == VERL_KK:
             if verl is None:
                 raise Skip("verl not loaded: give --verl DIR (or DCPACK_VERL_DIR) with verl/utils/seqlen_balancing.py "
@@ -543,7 +682,7 @@ def prepare(sched: str, n: int, m: int, batches, a, cal, verl) -> List[tuple]:
         if sched == CALIBRATED and cal is None:
             raise Skip("no calibrated profile: give --cost-profile FILE")
         config = dcpack_config("balanced" if sched == CALIBRATED else sched, n, m, len(lengths), lengths,
-                               cost=cal[0] if sched == CALIBRATED else None)
+                               cost=cal[0] if sched == CALIBRATED else None, pp=pp, vpp=vpp, group=group)
         if a.plan_only:
             plan, mbs = dcpack.Planner(config).plan(lengths).copy(), None
         else:
@@ -578,6 +717,83 @@ def predictions(row: Dict[str, Any], prepared, batches, cal) -> None:
         if cal[1]:
             row["predicted_cal_barrier_ms"] = row["predicted_cal_barrier"] * cal[1] * 1e-9
             row["predicted_cal_dependency_ms"] = row["predicted_cal_dependency"] * cal[1] * 1e-9
+
+
+INT64_MAX = 2**63 - 1
+
+
+def pipeline_inputs(plan, lengths: List[int], cost) -> tuple:
+    """Each microbatch's cost (slowest group + overhead) and largest tokens per rank, as dcpack's pipeline
+    model reads them (docs/planning.md, pipeline step model)."""
+    costs, tokens = [], []
+    for mi in range(plan.num_microbatches):
+        slowest = most = 0
+        for _, cp, ids in plan.groups(mi):
+            cp = int(cp)
+            slowest = max(slowest, sum(dcpack.cost(int(lengths[i]), cp, cost) for i in ids))
+            most = max(most, -(-sum(int(lengths[i]) for i in ids) // cp))
+        costs.append(slowest + cost.microbatch_overhead)
+        tokens.append(most)
+    return costs, tokens
+
+
+def pipeline_predictions(row: Dict[str, Any], prepared, batches, cal, pp: int, vpp: int, group: int) -> None:
+    """The plans' pipeline makespans: ``predicted_pipeline_makespan`` the planner's own (PlanStats, under the
+    model it planned with: the default one, or the profile's for balanced+cal; in seconds too where that
+    has a time unit), per batch, None where Megatron's schedule refuses the count; with a profile,
+    ``predicted_cal_pipeline`` every plan's under the profile's model (pipeline_compose over its costs, the
+    same model), in seconds where the profile has time_unit_ps."""
+    own = []
+    for p, lengths in zip(prepared, batches):
+        st = p[0].stats(lengths)
+        own.append(None if st.pipeline_makespan == INT64_MAX else st.pipeline_makespan)
+    row["predicted_pipeline_makespan"] = own
+    unit = cal[1] if cal is not None and row["scheduler"] == CALIBRATED else None
+    if unit:
+        row["predicted_pipeline_makespan_s"] = [None if x is None else x * unit * 1e-12 for x in own]
+    if cal is None:
+        return
+    got = []
+    for p, lengths in zip(prepared, batches):
+        costs, tokens = pipeline_inputs(p[0], lengths, cal[0])
+        if not pipeline_compose.runs(len(costs), pp, vpp, group or pp):
+            got.append(None)
+            continue
+        f, b = pipeline_compose.stage_times(costs, tokens, pp, vpp, cal[0].forward_ppm, cal[0].first_stage_per_token,
+                                            cal[0].last_stage_per_token)
+        got.append(pipeline_compose.compose(f, b, pp, vpp, group or pp))
+    row["predicted_cal_pipeline"] = got
+    if cal[1]:
+        row["predicted_cal_pipeline_s"] = [None if x is None else x * cal[1] * 1e-12 for x in got]
+
+
+def ints(text: str, name: str) -> List[int]:
+    try:
+        out = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SystemExit(f"{name} {text!r}: expected comma-separated integers") from None
+    if any(x < 1 for x in out):
+        raise SystemExit(f"{name} {text!r}: sizes are at least 1")
+    return out
+
+
+def pipeline_grid(a) -> List[tuple]:
+    """(P, V) of every pipeline configuration of --pp x --vpp: [(1, 1)] without --pp; P = 1 in --pp is the
+    plain replay (no pipeline), once; V > 1 needs P > 1."""
+    pps = ints(a.pp, "--pp")
+    vpps = ints(a.vpp, "--vpp") or [1]
+    if not pps:
+        if a.vpp not in ("", "1"):
+            raise SystemExit("--vpp needs --pp")
+        return [(1, 1)]
+    out = []
+    for p in pps:
+        for v in vpps:
+            if p == 1 and (1, 1) not in out:
+                out.append((1, 1))
+            elif p > 1:
+                out.append((p, v))
+    return out
 
 
 def main() -> int:
@@ -615,6 +831,12 @@ def main() -> int:
     ap.add_argument("--comm-table", default="", help="JSON with a comm table (a wall run's, or bench/data/comm_2xh200.json)")
     ap.add_argument("--no-check", action="store_true", help="wall mode: skip the composed-vs-wall check")
     ap.add_argument("--plan-only", action="store_true", help="plan and predict only: no model, no timing")
+    ap.add_argument("--pp", default="", help="replay / plan-only: pipeline sizes P1,P2,... (e.g. 2,4,8): every cell "
+                                             "planned for each pipeline and its step composed under 1F1B / "
+                                             "interleaved 1F1B (1: the plain replay too; default: no pipeline)")
+    ap.add_argument("--vpp", default="1", help="with --pp: virtual pipeline sizes (model chunks per stage), e.g. 1,2")
+    ap.add_argument("--vpp-group", type=int, default=0,
+                    help="with --vpp > 1: Megatron's microbatch_group_size_per_vp_stage (0: P, Megatron's default)")
     ap.add_argument("--time-limit", type=float, default=0, help="seconds: start no new row after this (0: none)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -629,6 +851,9 @@ def main() -> int:
         rank, world = 0, 0
         if not a.replay and not a.cells:
             raise SystemExit("--plan-only needs --replay R,... or --cells")
+    grid = pipeline_grid(a)
+    if wall and grid != [(1, 1)]:
+        raise SystemExit("--pp is for --replay and --plan-only")
     scheds = a.schedulers.split(",")
     bad = [x for x in scheds if x not in ALL_SCHEDULERS]
     if bad:
@@ -667,8 +892,10 @@ def main() -> int:
                               "comm_table": a.comm_table or None, "cost_profile": a.cost_profile or None,
                               "cost_profile_time_unit_ps": cal[1] if cal else None, "verl": verl_desc,
                               "reps": a.reps, "warmup": a.warmup, "shape_memo": memo is not None, "rows": []}
-    total, done = len(cells) * len(scheds), 0
-    for trace, m, n, tpr in cells:
+    if grid != [(1, 1)]:
+        result["pipeline"] = {"grid": grid, "vpp_group": a.vpp_group or "P", "composed": True}
+    total, done = len(cells) * len(grid) * len(scheds), 0
+    for trace, m, n, tpr, pp, vpp in ((*c, p, v) for c in cells for p, v in grid):
         if wall and n != world:
             raise SystemExit(f"--cells: {trace}:{m}:{n} names {n} ranks; this wall run has {world}")
         k = a.steps if wall else a.replay_steps
@@ -682,17 +909,44 @@ def main() -> int:
             row: Dict[str, Any] = {"trace": trace, "max_seqlen_per_rank": m, "scheduler": sched, "ranks": n,
                                    "tokens_per_rank_target": tpr, "tokens_per_batch": [sum(b) for b in batches],
                                    "sequences_per_batch": [len(b) for b in batches]}
+            if pp > 1:
+                row.update(pp=pp, vpp=vpp)
+                if vpp > 1:
+                    row["vpp_group"] = a.vpp_group or pp
             try:
-                prepared = prepare(sched, n, m, batches, a, cal, verl)
+                prepared = prepare(sched, n, m, batches, a, cal, verl, pp, vpp, a.vpp_group)
                 row["cp"] = prepared[0][2]
                 row["microbatches"] = [p[0].num_microbatches for p in prepared]
                 if sched == VERL_KK:
                     row["over_budget_microbatches"] = [sum(sum(batches[bi][i] for i in ids) > m for mb in p[0].ids
                                                            for ids in mb) for bi, p in enumerate(prepared)]
                 predictions(row, prepared, batches, cal)
+                if pp > 1:
+                    pipeline_predictions(row, prepared, batches, cal, pp, vpp, a.vpp_group)
                 row["prepare_s"] = time.monotonic() - t_row
-                if a.plan_only:
+                refused = [f"batch {bi}: {p[0].num_microbatches} microbatches" for bi, p in enumerate(prepared)
+                           if pp > 1 and not pipeline_compose.runs(p[0].num_microbatches, pp, vpp, a.vpp_group or pp)]
+                if refused:
+                    row["pipeline_refused"] = (f"Megatron's interleaved schedule does not run these counts with PP {pp}, "
+                                               f"VPP {vpp}, group {a.vpp_group or pp}: " + "; ".join(refused))
+                if a.plan_only or refused:
                     pass
+                elif pp > 1:
+                    comp = [replay(model, mc, p[0], p[1], a.partition, device, table, a.reps, memo, a.warmup,
+                                   split=True) for p in prepared]
+                    pipes = [pipeline_of(p[0], c, pp, vpp, a.vpp_group) for c, p in zip(comp, prepared)]
+                    row["batches"] = [{k: c[k] for k in ("composed_barrier_s", "composed_dependency_s",
+                                                         "composed_barrier_passes_s", "composed_dependency_passes_s",
+                                                         "outliers", "timings")} | q | {"groups": plan_groups_of(p[0])}
+                                      for c, q, p in zip(comp, pipes, prepared)]
+                    row["outliers"] = sum(c["outliers"] for c in comp)
+                    row["timings"] = sum(c["timings"] for c in comp)
+                    row["timed_ranks"] = sum(c["timed"] for c in comp)
+                    for key in ("composed_pipeline_s", "composed_microbatch_sum_s", "composed_barrier_s"):
+                        row[key] = statistics.mean(q[key] for q in pipes) if key in pipes[0] else \
+                            statistics.mean(c[key] for c in comp)
+                    row["tokens_per_s_composed_pipeline"] = statistics.mean(sum(b) for b in batches) / \
+                        row["composed_pipeline_s"]
                 elif wall:
                     steps = []
                     built = [to_batches([d for d in p[1][rank] if len(d["tokens"])], rank, groups, a.partition,
@@ -759,7 +1013,8 @@ def main() -> int:
             if rank == 0:
                 result["rows"].append(row)
                 brief = {k: v for k, v in row.items() if k not in ("step_s", "replayed_microbatches",
-                                                                   "tokens_per_batch", "sequences_per_batch")}
+                                                                   "tokens_per_batch", "sequences_per_batch")
+                         and not (k == "batches" and pp > 1)}
                 print(f"[{done}/{total} {time.monotonic() - start:.0f} s] " + json.dumps(brief), flush=True)
                 write_json(a.out, result)      # after every row: a run cut short keeps what it measured
         else:
@@ -768,6 +1023,8 @@ def main() -> int:
     result["elapsed_s"] = time.monotonic() - start
     if rank == 0 and result["mode"] == "replay":
         result["cells"] = train_step_report.cell_changes(result["rows"])
+        if grid != [(1, 1)]:
+            result["pipeline_cells"] = train_step_report.cell_changes(result["rows"], "pipeline")
     if rank == 0:
         write_json(a.out, result)
         print()

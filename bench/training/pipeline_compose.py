@@ -24,6 +24,9 @@ Library use::
         forward[k][m], backward[k][m]: virtual stage k's time for microbatch m (any numbers)
     stage_times(costs, tokens, stages, chunks=1, forward_ppm=333333, first=0, last=0)
         -> forward, backward: dcpack's split of per-microbatch costs (integers, as the C model)
+    pipeline_step(groups, rank_times, stages, chunks=1, group=None) -> {"makespan", ...}
+        a replayed plan (bench_train_step.py --replay --pp): per-rank times of each microbatch's layer
+        stack, embedding and head + loss, forward and backward; a microbatch's part is its slowest rank's
 
 CLI::
 
@@ -158,6 +161,44 @@ def replay_times(microbatches, stages: int, chunks: int):
         fwd[kv - 1][m] += mb.get("last_forward", 0.0)
         bwd[kv - 1][m] += mb.get("last_backward", 0.0)
     return fwd, bwd
+
+
+# ---- a replay's per-rank stage times composed into a pipeline step ----
+
+PARTS = ("forward", "backward", "first_forward", "first_backward", "last_forward", "last_backward")
+"""A replayed microbatch's times on one rank: the layer stack's forward and backward (all layers), the first
+stage's extra work (token embedding) forward and backward, the last stage's (final norm, output head and
+loss) forward and backward."""
+
+
+def microbatch_times(groups, rank_times):
+    """Per microbatch, each of PARTS the largest over the microbatch's ranks (they run in parallel: the
+    slowest sets it), each part on its own.
+
+    groups[m]: the microbatch's groups as (first rank, CP size) (bench_train_step.plan_groups_of);
+    rank_times[r][m]: rank r's times of microbatch m, a dict of PARTS (None or absent: r is idle in m)."""
+    out = []
+    for m, gs in enumerate(groups):
+        ranks = [r for first, size in gs for r in range(int(first), int(first) + int(size))]
+        got = [rank_times[r][m] for r in ranks if rank_times[r][m] is not None]
+        out.append({k: max((t.get(k, 0.0) for t in got), default=0.0) for k in PARTS})
+    return out
+
+
+def pipeline_step(groups, rank_times, stages: int, chunks: int = 1, group: int | None = None) -> dict:
+    """The composed pipeline step of a replayed plan, in the plan's microbatch order: each microbatch's
+    times from :func:`microbatch_times`, virtual stage k of microbatch m taking 1/(P V) of its layer stack
+    plus the embedding on k = 0 and the head and loss on k = P V - 1 (:func:`replay_times`), under 1F1B
+    (chunks 1) or interleaved 1F1B with microbatch group ``group`` (default: stages).
+
+    Returns {"makespan", "microbatch_sum" (every microbatch's forward and backward, extras included, one
+    after another), "microbatches" (microbatch_times)}; raises ValueError where schedules.py refuses the
+    count."""
+    mbs = microbatch_times(groups, rank_times)
+    f, b = replay_times(mbs, stages, chunks)
+    span = compose(f, b, stages, chunks, group)
+    return {"makespan": span, "microbatch_sum": math.fsum(mb[k] for mb in mbs for k in PARTS),
+            "microbatches": mbs}
 
 
 # ---- the benchmark grid through dcpack plan --pp ----

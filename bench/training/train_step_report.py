@@ -30,6 +30,15 @@ def _cell(r: Dict[str, Any]) -> tuple:
     return (r["trace"], r["max_seqlen_per_rank"], r["ranks"])
 
 
+def _pipe(r: Dict[str, Any]) -> bool:
+    """A pipeline row (bench_train_step.py --pp): composed under 1F1B / interleaved 1F1B, tabled apart."""
+    return "pp" in r
+
+
+def _pcell(r: Dict[str, Any]) -> tuple:
+    return _cell(r) + (r.get("pp", 1), r.get("vpp", 1))
+
+
 def _pct(x: Optional[float], base: Optional[float]) -> str:
     if x is None or not base:
         return ""
@@ -53,7 +62,8 @@ def _ok(r: Dict[str, Any]) -> bool:
 
 def markdown(result: Dict[str, Any]) -> str:
     wall = result["mode"] == "wall"
-    rows: List[Dict[str, Any]] = result["rows"]
+    pipe_rows = [r for r in result["rows"] if _pipe(r)]
+    rows: List[Dict[str, Any]] = [r for r in result["rows"] if not _pipe(r)]
     base = {_cell(r): r for r in rows if r["scheduler"] == BASE and _ok(r)}
     cal = any("predicted_cal_barrier" in r for r in rows)
     cal_ms = any("predicted_cal_barrier_ms" in r for r in rows)
@@ -106,18 +116,51 @@ def markdown(result: Dict[str, Any]) -> str:
         out.append(line)
     if notes:
         out += ["", "Not run:"] + notes
-    if result["mode"] != "plan":
+    if result["mode"] != "plan" and rows:
         out += ["", summary(result)]
     if result["mode"] == "replay" and any("batches" in r for r in rows):
         out += ["", "Per cell against `dynamic_cp` (composed barrier, bootstrap 95% interval over batches and "
                     "timed passes):", "", ci_table(result)]
+    if pipe_rows:
+        out += ["", pipeline_table(result)]
+    return "\n".join(out)
+
+
+def _mean(xs) -> Optional[float]:
+    xs = [x for x in (xs or []) if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def pipeline_table(result: Dict[str, Any]) -> str:
+    """The pipeline rows: per cell, P, V and scheduler the composed pipeline step (1F1B, interleaved with
+    V > 1), the sum of its microbatches' times, the planner's predicted pipeline makespan (seconds where
+    the profile gives a unit) and the change against dynamic_cp with its bootstrap 95% interval."""
+    rows = [r for r in result["rows"] if _pipe(r)]
+    cells = {(c["trace"], c["max_seqlen_per_rank"], c["ranks"], c["pp"], c["vpp"], c["scheduler"]): c
+             for c in (result.get("pipeline_cells") or cell_changes(result["rows"], "pipeline"))}
+    out = ["Pipeline step (composed: per-stage times from the replayed microbatches under Megatron-LM's 1F1B, "
+           "interleaved with VPP > 1):", "",
+           "| trace | M | ranks | PP | VPP | scheduler | microbatches | composed pipeline (ms) | microbatch sum (ms) "
+           "| predicted (calibrated, ms) | vs dynamic_cp | 95% interval |", "|" + "---|" * 12]
+    for r in rows:
+        head = (f"| {_name(r['trace'])} | {r['max_seqlen_per_rank']} | {r['ranks']} | {r['pp']} | {r['vpp']} | "
+                f"{r['scheduler']} | {', '.join(str(v) for v in r.get('microbatches', []))} |")
+        if not _ok(r) or "pipeline_refused" in r:
+            out.append(head + f" {r.get('skipped') or r.get('error') or r.get('pipeline_refused')} | | | | |")
+            continue
+        pred = _mean(r.get("predicted_cal_pipeline_s"))
+        c = cells.get((_name(r["trace"]), r["max_seqlen_per_rank"], r["ranks"], r["pp"], r["vpp"], r["scheduler"]))
+        vs = "" if c is None else f"{100 * c['change']:+.1f}%"
+        ci = "" if c is None else f"{100 * c['ci95'][0]:+.1f}% .. {100 * c['ci95'][1]:+.1f}%"
+        out.append(head + f" {_ms(r.get('composed_pipeline_s'))} | {_ms(r.get('composed_microbatch_sum_s'))} | "
+                          f"{_ms(pred)} | {vs} | {ci} |")
     return "\n".join(out)
 
 
 def changes(result: Dict[str, Any], scheduler: str) -> List[tuple]:
     """(cell, barrier change, dependency change or None) of scheduler against dynamic_cp, every cell with both."""
     wall = result["mode"] == "wall"
-    rows = [r for r in result["rows"] if _ok(r)]
+    rows = [r for r in result["rows"] if _ok(r) and not _pipe(r)]
     base = {_cell(r): r for r in rows if r["scheduler"] == BASE}
     out = []
     for r in rows:
@@ -153,12 +196,15 @@ def cell_changes(rows: List[Dict[str, Any]], model: str = "barrier") -> List[Dic
     """Per cell and compared scheduler against dynamic_cp: the change of the composed step (sum over
     the cell's batches), its bootstrap 95% interval (over batches and timed passes), and the
     headroom captured, (dynamic_cp - other) / (dynamic_cp - lower bound), the lower bound that of
-    the calibrated profile's model for the same lengths and ranks (mean over the batches)."""
-    ok = [r for r in rows if _ok(r) and "batches" in r]
-    base = {_cell(r): r for r in ok if r["scheduler"] == BASE}
+    the calibrated profile's model for the same lengths and ranks (mean over the batches).
+    ``model`` "pipeline": the pipeline rows (--pp), composed_pipeline_s per cell, PP and VPP (no headroom);
+    otherwise the rows without a pipeline."""
+    pipe = model == "pipeline"
+    ok = [r for r in rows if _ok(r) and "batches" in r and _pipe(r) == pipe and "pipeline_refused" not in r]
+    base = {_pcell(r): r for r in ok if r["scheduler"] == BASE}
     out = []
     for r in ok:
-        b = base.get(_cell(r))
+        b = base.get(_pcell(r))
         if b is None or r is b:
             continue
         key = f"composed_{model}_s"
@@ -171,6 +217,10 @@ def cell_changes(rows: List[Dict[str, Any]], model: str = "barrier") -> List[Dic
              "base_s": bx / len(b["batches"]), "other_s": rx / len(r["batches"]),
              "change": rx / bx - 1, "ci95": [lo, hi], "outliers": r.get("outliers", 0) + b.get("outliers", 0),
              "timings": r.get("timings", 0) + b.get("timings", 0)}
+        if pipe:
+            d.update(pp=r["pp"], vpp=r["vpp"])
+            out.append(d)
+            continue
         lb = r.get("lower_bound_cal_ms") or b.get("lower_bound_cal_ms")
         if lb:
             lbs = sum(lb) / len(lb) * 1e-3

@@ -347,3 +347,80 @@ def test_the_one_gpu_script_refuses_a_budget_with_no_room_for_a_row(tmp_path):
     assert r.returncode == 2, r.stdout + r.stderr
     assert "BUDGET 40 s leaves no time for a row of ROW_S 60 s" in r.stdout
     assert not (out / "replay.json").exists()
+
+
+# ---- the pipeline composition (--pp) -------------------------------------------------------------------
+
+def test_pipeline_of_composes_a_replays_split_times_by_hand():
+    """bench_train_step.pipeline_of on synthetic split times (test_replay_pipeline.py's 1F1B case: 23, plus the
+    gradient all-reduce), per pass too."""
+    bench = _bench()
+    plan = bench.ListPlan([[[0], [1]], [[2], [3]]])   # two microbatches, each on ranks 0 and 1 (CP 1)
+
+    def t(f, b, ff, fb, lf, lb):
+        return dict(forward=f, backward=b, first_forward=ff, first_backward=fb, last_forward=lf, last_backward=lb)
+    parts = [[t(4, 6, 1, 1, 2, 1), t(2, 4, 1, 1, 2, 2)], [t(3, 8, 0.5, 1, 1, 2), t(1, 3, 1, 1, 1, 1)]]
+    comp = {"rank_parts_s": parts, "rank_parts_passes_s": [parts, parts], "grad_allreduce_s": 0.5}
+    got = bench.pipeline_of(plan, comp, 2, 1, 0)
+    assert got["composed_pipeline_s"] == 23.5 and got["composed_pipeline_passes_s"] == [23.5, 23.5]
+    assert got["composed_microbatch_sum_s"] == 30
+
+
+def test_the_marked_forward_backward_is_forward_backward():
+    """The split timing's forward and backward compute dcpack.thd.forward_backward's loss and gradients,
+    and mark six intervals per microbatch."""
+    import torch
+    from dcpack.thd import ModelConfig, THDBatch, THDTransformer, forward_backward
+    bench = _bench()
+    n, m = 2, 256
+    lengths = bench.batches_of("longsft_n4096_seed1.txt", n, m, 1, 256)[0]
+    config = bench.dcpack_config("dynamic_cp", n, m, len(lengths), lengths)
+    _, mbs = bench.step_all_ranks(config, lengths, seed=0, vocab=64)
+    mc = ModelConfig(vocab_size=64, hidden=32, layers=2, heads=2, kv_heads=1, ffn=64, dtype=torch.float32,
+                     attention="math")
+    batch = THDBatch.from_fields(group=bench.LOCAL_REPLAY, **mbs[0][0])
+    model = THDTransformer(mc, torch.device("cpu"))
+    want = forward_backward(model, batch, 3.0)
+    grads = [p.grad.clone() for p in model.parameters()]
+    model.zero_grad(set_to_none=True)
+    marks = []
+    got = bench.forward_backward_marked(model, batch, 3.0, lambda: marks.append(1))
+    assert len(marks) == 5 and float(got) == float(want)
+    assert all(torch.equal(a, p.grad) for a, p in zip(grads, model.parameters()))
+    per, _ = bench.time_rank_split(model, [batch, batch], 3.0, 2, 0)
+    assert len(per) == 2 and all(set(d) == set(bench.MARKED) and all(v >= 0 for v in d.values())
+                                 for ts in per for d in ts)
+
+
+def test_the_replay_composes_a_pipeline_end_to_end_tiny(tmp_path):
+    """--replay --pp 2 --vpp 1,2 on one tiny cell: pipeline rows with the composed step (per pass), the
+    microbatch sum, the planner's predicted pipeline makespans (seconds under the profile), the cells'
+    changes against dynamic_cp; the plain rows' keys unchanged (--pp 1)."""
+    import subprocess
+    import sys
+    prof = tmp_path / "cal.profile"
+    prof.write_text(PROFILE)
+    out = tmp_path / "replay.json"
+    r = subprocess.run([sys.executable, str(TRAINING / "bench_train_step.py"), "--replay", "8",
+                        "--cells", "longsft_n4096_seed1.txt:256:8:512", "--pp", "1,2", "--vpp", "1,2",
+                        "--schedulers", "dynamic_cp,balanced+cal", "--cost-profile", str(prof),
+                        "--hidden", "64", "--heads", "4", "--kv-heads", "2", "--ffn", "128", "--vocab", "256",
+                        "--replay-steps", "1", "--reps", "2", "--out", str(out)],
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    result = json.loads(out.read_text())
+    plain = [row for row in result["rows"] if "pp" not in row]
+    pipe = [row for row in result["rows"] if "pp" in row]
+    assert len(plain) == 2 and len(pipe) == 4
+    assert all("composed_barrier_s" in row and "composed_pipeline_s" not in row for row in plain)
+    for row in pipe:
+        assert row["pp"] == 2 and row["composed_pipeline_s"] > 0, row
+        assert 0 < row["composed_pipeline_s"] < row["composed_microbatch_sum_s"] + 1e-9
+        assert len(row["batches"][0]["composed_pipeline_passes_s"]) == 2
+        assert all(x is not None and x > 0 for x in row["predicted_cal_pipeline_s"])
+        if row["scheduler"] == "balanced+cal":   # its own plan's stats are the profile's model: the same number
+            assert row["predicted_pipeline_makespan"] == row["predicted_cal_pipeline"]
+    assert {(c["pp"], c["vpp"]) for c in result["pipeline_cells"]} == {(2, 1), (2, 2)}
+    assert all("pp" not in c for c in result["cells"])
+    assert "Pipeline step (composed" in r.stdout
