@@ -10,16 +10,17 @@
  * Where the passes can make them, plans for more microbatches are
  * candidates too (a pipeline's fill and drain shrink with smaller
  * microbatches, while every microbatch pays its overhead): one LPT pass
- * (balanced_lpt.c) per target count, 5/4 to 4 times the emitted plan's,
- * aligned to the VPP group and to the interleaved schedule's group.
+ * (balanced_lpt.c) per target count and CP-widening allowance, 5/4 to 8
+ * times the emitted plan's, aligned to the VPP group and to the interleaved
+ * schedule's group.
  *
  * The order search is deterministic and bounded in work units (ops the
  * pipeline model runs), never in time: a few orders by cost (as planned,
- * descending, ascending, the dearest in the middle), then, on the plan
- * chosen, pairwise swaps that lower the makespan while the budget lasts.
+ * descending, ascending, the dearest in the middle, two class orders),
+ * then, on the plan chosen, pairwise swaps that lower the makespan while the budget lasts.
  *
  * State: reads in, kept and rp.polish_work; writes pp, and for plans for
- * more microbatches pass, before_vpp and kept (one LPT pass each, with
+ * more microbatches pass, before_vpp, kept and sizes.num_seen (LPT passes, with
  * in.dependency cleared while it runs and emits).
  */
 #include "balanced_internal.h"
@@ -79,17 +80,14 @@ static void sort_by_cost(int32_t *ids, int32_t K, const int64_t *cost, int down)
 }
 
 /*
- * The class order (1F1B): microbatches m, m + P, m + 2P, ... follow one another through every stage
+ * The class orders (1F1B): microbatches m, m + P, m + 2P, ... follow one another through every stage
  * (stage 0 runs m + P's forward only after m's backward), so each such class's summed cost bounds the
  * step.  Dearest first, each microbatch joins the class of least sum with a place left (when P does
  * not divide K, r = K mod P classes hold one more, and they take residues 0..r-1); classes of a size
- * by sum descending take the lower residues; within a class the members run dearest first
- * (`ascending` 0) or cheapest first.  `sorted` is by cost descending; writes out[K].
+ * by sum descending take the lower residues.  `sorted` is by cost descending.
  */
-static void class_order(const balanced_pipeline *pp, int32_t *out, const int32_t *sorted, int32_t K, int32_t P,
-                        const int64_t *cost, int ascending)
+static void class_assign(const balanced_pipeline *pp, const int32_t *sorted, int32_t K, int32_t P, const int64_t *cost)
 {
-    if (P > K) P = K;
     const int32_t q = K / P, r = K % P;
     for (int32_t c = 0; c < P; c++) pp->class_sum[c] = 0, pp->class_fill[c] = 0;
     for (int32_t i = 0; i < K; i++) {
@@ -108,8 +106,15 @@ static void class_order(const balanced_pipeline *pp, int32_t *out, const int32_t
         for (int32_t d = lo; d < hi; d++)
             if (pp->class_sum[d] > pp->class_sum[c] || (pp->class_sum[d] == pp->class_sum[c] && d < c)) slot++;
         pp->class_slot[c] = slot;
-        pp->class_fill[c] = 0;
     }
+}
+
+/* The order of class_assign's classes, members dearest first (`ascending` 0) or cheapest first; writes out[K]. */
+static void class_place(const balanced_pipeline *pp, int32_t *out, const int32_t *sorted, int32_t K, int32_t P,
+                        int ascending)
+{
+    const int32_t q = K / P, r = K % P;
+    for (int32_t c = 0; c < P; c++) pp->class_fill[c] = 0;
     for (int32_t i = 0; i < K; i++) {
         const int32_t m = sorted[i], c = pp->class_of[m], size = q + (c < r), j = pp->class_fill[c]++;
         out[pp->class_slot[c] + (ascending ? size - 1 - j : j) * P] = m;
@@ -134,8 +139,9 @@ static int try_order(const dcp__pipeline *pipe, pipe_candidate *c, const int32_t
  * `sorted` are scratch of K each.
  */
 static void search_order(const balanced_pipeline *pp, const dcp__pipeline *pipe, pipe_candidate *c, int32_t *trial,
-                         int32_t *sorted, void *model, int64_t swap_work)
+                         int32_t *sorted, int64_t swap_work)
 {
+    void *model = pp->model;
     const int32_t K = c->K;
     const int64_t per_eval = 2 * (int64_t)pipe->stages * pipe->chunks * K + 1;
     int64_t work = 6 * per_eval + swap_work;
@@ -154,8 +160,10 @@ static void search_order(const balanced_pipeline *pp, const dcp__pipeline *pipe,
         trial[i % 2 == 1 ? mid - off : mid + off] = sorted[i];
     }
     if (work >= per_eval) try_order(pipe, c, trial, model, &work, per_eval);
+    const int32_t classes = pipe->stages < K ? pipe->stages : K;
+    class_assign(pp, sorted, K, classes, c->cost);
     for (int ascending = 0; ascending < 2; ascending++) {
-        class_order(pp, trial, sorted, K, pipe->stages, c->cost, ascending);
+        class_place(pp, trial, sorted, K, classes, ascending);
         if (work >= per_eval) try_order(pipe, c, trial, model, &work, per_eval);
     }
     /* pairwise swaps of the best order, first improvement, sweep after sweep while one lowers it */
@@ -270,7 +278,7 @@ static dcp_status try_target(balanced *b, const dcp__schedule_input *in, const d
                 dcp__pipeline_plan_inputs(&alt, in->config, in->lengths, in->num_sequences, c.cost, c.tokens) ==
                     DCP_OK) {
                 c.K = alt.num_microbatches;
-                search_order(&b->pp, pipe, &c, trial, sorted, b->pp.model, 0);
+                search_order(&b->pp, pipe, &c, trial, sorted, 0);
                 if (c.makespan < *best && beats_reference(c.makespan, ref, in->config->cost.margin_ppm)) {
                     plan_copy copy;
                     copy_plan(&alt, b->pp.tables, &copy);
@@ -332,7 +340,7 @@ dcp_status dcp__balanced_pipeline(balanced *b, const dcp__schedule_input *in, dc
     pipe_candidate own = {b->pp.cost, b->pp.cost + un, b->pp.order, plan->num_microbatches, INT64_MAX};
     if (dcp__pipeline_plan_inputs(plan, config, in->lengths, in->num_sequences, own.cost, own.tokens) != DCP_OK)
         return dcp__fail(err, DCP_ERR_INVALID_PLAN, "balanced: an emitted id is outside the batch");
-    search_order(&b->pp, &pipe, &own, trial, sorted, b->pp.model, 0);
+    search_order(&b->pp, &pipe, &own, trial, sorted, 0);
     /* dynamic_cp's plan, made where balanced_reference.c makes it */
     pipe_candidate ref = {b->pp.cost + 2 * un, b->pp.cost + 3 * un, b->pp.order + un, 0, INT64_MAX};
     dcp_plan other;
@@ -356,7 +364,7 @@ dcp_status dcp__balanced_pipeline(balanced *b, const dcp__schedule_input *in, dc
     }
     if (have_other) {
         ref.K = other.num_microbatches;
-        search_order(&b->pp, &pipe, &ref, trial, sorted, b->pp.model, 0); /* its own order is the first weighed */
+        search_order(&b->pp, &pipe, &ref, trial, sorted, 0); /* its own order is the first weighed */
     }
     /* the lower wins; on a tie balanced's own plan */
     plan_copy copy;
@@ -385,7 +393,7 @@ dcp_status dcp__balanced_pipeline(balanced *b, const dcp__schedule_input *in, dc
     pipe_candidate last = {b->pp.cost, b->pp.cost + un, b->pp.order, plan->num_microbatches, INT64_MAX};
     if (dcp__pipeline_plan_inputs(plan, config, in->lengths, in->num_sequences, last.cost, last.tokens) != DCP_OK)
         return dcp__fail(err, DCP_ERR_INVALID_PLAN, "balanced: an emitted id is outside the batch");
-    search_order(&b->pp, &pipe, &last, trial, sorted, b->pp.model, PIPE_SWAP_WORK);
+    search_order(&b->pp, &pipe, &last, trial, sorted, PIPE_SWAP_WORK);
     int moved = 0;
     for (int32_t i = 0; i < last.K; i++) moved |= last.order[i] != i;
     if (!moved) return DCP_OK;
