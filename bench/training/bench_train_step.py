@@ -439,82 +439,58 @@ def forward_backward_marked(model, batch, den, mark) -> "torch.Tensor":
     return loss.detach()
 
 
-def time_rank_split(model, bs, den, reps: int, warmup: int):
-    """:func:`time_rank` with each microbatch cut into MARKED's six intervals (forward_backward_marked):
-    on the GPU CUDA events at every mark, one chain over the pass, no host synchronisation inside it;
-    on the CPU perf_counter at the marks.  Returns (per microbatch the list of reps dicts of MARKED,
-    per pass wall seconds); a microbatch's whole time is the sum of its six."""
-    cuda = torch.cuda.is_available()
-    for _ in range(warmup):
-        for b in bs:
-            forward_backward_marked(model, b, den, lambda: None)
-    per = [[] for _ in bs]
-    walls = []
-    for _ in range(reps):
-        sync()
-        t0 = time.perf_counter()
-        if cuda:
-            ev = [torch.cuda.Event(enable_timing=True) for _ in range(6 * len(bs) + 1)]
-        marks: List[Any] = []
-
-        def mark():
-            if cuda:
-                ev[len(marks)].record()
-                marks.append(None)
-            else:
-                marks.append(time.perf_counter())
-        mark()
-        for b in bs:
-            forward_backward_marked(model, b, den, mark)
-            mark()
-        if len(marks) != 6 * len(bs) + 1:
-            raise RuntimeError(f"{len(marks)} marks in a pass of {len(bs)} microbatches: a backward hook did not run")
-        if cuda:
-            ev[-1].synchronize()
-            gaps = [ev[j].elapsed_time(ev[j + 1]) * 1e-3 for j in range(6 * len(bs))]
-        else:
-            gaps = [marks[j + 1] - marks[j] for j in range(6 * len(bs))]
-        for i in range(len(bs)):
-            per[i].append(dict(zip(MARKED, gaps[6 * i:6 * i + 6])))
-        sync()
-        walls.append(time.perf_counter() - t0)
-    model.zero_grad(set_to_none=True)
-    return per, walls
-
-
-def time_rank(model, bs, den, reps: int, warmup: int, synced: bool = False):
+def time_rank(model, bs, den, reps: int, warmup: int, synced: bool = False, split: bool = False):
     """One rank's microbatches run back to back as in a step, ``warmup`` untimed passes (every
     shape of the rank runs in each), then ``reps`` timed passes: per pass, each microbatch's GPU
     time between CUDA events recorded with no host synchronisation in between (the host queues
     ahead as it does in training), and the pass's wall time (perf_counter, synchronised at its two
-    ends).  ``synced``: the earlier method instead, a synchronisation and perf_counter around every
-    microbatch (it charges each microbatch the host's launch time; kept to measure that bias).
-    Returns (per microbatch the list of reps times, per pass wall seconds)."""
+    ends).  On the CPU perf_counter stands for the events.  ``synced``: the earlier method instead,
+    a synchronisation and perf_counter at every mark (it charges each microbatch the host's launch
+    time; kept to measure that bias).  ``split`` (the pipeline composition's): each microbatch cut
+    into MARKED's six intervals by forward_backward_marked's marks, one chain of events over the
+    pass.  Returns (per microbatch the list of reps times, or with ``split`` of reps dicts of MARKED
+    whose sum is the microbatch's time; per pass wall seconds)."""
     cuda = torch.cuda.is_available()
+    events = cuda and not synced
+    per_mb = len(MARKED) if split else 1
+
+    def run(b, mark):
+        if split:
+            forward_backward_marked(model, b, den, mark)
+        else:
+            forward_backward(model, b, den)
     for _ in range(warmup):
         for b in bs:
-            forward_backward(model, b, den)
+            run(b, lambda: None)
     per = [[] for _ in bs]
     walls = []
     for _ in range(reps):
         sync()
         t0 = time.perf_counter()
-        if synced or not cuda:
-            for i, b in enumerate(bs):
-                sync()
-                t1 = time.perf_counter()
-                forward_backward(model, b, den)
-                sync()
-                per[i].append(time.perf_counter() - t1)
-        else:
-            ev = [torch.cuda.Event(enable_timing=True) for _ in range(len(bs) + 1)]
-            ev[0].record()
-            for i, b in enumerate(bs):
-                forward_backward(model, b, den)
-                ev[i + 1].record()
+        ev = [torch.cuda.Event(enable_timing=True) for _ in range(per_mb * len(bs) + 1)] if events else []
+        marks: List[Any] = []
+
+        def mark():
+            if events:
+                ev[len(marks)].record()
+                marks.append(None)
+            else:
+                if synced:
+                    sync()
+                marks.append(time.perf_counter())
+        mark()
+        for b in bs:
+            run(b, mark)
+            mark()
+        if len(marks) != per_mb * len(bs) + 1:
+            raise RuntimeError(f"{len(marks)} marks in a pass of {len(bs)} microbatches: a backward hook did not run")
+        if events:
             ev[-1].synchronize()
-            for i in range(len(bs)):
-                per[i].append(ev[i].elapsed_time(ev[i + 1]) * 1e-3)
+            gaps = [ev[j].elapsed_time(ev[j + 1]) * 1e-3 for j in range(per_mb * len(bs))]
+        else:
+            gaps = [marks[j + 1] - marks[j] for j in range(per_mb * len(bs))]
+        for i in range(len(bs)):
+            per[i].append(dict(zip(MARKED, gaps[per_mb * i:per_mb * (i + 1)])) if split else gaps[i])
         sync()
         walls.append(time.perf_counter() - t0)
     model.zero_grad(set_to_none=True)
@@ -533,7 +509,7 @@ def replay(model, mc, plan, mbs, partition, device, table, reps: int, memo=None,
     Per pass p, the step composed from pass p's times (``composed_*_passes_s``) gives the spread.
 
     ``split`` (the pipeline composition's): each microbatch timed in MARKED's six intervals
-    (:func:`time_rank_split`; its whole time is their sum), returned as ``rank_parts_s`` (per rank and
+    (:func:`time_rank` with ``split``; its whole time is their sum), returned as ``rank_parts_s`` (per rank and
     microbatch a dict of pipeline_compose.PARTS, each the median over the passes; None where idle; the
     microbatch's priced CP communication added half to the layer stack's forward, half to its backward)
     and ``rank_parts_passes_s`` (the same of every pass).  The memo then keys a rank by its microbatches'
@@ -555,11 +531,8 @@ def replay(model, mc, plan, mbs, partition, device, table, reps: int, memo=None,
         if memo is not None and key in memo:
             got, rank_walls = memo[key]
         else:
-            if split:
-                got, rank_walls = time_rank_split(model, [bs[i] for i in order], den, reps,
-                                                  warmup if warmup >= 0 else 1)
-            else:
-                got, rank_walls = time_rank(model, bs, den, reps, warmup if warmup >= 0 else 1, synced)
+            got, rank_walls = time_rank(model, [bs[i] for i in order], den, reps, warmup if warmup >= 0 else 1,
+                                        synced, split)
             timed += 1
             for ts in got:
                 ts = [sum(t.values()) for t in ts] if split else ts

@@ -387,9 +387,14 @@ def test_the_marked_forward_backward_is_forward_backward():
     got = bench.forward_backward_marked(model, batch, 3.0, lambda: marks.append(1))
     assert len(marks) == 5 and float(got) == float(want)
     assert all(torch.equal(a, p.grad) for a, p in zip(grads, model.parameters()))
-    per, _ = bench.time_rank_split(model, [batch, batch], 3.0, 2, 0)
-    assert len(per) == 2 and all(set(d) == set(bench.MARKED) and all(v >= 0 for v in d.values())
-                                 for ts in per for d in ts)
+    per, walls = bench.time_rank(model, [batch, batch], 3.0, 2, 0, split=True)
+    assert len(per) == 2 and len(walls) == 2 and all(len(ts) == 2 for ts in per)
+    assert all(set(d) == set(bench.MARKED) and all(v >= 0 for v in d.values()) for ts in per for d in ts)
+    # the same timer unsplit: one time per microbatch and pass, as the plain replay reads it
+    for synced in (False, True):
+        plain, _ = bench.time_rank(model, [batch, batch, batch], 3.0, 3, 1, synced=synced)
+        assert len(plain) == 3 and all(len(ts) == 3 and all(isinstance(t, float) and t > 0 for t in ts)
+                                       for ts in plain)
 
 
 def test_the_replay_composes_a_pipeline_end_to_end_tiny(tmp_path):
