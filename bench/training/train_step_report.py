@@ -133,15 +133,17 @@ def _mean(xs) -> Optional[float]:
 
 def pipeline_table(result: Dict[str, Any]) -> str:
     """The pipeline rows: per cell, P, V and scheduler the composed pipeline step (1F1B, interleaved with
-    V > 1), the sum of its microbatches' times, the planner's predicted pipeline makespan (seconds where
-    the profile gives a unit) and the change against dynamic_cp with its bootstrap 95% interval."""
+    V > 1), the sum of its microbatches' times, the planner's predicted pipeline makespan under the
+    profile (where it gives a unit) and the change against dynamic_cp with its bootstrap 95% interval.
+    The planner prices every stage as the whole profiled model, the composition gives each stage 1/P of
+    the replayed model: the prediction is shown divided by P, in the composition's units."""
     rows = [r for r in result["rows"] if _pipe(r)]
     cells = {(c["trace"], c["max_seqlen_per_rank"], c["ranks"], c["pp"], c["vpp"], c["scheduler"]): c
              for c in (result.get("pipeline_cells") or cell_changes(result["rows"], "pipeline"))}
     out = ["Pipeline step (composed: per-stage times from the replayed microbatches under Megatron-LM's 1F1B, "
            "interleaved with VPP > 1):", "",
            "| trace | M | ranks | PP | VPP | scheduler | microbatches | composed pipeline (ms) | microbatch sum (ms) "
-           "| predicted (calibrated, ms) | vs dynamic_cp | 95% interval |", "|" + "---|" * 12]
+           "| predicted (calibrated, ms, / PP) | vs dynamic_cp | 95% interval |", "|" + "---|" * 12]
     for r in rows:
         head = (f"| {_name(r['trace'])} | {r['max_seqlen_per_rank']} | {r['ranks']} | {r['pp']} | {r['vpp']} | "
                 f"{r['scheduler']} | {', '.join(str(v) for v in r.get('microbatches', []))} |")
@@ -149,6 +151,7 @@ def pipeline_table(result: Dict[str, Any]) -> str:
             out.append(head + f" {r.get('skipped') or r.get('error') or r.get('pipeline_refused')} | | | | |")
             continue
         pred = _mean(r.get("predicted_cal_pipeline_s"))
+        pred = None if pred is None else pred / r["pp"]
         c = cells.get((_name(r["trace"]), r["max_seqlen_per_rank"], r["ranks"], r["pp"], r["vpp"], r["scheduler"]))
         vs = "" if c is None else f"{100 * c['change']:+.1f}%"
         ci = "" if c is None else f"{100 * c['ci95'][0]:+.1f}% .. {100 * c['ci95'][1]:+.1f}%"
