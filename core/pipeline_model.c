@@ -195,14 +195,18 @@ int64_t dcp__pipeline_lower_bound(const dcp__pipeline *pipe, const int64_t *cost
         if (chain > bound) bound = chain;
     }
     /*
-     * Stage r's first op is a chunk-0 forward, which waits for that
-     * microbatch's forwards on stages 0..r-1; its last op is a chunk-0
-     * backward (the table's last entry has chunk V-1, reversed for the
-     * backward), after which that microbatch's backwards on stages r-1..0
-     * still run.  In between the stage runs all of its work.
+     * Stage r's first op is a chunk-0 forward of the order's first
+     * microbatch, which waits for its forwards on stages 0..r-1; its last op
+     * is a chunk-0 backward of the order's last microbatch (the table's last
+     * entry, chunk V-1 reversed for the backward), after which that
+     * microbatch's backwards on stages r-1..0 still run.  In between the
+     * stage runs all of its work.  With K >= 2 the first and the last are two
+     * microbatches, so the head and the tail are charged to two different ones.
      */
     for (int32_t r = 0; r < P; r++) {
-        int64_t work = 0, head = INT64_MAX, tail = INT64_MAX;
+        int64_t work = 0;
+        int64_t head[2] = {INT64_MAX, INT64_MAX}, tail[2] = {INT64_MAX, INT64_MAX}; /* the two least */
+        int32_t head_of = -1, tail_of = -1;                                         /* who has the least */
         for (int32_t m = 0; m < K; m++) {
             /*
              * Stages 0..r-1 of chunk 0: stage 0 with its per-token extra, the
@@ -218,15 +222,22 @@ int64_t dcp__pipeline_lower_bound(const dcp__pipeline *pipe, const int64_t *cost
                 fh = dcp__sat_add_i64(f0, sat_mul(r - 1, fm));
                 bt = dcp__sat_add_i64(b0, sat_mul(r - 1, bm));
             }
-            if (fh < head) head = fh;
-            if (bt < tail) tail = bt;
+            if (fh < head[0]) { head[1] = head[0]; head[0] = fh; head_of = m; }
+            else if (fh < head[1]) head[1] = fh;
+            if (bt < tail[0]) { tail[1] = tail[0]; tail[0] = bt; tail_of = m; }
+            else if (bt < tail[1]) tail[1] = bt;
             for (int32_t c = 0; c < V; c++) {
                 int64_t f, b;
                 dcp__pipeline_op_times(pipe, cost[m], tokens ? tokens[m] : 0, c * P + r, &f, &b);
                 work = dcp__sat_add_i64(work, dcp__sat_add_i64(f, b));
             }
         }
-        const int64_t stage = dcp__sat_add_i64(dcp__sat_add_i64(head, work), tail);
+        int64_t ends = dcp__sat_add_i64(head[0], tail[0]);
+        if (K >= 2 && head_of == tail_of) {   /* one microbatch has both least: the other end is another's */
+            const int64_t a = dcp__sat_add_i64(head[0], tail[1]), b = dcp__sat_add_i64(head[1], tail[0]);
+            ends = a < b ? a : b;
+        }
+        const int64_t stage = dcp__sat_add_i64(ends, work);
         if (stage > bound) bound = stage;
     }
     return bound;

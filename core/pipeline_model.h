@@ -68,10 +68,11 @@ int64_t dcp__pipeline_makespan(const dcp__pipeline *pipe, const int64_t *cost, c
 
 /*
  * A lower bound of the makespan of these K microbatches in any order:
- * the largest over stages r of (the least forward time any microbatch spends
- * on virtual stages 0..r-1) + (all of stage r's work) + (the least backward
- * time any microbatch spends on virtual stages 0..r-1), and the longest
- * microbatch's whole chain of forwards and backwards.  O(P * (P + V) * K).
+ * the largest over stages r of (the forward time one microbatch spends on
+ * virtual stages 0..r-1) + (all of stage r's work) + (the backward time
+ * another spends on virtual stages 0..r-1), the two chosen least (one
+ * microbatch when K = 1), and the longest microbatch's whole chain of
+ * forwards and backwards.  O(P * (P + V) * K).
  */
 int64_t dcp__pipeline_lower_bound(const dcp__pipeline *pipe, const int64_t *cost, const int64_t *tokens, int32_t K);
 
