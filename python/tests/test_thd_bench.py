@@ -404,7 +404,9 @@ def test_the_replay_composes_a_pipeline_end_to_end_tiny(tmp_path):
     import subprocess
     import sys
     prof = tmp_path / "cal.profile"
-    prof.write_text(PROFILE)
+    # a small-microbatch hinge that binds in every group (M 256 < knee): the planner's own pipeline
+    # makespan charges it, so the bench's prediction from the same profile must too
+    prof.write_text(PROFILE + "small_knee = 4096\nsmall_slope = 1000000\n")
     out = tmp_path / "replay.json"
     r = subprocess.run([sys.executable, str(TRAINING / "bench_train_step.py"), "--replay", "8",
                         "--cells", "longsft_n4096_seed1.txt:256:8:512", "--pp", "1,2", "--vpp", "1,2",
