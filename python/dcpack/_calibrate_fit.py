@@ -360,6 +360,42 @@ SIZE_CLASSES = ((0, 1024, "< 1K"), (1024, 4096, "1K-4K"), (4096, 16384, "4K-16K"
 """Microbatch size classes by tokens per rank, for the error report."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Retimed:
+    """A sample timed again because its first timing was far off the first fit."""
+
+    label: str
+    first_ps: float      # the first timing (with any priced communication)
+    again_ps: float      # the second, which the fit then uses
+    first_error: float   # the first fit's (predicted - measured) / measured of the first timing
+
+
+def far_off(fit: Fit, factor: float = 3.0, floor: float = 0.10, most: int = 8) -> List[int]:
+    """The samples whose |error| under ``fit`` is above both ``factor`` x the median |error| and ``floor``,
+    worst first, at most ``most``: the ones worth timing again before trusting the fit."""
+    limit = max(factor * fit.median_error, floor)
+    far = [i for i, e in enumerate(fit.errors) if abs(e) > limit]
+    return sorted(far, key=lambda i: (-abs(fit.errors[i]), i))[:most]
+
+
+def retime_far_off(samples: Sequence[Sample], fit: Fit, retime: Callable[[Sample], Sample], factor: float = 3.0,
+                   floor: float = 0.10, most: int = 8) -> Tuple[List[Sample], List[Retimed]]:
+    """Every sample :func:`far_off` picks timed again by ``retime`` (the same shape, a longer warm-up); the
+    second timing replaces the first, whatever it is (a shape that is slow again is slow). Returns the
+    samples, in their order, and what was re-timed. Pure but for ``retime``: the same choices on every rank
+    (the samples are every rank's slowest time, so every rank fits the same)."""
+    out = list(samples)
+    done = []
+    for i in far_off(fit, factor, floor, most):
+        again = retime(out[i])
+        if again.cp != out[i].cp or tuple(again.lengths) != tuple(out[i].lengths):
+            raise InvalidArgumentError(f"retime: {out[i].label} came back as another shape (cp {again.cp}, "
+                                       f"{len(again.lengths)} sequences)")
+        done.append(Retimed(out[i].label, out[i].time_ps, again.time_ps, fit.errors[i]))
+        out[i] = again
+    return out, done
+
+
 def size_class(sample: Sample) -> str:
     t = sum(sample.lengths) // sample.cp
     return next(name for lo, hi, name in SIZE_CLASSES if lo <= t < hi)

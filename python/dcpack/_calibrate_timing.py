@@ -149,8 +149,6 @@ def measure_grid(thd: Any, model: Any, world: _World, groups: Any, cps: Sequence
     for cp, emulate, toks in plan:
         if emulate and comm is None:
             raise InvalidArgumentError(f"measure_grid: CP {cp} is emulated and needs a communication model")
-        first = 0 if emulate else world.rank // cp * cp
-        group = thd.LOCAL_REPLAY if emulate else (groups.get(first, cp) if cp > 1 else None)
         for t in toks:
             if cp * t > max_group_tokens and cp > 1:
                 continue
@@ -159,19 +157,33 @@ def measure_grid(thd: Any, model: Any, world: _World, groups: Any, cps: Sequence
                     continue  # long sequences are what runs on wide groups
                 if cp > 1 and not emulate and name == "64x":
                     continue
-                batch = synthetic_batch(thd, lengths, cp, 0 if emulate else world.rank - first, group,
-                                        world.device, vocab)
-                world.barrier()
-                ms = _time_ms(lambda: thd.forward_backward(model, batch), warmup, repeats, world.device)
-                worst = max(world.gather(ms))
-                comm_ps = comm.microbatch_s(cp, t, layers) * 1e12 if emulate else 0.0
-                s = Sample(cp=cp, lengths=tuple(int(x) for x in lengths), time_ps=worst * 1e9 + comm_ps,
-                           label=f"cp {cp}{' (emulated)' if emulate else ''}, {t} tokens/rank, {name}",
-                           comm_ps=comm_ps)
+                s = time_sample(thd, model, world, groups, cp, emulate, lengths, vocab, warmup, repeats,
+                                f"cp {cp}{' (emulated)' if emulate else ''}, {t} tokens/rank, {name}", comm, layers)
                 out.append(s)
-                _say(world, f"  {s.label:46s} {worst:9.3f} ms" + (f" + {comm_ps * 1e-9:.3f} ms priced" if emulate else ""))
-                del batch
+                _say(world, f"  {s.label:46s} {(s.time_ps - s.comm_ps) * 1e-9:9.3f} ms"
+                            + (f" + {s.comm_ps * 1e-9:.3f} ms priced" if emulate else ""))
     return out
+
+
+def time_sample(thd: Any, model: Any, world: _World, groups: Any, cp: int, emulate: bool, lengths: Sequence[int],
+                vocab: int, warmup: int, repeats: int, label: str, comm: Optional[CommModel] = None,
+                layers: int = 1) -> Sample:
+    """One grid point: the world's ranks in size/cp groups (or, ``emulate``, each rank alone with
+    ``dcpack.thd.LOCAL_REPLAY`` and the collectives priced by ``comm``) run one microbatch of ``lengths``,
+    timed by :func:`_time_ms` after ``warmup`` runs of it; the sample's time is the slowest rank's.
+    Collective: every rank calls it with the same arguments."""
+    if emulate and comm is None:
+        raise InvalidArgumentError(f"time_sample: CP {cp} is emulated and needs a communication model")
+    first = 0 if emulate else world.rank // cp * cp
+    group = thd.LOCAL_REPLAY if emulate else (groups.get(first, cp) if cp > 1 else None)
+    batch = synthetic_batch(thd, lengths, cp, 0 if emulate else world.rank - first, group, world.device, vocab)
+    world.barrier()
+    ms = _time_ms(lambda: thd.forward_backward(model, batch), warmup, repeats, world.device)
+    worst = max(world.gather(ms))
+    del batch
+    comm_ps = comm.microbatch_s(cp, sum(int(x) for x in lengths) // cp, layers) * 1e12 if emulate else 0.0
+    return Sample(cp=cp, lengths=tuple(int(x) for x in lengths), time_ps=worst * 1e9 + comm_ps, label=label,
+                  comm_ps=comm_ps)
 
 
 # --------------------------------------------------------------------------

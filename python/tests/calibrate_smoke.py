@@ -65,6 +65,12 @@ def check_run(out: Path, expect_cps: list[int], tokens: list[int], dcpack: str |
     for s, err, pred in zip(samples, doc["errors"], doc["predicted_ps"]):
         assert cal.predict(prof.cost, s) == pred, (s.label, pred)
         assert abs((pred - s.time_ps) / s.time_ps - err) < 1e-9
+    # shapes timed again before the fit: at most --retime (8), each now at its second timing, and said so
+    by_label = {s.label: s for s in samples}
+    assert len(doc["retimed"]) <= 8 and "re-timed before the fit" in profile_text, profile_text
+    for r in doc["retimed"]:
+        assert by_label[r["label"]].time_ps == r["again_ps"], r
+        assert r["label"] in profile_text
     for row in doc["steps"]:
         assert row["wall_ms"] > 0 and row["composed_dependency_ms"] <= row["composed_barrier_ms"] + 1e-9, row
         assert row["model_barrier_ms"] is not None and row["model_dependency_ms"] <= row["model_barrier_ms"] + 1e-9
