@@ -697,19 +697,18 @@ INT64_MAX = 2**63 - 1
 
 def pipeline_inputs(plan, lengths: List[int], cost) -> tuple:
     """Each microbatch's cost (slowest group + overhead) and largest tokens per rank, as dcpack's pipeline
-    model reads them (docs/planning.md, pipeline step model): a group's cost is its sequences' costs plus
-    the small-microbatch hinge small_slope * max(0, small_knee - tokens // cp), saturating at INT64_MAX."""
+    model reads them (docs/planning.md, pipeline step model): a group's cost is dcpack.calibrate's
+    group_cost, its sequences' costs plus the small-microbatch hinge, saturating at INT64_MAX."""
+    from dcpack.calibrate import group_cost
+
     costs, tokens = [], []
     for mi in range(plan.num_microbatches):
         slowest = most = 0
         for _, cp, ids in plan.groups(mi):
             cp = int(cp)
-            total = sum(int(lengths[i]) for i in ids)
-            group = sum(dcpack.cost(int(lengths[i]), cp, cost) for i in ids)
-            if cost.small_slope > 0 and total // cp < cost.small_knee:
-                group += cost.small_slope * (cost.small_knee - total // cp)
-            slowest = max(slowest, min(group, INT64_MAX))
-            most = max(most, -(-total // cp))
+            group = [int(lengths[i]) for i in ids]
+            slowest = max(slowest, group_cost(group, cp, cost))
+            most = max(most, -(-sum(group) // cp))
         costs.append(min(slowest + max(cost.microbatch_overhead, 0), INT64_MAX))
         tokens.append(most)
     return costs, tokens
